@@ -1,0 +1,1 @@
+# SDK package placeholder

@@ -1,0 +1,94 @@
+"""One error shape for every service: ``{"error": {"code", "message", "details"}}``.
+
+``details`` is a list of ``{"loc": [...], "msg": ...}`` so a client can tell which field
+(query, body, path) was wrong.
+"""
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class CorralError(Exception):
+    """An error with an HTTP status, a machine-readable code and where it happened."""
+
+    status_code = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, loc: list[str | int] | None = None, code: str | None = None,
+                 status_code: int | None = None, extra: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+        if code:
+            self.code = code
+        if status_code:
+            self.status_code = status_code
+        self.extra = extra or {}
+
+    def to_body(self) -> dict[str, Any]:
+        details = [{"loc": self.loc, "msg": self.message}] if self.loc else []
+        return {"error": {"code": self.code, "message": self.message, "details": details, **self.extra}}
+
+
+class BadRequest(CorralError):
+    status_code = 400
+    code = "bad_request"
+
+
+class Unauthorized(CorralError):
+    status_code = 401
+    code = "unauthorized"
+
+
+class NotFound(CorralError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(CorralError):
+    status_code = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(CorralError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class Unprocessable(CorralError):
+    status_code = 422
+    code = "unprocessable"
+
+
+class ServiceUnavailable(CorralError):
+    status_code = 503
+    code = "unavailable"
+
+
+def error_body(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or []}}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(CorralError)
+    async def _corral_error(_: Request, exc: CorralError) -> JSONResponse:
+        return JSONResponse(exc.to_body(), status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+        first = details[0] if details else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"])
+        return JSONResponse(
+            error_body("validation_error", f"{where}: {first['msg']}", details), status_code=422
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))

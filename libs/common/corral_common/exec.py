@@ -1,0 +1,45 @@
+"""Data-path models shared by the api (public surface) and node-agents (which run them)."""
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # bytes per stream per call
+
+
+class ExecRequest(BaseModel):
+    cmd: list[str] | str = Field(description="argv list, or a shell string run with /bin/sh -c")
+    cwd: str | None = Field(None, max_length=4096, description="Working directory (default: the user's home)")
+    env: dict[str, str] = Field(default_factory=dict)
+    stdin: str | None = Field(None, description="Text fed to the command's standard input")
+    timeout_s: float = Field(60.0, gt=0, le=24 * 3600)
+    output_limit: int = Field(DEFAULT_OUTPUT_LIMIT, ge=1, le=64 * 1024 * 1024,
+                              description="Bytes kept per stream; beyond it output is dropped and truncated=true")
+    user: Literal["user", "root"] = "user"
+
+
+class ExecResult(BaseModel):
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_ms: float
+    timed_out: bool = False
+    truncated: bool = False
+    oom_killed: bool = False
+
+
+class ExecChunk(BaseModel):
+    """One line of a streaming exec (JSON lines): output as it comes, then a final `exit`."""
+
+    type: Literal["stdout", "stderr", "exit"]
+    data: str | None = None
+    result: ExecResult | None = None
+
+
+class FileInfo(BaseModel):
+    name: str
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mode: int
+    mtime: float
