@@ -1,0 +1,263 @@
+"""Hot state in Redis: sandbox records, node heartbeats and capacity reservations.
+
+Redis holds what must be read fast and can be rebuilt; SQL keeps terminal history. Every
+state change is a compare-and-set in a Lua script, so two services racing on one sandbox
+(the scheduler's node-lost reaper and a node-agent reporting, say) cannot both win.
+"""
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from corral_common.sandboxes import ALLOWED_TRANSITIONS, TERMINAL_STATES, SandboxSpec, SandboxState, Usage
+
+# Terminal records stay readable in Redis this long; SQL keeps them for good.
+TERMINAL_TTL_S = 3600
+
+_TRANSITION = """
+local cur = redis.call('HGET', KEYS[1], 'state')
+if not cur then return {0, ''} end
+if not string.find(',' .. ARGV[1] .. ',', ',' .. cur .. ',', 1, true) then return {0, cur} end
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return {1, cur}
+"""
+
+_RESERVE = """
+local existing = redis.call('GET', KEYS[3])
+if existing then return existing end
+local cap = redis.call('HMGET', KEYS[1], 'cpu_milli', 'memory_mb', 'max_sandboxes', 'heartbeat_at')
+if not cap[1] then return false end
+if tonumber(ARGV[5]) - tonumber(cap[4]) > tonumber(ARGV[6]) then return false end
+local used = redis.call('HMGET', KEYS[2], 'cpu_milli', 'memory_mb', 'sandboxes')
+local ucpu = tonumber(used[1] or '0') + tonumber(ARGV[1])
+local umem = tonumber(used[2] or '0') + tonumber(ARGV[2])
+local usb = tonumber(used[3] or '0') + 1
+if ucpu > tonumber(cap[1]) or umem > tonumber(cap[2]) or usb > tonumber(cap[3]) then return false end
+redis.call('HINCRBY', KEYS[2], 'cpu_milli', ARGV[1])
+redis.call('HINCRBY', KEYS[2], 'memory_mb', ARGV[2])
+redis.call('HINCRBY', KEYS[2], 'sandboxes', 1)
+local value = ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[2]
+redis.call('SET', KEYS[3], value)
+redis.call('SADD', KEYS[4], ARGV[3])
+return value
+"""
+
+_RELEASE = """
+local existing = redis.call('GET', KEYS[1])
+if not existing then return 0 end
+local node, cpu, mem = string.match(existing, '([^|]+)|([^|]+)|([^|]+)')
+local used = 'node:' .. node .. ':used'
+redis.call('HINCRBY', used, 'cpu_milli', -tonumber(cpu))
+redis.call('HINCRBY', used, 'memory_mb', -tonumber(mem))
+redis.call('HINCRBY', used, 'sandboxes', -1)
+redis.call('DEL', KEYS[1])
+redis.call('SREM', 'sb:node:' .. node, ARGV[1])
+return 1
+"""
+
+
+def _sandbox_key(sandbox_id: str) -> str:
+    return f"sb:{sandbox_id}"
+
+
+@dataclass
+class SandboxRecord:
+    id: str
+    tenant: str
+    state: SandboxState
+    spec: SandboxSpec
+    created_at: float
+    updated_at: float
+    reason: str | None = None
+    node_id: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    usage: Usage | None = None
+    delete_requested: bool = False
+
+    @classmethod
+    def from_hash(cls, data: dict[str, str]) -> "SandboxRecord":
+        def opt_float(key: str) -> float | None:
+            return float(data[key]) if data.get(key) else None
+
+        return cls(
+            id=data["id"],
+            tenant=data["tenant"],
+            state=SandboxState(data["state"]),
+            spec=SandboxSpec.model_validate_json(data["spec"]),
+            created_at=float(data["created_at"]),
+            updated_at=float(data.get("updated_at") or data["created_at"]),
+            reason=data.get("reason") or None,
+            node_id=data.get("node_id") or None,
+            started_at=opt_float("started_at"),
+            ended_at=opt_float("ended_at"),
+            usage=Usage.model_validate_json(data["usage"]) if data.get("usage") else None,
+            delete_requested=data.get("delete_requested") == "1",
+        )
+
+
+@dataclass
+class NodeInfo:
+    node_id: str
+    url: str
+    cpu_milli: int
+    memory_mb: int
+    max_sandboxes: int
+    heartbeat_at: float
+    used_cpu_milli: int = 0
+    used_memory_mb: int = 0
+    used_sandboxes: int = 0
+
+    @property
+    def free_cpu_milli(self) -> int:
+        return self.cpu_milli - self.used_cpu_milli
+
+    @property
+    def free_memory_mb(self) -> int:
+        return self.memory_mb - self.used_memory_mb
+
+    @property
+    def free_sandboxes(self) -> int:
+        return self.max_sandboxes - self.used_sandboxes
+
+
+def cpu_milli(cpu: float) -> int:
+    return max(1, int(round(cpu * 1000)))
+
+
+class StateStore:
+    def __init__(self, redis: aioredis.Redis):
+        self.redis = redis
+        self._transition = redis.register_script(_TRANSITION)
+        self._reserve = redis.register_script(_RESERVE)
+        self._release = redis.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(cls, url: str) -> "StateStore":
+        return cls(aioredis.from_url(url, decode_responses=True))
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    # --- sandboxes -------------------------------------------------------------------
+
+    async def create_sandbox(self, sandbox_id: str, tenant: str, spec: SandboxSpec) -> SandboxRecord:
+        now = time.time()
+        mapping = {
+            "id": sandbox_id, "tenant": tenant, "state": SandboxState.pending.value,
+            "spec": spec.model_dump_json(), "created_at": repr(now), "updated_at": repr(now),
+        }
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(_sandbox_key(sandbox_id), mapping=mapping)
+            pipe.sadd(f"sb:tenant:{tenant}", sandbox_id)
+            await pipe.execute()
+        return SandboxRecord.from_hash(mapping)
+
+    async def get_sandbox(self, sandbox_id: str) -> SandboxRecord | None:
+        data = await self.redis.hgetall(_sandbox_key(sandbox_id))
+        return SandboxRecord.from_hash(data) if data else None
+
+    async def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
+        ids = sorted(await self.redis.smembers(f"sb:tenant:{tenant}"))
+        if not ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sandbox_id in ids:
+                pipe.hgetall(_sandbox_key(sandbox_id))
+            rows = await pipe.execute()
+        gone = [sid for sid, row in zip(ids, rows) if not row]
+        if gone:  # expired terminal records: forget them in the index too
+            await self.redis.srem(f"sb:tenant:{tenant}", *gone)
+        return [SandboxRecord.from_hash(row) for row in rows if row]
+
+    async def transition(self, sandbox_id: str, target: SandboxState, **fields: Any) -> tuple[bool, SandboxState | None]:
+        """Move to ``target`` if the current state allows it; returns (changed, previous state)."""
+        allowed_from = [s.value for s, nxt in ALLOWED_TRANSITIONS.items() if target in nxt]
+        now = time.time()
+        values: dict[str, str] = {"state": target.value, "updated_at": repr(now)}
+        if target is SandboxState.running:
+            values["started_at"] = repr(now)
+        if target in TERMINAL_STATES:
+            values["ended_at"] = repr(now)
+        for key, value in fields.items():
+            if value is None:
+                continue
+            values[key] = value.model_dump_json() if hasattr(value, "model_dump_json") else str(value)
+        ttl = TERMINAL_TTL_S if target in TERMINAL_STATES else 0
+        argv: list[str] = [",".join(allowed_from), str(ttl)]
+        for key, value in values.items():
+            argv += [key, value]
+        changed, previous = await self._transition(keys=[_sandbox_key(sandbox_id)], args=argv)
+        return bool(changed), (SandboxState(previous) if previous else None)
+
+    async def mark_delete_requested(self, sandbox_id: str) -> None:
+        await self.redis.hset(_sandbox_key(sandbox_id), "delete_requested", "1")
+
+    # --- nodes and capacity ----------------------------------------------------------
+
+    async def heartbeat(self, node_id: str, url: str, cpu_capacity: float, memory_mb: int, max_sandboxes: int) -> None:
+        now = time.time()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(f"node:{node_id}", mapping={
+                "node_id": node_id, "url": url, "cpu_milli": cpu_milli(cpu_capacity), "memory_mb": memory_mb,
+                "max_sandboxes": max_sandboxes, "heartbeat_at": repr(now),
+            })
+            pipe.zadd("nodes", {node_id: now})
+            await pipe.execute()
+
+    async def _nodes(self, node_ids: list[str]) -> list[NodeInfo]:
+        if not node_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for node_id in node_ids:
+                pipe.hgetall(f"node:{node_id}")
+                pipe.hgetall(f"node:{node_id}:used")
+            rows = await pipe.execute()
+        nodes = []
+        for info, used in zip(rows[::2], rows[1::2]):
+            if not info:
+                continue
+            nodes.append(NodeInfo(
+                node_id=info["node_id"], url=info["url"], cpu_milli=int(info["cpu_milli"]),
+                memory_mb=int(info["memory_mb"]), max_sandboxes=int(info["max_sandboxes"]),
+                heartbeat_at=float(info["heartbeat_at"]), used_cpu_milli=int(used.get("cpu_milli", 0)),
+                used_memory_mb=int(used.get("memory_mb", 0)), used_sandboxes=int(used.get("sandboxes", 0)),
+            ))
+        return nodes
+
+    async def live_nodes(self, timeout_s: float) -> list[NodeInfo]:
+        ids = await self.redis.zrangebyscore("nodes", time.time() - timeout_s, "+inf")
+        return await self._nodes(ids)
+
+    async def get_node(self, node_id: str) -> NodeInfo | None:
+        nodes = await self._nodes([node_id])
+        return nodes[0] if nodes else None
+
+    async def lost_nodes(self, timeout_s: float) -> list[str]:
+        return await self.redis.zrangebyscore("nodes", "-inf", time.time() - timeout_s)
+
+    async def node_sandboxes(self, node_id: str) -> set[str]:
+        return await self.redis.smembers(f"sb:node:{node_id}")
+
+    async def forget_node(self, node_id: str) -> None:
+        await self.redis.delete(f"node:{node_id}", f"node:{node_id}:used", f"sb:node:{node_id}")
+        await self.redis.zrem("nodes", node_id)
+
+    async def reserve(self, node_id: str, sandbox_id: str, spec: SandboxSpec, timeout_s: float) -> str | None:
+        """Atomically take capacity on a node; idempotent per sandbox. Returns the node holding it."""
+        value = await self._reserve(
+            keys=[f"node:{node_id}", f"node:{node_id}:used", f"resv:{sandbox_id}", f"sb:node:{node_id}"],
+            args=[cpu_milli(spec.cpu), spec.memory_mb, sandbox_id, node_id, repr(time.time()), timeout_s],
+        )
+        return value.split("|", 1)[0] if value else None
+
+    async def release(self, sandbox_id: str) -> bool:
+        return bool(await self._release(keys=[f"resv:{sandbox_id}"], args=[sandbox_id]))
+
+    async def reservation_node(self, sandbox_id: str) -> str | None:
+        value = await self.redis.get(f"resv:{sandbox_id}")
+        return value.split("|", 1)[0] if value else None

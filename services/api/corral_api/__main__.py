@@ -1,0 +1,3 @@
+from corral_api.app import main
+
+main()

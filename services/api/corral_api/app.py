@@ -1,0 +1,84 @@
+"""The public api: auth, validation, sandbox records, and the data-path proxy to node-agents."""
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+from fastapi import FastAPI
+
+from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
+from corral_api.db.engine import make_engine, migrate
+from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
+from corral_api.sandboxes.node_client import NodeClient
+from corral_api.sandboxes.repository import HistoryRepository
+from corral_api.sandboxes.router import router as sandboxes_router
+from corral_api.sandboxes.service import EnvironmentCatalog, SandboxService
+from corral_api.sandboxes.waiters import StateWaiters
+from corral_api.settings import ApiSettings
+from corral_common.amqp import EventBus
+from corral_common.errors import install_error_handlers
+from corral_common.events import SandboxStateChanged
+from corral_common.logging import configure_logging
+from corral_common.state import StateStore
+from corral_common.telemetry import instrument_app, setup_tracing
+
+
+def create_app(settings: ApiSettings | None = None) -> FastAPI:
+    settings = settings or ApiSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        configure_logging("api", settings.log_level, settings.log_json)
+        setup_tracing("corral-api", settings.otel_exporter_otlp_endpoint)
+        if settings.database_url.startswith("sqlite:///"):
+            Path(settings.database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        migrate(settings.database_url)
+        engine = make_engine(settings.database_url)
+        api_keys = ApiKeyService(engine)
+        for tenant, key in parse_bootstrap_keys(settings.api_keys):
+            api_keys.add(tenant, key)
+        store = StateStore.from_url(settings.redis_url)
+        bus = await EventBus(settings.amqp_url).connect()
+        history = HistoryRepository(engine)
+        waiters = StateWaiters()
+        images = httpx.AsyncClient(base_url=settings.image_service_url, timeout=10.0)
+        node_client = NodeClient(settings.internal_token)
+        await bus.subscribe(["sandbox.*"], SandboxStateChanged, waiters.on_event)
+        await bus.consume(RECORDS_QUEUE, TERMINAL_KEYS, SandboxStateChanged, TerminalRecorder(store, history).handle)
+        app.state.settings = settings
+        app.state.api_keys = api_keys
+        app.state.node_client = node_client
+        app.state.sandboxes = SandboxService(store, bus, history, waiters, EnvironmentCatalog(images),
+                                             settings.api_max_wait_s)
+        try:
+            yield
+        finally:
+            await node_client.close()
+            await images.aclose()
+            await bus.close()
+            await store.close()
+            engine.dispose()
+
+    app = FastAPI(
+        title="Corral",
+        version="0.1.0",
+        description="One API in front of isolated sandboxes for training and evaluating AI agents.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    instrument_app(app)
+    app.include_router(sandboxes_router)
+
+    @app.get("/healthz", tags=["health"], operation_id="healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def main() -> None:
+    import uvicorn
+
+    settings = ApiSettings()
+    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
+                log_level=settings.log_level.lower(), access_log=False)

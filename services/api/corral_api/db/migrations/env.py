@@ -1,0 +1,22 @@
+from alembic import context
+from sqlalchemy import engine_from_config, pool
+from sqlmodel import SQLModel
+
+import corral_api.auth.models  # noqa: F401  (registers tables)
+import corral_api.sandboxes.models  # noqa: F401
+
+config = context.config
+target_metadata = SQLModel.metadata
+
+
+def run_migrations_online() -> None:
+    connectable = engine_from_config(config.get_section(config.config_ini_section) or {}, prefix="sqlalchemy.",
+                                     poolclass=pool.NullPool)
+    with connectable.connect() as connection:
+        context.configure(connection=connection, target_metadata=target_metadata,
+                          render_as_batch=connection.dialect.name == "sqlite")
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+run_migrations_online()

@@ -1,0 +1,24 @@
+"""Writes every sandbox that reaches a terminal state to SQL (idempotent upsert)."""
+
+import asyncio
+
+from corral_api.sandboxes.repository import HistoryRepository
+from corral_common.events import SandboxStateChanged
+from corral_common.state import StateStore
+
+RECORDS_QUEUE = "api.records"
+TERMINAL_KEYS = ["sandbox.terminated", "sandbox.failed"]
+
+
+class TerminalRecorder:
+    def __init__(self, store: StateStore, history: HistoryRepository):
+        self.store = store
+        self.history = history
+
+    async def handle(self, event: SandboxStateChanged) -> None:
+        record = await self.store.get_sandbox(event.sandbox_id)
+        if record is None:  # already expired from Redis: it was recorded back then
+            return
+        if event.usage is not None and record.usage is None:
+            record.usage = event.usage
+        await asyncio.to_thread(self.history.record, record)

@@ -1,0 +1,68 @@
+"""The api's side of the data path: calls to the node-agent that owns a sandbox."""
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from corral_common.errors import CorralError, PayloadTooLarge, ServiceUnavailable
+
+
+class NodeClient:
+    def __init__(self, internal_token: str, timeout_s: float = 3600.0):
+        headers = {"x-corral-internal-token": internal_token} if internal_token else {}
+        self.http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0),
+                                      limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200))
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    @staticmethod
+    def _raise_for(response: httpx.Response) -> None:
+        if response.status_code < 400:
+            return
+        try:
+            body = response.json()
+            error = body.get("error", {})
+            raise CorralError(error.get("message", response.text), code=error.get("code", "node_error"),
+                              status_code=response.status_code,
+                              loc=(error.get("details") or [{}])[0].get("loc"))
+        except ValueError:
+            raise CorralError(response.text or "node-agent error", status_code=response.status_code) from None
+
+    async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = await self.http.request(method, url, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailable(f"node-agent unreachable: {exc.__class__.__name__}") from exc
+        self._raise_for(response)
+        return response
+
+    async def stream(self, method: str, url: str, **kwargs: Any) -> tuple[httpx.Response, AsyncIterator[bytes]]:
+        try:
+            response = await self.http.send(self.http.build_request(method, url, **kwargs), stream=True)
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailable(f"node-agent unreachable: {exc.__class__.__name__}") from exc
+        if response.status_code >= 400:
+            await response.aread()
+            await response.aclose()
+            self._raise_for(response)
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response.aiter_raw():
+                    yield chunk
+            finally:
+                await response.aclose()
+
+        return response, body()
+
+
+async def capped(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """Passes an upload through, failing once it grows past ``limit`` bytes."""
+    seen = 0
+    async for chunk in stream:
+        seen += len(chunk)
+        if seen > limit:
+            raise PayloadTooLarge(f"upload exceeds {limit} bytes", loc=["body"])
+        yield chunk

@@ -1,0 +1,132 @@
+"""Public sandbox endpoints: lifecycle (control path over the bus) and exec/files (data path)."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from corral_api.auth.dependencies import current_tenant
+from corral_api.sandboxes.node_client import NodeClient, capped
+from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
+from corral_api.sandboxes.service import SandboxService
+from corral_common.errors import BadRequest, PayloadTooLarge
+from corral_common.exec import ExecRequest, ExecResult, FileInfo
+from corral_common.sandboxes import SandboxState
+
+router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
+
+Tenant = Annotated[str, Depends(current_tenant)]
+WaitFor = Annotated[WaitState | None, Query(description="Block until the sandbox reaches this state (or fails)")]
+WaitTimeout = Annotated[float, Query(gt=0, le=3600, description="Longest wait in seconds")]
+FilePath = Annotated[str, Query(min_length=1, max_length=4096, description="Absolute, or relative to the home dir")]
+
+
+def sandboxes(request: Request) -> SandboxService:
+    return request.app.state.sandboxes
+
+
+def nodes(request: Request) -> NodeClient:
+    return request.app.state.node_client
+
+
+Service = Annotated[SandboxService, Depends(sandboxes)]
+Nodes = Annotated[NodeClient, Depends(nodes)]
+
+
+def parse_labels(selectors: list[str]) -> dict[str, str]:
+    labels = {}
+    for selector in selectors:
+        key, sep, value = selector.partition("=")
+        if not sep or not key:
+            raise BadRequest(f"label selector {selector!r} must be key=value", loc=["query", "label"])
+        labels[key] = value
+    return labels
+
+
+@router.post("", status_code=202, response_model=Sandbox, operation_id="create_sandbox")
+async def create_sandbox(body: SandboxCreate, tenant: Tenant, service: Service, response: Response,
+                         wait_for: WaitFor = None, timeout: WaitTimeout = 60.0) -> Sandbox:
+    """Ask for a sandbox. Answers 202 at once, or after it reaches ``wait_for``."""
+    record = await service.create(tenant, body)
+    if wait_for:
+        record = await service.wait(tenant, record.id, SandboxState(wait_for), timeout)
+    response.headers["Location"] = f"/v1/sandboxes/{record.id}"
+    return Sandbox.from_record(record)
+
+
+@router.get("", response_model=SandboxList, operation_id="list_sandboxes")
+async def list_sandboxes(tenant: Tenant, service: Service,
+                         label: Annotated[list[str], Query(description="key=value; repeat to AND")] = [],
+                         state: SandboxState | None = None) -> SandboxList:
+    records = await service.list(tenant, parse_labels(label), state)
+    return SandboxList(items=[Sandbox.from_record(r) for r in records])
+
+
+@router.get("/{sandbox_id}", response_model=Sandbox, operation_id="get_sandbox")
+async def get_sandbox(sandbox_id: str, tenant: Tenant, service: Service, wait_for: WaitFor = None,
+                      timeout: WaitTimeout = 60.0) -> Sandbox:
+    if wait_for:
+        return Sandbox.from_record(await service.wait(tenant, sandbox_id, SandboxState(wait_for), timeout))
+    return Sandbox.from_record(await service.get(tenant, sandbox_id))
+
+
+@router.delete("/{sandbox_id}", status_code=202, response_model=Sandbox, operation_id="delete_sandbox")
+async def delete_sandbox(sandbox_id: str, tenant: Tenant, service: Service,
+                         wait: Annotated[bool, Query(description="Block until it is terminated")] = False,
+                         timeout: WaitTimeout = 60.0) -> Sandbox:
+    record = await service.delete(tenant, sandbox_id)
+    if wait:
+        record = await service.wait(tenant, sandbox_id, SandboxState.terminated, timeout)
+    return Sandbox.from_record(record)
+
+
+@router.post("/{sandbox_id}/exec", response_model=ExecResult, operation_id="exec_command")
+async def exec_command(sandbox_id: str, body: ExecRequest, tenant: Tenant, service: Service, node_client: Nodes) -> ExecResult:
+    """Run a command and wait for it. Output is capped per stream (``truncated``)."""
+    _, node = await service.node_for(tenant, sandbox_id)
+    response = await node_client.request("POST", f"{node.url}/v1/sandboxes/{sandbox_id}/exec",
+                                         content=body.model_dump_json(), headers={"content-type": "application/json"})
+    return ExecResult.model_validate_json(response.content)
+
+
+@router.post("/{sandbox_id}/exec/stream", operation_id="exec_command_stream",
+             responses={200: {"content": {"application/x-ndjson": {}},
+                              "description": "JSON lines: {type: stdout|stderr, data} ..., then {type: exit, result}"}})
+async def exec_command_stream(sandbox_id: str, body: ExecRequest, tenant: Tenant, service: Service,
+                              node_client: Nodes) -> StreamingResponse:
+    _, node = await service.node_for(tenant, sandbox_id)
+    _, chunks = await node_client.stream("POST", f"{node.url}/v1/sandboxes/{sandbox_id}/exec/stream",
+                                         content=body.model_dump_json(), headers={"content-type": "application/json"})
+    return StreamingResponse(chunks, media_type="application/x-ndjson")
+
+
+@router.put("/{sandbox_id}/files", status_code=204, operation_id="write_file",
+            openapi_extra={"requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                                           "required": True}})
+async def write_file(sandbox_id: str, path: FilePath, request: Request, tenant: Tenant, service: Service,
+                     node_client: Nodes, mode: Annotated[int, Query(ge=0, le=0o7777)] = 0o644) -> Response:
+    """Upload a file (raw body). Parent directories are created."""
+    limit = request.app.state.settings.api_max_upload_mb * 1024 * 1024
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"upload of {declared} bytes exceeds {limit}", loc=["body"])
+    _, node = await service.node_for(tenant, sandbox_id)
+    await node_client.request("PUT", f"{node.url}/v1/sandboxes/{sandbox_id}/files",
+                              params={"path": path, "mode": mode}, content=capped(request.stream(), limit))
+    return Response(status_code=204)
+
+
+@router.get("/{sandbox_id}/files", operation_id="read_file",
+            responses={200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+async def read_file(sandbox_id: str, path: FilePath, tenant: Tenant, service: Service, node_client: Nodes) -> StreamingResponse:
+    """Download a file's bytes."""
+    _, node = await service.node_for(tenant, sandbox_id)
+    _, body = await node_client.stream("GET", f"{node.url}/v1/sandboxes/{sandbox_id}/files", params={"path": path})
+    return StreamingResponse(body, media_type="application/octet-stream")
+
+
+@router.get("/{sandbox_id}/files/list", response_model=list[FileInfo], operation_id="list_files")
+async def list_files(sandbox_id: str, path: FilePath, tenant: Tenant, service: Service, node_client: Nodes) -> list[FileInfo]:
+    _, node = await service.node_for(tenant, sandbox_id)
+    response = await node_client.request("GET", f"{node.url}/v1/sandboxes/{sandbox_id}/files/list", params={"path": path})
+    return [FileInfo.model_validate(item) for item in response.json()]

@@ -1,0 +1,131 @@
+"""Sandbox lifecycle as the api sees it: records in Redis, requests out on the bus."""
+
+import asyncio
+import secrets
+import time
+
+import httpx
+
+from corral_api.sandboxes.repository import HistoryRepository
+from corral_api.sandboxes.waiters import StateWaiters
+from corral_common import lifecycle
+from corral_common.amqp import EventBus
+from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
+from corral_common.events import SandboxRequested, SandboxStop, node_routing_key
+from corral_common.logging import get_logger
+from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxSpec, SandboxState
+from corral_common.state import NodeInfo, SandboxRecord, StateStore
+
+log = get_logger("corral.api.sandboxes")
+
+# States at or past each waitable one, in lifecycle order; failure ends every wait.
+_ORDER = [SandboxState.pending, SandboxState.scheduled, SandboxState.starting, SandboxState.running,
+          SandboxState.stopping, SandboxState.terminated]
+
+
+def reached(state: SandboxState, target: SandboxState) -> bool:
+    if state in TERMINAL_STATES or state is SandboxState.paused:
+        return state in TERMINAL_STATES or target is not SandboxState.terminated
+    return _ORDER.index(state) >= _ORDER.index(target)
+
+
+class EnvironmentCatalog:
+    """Asks image-service whether an environment exists; positive answers are cached briefly."""
+
+    def __init__(self, client: httpx.AsyncClient, ttl_s: float = 30.0):
+        self.client = client
+        self.ttl_s = ttl_s
+        self._known: dict[str, float] = {}
+
+    async def require(self, name: str) -> None:
+        if self._known.get(name, 0) > time.monotonic():
+            return
+        try:
+            response = await self.client.get(f"/v1/environments/{name}")
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailable(f"image-service unreachable: {exc}") from exc
+        if response.status_code == 404:
+            raise Unprocessable(f"unknown environment {name!r}", loc=["body", "environment"], code="unknown_environment")
+        if response.status_code != 200:
+            raise ServiceUnavailable(f"image-service answered {response.status_code}")
+        self._known[name] = time.monotonic() + self.ttl_s
+
+
+class SandboxService:
+    def __init__(self, store: StateStore, bus: EventBus, history: HistoryRepository, waiters: StateWaiters,
+                 environments: EnvironmentCatalog, max_wait_s: float):
+        self.store = store
+        self.bus = bus
+        self.history = history
+        self.waiters = waiters
+        self.environments = environments
+        self.max_wait_s = max_wait_s
+
+    async def create(self, tenant: str, spec: SandboxSpec) -> SandboxRecord:
+        await self.environments.require(spec.environment)
+        sandbox_id = f"sb-{secrets.token_hex(8)}"
+        record = await self.store.create_sandbox(sandbox_id, tenant, spec)
+        try:
+            await self.bus.publish("sandbox.requested", SandboxRequested(sandbox_id=sandbox_id, tenant=tenant, spec=spec))
+        except Exception as exc:
+            await self.store.transition(sandbox_id, SandboxState.failed, reason="request_not_queued")
+            raise ServiceUnavailable("could not queue the request; nothing was started") from exc
+        return record
+
+    async def get(self, tenant: str, sandbox_id: str) -> SandboxRecord:
+        record = await self.store.get_sandbox(sandbox_id)
+        if record is None:
+            record = await asyncio.to_thread(self.history.get, sandbox_id)
+        if record is None or record.tenant != tenant:
+            # Another tenant's sandbox is indistinguishable from a missing one.
+            raise NotFound(f"sandbox {sandbox_id} not found", loc=["path", "sandbox_id"])
+        return record
+
+    async def wait(self, tenant: str, sandbox_id: str, target: SandboxState, timeout_s: float) -> SandboxRecord:
+        deadline = time.monotonic() + min(timeout_s, self.max_wait_s)
+        while True:
+            waiter = self.waiters.register(sandbox_id)
+            try:
+                record = await self.get(tenant, sandbox_id)
+                remaining = deadline - time.monotonic()
+                if reached(record.state, target) or remaining <= 0:
+                    return record
+                try:
+                    # Events wake us at once; the cap re-reads Redis in case an event was missed.
+                    await asyncio.wait_for(waiter.wait(), timeout=min(remaining, 1.0))
+                except TimeoutError:
+                    pass
+            finally:
+                self.waiters.unregister(sandbox_id, waiter)
+
+    async def list(self, tenant: str, labels: dict[str, str], state: SandboxState | None) -> list[SandboxRecord]:
+        records = await self.store.list_sandboxes(tenant)
+        return [r for r in records
+                if all(r.spec.labels.get(k) == v for k, v in labels.items()) and (state is None or r.state is state)]
+
+    async def delete(self, tenant: str, sandbox_id: str) -> SandboxRecord:
+        record = await self.get(tenant, sandbox_id)
+        if record.state in TERMINAL_STATES:
+            return record
+        await self.store.mark_delete_requested(sandbox_id)
+        if record.state is SandboxState.pending:
+            if await lifecycle.transition(self.store, self.bus, sandbox_id, SandboxState.terminated, reason="deleted"):
+                return await self.get(tenant, sandbox_id)
+            record = await self.get(tenant, sandbox_id)  # the scheduler placed it meanwhile
+        if record.node_id and record.state not in TERMINAL_STATES:
+            await self.bus.publish(node_routing_key(record.node_id, "stop"),
+                                   SandboxStop(sandbox_id=sandbox_id, node_id=record.node_id))
+        return await self.get(tenant, sandbox_id)
+
+    async def node_for(self, tenant: str, sandbox_id: str) -> tuple[SandboxRecord, NodeInfo]:
+        """The node that runs a sandbox, for data-path calls; 409 unless it is running."""
+        record = await self.get(tenant, sandbox_id)
+        if record.state is not SandboxState.running:
+            raise Conflict(f"sandbox {sandbox_id} is {record.state.value}"
+                           + (f" ({record.reason})" if record.reason else ""), loc=["path", "sandbox_id"],
+                           code="sandbox_not_running")
+        node = await self.store.get_node(record.node_id or "")
+        if node is None:
+            raise ServiceUnavailable(f"node of sandbox {sandbox_id} is not reachable",
+                                     extra={"reason": FailureReason.node_lost.value})
+        return record, node

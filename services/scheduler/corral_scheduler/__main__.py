@@ -1,0 +1,3 @@
+from corral_scheduler.app import main
+
+main()

@@ -1,0 +1,64 @@
+"""Scheduler service: placement consumer + node reaper, with /healthz."""
+
+import asyncio
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from corral_common.amqp import EventBus
+from corral_common.errors import install_error_handlers
+from corral_common.events import SandboxRequested
+from corral_common.logging import configure_logging
+from corral_common.state import StateStore
+from corral_common.telemetry import instrument_app, setup_tracing
+from corral_scheduler.nodes.service import NodeReaper
+from corral_scheduler.placement.service import Placer
+from corral_scheduler.settings import SchedulerSettings
+
+REQUESTS_QUEUE = "scheduler.requests"
+
+
+def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
+    settings = settings or SchedulerSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        configure_logging("scheduler", settings.log_level, settings.log_json)
+        setup_tracing("corral-scheduler", settings.otel_exporter_otlp_endpoint)
+        store = StateStore.from_url(settings.redis_url)
+        bus = await EventBus(settings.amqp_url).connect()
+        placer = Placer(store, bus, settings)
+        reaper = NodeReaper(store, bus, settings.node_heartbeat_timeout_s, settings.reaper_interval_s)
+        await bus.consume(REQUESTS_QUEUE, ["sandbox.requested"], SandboxRequested, placer.handle,
+                          prefetch=settings.placement_prefetch)
+        reaper_task = asyncio.create_task(reaper.run())
+        app.state.store, app.state.bus = store, bus
+        try:
+            yield
+        finally:
+            reaper_task.cancel()
+            await bus.close()
+            await store.close()
+
+    app = FastAPI(title="Corral scheduler", lifespan=lifespan)
+    install_error_handlers(app)
+    instrument_app(app)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/nodes")
+    async def nodes() -> list[dict]:
+        live = await app.state.store.live_nodes(settings.node_heartbeat_timeout_s)
+        return [vars(n) for n in live]
+
+    return app
+
+
+def main() -> None:
+    import uvicorn
+
+    settings = SchedulerSettings()
+    uvicorn.run(create_app(settings), host=settings.scheduler_host, port=settings.scheduler_port,
+                log_level=settings.log_level.lower(), access_log=False)

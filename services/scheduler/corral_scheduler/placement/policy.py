@@ -1,0 +1,28 @@
+"""Where a sandbox may go, best first. Pure functions: the placement unit tests live on these."""
+
+from collections.abc import Sequence
+
+from corral_common.sandboxes import SandboxSpec
+from corral_common.state import NodeInfo, cpu_milli
+
+
+def fits(node: NodeInfo, spec: SandboxSpec) -> bool:
+    return (node.free_cpu_milli >= cpu_milli(spec.cpu) and node.free_memory_mb >= spec.memory_mb
+            and node.free_sandboxes >= 1)
+
+
+def could_ever_fit(node: NodeInfo, spec: SandboxSpec) -> bool:
+    """True if the node is big enough when empty; false means waiting will never help."""
+    return node.cpu_milli >= cpu_milli(spec.cpu) and node.memory_mb >= spec.memory_mb and node.max_sandboxes >= 1
+
+
+def rank_nodes(nodes: Sequence[NodeInfo], spec: SandboxSpec, strategy: str = "spread") -> list[NodeInfo]:
+    candidates = [n for n in nodes if fits(n, spec)]
+
+    def load(n: NodeInfo) -> float:
+        # The scarcer of memory and cpu decides how full a node is.
+        return max(n.used_memory_mb / max(n.memory_mb, 1), n.used_cpu_milli / max(n.cpu_milli, 1),
+                   n.used_sandboxes / max(n.max_sandboxes, 1))
+
+    reverse = strategy == "pack"
+    return sorted(candidates, key=lambda n: (load(n), n.node_id), reverse=reverse)

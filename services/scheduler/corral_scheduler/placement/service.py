@@ -1,0 +1,70 @@
+"""Consumes ``sandbox.requested``, reserves room on a node and hands the sandbox to it.
+
+A request that finds no room is held (its message stays unacked) and retried until
+capacity frees up, so a burst queues instead of failing; if no live node could ever hold
+it, it fails as ``unschedulable``.
+"""
+
+import asyncio
+
+from corral_common import lifecycle
+from corral_common.amqp import EventBus
+from corral_common.events import SandboxPlace, SandboxRequested, node_routing_key
+from corral_common.logging import get_logger
+from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState
+from corral_common.state import StateStore
+from corral_scheduler.placement.policy import could_ever_fit, rank_nodes
+from corral_scheduler.settings import SchedulerSettings
+
+log = get_logger("corral.scheduler.placement")
+
+
+class Placer:
+    def __init__(self, store: StateStore, bus: EventBus, settings: SchedulerSettings):
+        self.store = store
+        self.bus = bus
+        self.settings = settings
+
+    async def handle(self, event: SandboxRequested) -> None:
+        while not await self.try_place(event):
+            await asyncio.sleep(self.settings.placement_retry_s)
+
+    async def try_place(self, event: SandboxRequested) -> bool:
+        """One placement attempt; True when the request needs no more work."""
+        record = await self.store.get_sandbox(event.sandbox_id)
+        if record is None or record.state in TERMINAL_STATES:
+            return True
+        if record.delete_requested and record.state is SandboxState.pending:
+            await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.terminated, reason="deleted")
+            return True
+        if record.state is not SandboxState.pending:
+            # Re-delivered after we already placed it: hand it to the same node again (the
+            # node-agent ignores a sandbox it already has).
+            if record.node_id and record.state is SandboxState.scheduled:
+                await self._publish_place(event, record.node_id)
+            return True
+
+        timeout = self.settings.node_heartbeat_timeout_s
+        nodes = await self.store.live_nodes(timeout)
+        held = await self.store.reservation_node(event.sandbox_id)
+        ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(nodes, event.spec, self.settings.placement_strategy)
+        for node in ranked:
+            got = await self.store.reserve(node.node_id, event.sandbox_id, event.spec, timeout)
+            if got is None:
+                continue
+            if not await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.scheduled, node_id=got):
+                # Deleted while we were placing it: give the room back.
+                await self.store.release(event.sandbox_id)
+                return True
+            await self._publish_place(event, got)
+            return True
+        if nodes and not any(could_ever_fit(n, event.spec) for n in nodes):
+            await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.failed,
+                                       reason=FailureReason.unschedulable.value)
+            return True
+        return False
+
+    async def _publish_place(self, event: SandboxRequested, node_id: str) -> None:
+        await self.bus.publish(node_routing_key(node_id, "place"), SandboxPlace(
+            sandbox_id=event.sandbox_id, tenant=event.tenant, node_id=node_id, spec=event.spec,
+        ))
