@@ -1,0 +1,57 @@
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+from corral_common.errors import install_error_handlers
+from corral_common.logging import configure_logging, get_logger
+from fastapi import FastAPI
+
+from corral_image_service.blobs.router import router as blobs_router
+from corral_image_service.blobs.service import BlobStore
+from corral_image_service.db import make_engine, run_migrations
+from corral_image_service.deps import Services
+from corral_image_service.environments.router import router as environments_router
+from corral_image_service.environments.service import EnvironmentService
+from corral_image_service.layers.router import router as layers_router
+from corral_image_service.layers.service import LayerService
+from corral_image_service.settings import ImageServiceSettings
+
+log = get_logger(__name__)
+
+
+def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
+    settings = settings or ImageServiceSettings()
+    configure_logging("image-service", settings.log_level, settings.log_json)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        store = BlobStore(settings.data_dir)
+        Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+        store.ensure_dirs()
+        await anyio.to_thread.run_sync(store.clean_tmp)
+        engine = make_engine(settings.effective_database_url)
+        await anyio.to_thread.run_sync(run_migrations, engine)
+        app.state.services = Services(
+            settings=settings, engine=engine, store=store,
+            layers=LayerService(engine, store, settings.mkfs_erofs),
+            environments=EnvironmentService(engine),
+            build_limiter=anyio.CapacityLimiter(2),
+        )
+        log.info("image-service ready", data_dir=settings.data_dir, db=engine.url.render_as_string(hide_password=True))
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(title="Corral image-service", version="0.1.0", lifespan=lifespan,
+                  description="EROFS layers, environments (layer combinations) and content-addressed blobs.")
+    install_error_handlers(app)
+    app.include_router(layers_router)
+    app.include_router(environments_router)
+    app.include_router(blobs_router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

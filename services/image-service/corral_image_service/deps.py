@@ -1,0 +1,28 @@
+"""Per-app singletons, built in the lifespan and read from ``app.state``."""
+
+from dataclasses import dataclass
+
+import anyio
+from fastapi import Request
+from sqlalchemy.engine import Engine
+
+from corral_image_service.blobs.service import BlobStore
+from corral_image_service.environments.service import EnvironmentService
+from corral_image_service.layers.service import LayerService
+from corral_image_service.settings import ImageServiceSettings
+
+
+@dataclass
+class Services:
+    settings: ImageServiceSettings
+    engine: Engine
+    store: BlobStore
+    layers: LayerService
+    environments: EnvironmentService
+    # mkfs.erofs and tar extraction are CPU/IO heavy; bound how many run at once so
+    # uploads cannot starve the threadpool that also serves blob downloads.
+    build_limiter: anyio.CapacityLimiter
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services

@@ -1,0 +1,20 @@
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Column, DateTime, UniqueConstraint
+from sqlmodel import Field
+
+from corral_image_service.db.engine import ImageModel, utcnow
+
+
+class Layer(ImageModel, table=True):
+    __tablename__ = "layers"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_layers_name_version"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(max_length=16, index=True)
+    name: str = Field(max_length=64)
+    version: str = Field(max_length=64)
+    digest: str = Field(max_length=71, index=True)
+    # Root filesystems pass 2 GiB easily.
+    size: int = Field(sa_column=Column(BigInteger, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))

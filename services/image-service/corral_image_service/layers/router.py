@@ -1,0 +1,96 @@
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+from corral_common.errors import BadRequest, CorralError, PayloadTooLarge, Unprocessable
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+
+from corral_image_service.deps import Services, get_services
+from corral_image_service.layers.schemas import NAME_PATTERN, VERSION_PATTERN, LayerKind, LayerOut
+
+router = APIRouter(prefix="/v1/layers", tags=["layers"])
+
+_TAR_TYPES = {"", "application/x-tar", "application/tar", "application/octet-stream",
+              "application/gzip", "application/x-gzip"}
+
+
+async def _spool_body(request: Request, svc: Services) -> Path:
+    """Stream the request body to a temp file, enforcing the upload limit as it goes."""
+    limit = svc.settings.max_upload_bytes
+    too_large = PayloadTooLarge(f"upload exceeds max_upload_mb={svc.settings.max_upload_mb}",
+                                loc=["body"], extra={"limit_bytes": limit})
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    tmp = svc.store.tmp_file(suffix=".tar")
+    size = 0
+    try:
+        with open(tmp, "wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                # Checked per chunk: chunked uploads carry no Content-Length to trust.
+                if size > limit:
+                    raise too_large
+                f.write(chunk)
+        if size == 0:
+            raise BadRequest("empty body: send a tar stream (application/x-tar) or use source_dir",
+                             loc=["body"], code="empty_body")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+@router.post(
+    "",
+    response_model=LayerOut,
+    status_code=201,
+    summary="Build an EROFS layer from a tar stream (or a server-side directory)",
+    responses={200: {"model": LayerOut, "description": "Identical layer already existed"},
+               409: {"description": "name:version exists with a different digest"},
+               413: {"description": "Upload larger than max_upload_mb"}},
+    openapi_extra={"requestBody": {"required": False, "content": {
+        "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}},
+)
+async def create_layer(
+    request: Request,
+    kind: Annotated[LayerKind, Query()],
+    name: Annotated[str, Query(pattern=NAME_PATTERN)],
+    version: Annotated[str, Query(pattern=VERSION_PATTERN)],
+    source_dir: Annotated[str | None, Query(description="Absolute server-side directory (dev only)")] = None,
+    svc: Services = Depends(get_services),
+) -> JSONResponse:
+    if source_dir is not None:
+        if not svc.settings.allow_source_dir:
+            raise CorralError("source_dir is disabled on this server (CORRAL_IMAGE_ALLOW_SOURCE_DIR)",
+                              loc=["query", "source_dir"], code="source_dir_disabled", status_code=403)
+        if not Path(source_dir).is_absolute() or not Path(source_dir).is_dir():
+            raise Unprocessable(f"{source_dir!r} is not an absolute path to a directory",
+                                loc=["query", "source_dir"], code="invalid_source_dir")
+        digest, size = await anyio.to_thread.run_sync(svc.layers.build_from_dir, source_dir,
+                                                      limiter=svc.build_limiter)
+    else:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in _TAR_TYPES:
+            raise CorralError(f"unsupported content type {ctype!r}: send application/x-tar",
+                              loc=["header", "content-type"], code="unsupported_media_type", status_code=415)
+        tar_path = await _spool_body(request, svc)
+        try:
+            digest, size = await anyio.to_thread.run_sync(svc.layers.build_from_tar, tar_path,
+                                                          limiter=svc.build_limiter)
+        finally:
+            tar_path.unlink(missing_ok=True)
+    layer, created = await anyio.to_thread.run_sync(svc.layers.register, kind.value, name, version, digest, size)
+    return JSONResponse(layer.model_dump(mode="json"), status_code=201 if created else 200)
+
+
+@router.get("", response_model=list[LayerOut], summary="List layers")
+def list_layers(kind: LayerKind | None = None, svc: Services = Depends(get_services)) -> list[LayerOut]:
+    return svc.layers.list(kind.value if kind else None)
+
+
+@router.get("/{name}/{version}", response_model=LayerOut, summary="Get one layer",
+            responses={404: {"description": "Unknown layer"}})
+def get_layer(name: str, version: str, svc: Services = Depends(get_services)) -> LayerOut:
+    return svc.layers.get(name, version)

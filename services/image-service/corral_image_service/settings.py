@@ -1,0 +1,57 @@
+"""Settings of the image-service.
+
+Service-specific fields read ``CORRAL_IMAGE_*``; the fields shared by every service
+(``CommonSettings``) keep reading ``CORRAL_*`` so one deployment-wide block still
+configures them, with ``CORRAL_IMAGE_<FIELD>`` as a per-service override.
+"""
+
+from typing import Any
+
+from corral_common.settings import CommonSettings
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class _CommonEnvSource(EnvSettingsSource):
+    """``CORRAL_*`` env vars, restricted to the common fields.
+
+    Without the restriction, e.g. ``CORRAL_PORT`` meant for another service would leak in.
+    """
+
+    def __call__(self) -> dict[str, Any]:
+        common = set(CommonSettings.model_fields)
+        return {k: v for k, v in super().__call__().items() if k in common}
+
+
+class ImageServiceSettings(CommonSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_IMAGE_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8002
+    data_dir: str = "/var/lib/corral/image-service"
+    # Empty means SQLite in data_dir; PostgreSQL via "postgresql+psycopg://...".
+    database_url: str = ""
+    max_upload_mb: int = 2048
+    # Dev convenience: build a layer from a directory on the server. Anyone who can reach
+    # the API can then read any directory the service can, so turn it off when exposed.
+    allow_source_dir: bool = True
+    mkfs_erofs: str = "mkfs.erofs"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _CommonEnvSource(settings_cls, env_prefix="CORRAL_"),
+                dotenv_settings, file_secret_settings)
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir}/images.db"
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_mb * 1024 * 1024
