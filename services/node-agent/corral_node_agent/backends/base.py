@@ -1,0 +1,72 @@
+"""The interface every sandbox runtime implements (containers today, microVMs later).
+
+Modelled on SWE-ReX deployments: start/stop a runtime, then run commands and move files
+through it. A backend knows nothing about images: the caller hands it ready lower dirs.
+"""
+
+import abc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from enum import StrEnum
+
+from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.sandboxes import SandboxSpec, Usage
+
+
+class ExitReason(StrEnum):
+    """Why a sandbox ended without being asked to. Values match FailureReason where they overlap."""
+
+    exited = "exited"
+    oom_killed = "oom_killed"
+    timeout = "timeout"
+
+
+# Called once per sandbox that ended on its own (init died, or timeout_s elapsed), after the
+# backend has already torn it down; stop() afterwards is a no-op returning the same usage.
+ExitCallback = Callable[[str, ExitReason, Usage], Awaitable[None] | None]
+
+FileData = bytes | AsyncIterator[bytes]
+
+
+class SandboxBackend(abc.ABC):
+    on_exit: ExitCallback | None = None
+
+    @abc.abstractmethod
+    async def start(self, sandbox_id: str, spec: SandboxSpec, lower_dirs: list[str]) -> None:
+        """Start a sandbox whose root is an overlay of lower_dirs (top first)."""
+
+    @abc.abstractmethod
+    async def stop(self, sandbox_id: str) -> Usage:
+        """Stop and remove everything; idempotent (unknown ids return an empty Usage)."""
+
+    @abc.abstractmethod
+    async def exec(self, sandbox_id: str, req: ExecRequest) -> ExecResult: ...
+
+    @abc.abstractmethod
+    def exec_stream(self, sandbox_id: str, req: ExecRequest) -> AsyncIterator[ExecChunk]:
+        """Output chunks as produced, then one `exit` chunk carrying the ExecResult."""
+
+    @abc.abstractmethod
+    async def write_file(self, sandbox_id: str, path: str, data: FileData, mode: int = 0o644) -> int:
+        """Create/replace a file; returns bytes written."""
+
+    @abc.abstractmethod
+    async def read_file(self, sandbox_id: str, path: str) -> bytes: ...
+
+    @abc.abstractmethod
+    async def open_file(self, sandbox_id: str, path: str) -> tuple[int, AsyncIterator[bytes]]:
+        """Open for streaming: (size, chunks). Errors are raised here, before any byte is sent."""
+
+    @abc.abstractmethod
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo: ...
+
+    @abc.abstractmethod
+    async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]: ...
+
+    @abc.abstractmethod
+    def usage(self, sandbox_id: str) -> Usage: ...
+
+    @abc.abstractmethod
+    def list_running(self) -> list[str]: ...
+
+    async def cleanup_orphans(self) -> None:
+        """Remove what a previous run of the agent left behind."""

@@ -1,0 +1,185 @@
+"""File access inside a sandbox's merged rootfs, done host-side by the (root) agent.
+
+Sandbox code controls the tree, so nothing here may be steered by it: every component is
+opened relative to its parent's fd with O_NOFOLLOW (a planted symlink can never lead the
+agent to a host file), `..` is refused outright, and only regular files are read/written
+(O_NONBLOCK so a planted FIFO cannot block the agent on open).
+"""
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from corral_common.errors import BadRequest, NotFound
+from corral_common.exec import FileInfo
+
+from .oci import HOME
+
+LOC = ["query", "path"]
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def split_path(path: str) -> list[str]:
+    """Sandbox path → components below the sandbox root. Relative paths start at HOME."""
+    if not isinstance(path, str) or path == "":
+        raise BadRequest("path is required", loc=LOC)
+    if "\0" in path:
+        raise BadRequest("path contains a NUL byte", loc=LOC)
+    if len(path) > 4096:
+        raise BadRequest("path is too long", loc=LOC)
+    if not path.startswith("/"):
+        path = f"{HOME}/{path}"
+    parts = []
+    for comp in path.split("/"):
+        if comp in ("", "."):
+            continue
+        if comp == "..":
+            raise BadRequest("path must not contain '..'", loc=LOC)
+        if len(comp.encode()) > 255:
+            raise BadRequest("path component is too long", loc=LOC)
+        parts.append(comp)
+    return parts
+
+
+def sandbox_path(parts: list[str]) -> str:
+    return "/" + "/".join(parts)
+
+
+def _os_error(exc: OSError, parts: list[str]) -> Exception:
+    where = sandbox_path(parts)
+    if exc.errno == errno.ENOENT:
+        return NotFound(f"{where}: no such file or directory", loc=LOC)
+    if exc.errno == errno.ELOOP:
+        return BadRequest(f"{where}: symbolic links are not followed", loc=LOC)
+    if exc.errno == errno.ENOTDIR:
+        return BadRequest(f"{where}: not a directory (or a symbolic link)", loc=LOC)
+    if exc.errno == errno.EISDIR:
+        return BadRequest(f"{where}: is a directory", loc=LOC)
+    if exc.errno == errno.ENXIO:
+        return BadRequest(f"{where}: not a regular file", loc=LOC)
+    return exc
+
+
+@contextmanager
+def open_parent(rootfs: str, parts: list[str], *, create: bool = False, uid: int = -1,
+                gid: int = -1) -> Iterator[int]:
+    """Yield an fd for the directory holding parts[-1] (or for the root when parts is empty),
+    creating missing directories (owned by uid:gid) when create is set."""
+    fd = os.open(rootfs, _DIR_FLAGS)
+    try:
+        for i, comp in enumerate(parts[:-1]):
+            try:
+                nfd = os.open(comp, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise NotFound(f"{sandbox_path(parts[:i + 1])}: no such directory", loc=LOC) from None
+                try:
+                    os.mkdir(comp, 0o755, dir_fd=fd)
+                    os.chown(comp, uid, gid, dir_fd=fd, follow_symlinks=False)
+                except FileExistsError:
+                    pass  # lost a race with sandbox code: the open below decides
+                try:
+                    nfd = os.open(comp, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    raise _os_error(exc, parts[:i + 1]) from None
+            except OSError as exc:
+                raise _os_error(exc, parts[:i + 1]) from None
+            os.close(fd)
+            fd = nfd
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def open_read(rootfs: str, path: str) -> tuple[int, int]:
+    """Open a regular file for reading; returns (fd, size). The caller closes fd."""
+    parts = split_path(path)
+    if not parts:
+        raise BadRequest("/: is a directory", loc=LOC)
+    with open_parent(rootfs, parts) as dfd:
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError as exc:
+            raise _os_error(exc, parts) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise BadRequest(f"{sandbox_path(parts)}: {kind}", loc=LOC)
+    os.set_blocking(fd, True)
+    return fd, st.st_size
+
+
+def open_write(rootfs: str, path: str, *, uid: int, gid: int, mode: int = 0o644) -> tuple[int, str, int]:
+    """Create or truncate a regular file; returns (fd, name, parent_fd) so a failed upload
+    can be unlinked through the same (already validated) parent. New files and parent dirs
+    belong to uid:gid; an existing file keeps its owner."""
+    parts = split_path(path)
+    if not parts:
+        raise BadRequest("/: is a directory", loc=LOC)
+    mode &= 0o777  # never setuid/setgid/sticky from an upload
+    with open_parent(rootfs, parts, create=True, uid=uid, gid=gid) as dfd:
+        name = parts[-1]
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            try:
+                fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, mode, dir_fd=dfd)
+                os.fchown(fd, uid, gid)
+            except FileExistsError:
+                fd = os.open(name, flags, dir_fd=dfd)
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    os.close(fd)
+                    raise BadRequest(f"{sandbox_path(parts)}: not a regular file", loc=LOC) from None
+                os.ftruncate(fd, 0)
+        except OSError as exc:
+            raise _os_error(exc, parts) from None
+        os.fchmod(fd, mode)
+        os.set_blocking(fd, True)
+        return fd, name, os.dup(dfd)
+
+
+def _info(name: str, path: str, st: os.stat_result) -> FileInfo:
+    if stat.S_ISREG(st.st_mode):
+        kind = "file"
+    elif stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+    elif stat.S_ISLNK(st.st_mode):
+        kind = "symlink"
+    else:
+        kind = "other"
+    return FileInfo(name=name, path=path, type=kind, size=st.st_size, mode=stat.S_IMODE(st.st_mode),
+                    mtime=st.st_mtime)
+
+
+def stat_path(rootfs: str, path: str) -> FileInfo:
+    parts = split_path(path)
+    if not parts:
+        return _info("/", "/", os.lstat(rootfs))
+    with open_parent(rootfs, parts) as dfd:
+        try:
+            st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+        except OSError as exc:
+            raise _os_error(exc, parts) from None
+    return _info(parts[-1], sandbox_path(parts), st)
+
+
+def list_dir(rootfs: str, path: str) -> list[FileInfo]:
+    parts = split_path(path)
+    # The trailing "." makes open_parent walk (and vet) every real component.
+    with open_parent(rootfs, [*parts, "."]) as dfd:
+        fd = os.dup(dfd)
+    try:
+        out = []
+        base = sandbox_path(parts).rstrip("/")
+        for name in sorted(os.listdir(fd)):
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed by sandbox code meanwhile
+            out.append(_info(name, f"{base}/{name}", st))
+        return out
+    finally:
+        os.close(fd)

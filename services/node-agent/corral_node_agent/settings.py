@@ -1,0 +1,87 @@
+"""Node-agent settings.
+
+Node-specific settings use the ``CORRAL_NODE_`` prefix (``CORRAL_NODE_PORT``,
+``CORRAL_NODE_STATE_DIR``...); the node id is ``CORRAL_NODE_ID`` (``CORRAL_NODE_NODE_ID`` is
+accepted too). Settings shared by every service (``CORRAL_REDIS_URL``,
+``CORRAL_IMAGE_SERVICE_URL``, ``CORRAL_INTERNAL_TOKEN``...) keep their ``CORRAL_`` names: one
+deployment-wide env block configures every service, so a node must not need them repeated
+under its own prefix (``CORRAL_NODE_REDIS_URL`` still wins when both are set).
+"""
+
+import os
+from typing import Any
+
+from corral_common.settings import CommonSettings
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+def _default_cpu_capacity() -> float:
+    # Sandboxes idle most of the time (agents think between commands), so CPU is overcommitted.
+    return float((os.cpu_count() or 1) * 8)
+
+
+def _default_memory_capacity_mb() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(int(line.split()[1]) / 1024 * 0.9)
+    except OSError:
+        pass
+    return 1024
+
+
+class _CommonEnvSource(EnvSettingsSource):
+    """Reads only the fields declared by CommonSettings, under their ``CORRAL_`` names."""
+
+    def __call__(self) -> dict[str, Any]:
+        data = super().__call__()
+        return {k: v for k, v in data.items() if k in CommonSettings.model_fields}
+
+
+class NodeAgentSettings(CommonSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_NODE_", extra="ignore", populate_by_name=True)
+
+    node_id: str = Field("node-1", validation_alias=AliasChoices("CORRAL_NODE_ID", "CORRAL_NODE_NODE_ID"))
+    host: str = "127.0.0.1"
+    port: int = 8100
+    # Empty means /var/lib/corral/<node_id>, so two agents on one host never share state.
+    state_dir: str = ""
+    crun: str = "crun"
+    cpu_capacity: float = Field(default_factory=_default_cpu_capacity)
+    memory_capacity_mb: int = Field(default_factory=_default_memory_capacity_mb)
+    max_sandboxes: int = 1000
+    output_limit_bytes: int = 1024 * 1024
+    sandbox_user: str = "1000:1000"
+    max_upload_bytes: int = 1024 * 1024 * 1024
+
+    @model_validator(mode="after")
+    def _derive(self) -> "NodeAgentSettings":
+        if not self.state_dir:
+            self.state_dir = f"/var/lib/corral/{self.node_id}"
+        uid, _, gid = self.sandbox_user.partition(":")
+        if not uid.isdigit() or (gid and not gid.isdigit()):
+            raise ValueError("sandbox_user must be UID[:GID] (numbers)")
+        return self
+
+    @property
+    def sandbox_uid(self) -> int:
+        return int(self.sandbox_user.partition(":")[0])
+
+    @property
+    def sandbox_gid(self) -> int:
+        uid, _, gid = self.sandbox_user.partition(":")
+        return int(gid or uid)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        common = _CommonEnvSource(settings_cls, env_prefix="CORRAL_", case_sensitive=False)
+        return init_settings, env_settings, common, dotenv_settings, file_secret_settings
