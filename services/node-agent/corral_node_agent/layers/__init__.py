@@ -1,0 +1,3 @@
+from .cache import EnvironmentNotFound, ImageUnavailable, LayerCache
+
+__all__ = ["EnvironmentNotFound", "ImageUnavailable", "LayerCache"]

@@ -1,0 +1,108 @@
+"""Data path of one sandbox, mounted by the app under ``/v1/sandboxes/{sandbox_id}``.
+
+    POST /exec                 ExecRequest → ExecResult
+    POST /exec/stream          ExecRequest → application/x-ndjson, one ExecChunk per line:
+                               stdout/stderr pieces as produced, then one `exit` chunk
+    PUT  /files?path=P&mode=M  raw body (streamed) → {"path", "size"}; parent dirs created;
+                               mode is octal text, default 644
+    GET  /files?path=P         a regular file → its bytes (application/octet-stream);
+                               a directory → JSON list of FileInfo (lstat, links not followed)
+
+Paths are absolute inside the sandbox or relative to /home/user; `..` and symlinks are
+refused (400, loc ["query", "path"]). Every route requires header X-Corral-Internal-Token
+when the internal_token setting is non-empty (401 otherwise).
+"""
+
+import hmac
+from collections.abc import AsyncIterator
+
+from corral_common.errors import BadRequest, Unauthorized
+from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from .service import SandboxManager
+
+INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"
+
+
+def get_manager(request: Request) -> SandboxManager:
+    return request.app.state.manager
+
+
+def require_internal_token(request: Request) -> None:
+    settings = getattr(request.app.state, "settings", None)
+    expected = getattr(settings, "internal_token", "") or ""
+    if not expected:
+        return
+    given = request.headers.get(INTERNAL_TOKEN_HEADER, "")
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise Unauthorized("missing or invalid internal token", loc=["header", INTERNAL_TOKEN_HEADER])
+
+
+router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["sandbox data path"],
+                   dependencies=[Depends(require_internal_token)])
+
+
+@router.post("/exec", response_model=ExecResult, summary="Run a command and wait for it")
+async def exec_command(sandbox_id: str, req: ExecRequest,
+                       manager: SandboxManager = Depends(get_manager)) -> ExecResult:
+    return await manager.exec(sandbox_id, req)
+
+
+@router.post("/exec/stream", summary="Run a command, streaming output as JSON lines",
+             response_class=StreamingResponse,
+             responses={200: {"content": {"application/x-ndjson": {}},
+                              "description": "One ExecChunk per line; the last has type=exit"}})
+async def exec_stream(sandbox_id: str, req: ExecRequest,
+                      manager: SandboxManager = Depends(get_manager)) -> StreamingResponse:
+    chunks = manager.exec_stream(sandbox_id, req)
+    # Pull the first chunk here so an unknown sandbox is a 404, not a broken 200 stream.
+    first = await anext(chunks)
+
+    async def lines() -> AsyncIterator[bytes]:
+        try:
+            yield _line(first)
+            async for chunk in chunks:
+                yield _line(chunk)
+        finally:
+            await chunks.aclose()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _line(chunk: ExecChunk) -> bytes:
+    return chunk.model_dump_json(exclude_none=True).encode() + b"\n"
+
+
+def _parse_mode(mode: str) -> int:
+    try:
+        value = int(mode, 8)
+    except ValueError:
+        raise BadRequest("mode must be octal, e.g. 644", loc=["query", "mode"]) from None
+    if not 0 <= value <= 0o777:
+        raise BadRequest("mode must be between 000 and 777", loc=["query", "mode"])
+    return value
+
+
+@router.put("/files", summary="Upload a file (raw body)")
+async def put_file(sandbox_id: str, request: Request, path: str = Query(..., max_length=4096),
+                   mode: str = Query("644", max_length=4),
+                   manager: SandboxManager = Depends(get_manager)) -> dict:
+    size = await manager.write_file(sandbox_id, path, request.stream(), _parse_mode(mode))
+    return {"path": path, "size": size}
+
+
+@router.get("/files", summary="Download a file, or list a directory",
+            responses={200: {"content": {"application/octet-stream": {},
+                                         "application/json": {"schema": {"type": "array", "items": {
+                                             "$ref": "#/components/schemas/FileInfo"}}}}}})
+async def get_file(sandbox_id: str, path: str = Query(..., max_length=4096),
+                   manager: SandboxManager = Depends(get_manager)):
+    info = await manager.stat(sandbox_id, path)
+    if info.type == "dir":
+        entries: list[FileInfo] = await manager.list_dir(sandbox_id, path)
+        return JSONResponse([e.model_dump(mode="json") for e in entries])
+    # No Content-Length: sandbox code may grow or shrink the file while it streams.
+    _size, chunks = await manager.open_file(sandbox_id, path)
+    return StreamingResponse(chunks, media_type="application/octet-stream")
