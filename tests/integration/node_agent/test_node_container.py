@@ -1,0 +1,232 @@
+"""ContainerBackend against real crun, on a busybox EROFS layer."""
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+
+import pytest
+import pytest_asyncio
+from corral_common.errors import BadRequest, NotFound, PayloadTooLarge
+from corral_common.exec import ExecRequest
+from corral_common.sandboxes import SandboxSpec
+from corral_node_agent import host
+from corral_node_agent.backends.base import ExitReason
+from corral_node_agent.backends.container import CgroupV1, ContainerBackend
+from corral_node_agent.settings import NodeAgentSettings
+
+pytestmark = pytest.mark.asyncio
+
+NODE = "itest-node"
+
+
+@pytest_asyncio.fixture
+async def backend(tmp_path, base_layer):
+    settings = NodeAgentSettings(node_id=NODE, state_dir=str(tmp_path / "state"), output_limit_bytes=1 << 20,
+                                 max_upload_bytes=4 << 20)
+    b = ContainerBackend(settings)
+    b.exits = []
+    b.on_exit = lambda sid, reason, usage: b.exits.append((sid, reason, usage))
+    yield b
+    for sid in list(b.list_running()):
+        await b.stop(sid)
+
+
+async def started(backend, base_layer, **spec) -> str:
+    sid = "t-" + uuid.uuid4().hex[:10]
+    spec.setdefault("memory_mb", 128)
+    spec.setdefault("disk_mb", 64)
+    spec.setdefault("pids_limit", 64)
+    await backend.start(sid, SandboxSpec(environment="busybox", **spec), [base_layer])
+    return sid
+
+
+def run(cmd, **kw) -> ExecRequest:
+    kw.setdefault("timeout_s", 10)
+    return ExecRequest(cmd=cmd, **kw)
+
+
+async def test_exec_identity_env_cwd_stdin(backend, base_layer):
+    sid = await started(backend, base_layer, env={"FOO": "bar"})
+    r = await backend.exec(sid, run("echo out; echo err >&2; exit 3"))
+    assert (r.stdout, r.stderr, r.exit_code, r.timed_out, r.truncated) == ("out\n", "err\n", 3, False, False)
+    r = await backend.exec(sid, run("id -u; id -g; hostname; pwd; echo $FOO $BAZ $HOME"
+                                    , env={"BAZ": "qux"}))
+    assert r.stdout.split("\n")[:5] == ["1000", "1000", sid, "/home/user", "bar qux /home/user"]
+    r = await backend.exec(sid, run(["cat"], stdin="hello\nworld"))
+    assert r.stdout == "hello\nworld"
+    r = await backend.exec(sid, run("pwd", cwd="/tmp"))
+    assert r.stdout == "/tmp\n"
+    r = await backend.exec(sid, run("grep CapEff /proc/self/status"))
+    assert r.stdout.split()[1] == "0000000000000000"
+    r = await backend.exec(sid, run("id -u", user="root"))
+    assert r.stdout == "0\n"
+    r = await backend.exec(sid, run(["/no/such/binary"]))
+    assert r.exit_code != 0
+
+
+async def test_no_network(backend, base_layer):
+    sid = await started(backend, base_layer)
+    r = await backend.exec(sid, run("ls /sys/class/net"))
+    assert r.stdout.split() == ["lo"]
+    r = await backend.exec(sid, run("nc -w 1 1.1.1.1 80 </dev/null"))
+    assert r.exit_code != 0
+    assert "unreachable" in r.stderr.lower()
+
+
+async def test_timeout_kills_and_sandbox_survives(backend, base_layer):
+    sid = await started(backend, base_layer)
+    t = time.monotonic()
+    r = await backend.exec(sid, run("sleep 30 & sleep 31; echo never", timeout_s=0.5))
+    assert r.timed_out and r.exit_code is None and "never" not in r.stdout
+    assert time.monotonic() - t < 3
+    await asyncio.sleep(0.1)
+    r = await backend.exec(sid, run("ps -o args | grep -c '^sleep 3[01]' || true"))
+    assert r.stdout.strip() == "0", "the timed-out command and its children must be gone"
+
+
+async def test_yes_is_capped_and_quick(backend, base_layer):
+    sid = await started(backend, base_layer)
+    t = time.monotonic()
+    r = await backend.exec(sid, run("yes", output_limit=1000))
+    assert r.truncated and len(r.stdout) == 1000 and not r.timed_out
+    assert time.monotonic() - t < 3
+    r = await backend.exec(sid, run("yes | head -c 5000 >&2; echo ok", output_limit=100))
+    assert r.stdout == "ok\n" and len(r.stderr) == 100 and r.truncated
+
+
+async def test_memory_limit_oom(backend, base_layer):
+    sid = await started(backend, base_layer, memory_mb=32)
+    r = await backend.exec(sid, run("awk 'BEGIN { s = \"x\"; while (1) s = s s }'", timeout_s=20))
+    assert r.oom_killed and r.exit_code == 137
+    assert backend.usage(sid).oom_kills >= 1
+    r = await backend.exec(sid, run("echo alive"))
+    assert r.stdout == "alive\n"
+
+
+async def test_fork_bomb_hits_pids_limit(backend, base_layer):
+    sid = await started(backend, base_layer, pids_limit=32)
+    cg = CgroupV1()
+    r = await backend.exec(sid, run("b() { b | b & }; b", timeout_s=2))
+    current = int(cg.read("pids", f"/corral/{NODE}/{sid}", "pids.current"))
+    assert current <= 32
+    usage = await backend.stop(sid)
+    assert usage.wall_time_s > 0
+    assert not os.path.exists(cg.path("pids", f"/corral/{NODE}/{sid}"))
+
+
+async def test_disk_cap(backend, base_layer):
+    sid = await started(backend, base_layer, disk_mb=16, memory_mb=256)
+    r = await backend.exec(sid, run("dd if=/dev/zero of=/home/user/big bs=1M count=64"))
+    assert r.exit_code != 0 and "No space left on device" in r.stderr
+    with pytest.raises(PayloadTooLarge):
+        await backend.write_file(sid, "more", b"x" * (2 << 20))
+    assert not (await backend.exec(sid, run("test -e more"))).exit_code == 0
+
+
+async def test_files_roundtrip(backend, base_layer):
+    sid = await started(backend, base_layer)
+    n = await backend.write_file(sid, "dir/sub/hello.txt", b"hi there", mode=0o600)
+    assert n == 8
+    assert await backend.read_file(sid, "/home/user/dir/sub/hello.txt") == b"hi there"
+
+    async def gen():
+        for i in range(3):
+            yield f"part{i};".encode()
+
+    await backend.write_file(sid, "/tmp/streamed", gen())
+    r = await backend.exec(sid, run("cat /tmp/streamed; echo; stat -c '%u:%g %a' /tmp/streamed dir dir/sub/hello.txt"))
+    assert r.stdout == "part0;part1;part2;\n1000:1000 644\n1000:1000 755\n1000:1000 600\n"
+    await backend.exec(sid, run("echo from-sandbox > made.txt; ln -s made.txt link"))
+    assert await backend.read_file(sid, "made.txt") == b"from-sandbox\n"
+    entries = {e.name: e for e in await backend.list_dir(sid, "/home/user")}
+    assert entries["dir"].type == "dir" and entries["link"].type == "symlink"
+    assert entries["made.txt"].type == "file" and entries["made.txt"].size == 13
+    assert entries["made.txt"].path == "/home/user/made.txt"
+    with pytest.raises(NotFound):
+        await backend.read_file(sid, "nope")
+    with pytest.raises(BadRequest):
+        await backend.read_file(sid, "dir")
+    with pytest.raises(PayloadTooLarge):
+        await backend.write_file(sid, "huge", b"x" * ((4 << 20) + 1))
+
+
+async def test_symlink_escape_refused(backend, base_layer, tmp_path):
+    sid = await started(backend, base_layer)
+    secret = tmp_path / "host-secret"
+    secret.write_text("host only")
+    await backend.exec(sid, run(f"ln -s / rootlink; ln -s {secret} secret; ln -s /etc etclink"))
+    for path in ("secret", f"rootlink{secret}", "etclink/passwd", "../user/x", "/home/user/../../etc/passwd",
+                 "a\0b"):
+        with pytest.raises(BadRequest) as exc:
+            await backend.read_file(sid, path)
+        assert exc.value.loc == ["query", "path"]
+    with pytest.raises(BadRequest):
+        await backend.write_file(sid, f"rootlink{tmp_path}/planted", b"x")
+    with pytest.raises(BadRequest):
+        await backend.write_file(sid, "secret", b"overwritten")
+    with pytest.raises(BadRequest):
+        await backend.list_dir(sid, "rootlink")
+    assert not (tmp_path / "planted").exists()
+    assert secret.read_text() == "host only"
+    await backend.exec(sid, run("mkfifo fifo"))
+    with pytest.raises(BadRequest):
+        await asyncio.wait_for(backend.read_file(sid, "fifo"), 2)
+
+
+async def test_exec_stream(backend, base_layer):
+    sid = await started(backend, base_layer)
+    chunks = [c async for c in backend.exec_stream(sid, run("echo a; sleep 0.2; echo b >&2; exit 4"))]
+    assert chunks[-1].type == "exit" and chunks[-1].result.exit_code == 4
+    out = "".join(c.data for c in chunks if c.type == "stdout")
+    err = "".join(c.data for c in chunks if c.type == "stderr")
+    assert (out, err) == ("a\n", "b\n")
+    assert chunks[-1].result.stdout == "a\n"
+
+
+async def test_stop_leaves_nothing(backend, base_layer):
+    sid = await started(backend, base_layer)
+    bundle = f"{backend.sandboxes_dir}/{sid}"
+    assert any(m.startswith(bundle) for m in host.mountpoints())
+    usage = await backend.stop(sid)
+    assert usage.wall_time_s > 0 and usage.peak_memory_bytes > 0
+    assert not any(m.startswith(bundle) for m in host.mountpoints())
+    assert not os.path.exists(bundle)
+    cg = CgroupV1()
+    for mnt in set(cg.hierarchies.values()) | {cg.stray_root}:
+        assert not os.path.exists(f"{mnt}/corral/{NODE}/{sid}"), mnt
+    assert await backend.stop(sid) == usage  # idempotent
+    assert (await backend.stop("never-existed")).cpu_seconds == 0
+    with pytest.raises(NotFound):
+        await backend.exec(sid, run("true"))
+
+
+async def test_init_death_and_timeout_reported(backend, base_layer):
+    sid = await started(backend, base_layer)
+    os.kill(backend._sandboxes[sid].pid, signal.SIGKILL)
+    for _ in range(100):
+        if backend.exits:
+            break
+        await asyncio.sleep(0.05)
+    assert backend.exits[0][:2] == (sid, ExitReason.exited)
+    assert sid not in backend.list_running()
+    assert not os.path.exists(f"{backend.sandboxes_dir}/{sid}")
+
+    sid2 = await started(backend, base_layer, timeout_s=1)
+    for _ in range(100):
+        if len(backend.exits) > 1:
+            break
+        await asyncio.sleep(0.05)
+    assert backend.exits[1][:2] == (sid2, ExitReason.timeout)
+    assert await backend.stop(sid2) == backend.exits[1][2]
+
+
+async def test_cleanup_orphans(backend, base_layer, tmp_path):
+    sid = await started(backend, base_layer)
+    # A fresh backend on the same state dir plays the restarted agent.
+    again = ContainerBackend(backend.settings)
+    await again.cleanup_orphans()
+    assert os.listdir(again.sandboxes_dir) == []
+    assert not any(m.startswith(again.sandboxes_dir) for m in host.mountpoints())
+    backend._sandboxes.pop(sid)
