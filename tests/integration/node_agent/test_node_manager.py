@@ -1,0 +1,132 @@
+"""SandboxManager + LayerCache + data-path router end to end, with real crun.
+
+image-service is replaced by an httpx MockTransport serving the busybox EROFS blob, so
+the whole create → exec/files → delete path runs, including download and shared mounts.
+"""
+
+import hashlib
+import json
+import os
+
+import httpx
+import pytest
+import pytest_asyncio
+from corral_common.errors import install_error_handlers
+from corral_common.sandboxes import FailureReason, SandboxSpec
+from corral_node_agent import host
+from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.layers import LayerCache
+from corral_node_agent.sandboxes.router import router
+from corral_node_agent.sandboxes.service import SandboxCreateError, SandboxManager
+from corral_node_agent.settings import NodeAgentSettings
+from fastapi import FastAPI
+
+pytestmark = pytest.mark.asyncio
+
+
+def image_service(blob: bytes, hits: list[str]) -> httpx.MockTransport:
+    digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hits.append(request.url.path)
+        if request.url.path == "/v1/environments/busybox":
+            return httpx.Response(200, json={"name": "busybox", "layers": [
+                {"kind": "base", "name": "busybox", "version": "1", "digest": digest, "size": len(blob)}]})
+        if request.url.path == f"/v1/blobs/{digest}":
+            return httpx.Response(200, content=blob)
+        return httpx.Response(404, json={"error": {"code": "not_found"}})
+
+    return httpx.MockTransport(handler)
+
+
+@pytest_asyncio.fixture
+async def node(tmp_path, erofs_image):
+    with open(erofs_image, "rb") as fh:
+        blob = fh.read()
+    hits: list[str] = []
+    settings = NodeAgentSettings(node_id="mgr-node", state_dir=str(tmp_path / "state"), internal_token="s3cret")
+    layers = LayerCache(settings.state_dir, "http://image-service", transport=image_service(blob, hits))
+    manager = SandboxManager(ContainerBackend(settings), layers)
+    await manager.start()
+    app = FastAPI()
+    install_error_handlers(app)
+    app.include_router(router)
+    app.state.manager = manager
+    app.state.settings = settings
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://node",
+                               headers={"X-Corral-Internal-Token": "s3cret"})
+    yield manager, client, hits
+    for sid in manager.ids():
+        await manager.delete(sid)
+    await client.aclose()
+    await layers.aclose()
+
+
+async def test_create_exec_files_delete(node):
+    manager, client, hits = node
+    spec = SandboxSpec(environment="busybox", memory_mb=64, disk_mb=32)
+    await manager.create("m1", spec)
+    await manager.create("m1", spec)  # redelivered create: no-op
+    await manager.create("m2", spec)
+    assert manager.count() == 2 and manager.used_capacity()["memory_mb"] == 128
+    assert sum(1 for h in hits if h.startswith("/v1/blobs/")) == 1  # one download for both
+    (digest_hex,) = os.listdir(manager.layers.mnt_dir)
+    assert manager.layers.refcount("sha256:" + digest_hex) == 2
+
+    r = await client.post("/v1/sandboxes/m1/exec", json={"cmd": "echo hi; hostname"})
+    assert r.status_code == 200 and r.json()["stdout"] == "hi\nm1\n"
+
+    async with client.stream("POST", "/v1/sandboxes/m1/exec/stream", json={"cmd": "echo a; echo b >&2"}) as resp:
+        assert resp.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(line) async for line in resp.aiter_lines() if line]
+    assert lines[-1]["type"] == "exit" and lines[-1]["result"]["exit_code"] == 0
+    assert {(c["type"], c["data"]) for c in lines[:-1]} == {("stdout", "a\n"), ("stderr", "b\n")}
+
+    r = await client.put("/v1/sandboxes/m1/files", params={"path": "notes/a.txt", "mode": "600"}, content=b"data")
+    assert r.status_code == 200 and r.json()["size"] == 4
+    r = await client.get("/v1/sandboxes/m1/files", params={"path": "/home/user/notes/a.txt"})
+    assert r.status_code == 200 and r.content == b"data"
+    r = await client.get("/v1/sandboxes/m1/files", params={"path": "notes"})
+    assert r.status_code == 200 and [e["name"] for e in r.json()] == ["a.txt"] and r.json()[0]["mode"] == 0o600
+    r = await client.get("/v1/sandboxes/m1/files", params={"path": "../x"})
+    assert r.status_code == 400 and r.json()["error"]["details"][0]["loc"] == ["query", "path"]
+    r = await client.get("/v1/sandboxes/m1/files", params={"path": "missing"})
+    assert r.status_code == 404
+    r = await client.post("/v1/sandboxes/nope/exec", json={"cmd": "true"})
+    assert r.status_code == 404
+    r = await client.post("/v1/sandboxes/nope/exec/stream", json={"cmd": "true"})
+    assert r.status_code == 404
+    r = await client.post("/v1/sandboxes/m1/exec", json={"cmd": "true"}, headers={"X-Corral-Internal-Token": "bad"})
+    assert r.status_code == 401
+
+    u = await manager.delete("m1")
+    assert u.wall_time_s > 0
+    assert manager.layers.refcount("sha256:" + digest_hex) == 1
+    await manager.delete("m2")
+    await manager.delete("m2")
+    assert manager.count() == 0
+    assert not any(m.startswith(manager.layers.root) for m in host.mountpoints())
+
+
+async def test_unknown_environment_is_image_unavailable(node):
+    manager, _client, _hits = node
+    with pytest.raises(SandboxCreateError) as exc:
+        await manager.create("m3", SandboxSpec(environment="nope"))
+    assert exc.value.reason == FailureReason.image_unavailable
+    assert manager.count() == 0
+
+
+async def test_exit_listener(node):
+    manager, _client, _hits = node
+    seen = []
+    manager.on_exit(lambda sid, reason, usage: seen.append((sid, str(reason))))
+    await manager.create("m4", SandboxSpec(environment="busybox", memory_mb=64, disk_mb=32, timeout_s=1))
+    import asyncio
+
+    for _ in range(100):
+        if seen:
+            break
+        await asyncio.sleep(0.05)
+    assert seen == [("m4", "timeout")]
+    assert manager.count() == 0
+    assert not any(m.startswith(manager.layers.root) for m in host.mountpoints())
