@@ -1,0 +1,256 @@
+"""Node-agent logic that needs neither root nor crun."""
+
+import asyncio
+import hashlib
+import os
+
+import httpx
+import pytest
+from corral_common.errors import BadRequest, NotFound
+from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends import fs, oci
+from corral_node_agent.backends.output import CappedPipe
+from corral_node_agent.layers import EnvironmentNotFound, ImageUnavailable, LayerCache
+from corral_node_agent.settings import NodeAgentSettings
+
+# ---- settings -------------------------------------------------------------------------
+
+
+def test_settings_env_names(monkeypatch):
+    monkeypatch.setenv("CORRAL_REDIS_URL", "redis://shared:1/0")
+    monkeypatch.setenv("CORRAL_INTERNAL_TOKEN", "tok")
+    monkeypatch.setenv("CORRAL_NODE_ID", "node-7")
+    monkeypatch.setenv("CORRAL_NODE_PORT", "9100")
+    monkeypatch.setenv("CORRAL_NODE_CPU_CAPACITY", "3.5")
+    monkeypatch.setenv("CORRAL_PORT", "1")  # another service's setting must not leak in
+    s = NodeAgentSettings()
+    assert (s.redis_url, s.internal_token, s.node_id, s.port, s.cpu_capacity) == (
+        "redis://shared:1/0", "tok", "node-7", 9100, 3.5)
+    assert s.state_dir == "/var/lib/corral/node-7"
+    assert (s.sandbox_uid, s.sandbox_gid) == (1000, 1000)
+
+
+def test_settings_defaults_and_overrides(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("CORRAL_"):
+            monkeypatch.delenv(k)
+    s = NodeAgentSettings()
+    assert s.node_id == "node-1" and s.state_dir == "/var/lib/corral/node-1"
+    assert s.cpu_capacity == (os.cpu_count() or 1) * 8 and s.memory_capacity_mb > 0
+    assert (s.max_sandboxes, s.output_limit_bytes, s.sandbox_user) == (1000, 1048576, "1000:1000")
+    monkeypatch.setenv("CORRAL_NODE_NODE_ID", "alt")
+    monkeypatch.setenv("CORRAL_NODE_REDIS_URL", "redis://node-only")
+    monkeypatch.setenv("CORRAL_REDIS_URL", "redis://shared")
+    s = NodeAgentSettings()
+    assert s.node_id == "alt" and s.redis_url == "redis://node-only"
+    assert NodeAgentSettings(node_id="kw", state_dir="/x").node_id == "kw"
+    with pytest.raises(ValueError):
+        NodeAgentSettings(sandbox_user="user")
+
+
+# ---- OCI config -----------------------------------------------------------------------
+
+
+def test_config_json():
+    spec = SandboxSpec(environment="e", cpu=1.5, memory_mb=300, pids_limit=77, env={"A": "1"})
+    cfg = oci.build_config("sb-1", spec, node_id="n1", uid=1000, gid=1000)
+    assert cfg["hostname"] == "sb-1" and cfg["root"] == {"path": "rootfs", "readonly": False}
+    lin = cfg["linux"]
+    assert lin["cgroupsPath"] == "/corral/n1/sb-1"
+    assert {n["type"] for n in lin["namespaces"]} == {"pid", "ipc", "uts", "mount", "network"}
+    res = lin["resources"]
+    assert res["memory"] == {"limit": 300 << 20, "swap": 300 << 20}
+    assert res["cpu"] == {"quota": 150000, "period": 100000}
+    assert res["pids"] == {"limit": 77}
+    proc = cfg["process"]
+    assert proc["user"]["uid"] == 1000 and proc["user"]["gid"] == 1000
+    assert proc["noNewPrivileges"] is True and proc["cwd"] == "/home/user"
+    assert all(v == [] for v in proc["capabilities"].values())
+    assert "HOME=/home/user" in proc["env"] and "A=1" in proc["env"]
+    assert any(e.startswith("PATH=") for e in proc["env"])
+    assert proc["rlimits"] == [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}]
+    assert "/proc/kcore" in lin["maskedPaths"] and "/proc/sys" in lin["readonlyPaths"]
+    assert "swap" not in oci.build_config("s", spec, node_id="n", uid=1, gid=1, with_swap_limit=False)[
+        "linux"]["resources"]["memory"]
+
+
+def test_exec_process_spec_root_and_env_override():
+    p = oci.process_spec(["id"], uid=1000, gid=1000, env=oci.build_env({"A": "1"}, {"A": "2"}), root=True)
+    assert p["user"] == {"uid": 0, "gid": 0} and "CAP_DAC_OVERRIDE" in p["capabilities"]["effective"]
+    assert "A=2" in p["env"] and "A=1" not in p["env"]
+
+
+# ---- paths ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path,parts", [
+    ("/etc/passwd", ["etc", "passwd"]),
+    ("notes.txt", ["home", "user", "notes.txt"]),
+    ("./a//b/./c/", ["home", "user", "a", "b", "c"]),
+    ("/", []),
+])
+def test_split_path(path, parts):
+    assert fs.split_path(path) == parts
+
+
+@pytest.mark.parametrize("path", ["", "..", "../etc", "/a/../b", "a/..", "a\0b", "x" * 5000, "/" + "y" * 300])
+def test_split_path_rejects(path):
+    with pytest.raises(BadRequest) as exc:
+        fs.split_path(path)
+    assert exc.value.loc == ["query", "path"]
+
+
+@pytest.fixture
+def rootfs(tmp_path):
+    root = tmp_path / "rootfs"
+    (root / "home/user").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc/motd").write_text("welcome")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("host")
+    os.symlink(str(outside), root / "home/user/out")
+    os.symlink(str(outside / "secret"), root / "home/user/secret")
+    os.symlink("/etc/motd", root / "home/user/motd")  # even a link "inside" is refused
+    os.mkfifo(root / "home/user/fifo")
+    return str(root)
+
+
+def test_fs_read_refuses_symlinks_and_specials(rootfs, tmp_path):
+    fd, size = fs.open_read(rootfs, "/etc/motd")
+    assert os.read(fd, 100) == b"welcome" and size == 7
+    os.close(fd)
+    for p in ("secret", "out/secret", "motd", "fifo", "/home"):
+        with pytest.raises(BadRequest):
+            fs.open_read(rootfs, p)
+    with pytest.raises(NotFound):
+        fs.open_read(rootfs, "missing")
+    with pytest.raises(NotFound):
+        fs.open_read(rootfs, "nodir/x")
+
+
+def test_fs_write_creates_parents_and_refuses_escape(rootfs, tmp_path):
+    uid, gid = os.getuid(), os.getgid()
+    fd, name, dfd = fs.open_write(rootfs, "a/b/c.txt", uid=uid, gid=gid, mode=0o4755)
+    os.write(fd, b"x")
+    os.close(fd)
+    os.close(dfd)
+    st = os.stat(f"{rootfs}/home/user/a/b/c.txt")
+    assert st.st_mode & 0o7777 == 0o755  # setuid stripped
+    for p in ("out/new", "secret", "fifo"):
+        with pytest.raises(BadRequest):
+            fs.open_write(rootfs, p, uid=uid, gid=gid)
+    assert not (tmp_path / "outside/new").exists()
+    assert (tmp_path / "outside/secret").read_text() == "host"
+
+
+def test_fs_list_and_stat(rootfs):
+    entries = {e.name: e for e in fs.list_dir(rootfs, "/home/user")}
+    assert entries["out"].type == "symlink" and entries["fifo"].type == "other"
+    assert entries["motd"].path == "/home/user/motd"
+    assert fs.stat_path(rootfs, "/etc").type == "dir"
+    assert [e.name for e in fs.list_dir(rootfs, "/")] == ["etc", "home"]
+    with pytest.raises(BadRequest):
+        fs.list_dir(rootfs, "out")
+
+
+# ---- output capping -------------------------------------------------------------------
+
+
+async def _pump(payloads: list[bytes], limit: int):
+    r, w = os.pipe()
+    seen: list[tuple[str, str]] = []
+    pipe = CappedPipe(r, limit, "stdout", lambda n, t: seen.append((n, t)))
+    for p in payloads:
+        try:
+            os.write(w, p)
+        except BrokenPipeError:
+            break
+        await asyncio.sleep(0.01)
+    os.close(w)
+    await asyncio.wait_for(pipe.done, 2)
+    return pipe, seen
+
+
+@pytest.mark.asyncio
+async def test_capped_pipe_under_limit():
+    pipe, seen = await _pump([b"hello ", "wörld".encode()], 100)
+    assert pipe.text() == "hello wörld" and not pipe.truncated
+    assert "".join(t for _, t in seen) == "hello wörld"
+
+
+@pytest.mark.asyncio
+async def test_capped_pipe_truncates_and_closes_read_end():
+    r, w = os.pipe()
+    pipe = CappedPipe(r, 10, "stderr")
+    os.write(w, b"0123456789abcdef")
+    await asyncio.wait_for(pipe.done, 2)
+    assert pipe.truncated and bytes(pipe.buf) == b"0123456789" and pipe.fd == -1
+    with pytest.raises(BrokenPipeError):  # what makes `yes` die of SIGPIPE
+        os.write(w, b"more")
+    os.close(w)
+
+
+@pytest.mark.asyncio
+async def test_capped_pipe_split_utf8_and_replace():
+    pipe, seen = await _pump(["é".encode()[:1], "é".encode()[1:], b"\xff"], 100)
+    assert "".join(t for _, t in seen) == "é\ufffd" and pipe.text() == "é\ufffd"
+
+
+# ---- layer cache ----------------------------------------------------------------------
+
+
+def _mock(blobs: dict[str, bytes], calls: list[str], delay: float = 0.0) -> httpx.MockTransport:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if delay:
+            await asyncio.sleep(delay)
+        if request.url.path == "/v1/environments/py":
+            return httpx.Response(200, json={"name": "py", "layers": [
+                {"digest": d, "kind": "base", "name": "b", "version": "1", "size": 1} for d in blobs]})
+        for digest, data in blobs.items():
+            if request.url.path == f"/v1/blobs/{digest}":
+                return httpx.Response(200, content=data)
+        return httpx.Response(404)
+
+    return httpx.MockTransport(handler)
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.asyncio
+async def test_layer_download_verified_and_shared(tmp_path):
+    data = os.urandom(300_000)
+    d = _digest(data)
+    calls: list[str] = []
+    cache = LayerCache(str(tmp_path), "http://img", transport=_mock({d: data}, calls, delay=0.05))
+    layers = await cache.resolve_environment("py")
+    results = await asyncio.gather(*(cache.ensure(layers) for _ in range(5)))
+    assert all(r == [cache.blob_path(d)] for r in results)
+    assert calls.count(f"/v1/blobs/{d}") == 1
+    with open(cache.blob_path(d), "rb") as fh:
+        assert fh.read() == data
+    await cache.ensure([{"digest": d}])  # cached: no new request
+    assert calls.count(f"/v1/blobs/{d}") == 1
+    assert not [n for n in os.listdir(cache.blob_dir) if n.endswith(".part")]
+    await cache.aclose()
+
+
+@pytest.mark.asyncio
+async def test_layer_hash_mismatch_and_missing(tmp_path):
+    good = _digest(b"expected")
+    calls: list[str] = []
+    cache = LayerCache(str(tmp_path), "http://img", transport=_mock({good: b"tampered"}, calls))
+    with pytest.raises(ImageUnavailable, match="mismatch"):
+        await cache.ensure([{"digest": good}])
+    assert os.listdir(cache.blob_dir) == []
+    with pytest.raises(ImageUnavailable):
+        await cache.ensure([{"digest": _digest(b"other")}])
+    with pytest.raises(ImageUnavailable):
+        await cache.ensure([{"digest": "md5:abc"}])
+    with pytest.raises(EnvironmentNotFound) as exc:
+        await cache.resolve_environment("nope")
+    assert exc.value.status_code == 404
+    await cache.aclose()
