@@ -1,9 +1,10 @@
 """Per-app singletons, built in the lifespan and read from ``app.state``."""
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import anyio
-from fastapi import Request
+from fastapi import Depends, Request
 from sqlalchemy.engine import Engine
 
 from corral_image_service.blobs.service import BlobStore
@@ -26,3 +27,6 @@ class Services:
 
 def get_services(request: Request) -> Services:
     return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]

@@ -8,7 +8,12 @@ configures them, with ``CORRAL_IMAGE_<FIELD>`` as a per-service override.
 from typing import Any
 
 from corral_common.settings import CommonSettings
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 
 class _CommonEnvSource(EnvSettingsSource):

@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
-
 from corral_image_service.app import create_app
 from corral_image_service.settings import ImageServiceSettings
+from fastapi.testclient import TestClient
 
 
 def _settings(data_dir: Path, **kw) -> ImageServiceSettings:
@@ -197,7 +196,7 @@ def test_upload_limit_413(data_dir, tmp_path):
 
 
 def _three_layers(client, tmp_path):
-    body = lambda tag: tar_of(make_tree(tmp_path / tag, {f"opt/{tag}/marker": tag}))  # noqa: E731
+    body = lambda tag: tar_of(make_tree(tmp_path / tag, {f"opt/{tag}/marker": tag}))
     base = upload(client, body("base"), kind="base", name="debian", version="12").json()
     ws = upload(client, body("ws"), kind="workspace", name="ws", version="1").json()
     tk1 = upload(client, body("tk1"), kind="toolkit", name="py", version="3.11").json()

@@ -8,8 +8,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
-from corral_image_service.layers.tarsafe import UnsafeMemberError, rootfs_filter, safe_extract
+from corral_image_service.layers.tarsafe import (
+    UnsafeMemberError,
+    rootfs_filter,
+    safe_extract,
+)
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create files owned by other uids")
 

@@ -1,9 +1,9 @@
 from corral_common.errors import BadRequest, NotFound
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
 from corral_image_service.blobs.schemas import DIGEST_RE
-from corral_image_service.deps import Services, get_services
+from corral_image_service.deps import Services, ServicesDep
 
 router = APIRouter(prefix="/v1/blobs", tags=["blobs"])
 
@@ -29,10 +29,10 @@ def _blob_response(digest: str, svc: Services) -> FileResponse:
 
 @router.get("/{digest}", summary="Download a blob (supports Range)", response_class=FileResponse,
             responses=_RESPONSES)
-def get_blob(digest: str, svc: Services = Depends(get_services)) -> FileResponse:
+def get_blob(digest: str, svc: ServicesDep) -> FileResponse:
     return _blob_response(digest, svc)
 
 
 @router.head("/{digest}", summary="Blob metadata", response_class=FileResponse, responses=_RESPONSES)
-def head_blob(digest: str, svc: Services = Depends(get_services)) -> FileResponse:
+def head_blob(digest: str, svc: ServicesDep) -> FileResponse:
     return _blob_response(digest, svc)

@@ -6,9 +6,9 @@ reader never sees a partial blob and a crash leaves only tmp litter.
 
 import hashlib
 import os
+import shutil
 import tempfile
 import time
-import shutil
 from pathlib import Path
 
 from corral_image_service.blobs.schemas import DIGEST_RE

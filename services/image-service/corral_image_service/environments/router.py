@@ -1,7 +1,7 @@
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from corral_image_service.deps import Services, get_services
+from corral_image_service.deps import ServicesDep
 from corral_image_service.environments.schemas import EnvironmentIn, EnvironmentOut
 
 router = APIRouter(prefix="/v1/environments", tags=["environments"])
@@ -11,17 +11,17 @@ router = APIRouter(prefix="/v1/environments", tags=["environments"])
              responses={200: {"model": EnvironmentOut, "description": "Identical environment already existed"},
                         409: {"description": "Name exists with a different combination"},
                         422: {"description": "Unknown layer or layer of the wrong kind"}})
-def create_environment(body: EnvironmentIn, svc: Services = Depends(get_services)) -> JSONResponse:
+def create_environment(body: EnvironmentIn, svc: ServicesDep) -> JSONResponse:
     env, created = svc.environments.create(body)
     return JSONResponse(env.model_dump(mode="json"), status_code=201 if created else 200)
 
 
 @router.get("", response_model=list[EnvironmentOut], summary="List environments")
-def list_environments(svc: Services = Depends(get_services)) -> list[EnvironmentOut]:
+def list_environments(svc: ServicesDep) -> list[EnvironmentOut]:
     return svc.environments.list()
 
 
 @router.get("/{name}", response_model=EnvironmentOut, summary="Get one environment",
             responses={404: {"description": "Unknown environment"}})
-def get_environment(name: str, svc: Services = Depends(get_services)) -> EnvironmentOut:
+def get_environment(name: str, svc: ServicesDep) -> EnvironmentOut:
     return svc.environments.get(name)

@@ -12,7 +12,11 @@ from sqlmodel import Session
 from corral_image_service.db.engine import as_utc, session_scope
 from corral_image_service.environments.models import Environment
 from corral_image_service.environments.repository import EnvironmentRepository
-from corral_image_service.environments.schemas import EnvironmentIn, EnvironmentLayer, EnvironmentOut
+from corral_image_service.environments.schemas import (
+    EnvironmentIn,
+    EnvironmentLayer,
+    EnvironmentOut,
+)
 from corral_image_service.layers.models import Layer
 from corral_image_service.layers.repository import LayerRepository
 

@@ -3,11 +3,16 @@ from typing import Annotated
 
 import anyio
 from corral_common.errors import BadRequest, CorralError, PayloadTooLarge, Unprocessable
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from corral_image_service.deps import Services, get_services
-from corral_image_service.layers.schemas import NAME_PATTERN, VERSION_PATTERN, LayerKind, LayerOut
+from corral_image_service.deps import Services, ServicesDep
+from corral_image_service.layers.schemas import (
+    NAME_PATTERN,
+    VERSION_PATTERN,
+    LayerKind,
+    LayerOut,
+)
 
 router = APIRouter(prefix="/v1/layers", tags=["layers"])
 
@@ -26,13 +31,13 @@ async def _spool_body(request: Request, svc: Services) -> Path:
     tmp = svc.store.tmp_file(suffix=".tar")
     size = 0
     try:
-        with open(tmp, "wb") as f:
+        async with await anyio.open_file(tmp, "wb") as f:
             async for chunk in request.stream():
                 size += len(chunk)
                 # Checked per chunk: chunked uploads carry no Content-Length to trust.
                 if size > limit:
                     raise too_large
-                f.write(chunk)
+                await f.write(chunk)
         if size == 0:
             raise BadRequest("empty body: send a tar stream (application/x-tar) or use source_dir",
                              loc=["body"], code="empty_body")
@@ -55,11 +60,11 @@ async def _spool_body(request: Request, svc: Services) -> Path:
 )
 async def create_layer(
     request: Request,
+    svc: ServicesDep,
     kind: Annotated[LayerKind, Query()],
     name: Annotated[str, Query(pattern=NAME_PATTERN)],
     version: Annotated[str, Query(pattern=VERSION_PATTERN)],
     source_dir: Annotated[str | None, Query(description="Absolute server-side directory (dev only)")] = None,
-    svc: Services = Depends(get_services),
 ) -> JSONResponse:
     if source_dir is not None:
         if not svc.settings.allow_source_dir:
@@ -86,11 +91,11 @@ async def create_layer(
 
 
 @router.get("", response_model=list[LayerOut], summary="List layers")
-def list_layers(kind: LayerKind | None = None, svc: Services = Depends(get_services)) -> list[LayerOut]:
+def list_layers(svc: ServicesDep, kind: LayerKind | None = None) -> list[LayerOut]:
     return svc.layers.list(kind.value if kind else None)
 
 
 @router.get("/{name}/{version}", response_model=LayerOut, summary="Get one layer",
             responses={404: {"description": "Unknown layer"}})
-def get_layer(name: str, version: str, svc: Services = Depends(get_services)) -> LayerOut:
+def get_layer(name: str, version: str, svc: ServicesDep) -> LayerOut:
     return svc.layers.get(name, version)

@@ -6,17 +6,17 @@ connection in ``config.attributes["connection"]``), or from the command line wit
 ``ImageServiceSettings`` (``CORRAL_IMAGE_DATABASE_URL`` / data dir).
 """
 
+# Imported for their side effect: registering the tables on ImageModel.metadata.
+import corral_image_service.environments.models
+import corral_image_service.layers.models  # noqa: F401
 from alembic import context
-
 from corral_image_service.db.engine import ImageModel, make_engine
 from corral_image_service.db.migrate import VERSION_TABLE
-import corral_image_service.environments.models  # noqa: F401  (register tables)
-import corral_image_service.layers.models  # noqa: F401
 
 target_metadata = ImageModel.metadata
 
 
-def _run(connection) -> None:  # noqa: ANN001
+def _run(connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

@@ -4,9 +4,9 @@ Revision ID: 0001_initial
 Revises:
 Create Date: 2026-11-29 00:00:00
 """
-from alembic import op
 import sqlalchemy as sa
-import sqlmodel  # noqa: F401
+import sqlmodel
+from alembic import op
 
 revision = "0001_initial"
 down_revision = None
