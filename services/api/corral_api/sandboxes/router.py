@@ -128,5 +128,8 @@ async def read_file(sandbox_id: str, path: FilePath, tenant: Tenant, service: Se
 @router.get("/{sandbox_id}/files/list", response_model=list[FileInfo], operation_id="list_files")
 async def list_files(sandbox_id: str, path: FilePath, tenant: Tenant, service: Service, node_client: Nodes) -> list[FileInfo]:
     _, node = await service.node_for(tenant, sandbox_id)
-    response = await node_client.request("GET", f"{node.url}/v1/sandboxes/{sandbox_id}/files/list", params={"path": path})
+    """List a directory (entries are not followed through symlinks)."""
+    response = await node_client.request("GET", f"{node.url}/v1/sandboxes/{sandbox_id}/files", params={"path": path})
+    if not response.headers.get("content-type", "").startswith("application/json"):
+        raise BadRequest(f"{path} is not a directory", loc=["query", "path"], code="not_a_directory")
     return [FileInfo.model_validate(item) for item in response.json()]

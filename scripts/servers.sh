@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Start or stop the private Redis and RabbitMQ servers Corral needs, under one state dir.
+#   scripts/servers.sh start STATE_DIR REDIS_PORT AMQP_PORT
+#   scripts/servers.sh stop  STATE_DIR
+# (Avoid AMQP ports 35672-35682: the RabbitMQ CLI tools take those for themselves.)
+# RabbitMQ runs as its own node (own name, ports, epmd, mnesia dir) so it never touches a
+# system-wide broker; epmd outlives rabbitmqctl stop, so it is stopped by pid.
+set -euo pipefail
+cmd=$1 state=$(realpath -m "$2")
+redis_port=${3:-6379} amqp_port=${4:-5672}
+node="corral-${amqp_port}@localhost"
+
+rabbit_env() {
+  export HOME="$state/rabbitmq" RABBITMQ_NODENAME="$node" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+    RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT=$((amqp_port + 10000)) ERL_EPMD_ADDRESS=127.0.0.1 \
+    ERL_EPMD_PORT=$((amqp_port - 1000)) RABBITMQ_MNESIA_BASE="$state/rabbitmq/mnesia" \
+    RABBITMQ_LOG_BASE="$state/rabbitmq/log" RABBITMQ_PID_FILE="$state/rabbitmq/rabbitmq.pid" \
+    RABBITMQ_ENABLED_PLUGINS_FILE="$state/rabbitmq/enabled_plugins" RABBITMQ_CONFIG_FILE="$state/rabbitmq/rabbitmq"
+}
+
+case "$cmd" in
+start)
+  mkdir -p "$state/redis" "$state/rabbitmq"
+  if ! redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
+      --pidfile "$state/redis/redis.pid" --logfile "$state/redis/redis.log" --dir "$state/redis"
+  fi
+  rabbit_env
+  echo "$amqp_port" > "$state/rabbitmq/port"
+  [ -f "$state/rabbitmq/enabled_plugins" ] || echo "[]." > "$state/rabbitmq/enabled_plugins"
+  # Let a test kill a consumer and see its unacked messages go back quickly.
+  [ -f "$state/rabbitmq/rabbitmq.conf" ] || printf 'consumer_timeout = 3600000\nloopback_users = none\n' > "$state/rabbitmq/rabbitmq.conf"
+  if ! /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" status >/dev/null 2>&1; then
+    /usr/lib/rabbitmq/bin/rabbitmq-server -detached
+  fi
+  # await_startup gives up at once while the node is not yet registered with epmd: poll first.
+  for _ in $(seq 60); do /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" -q ping >/dev/null 2>&1 && break; sleep 0.2; done
+  /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" await_startup --timeout 90 >/dev/null
+  for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  echo "redis://127.0.0.1:${redis_port}/0 amqp://guest:guest@127.0.0.1:${amqp_port}/"
+  ;;
+stop)
+  if [ -f "$state/redis/redis.pid" ]; then kill "$(cat "$state/redis/redis.pid")" 2>/dev/null || true; rm -f "$state/redis/redis.pid"; fi
+  if [ -f "$state/rabbitmq/port" ]; then
+    amqp_port=$(cat "$state/rabbitmq/port"); node="corral-${amqp_port}@localhost"; rabbit_env
+    /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" stop >/dev/null 2>&1 || true
+    pkill -f "epmd.*-port $((amqp_port - 1000))" 2>/dev/null || true
+    pkill -f "beam.*${node}" 2>/dev/null || true
+  fi
+  ;;
+*) echo "usage: $0 start|stop STATE_DIR [REDIS_PORT AMQP_PORT]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,3 @@
+from corral_node_agent.app import main
+
+main()

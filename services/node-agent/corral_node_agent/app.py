@@ -1,0 +1,73 @@
+"""Node-agent service: sandboxes on this host, driven by the bus, reached over HTTP."""
+
+import asyncio
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from corral_common.amqp import EventBus
+from corral_common.errors import install_error_handlers
+from corral_common.events import SandboxPlace, SandboxStop, node_routing_key
+from corral_common.logging import configure_logging
+from corral_common.state import StateStore
+from corral_common.telemetry import instrument_app, setup_tracing
+from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.events.service import NodeEvents
+from corral_node_agent.layers.cache import LayerCache
+from corral_node_agent.sandboxes.router import router as sandboxes_router
+from corral_node_agent.sandboxes.service import SandboxManager
+from corral_node_agent.settings import NodeAgentSettings
+
+
+def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
+    settings = settings or NodeAgentSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        configure_logging(f"node-agent:{settings.node_id}", settings.log_level, settings.log_json)
+        setup_tracing("corral-node-agent", settings.otel_exporter_otlp_endpoint)
+        layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
+        manager = SandboxManager(ContainerBackend(settings), layers, max_sandboxes=settings.max_sandboxes)
+        await manager.start()
+        store = StateStore.from_url(settings.redis_url)
+        bus = await EventBus(settings.amqp_url).connect()
+        events = NodeEvents(settings, store, bus, manager)
+        app.state.settings, app.state.manager, app.state.events = settings, manager, events
+        # Heartbeat before consuming so the scheduler sees us as soon as we take work.
+        await events.heartbeat_once()
+        node = settings.node_id
+        await bus.consume(f"node.{node}.place", [node_routing_key(node, "place")], SandboxPlace, events.on_place,
+                          prefetch=32)
+        await bus.consume(f"node.{node}.stop", [node_routing_key(node, "stop")], SandboxStop, events.on_stop,
+                          prefetch=64)
+        heartbeat = asyncio.create_task(events.heartbeat_forever())
+        try:
+            yield
+        finally:
+            heartbeat.cancel()
+            await bus.close()
+            await store.close()
+
+    app = FastAPI(title=f"Corral node-agent {settings.node_id}", lifespan=lifespan)
+    install_error_handlers(app)
+    instrument_app(app)
+    app.include_router(sandboxes_router)
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        manager = getattr(app.state, "manager", None)
+        return {"status": "ok", "node_id": settings.node_id, "sandboxes": manager.count() if manager else 0}
+
+    return app
+
+
+def main() -> None:
+    import uvicorn
+
+    from corral_node_agent.host import enter_private_mount_namespace
+
+    # Must run while the process is still single-threaded (before uvicorn and the loop).
+    enter_private_mount_namespace()
+    settings = NodeAgentSettings()
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                log_level=settings.log_level.lower(), access_log=False)

@@ -1,0 +1,112 @@
+"""The node-agent's control path: place/stop commands from the bus, exits, heartbeats.
+
+Every handler is idempotent: RabbitMQ delivers at least once, so a re-delivered place
+finds the sandbox already there (or already ended) and does nothing new.
+"""
+
+import asyncio
+from collections import defaultdict
+
+from corral_common import lifecycle
+from corral_common.amqp import EventBus
+from corral_common.events import SandboxPlace, SandboxStop
+from corral_common.logging import get_logger
+from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, Usage
+from corral_common.state import StateStore
+from corral_node_agent.backends.base import ExitReason
+from corral_node_agent.sandboxes.service import SandboxCreateError, SandboxManager
+from corral_node_agent.settings import NodeAgentSettings
+
+log = get_logger("corral.node_agent.events")
+
+
+class NodeEvents:
+    def __init__(self, settings: NodeAgentSettings, store: StateStore, bus: EventBus, manager: SandboxManager):
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.store = store
+        self.bus = bus
+        self.manager = manager
+        # One lifecycle operation per sandbox at a time: a stop that arrives while the
+        # sandbox is still starting waits for the start to finish, then undoes it.
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        manager.on_exit(self.on_exit)
+
+    async def _transition(self, sandbox_id: str, target: SandboxState, **kwargs) -> bool:
+        return await lifecycle.transition(self.store, self.bus, sandbox_id, target, node_id=self.node_id, **kwargs)
+
+    async def on_place(self, event: SandboxPlace) -> None:
+        sandbox_id = event.sandbox_id
+        async with self._locks[sandbox_id]:
+            try:
+                await self._place(event)
+            finally:
+                if not self._locks[sandbox_id].locked():
+                    self._locks.pop(sandbox_id, None)
+
+    async def _place(self, event: SandboxPlace) -> None:
+        sandbox_id = event.sandbox_id
+        record = await self.store.get_sandbox(sandbox_id)
+        if record is None or record.state in TERMINAL_STATES or record.node_id != self.node_id:
+            return
+        if sandbox_id in self.manager.ids():
+            return
+        if record.delete_requested:
+            await self._transition(sandbox_id, SandboxState.terminated, reason="deleted")
+            return
+        if record.state is SandboxState.scheduled:
+            await self._transition(sandbox_id, SandboxState.starting)
+        elif record.state is not SandboxState.starting:
+            # running/stopping without being in our manager: a previous agent run owned it.
+            await self._transition(sandbox_id, SandboxState.failed, reason=FailureReason.node_lost.value)
+            return
+        try:
+            await self.manager.create(sandbox_id, event.spec)
+        except SandboxCreateError as exc:
+            log.warning("sandbox.start_failed", sandbox_id=sandbox_id, reason=exc.reason.value, error=exc.message)
+            await self._transition(sandbox_id, SandboxState.failed, reason=exc.reason.value)
+            return
+        except Exception as exc:
+            log.exception("sandbox.start_failed", sandbox_id=sandbox_id)
+            await self._transition(sandbox_id, SandboxState.failed, reason=FailureReason.start_failed.value,
+                                   error=str(exc)[:500])
+            return
+        if not await self._transition(sandbox_id, SandboxState.running):
+            # Deleted (or failed) while starting: do not leave it running.
+            usage = await self.manager.delete(sandbox_id)
+            await self._transition(sandbox_id, SandboxState.terminated, reason="deleted", usage=usage)
+
+    async def on_stop(self, event: SandboxStop) -> None:
+        sandbox_id = event.sandbox_id
+        async with self._locks[sandbox_id]:
+            record = await self.store.get_sandbox(sandbox_id)
+            if record is None or record.state in TERMINAL_STATES:
+                return
+            if record.state in (SandboxState.scheduled, SandboxState.pending):
+                # Never started here: the place command will find it terminated and skip it.
+                await self._transition(sandbox_id, SandboxState.terminated, reason=event.reason)
+                return
+            await self._transition(sandbox_id, SandboxState.stopping, reason=event.reason)
+            usage = await self.manager.delete(sandbox_id)
+            await self._transition(sandbox_id, SandboxState.terminated, reason=event.reason, usage=usage)
+
+    async def on_exit(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> None:
+        """A sandbox ended on its own: its timeout elapsed, or its init process died."""
+        if reason is ExitReason.timeout:
+            await self._transition(sandbox_id, SandboxState.stopping, reason="timeout")
+            await self._transition(sandbox_id, SandboxState.terminated, reason="timeout", usage=usage)
+        else:
+            await self._transition(sandbox_id, SandboxState.failed, reason=reason.value, usage=usage)
+
+    async def heartbeat_once(self) -> None:
+        s = self.settings
+        await self.store.heartbeat(self.node_id, f"http://{s.host}:{s.port}", s.cpu_capacity,
+                                   s.memory_capacity_mb, s.max_sandboxes)
+
+    async def heartbeat_forever(self) -> None:
+        while True:
+            try:
+                await self.heartbeat_once()
+            except Exception:
+                log.exception("node.heartbeat_failed", node_id=self.node_id)
+            await asyncio.sleep(self.settings.node_heartbeat_interval_s)
