@@ -5,6 +5,7 @@ import anyio
 from corral_common.errors import BadRequest, CorralError, PayloadTooLarge, Unprocessable
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 from corral_image_service.deps import Services, ServicesDep
 from corral_image_service.layers.schemas import (
@@ -38,12 +39,17 @@ async def _spool_body(request: Request, svc: Services) -> Path:
                 if size > limit:
                     raise too_large
                 await f.write(chunk)
-        if size == 0:
-            raise BadRequest("empty body: send a tar stream (application/x-tar) or use source_dir",
-                             loc=["body"], code="empty_body")
+    except ClientDisconnect as exc:
+        tmp.unlink(missing_ok=True)
+        # Nobody will read the response; a 400 just keeps a traceback out of the logs.
+        raise BadRequest("client disconnected during upload", loc=["body"], code="client_disconnected") from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if size == 0:
+        tmp.unlink(missing_ok=True)
+        raise BadRequest("empty body: send a tar stream (application/x-tar) or use source_dir",
+                         loc=["body"], code="empty_body")
     return tmp
 
 
