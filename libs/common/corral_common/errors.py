@@ -7,6 +7,7 @@
 from typing import Any
 
 from fastapi import FastAPI, Request
+from pydantic import BaseModel
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -92,3 +93,28 @@ def install_error_handlers(app: FastAPI) -> None:
         code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
+
+
+class ErrorDetail(BaseModel):
+    loc: list[str | int] | None = None
+    msg: str
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    message: str
+    details: list[ErrorDetail] = []
+
+
+class ErrorResponse(BaseModel):
+    """The body of every 4xx/5xx answer."""
+
+    error: ErrorInfo
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": desc}
+    for code, desc in {400: "Bad request", 401: "Missing or invalid API key", 404: "Not found",
+                       409: "Conflict with the sandbox's state", 413: "Payload too large",
+                       422: "Invalid input", 503: "A backing service is unavailable"}.items()
+}

@@ -9,11 +9,11 @@ from corral_api.auth.dependencies import current_tenant
 from corral_api.sandboxes.node_client import NodeClient, capped
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
 from corral_api.sandboxes.service import SandboxService
-from corral_common.errors import BadRequest, PayloadTooLarge
+from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
 from corral_common.sandboxes import SandboxState
 
-router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
+router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
 
 Tenant = Annotated[str, Depends(current_tenant)]
 WaitFor = Annotated[WaitState | None, Query(description="Block until the sandbox reaches this state (or fails)")]

@@ -1,0 +1,34 @@
+from typing import Any
+
+
+class CorralError(Exception):
+    """An error answer from Corral: HTTP status, machine-readable code, message, field details."""
+
+    def __init__(self, status: int, code: str, message: str, details: list[dict[str, Any]] | None = None):
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or []
+
+
+class SandboxFailed(CorralError):
+    """The sandbox ended in ``failed`` (or ended) while the caller waited for it to run."""
+
+    def __init__(self, sandbox_id: str, state: str, reason: str | None):
+        super().__init__(409, "sandbox_failed", f"sandbox {sandbox_id} is {state}" + (f" ({reason})" if reason else ""))
+        self.sandbox_id = sandbox_id
+        self.state = state
+        self.reason = reason
+
+
+def raise_for(status: int, content: bytes) -> None:
+    if status < 400:
+        return
+    import json
+
+    try:
+        error = json.loads(content).get("error", {})
+        raise CorralError(status, error.get("code", "error"), error.get("message", ""), error.get("details"))
+    except (ValueError, AttributeError):
+        raise CorralError(status, "error", content.decode(errors="replace")[:500]) from None

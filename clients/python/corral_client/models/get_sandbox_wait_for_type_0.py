@@ -1,0 +1,11 @@
+from enum import StrEnum
+
+
+class GetSandboxWaitForType0(StrEnum):
+    RUNNING = "running"
+    SCHEDULED = "scheduled"
+    STARTING = "starting"
+    TERMINATED = "terminated"
+
+    def __str__(self) -> str:
+        return str(self.value)

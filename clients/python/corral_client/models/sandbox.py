@@ -1,0 +1,285 @@
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..models.sandbox_state import SandboxState
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.sandbox_labels import SandboxLabels
+    from ..models.usage import Usage
+
+
+T = TypeVar("T", bound="Sandbox")
+
+
+@_attrs_define
+class Sandbox:
+    """
+    Attributes:
+        backend (str):
+        cpu (float):
+        created_at (datetime.datetime):
+        disk_mb (int):
+        environment (str):
+        id (str):
+        memory_mb (int):
+        state (SandboxState):
+        timeout_s (int):
+        ended_at (datetime.datetime | None | Unset):
+        labels (SandboxLabels | Unset):
+        node_id (None | str | Unset):
+        reason (None | str | Unset):
+        started_at (datetime.datetime | None | Unset):
+        usage (None | Unset | Usage):
+    """
+
+    backend: str
+    cpu: float
+    created_at: datetime.datetime
+    disk_mb: int
+    environment: str
+    id: str
+    memory_mb: int
+    state: SandboxState
+    timeout_s: int
+    ended_at: datetime.datetime | None | Unset = UNSET
+    labels: SandboxLabels | Unset = UNSET
+    node_id: None | str | Unset = UNSET
+    reason: None | str | Unset = UNSET
+    started_at: datetime.datetime | None | Unset = UNSET
+    usage: None | Unset | Usage = UNSET
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..models.usage import Usage
+
+        backend = self.backend
+
+        cpu = self.cpu
+
+        created_at = self.created_at.isoformat()
+
+        disk_mb = self.disk_mb
+
+        environment = self.environment
+
+        id = self.id
+
+        memory_mb = self.memory_mb
+
+        state = self.state.value
+
+        timeout_s = self.timeout_s
+
+        ended_at: None | str | Unset
+        if isinstance(self.ended_at, Unset):
+            ended_at = UNSET
+        elif isinstance(self.ended_at, datetime.datetime):
+            ended_at = self.ended_at.isoformat()
+        else:
+            ended_at = self.ended_at
+
+        labels: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.labels, Unset):
+            labels = self.labels.to_dict()
+
+        node_id: None | str | Unset
+        if isinstance(self.node_id, Unset):
+            node_id = UNSET
+        else:
+            node_id = self.node_id
+
+        reason: None | str | Unset
+        if isinstance(self.reason, Unset):
+            reason = UNSET
+        else:
+            reason = self.reason
+
+        started_at: None | str | Unset
+        if isinstance(self.started_at, Unset):
+            started_at = UNSET
+        elif isinstance(self.started_at, datetime.datetime):
+            started_at = self.started_at.isoformat()
+        else:
+            started_at = self.started_at
+
+        usage: dict[str, Any] | None | Unset
+        if isinstance(self.usage, Unset):
+            usage = UNSET
+        elif isinstance(self.usage, Usage):
+            usage = self.usage.to_dict()
+        else:
+            usage = self.usage
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "backend": backend,
+                "cpu": cpu,
+                "created_at": created_at,
+                "disk_mb": disk_mb,
+                "environment": environment,
+                "id": id,
+                "memory_mb": memory_mb,
+                "state": state,
+                "timeout_s": timeout_s,
+            }
+        )
+        if ended_at is not UNSET:
+            field_dict["ended_at"] = ended_at
+        if labels is not UNSET:
+            field_dict["labels"] = labels
+        if node_id is not UNSET:
+            field_dict["node_id"] = node_id
+        if reason is not UNSET:
+            field_dict["reason"] = reason
+        if started_at is not UNSET:
+            field_dict["started_at"] = started_at
+        if usage is not UNSET:
+            field_dict["usage"] = usage
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
+        from ..models.sandbox_labels import SandboxLabels
+        from ..models.usage import Usage
+
+        d = dict(src_dict)
+        backend = d.pop("backend")
+
+        cpu = d.pop("cpu")
+
+        created_at = datetime.datetime.fromisoformat(d.pop("created_at"))
+
+        disk_mb = d.pop("disk_mb")
+
+        environment = d.pop("environment")
+
+        id = d.pop("id")
+
+        memory_mb = d.pop("memory_mb")
+
+        state = SandboxState(d.pop("state"))
+
+        timeout_s = d.pop("timeout_s")
+
+        def _parse_ended_at(data: object) -> datetime.datetime | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                ended_at_type_0 = datetime.datetime.fromisoformat(data)
+
+                return ended_at_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(datetime.datetime | None | Unset, data)
+
+        ended_at = _parse_ended_at(d.pop("ended_at", UNSET))
+
+        _labels = d.pop("labels", UNSET)
+        labels: SandboxLabels | Unset
+        if isinstance(_labels, Unset):
+            labels = UNSET
+        else:
+            labels = SandboxLabels.from_dict(_labels)
+
+        def _parse_node_id(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        node_id = _parse_node_id(d.pop("node_id", UNSET))
+
+        def _parse_reason(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        reason = _parse_reason(d.pop("reason", UNSET))
+
+        def _parse_started_at(data: object) -> datetime.datetime | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                started_at_type_0 = datetime.datetime.fromisoformat(data)
+
+                return started_at_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(datetime.datetime | None | Unset, data)
+
+        started_at = _parse_started_at(d.pop("started_at", UNSET))
+
+        def _parse_usage(data: object) -> None | Unset | Usage:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                usage_type_0 = Usage.from_dict(data)
+
+                return usage_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(None | Unset | Usage, data)
+
+        usage = _parse_usage(d.pop("usage", UNSET))
+
+        sandbox = cls(
+            backend=backend,
+            cpu=cpu,
+            created_at=created_at,
+            disk_mb=disk_mb,
+            environment=environment,
+            id=id,
+            memory_mb=memory_mb,
+            state=state,
+            timeout_s=timeout_s,
+            ended_at=ended_at,
+            labels=labels,
+            node_id=node_id,
+            reason=reason,
+            started_at=started_at,
+            usage=usage,
+        )
+
+        sandbox.additional_properties = d
+        return sandbox
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Self,
+    TypeVar,
+    cast,
+)
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..models.sandbox_create_backend import SandboxCreateBackend
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.sandbox_create_env import SandboxCreateEnv
+    from ..models.sandbox_create_labels import SandboxCreateLabels
+
+
+T = TypeVar("T", bound="SandboxCreate")
+
+
+@_attrs_define
+class SandboxCreate:
+    """Request body of ``POST /v1/sandboxes``.
+
+    Attributes:
+        environment (str): Environment name (image-service)
+        backend (SandboxCreateBackend | Unset):  Default: SandboxCreateBackend.AUTO.
+        cpu (float | Unset): CPU cores (cgroup quota) Default: 1.0.
+        disk_mb (int | Unset): Size of the writable upper layer Default: 1024.
+        env (SandboxCreateEnv | Unset):
+        labels (SandboxCreateLabels | Unset):
+        memory_mb (int | Unset):  Default: 256.
+        network (Literal['none'] | Unset):  Default: 'none'.
+        pids_limit (int | Unset):  Default: 512.
+        timeout_s (int | Unset): Wall-clock lifetime; the sandbox is ended after it Default: 3600.
+    """
+
+    environment: str
+    backend: SandboxCreateBackend | Unset = SandboxCreateBackend.AUTO
+    cpu: float | Unset = 1.0
+    disk_mb: int | Unset = 1024
+    env: SandboxCreateEnv | Unset = UNSET
+    labels: SandboxCreateLabels | Unset = UNSET
+    memory_mb: int | Unset = 256
+    network: Literal["none"] | Unset = "none"
+    pids_limit: int | Unset = 512
+    timeout_s: int | Unset = 3600
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        environment = self.environment
+
+        backend: str | Unset = UNSET
+        if not isinstance(self.backend, Unset):
+            backend = self.backend.value
+
+        cpu = self.cpu
+
+        disk_mb = self.disk_mb
+
+        env: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.env, Unset):
+            env = self.env.to_dict()
+
+        labels: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.labels, Unset):
+            labels = self.labels.to_dict()
+
+        memory_mb = self.memory_mb
+
+        network = self.network
+
+        pids_limit = self.pids_limit
+
+        timeout_s = self.timeout_s
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "environment": environment,
+            }
+        )
+        if backend is not UNSET:
+            field_dict["backend"] = backend
+        if cpu is not UNSET:
+            field_dict["cpu"] = cpu
+        if disk_mb is not UNSET:
+            field_dict["disk_mb"] = disk_mb
+        if env is not UNSET:
+            field_dict["env"] = env
+        if labels is not UNSET:
+            field_dict["labels"] = labels
+        if memory_mb is not UNSET:
+            field_dict["memory_mb"] = memory_mb
+        if network is not UNSET:
+            field_dict["network"] = network
+        if pids_limit is not UNSET:
+            field_dict["pids_limit"] = pids_limit
+        if timeout_s is not UNSET:
+            field_dict["timeout_s"] = timeout_s
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
+        from ..models.sandbox_create_env import SandboxCreateEnv
+        from ..models.sandbox_create_labels import SandboxCreateLabels
+
+        d = dict(src_dict)
+        environment = d.pop("environment")
+
+        _backend = d.pop("backend", UNSET)
+        backend: SandboxCreateBackend | Unset
+        if isinstance(_backend, Unset):
+            backend = UNSET
+        else:
+            backend = SandboxCreateBackend(_backend)
+
+        cpu = d.pop("cpu", UNSET)
+
+        disk_mb = d.pop("disk_mb", UNSET)
+
+        _env = d.pop("env", UNSET)
+        env: SandboxCreateEnv | Unset
+        if isinstance(_env, Unset):
+            env = UNSET
+        else:
+            env = SandboxCreateEnv.from_dict(_env)
+
+        _labels = d.pop("labels", UNSET)
+        labels: SandboxCreateLabels | Unset
+        if isinstance(_labels, Unset):
+            labels = UNSET
+        else:
+            labels = SandboxCreateLabels.from_dict(_labels)
+
+        memory_mb = d.pop("memory_mb", UNSET)
+
+        network = cast(Literal["none"] | Unset, d.pop("network", UNSET))
+        if network != "none" and not isinstance(network, Unset):
+            raise ValueError(f"network must match const 'none', got '{network}'")
+
+        pids_limit = d.pop("pids_limit", UNSET)
+
+        timeout_s = d.pop("timeout_s", UNSET)
+
+        sandbox_create = cls(
+            environment=environment,
+            backend=backend,
+            cpu=cpu,
+            disk_mb=disk_mb,
+            env=env,
+            labels=labels,
+            memory_mb=memory_mb,
+            network=network,
+            pids_limit=pids_limit,
+            timeout_s=timeout_s,
+        )
+
+        sandbox_create.additional_properties = d
+        return sandbox_create
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Self, TypeVar
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..types import UNSET, Unset
+
+T = TypeVar("T", bound="Usage")
+
+
+@_attrs_define
+class Usage:
+    """
+    Attributes:
+        cpu_seconds (float | Unset):  Default: 0.0.
+        oom_kills (int | Unset):  Default: 0.
+        peak_memory_bytes (int | Unset):  Default: 0.
+        wall_time_s (float | Unset):  Default: 0.0.
+    """
+
+    cpu_seconds: float | Unset = 0.0
+    oom_kills: int | Unset = 0
+    peak_memory_bytes: int | Unset = 0
+    wall_time_s: float | Unset = 0.0
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        cpu_seconds = self.cpu_seconds
+
+        oom_kills = self.oom_kills
+
+        peak_memory_bytes = self.peak_memory_bytes
+
+        wall_time_s = self.wall_time_s
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update({})
+        if cpu_seconds is not UNSET:
+            field_dict["cpu_seconds"] = cpu_seconds
+        if oom_kills is not UNSET:
+            field_dict["oom_kills"] = oom_kills
+        if peak_memory_bytes is not UNSET:
+            field_dict["peak_memory_bytes"] = peak_memory_bytes
+        if wall_time_s is not UNSET:
+            field_dict["wall_time_s"] = wall_time_s
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
+        d = dict(src_dict)
+        cpu_seconds = d.pop("cpu_seconds", UNSET)
+
+        oom_kills = d.pop("oom_kills", UNSET)
+
+        peak_memory_bytes = d.pop("peak_memory_bytes", UNSET)
+
+        wall_time_s = d.pop("wall_time_s", UNSET)
+
+        usage = cls(
+            cpu_seconds=cpu_seconds,
+            oom_kills=oom_kills,
+            peak_memory_bytes=peak_memory_bytes,
+            wall_time_s=wall_time_s,
+        )
+
+        usage.additional_properties = d
+        return usage
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

@@ -1,0 +1,112 @@
+"""Service fixtures shared by every test: Redis and RabbitMQ.
+
+Where a Docker engine answers (a developer's laptop) they come from testcontainers;
+otherwise from locally installed servers: the ones `make test` started (CORRAL_TEST_REDIS_URL,
+CORRAL_TEST_AMQP_URL), or private ones this session starts with scripts/servers.sh.
+Each pytest-xdist worker gets its own Redis database and RabbitMQ vhost, so parallel
+workers never see each other's nodes, sandboxes or queues.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw") or 0)
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def service_urls(tmp_path_factory):
+    redis_url = os.environ.get("CORRAL_TEST_REDIS_URL")
+    amqp_url = os.environ.get("CORRAL_TEST_AMQP_URL")
+    cleanup = []
+    if not (redis_url and amqp_url):
+        if _docker_answers():
+            from testcontainers.rabbitmq import RabbitMqContainer
+            from testcontainers.redis import RedisContainer
+
+            redis_c = RedisContainer().start()
+            rabbit_c = RabbitMqContainer().start()
+            cleanup += [redis_c.stop, rabbit_c.stop]
+            redis_url = f"redis://{redis_c.get_container_host_ip()}:{redis_c.get_exposed_port(6379)}/0"
+            amqp_url = (f"amqp://guest:guest@{rabbit_c.get_container_host_ip()}:"
+                        f"{rabbit_c.get_exposed_port(5672)}/")
+        elif shutil.which("redis-server") and shutil.which("rabbitmq-server"):
+            state = tempfile.mkdtemp(prefix="corral-servers-")
+            base = 47000 + 10 * _worker_index()
+            out = subprocess.run([str(ROOT / "scripts/servers.sh"), "start", state, str(base + 1), str(base + 2)],
+                                 check=True, capture_output=True, text=True).stdout.split()
+            redis_url, amqp_url = out[-2], out[-1]
+            cleanup.append(lambda: subprocess.run([str(ROOT / "scripts/servers.sh"), "stop", state], check=False))
+        else:
+            pytest.skip("needs Redis and RabbitMQ: a Docker engine, or redis-server and rabbitmq-server installed")
+    index = _worker_index()
+    vhost = f"corral-test-{index}"
+    _ensure_vhost(amqp_url, vhost)
+    redis_url = redis_url.rsplit("/", 1)[0] + f"/{index % 16}"
+    amqp_url = amqp_url.rstrip("/") + "/" + urllib.parse.quote(vhost, safe="")
+    yield {"redis_url": redis_url, "amqp_url": amqp_url}
+    for stop in reversed(cleanup):
+        stop()
+
+
+def _ensure_vhost(amqp_url: str, vhost: str) -> None:
+    """Create a vhost with the broker's own CLI (AMQP cannot create one)."""
+    port = urllib.parse.urlparse(amqp_url).port or 5672
+    ctl = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+    node = f"corral-{port}@localhost"
+    env = os.environ.copy()
+    state_cookie = _find_cookie(port)
+    if state_cookie:
+        env["HOME"] = state_cookie
+        env["ERL_EPMD_PORT"] = str(port - 1000)
+    if not Path(ctl).exists() or not state_cookie:
+        # A broker we do not manage (testcontainers): fall back to the default vhost.
+        return
+    subprocess.run([ctl, "-n", node, "-q", "add_vhost", vhost], env=env, capture_output=True)
+    subprocess.run([ctl, "-n", node, "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+                   env=env, check=True, capture_output=True)
+
+
+def _find_cookie(port: int) -> str | None:
+    """The HOME of the private broker started by scripts/servers.sh on this port."""
+    for candidate in Path(tempfile.gettempdir()).glob("corral-*/rabbitmq/port"):
+        if candidate.read_text().strip() == str(port):
+            return str(candidate.parent)
+    explicit = os.environ.get("CORRAL_TEST_RABBITMQ_HOME")
+    return explicit
+
+
+@pytest.fixture
+def redis_url(service_urls):
+    """A Redis URL whose database is empty at the start of the test."""
+    import redis
+
+    client = redis.Redis.from_url(service_urls["redis_url"])
+    client.flushdb()
+    client.close()
+    return service_urls["redis_url"]
+
+
+@pytest.fixture
+def amqp_url(service_urls):
+    return service_urls["amqp_url"]
