@@ -5,9 +5,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from corral_client.models import ExecRequest, ExecResult, SandboxCreate, SandboxCreateEnv, SandboxCreateLabels
-from corral_client.models.exec_request_env import ExecRequestEnv
-from corral_client.types import UNSET
+from corral_client.models import ExecRequest, ExecResult, SandboxCreate
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -23,19 +21,18 @@ def resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
 def create_body(environment: str, *, backend: str = "auto", cpu: float = 1.0, memory_mb: int = 256,
                 disk_mb: int = 1024, timeout_s: int = 3600, pids_limit: int = 512,
                 env: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> SandboxCreate:
-    return SandboxCreate(
-        environment=environment, backend=backend, cpu=cpu, memory_mb=memory_mb, disk_mb=disk_mb,
-        timeout_s=timeout_s, pids_limit=pids_limit,
-        env=SandboxCreateEnv.from_dict(env or {}), labels=SandboxCreateLabels.from_dict(labels or {}),
-    )
+    return SandboxCreate.from_dict({
+        "environment": environment, "backend": backend, "cpu": cpu, "memory_mb": memory_mb, "disk_mb": disk_mb,
+        "timeout_s": timeout_s, "pids_limit": pids_limit, "env": env or {}, "labels": labels or {},
+    })
 
 
 def exec_body(cmd: list[str] | str, *, cwd: str | None = None, env: dict[str, str] | None = None,
               stdin: str | None = None, timeout_s: float = 60.0, output_limit: int | None = None,
               user: str = "user") -> ExecRequest:
-    return ExecRequest(cmd=cmd, cwd=cwd if cwd is not None else UNSET, env=ExecRequestEnv.from_dict(env or {}),
-                       stdin=stdin if stdin is not None else UNSET, timeout_s=timeout_s,
-                       output_limit=output_limit if output_limit is not None else UNSET, user=user)
+    body = {"cmd": cmd, "cwd": cwd, "env": env or {}, "stdin": stdin, "timeout_s": timeout_s,
+            "output_limit": output_limit, "user": user}
+    return ExecRequest.from_dict({k: v for k, v in body.items() if v is not None})
 
 
 @dataclass

@@ -61,13 +61,26 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
     return app
 
 
-def main() -> None:
+async def cleanup(settings: NodeAgentSettings) -> None:
+    """Remove every container, mount and cgroup a (stopped) agent with these settings left."""
+    layers = LayerCache(settings.state_dir, settings.image_service_url)
+    await SandboxManager(ContainerBackend(settings), layers).start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m corral_node_agent`` serves; ``python -m corral_node_agent cleanup`` cleans up and exits."""
+    import sys
+
     import uvicorn
 
     from corral_node_agent.host import enter_private_mount_namespace
 
+    args = sys.argv[1:] if argv is None else argv
     # Must run while the process is still single-threaded (before uvicorn and the loop).
     enter_private_mount_namespace()
     settings = NodeAgentSettings()
+    if args[:1] == ["cleanup"]:
+        asyncio.run(cleanup(settings))
+        return
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
                 log_level=settings.log_level.lower(), access_log=False)

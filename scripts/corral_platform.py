@@ -1,0 +1,200 @@
+"""Bring the whole Corral platform up on this machine as background processes, or down.
+
+    python scripts/corral_platform.py up   [--state-dir .state] [--nodes 2] [--with-debian]
+    python scripts/corral_platform.py down [--state-dir .state]
+
+Everything lives under the state dir: logs/<service>.log, run/<service>.pid, the servers'
+data, image blobs, node state. `make up` / `make down` call this; the end-to-end tests use
+it too, so the way users start Corral is the way it is tested.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def _ports(args: argparse.Namespace) -> dict[str, int]:
+    base = args.base_port
+    return {"api": base, "scheduler": base + 1, "image-service": base + 2, "memory-manager": base + 3}
+
+
+def _env(args: argparse.Namespace, state: Path, redis_url: str, amqp_url: str) -> dict[str, str]:
+    ports = _ports(args)
+    env = dict(os.environ)
+    env.update({
+        "CORRAL_REDIS_URL": redis_url,
+        "CORRAL_AMQP_URL": amqp_url,
+        "CORRAL_IMAGE_SERVICE_URL": f"http://127.0.0.1:{ports['image-service']}",
+        "CORRAL_INTERNAL_TOKEN": _secret(state / "internal-token"),
+        "CORRAL_NODE_HEARTBEAT_TIMEOUT_S": str(args.heartbeat_timeout),
+        "CORRAL_NODE_HEARTBEAT_INTERVAL_S": str(max(0.2, args.heartbeat_timeout / 5)),
+        "CORRAL_LOG_LEVEL": args.log_level,
+    })
+    return env
+
+
+def _secret(path: Path) -> str:
+    if not path.exists():
+        import secrets
+
+        path.write_text(secrets.token_urlsafe(24))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _start(name: str, module: list[str], env: dict[str, str], state: Path) -> int:
+    pid_file = state / "run" / f"{name}.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, 0)
+            return pid  # already running
+        except ProcessLookupError:
+            pass
+    log = open(state / "logs" / f"{name}.log", "ab")
+    proc = subprocess.Popen([PYTHON, "-m", *module], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True, cwd=state)
+    pid_file.write_text(str(proc.pid))
+    return proc.pid
+
+
+def _wait_healthy(name: str, url: str, state: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        pid = int((state / "run" / f"{name}.pid").read_text())
+        if not _alive(pid):
+            tail = (state / "logs" / f"{name}.log").read_text()[-3000:]
+            raise SystemExit(f"{name} exited during start; its log ends with:\n{tail}")
+        time.sleep(0.1)
+    raise SystemExit(f"{name} did not answer {url}/healthz within {timeout}s (log: {state}/logs/{name}.log)")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie child of ours counts as dead
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return True
+
+
+def up(args: argparse.Namespace) -> dict:
+    state = Path(args.state_dir).resolve()
+    for sub in ("logs", "run", "servers", "images", "nodes", "api"):
+        (state / sub).mkdir(parents=True, exist_ok=True)
+    redis_url, amqp_url = args.redis_url, args.amqp_url
+    if not (redis_url and amqp_url):
+        out = subprocess.run([str(ROOT / "scripts/servers.sh"), "start", str(state / "servers"),
+                              str(args.redis_port), str(args.amqp_port)], check=True, capture_output=True, text=True)
+        redis_url, amqp_url = out.stdout.split()[-2:]
+    env = _env(args, state, redis_url, amqp_url)
+    ports = _ports(args)
+    api_key = _secret(state / "api-key")
+    services = {
+        "image-service": (["corral_image_service"], {"CORRAL_IMAGE_PORT": str(ports["image-service"]),
+                                                     "CORRAL_IMAGE_DATA_DIR": str(state / "images")}),
+        "scheduler": (["corral_scheduler"], {"CORRAL_SCHEDULER_PORT": str(ports["scheduler"])}),
+        "api": (["corral_api"], {"CORRAL_API_PORT": str(ports["api"]), "CORRAL_API_DATA_DIR": str(state / "api"),
+                                 "CORRAL_API_KEYS": f"{args.tenant}:{api_key}"}),
+        "memory-manager": (["corral_memory_manager"], {"CORRAL_MEMORY_MANAGER_PORT": str(ports["memory-manager"])}),
+    }
+    for n in range(1, args.nodes + 1):
+        node_id = f"node-{n}"
+        services[node_id] = (["corral_node_agent"], {
+            "CORRAL_NODE_ID": node_id, "CORRAL_NODE_PORT": str(args.base_port + 100 + n),
+            "CORRAL_NODE_STATE_DIR": str(state / "nodes" / node_id),
+        })
+    urls = {}
+    for name, (module, extra) in services.items():
+        _start(name, module, {**env, **extra}, state)
+        port = extra.get("CORRAL_NODE_PORT") or str(ports.get(name))
+        urls[name] = f"http://127.0.0.1:{port}"
+    for name, url in urls.items():
+        _wait_healthy(name, url, state)
+    build = [PYTHON, "-m", "corral_image_service.cli", "build-base", "busybox", "--name", "busybox", "--version", "1",
+             "--url", urls["image-service"], "--work-dir", str(state / "images" / "builders")]
+    subprocess.run(build, check=True, capture_output=True, env={**env, "CORRAL_IMAGE_DATA_DIR": str(state / "images")})
+    if args.with_debian:
+        subprocess.run([*build[:4], "debian", "--name", "debian-python", "--version", "1", *build[8:]], check=True,
+                       env={**env, "CORRAL_IMAGE_DATA_DIR": str(state / "images")})
+    info = {"api": urls["api"], "api_key": api_key, "tenant": args.tenant, "urls": urls, "redis_url": redis_url,
+            "amqp_url": amqp_url, "state_dir": str(state), "internal_token": env["CORRAL_INTERNAL_TOKEN"]}
+    (state / "platform.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def stop_process(state: Path, name: str, timeout: float = 10.0) -> None:
+    pid_file = state / "run" / f"{name}.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text())
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pid_file.unlink()
+        return
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+
+
+def down(args: argparse.Namespace) -> None:
+    state = Path(args.state_dir).resolve()
+    run = state / "run"
+    names = [p.stem for p in run.glob("*.pid")] if run.exists() else []
+    for name in sorted(names, key=lambda n: n != "api"):  # stop taking requests first
+        stop_process(state, name)
+    info = json.loads((state / "platform.json").read_text()) if (state / "platform.json").exists() else {}
+    for node_dir in sorted((state / "nodes").glob("node-*")) if (state / "nodes").exists() else []:
+        env = dict(os.environ, CORRAL_NODE_ID=node_dir.name, CORRAL_NODE_STATE_DIR=str(node_dir))
+        if info.get("redis_url"):
+            env["CORRAL_REDIS_URL"] = info["redis_url"]
+        subprocess.run([PYTHON, "-m", "corral_node_agent", "cleanup"], env=env, check=False, capture_output=True)
+    if (state / "servers").exists():
+        subprocess.run([str(ROOT / "scripts/servers.sh"), "stop", str(state / "servers")], check=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="corral_platform")
+    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("--state-dir", default=str(ROOT / ".state"))
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--base-port", type=int, default=8000)
+    parser.add_argument("--redis-port", type=int, default=6379)
+    parser.add_argument("--amqp-port", type=int, default=5672)
+    parser.add_argument("--redis-url", default="", help="use this Redis instead of starting one")
+    parser.add_argument("--amqp-url", default="", help="use this RabbitMQ instead of starting one")
+    parser.add_argument("--tenant", default="default")
+    parser.add_argument("--heartbeat-timeout", type=float, default=10.0)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--with-debian", action="store_true", help="also build a Debian+python3 base (debootstrap)")
+    args = parser.parse_args()
+    if args.command == "up":
+        info = up(args)
+        print(json.dumps(info))
+    else:
+        down(args)
+
+
+if __name__ == "__main__":
+    main()
