@@ -1,0 +1,3 @@
+from corral_memory_manager.app import main
+
+main()

@@ -1,0 +1,42 @@
+"""Memory-manager service (one per node): reports and tunes the host's memory sharing/reclaim.
+
+For now: host memory (meminfo, KSM, DAMON availability, swap/zram) and the KSM knobs.
+Balloon targets over QMP and DAMON/madvise reclaim drivers come later.
+"""
+
+from corral_common.errors import install_error_handlers
+from corral_common.logging import configure_logging
+from corral_common.telemetry import instrument_app, setup_tracing
+from fastapi import FastAPI
+
+from corral_memory_manager.host.router import router as host_router
+from corral_memory_manager.host.service import HostMemoryService
+from corral_memory_manager.settings import MemoryManagerSettings
+
+
+def create_app(settings: MemoryManagerSettings | None = None) -> FastAPI:
+    settings = settings or MemoryManagerSettings()
+    configure_logging(f"memory-manager:{settings.node_id}", settings.log_level, settings.log_json)
+    setup_tracing("corral-memory-manager", settings.otel_exporter_otlp_endpoint)
+
+    app = FastAPI(title=f"Corral memory-manager {settings.node_id}", version="0.1.0",
+                  description="Per-node memory: meminfo, KSM, DAMON availability, swap and zram.")
+    app.state.settings = settings
+    app.state.host = HostMemoryService(settings.node_id, settings.proc_root, settings.sys_root)
+    install_error_handlers(app)
+    instrument_app(app)
+    app.include_router(host_router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "node_id": settings.node_id}
+
+    return app
+
+
+def main() -> None:
+    import uvicorn
+
+    settings = MemoryManagerSettings()
+    uvicorn.run(create_app(settings), host=settings.memory_manager_host, port=settings.memory_manager_port,
+                log_level=settings.log_level.lower(), access_log=False)

@@ -1,0 +1,45 @@
+"""``/v1/host``: this node's memory, and the KSM knobs.
+
+Every route requires header X-Corral-Internal-Token when the internal_token setting is
+non-empty (401 otherwise): setting KSM changes the whole host.
+"""
+
+import hmac
+from typing import Annotated
+
+from corral_common.errors import ERROR_RESPONSES, Unauthorized
+from fastapi import APIRouter, Depends, Request
+
+from .schemas import HostMemory, KsmState, KsmUpdate
+from .service import HostMemoryService
+
+INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"
+
+
+def require_internal_token(request: Request) -> None:
+    expected = request.app.state.settings.internal_token or ""
+    if not expected:
+        return
+    given = request.headers.get(INTERNAL_TOKEN_HEADER, "")
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise Unauthorized("missing or invalid internal token", loc=["header", INTERNAL_TOKEN_HEADER])
+
+
+def get_host(request: Request) -> HostMemoryService:
+    return request.app.state.host
+
+
+HostDep = Annotated[HostMemoryService, Depends(get_host)]
+
+router = APIRouter(prefix="/v1/host", tags=["host memory"], dependencies=[Depends(require_internal_token)],
+                   responses={k: ERROR_RESPONSES[k] for k in (401, 503)})
+
+
+@router.get("/memory", summary="Host memory: meminfo, KSM, DAMON availability, swap and zram")
+def host_memory(host: HostDep) -> HostMemory:
+    return host.snapshot()
+
+
+@router.post("/ksm", summary="Start/stop KSM and set its scan rate", responses={422: ERROR_RESPONSES[422]})
+def set_ksm(update: KsmUpdate, host: HostDep) -> KsmState:
+    return host.set_ksm(update)
