@@ -31,7 +31,7 @@ start)
   # Let a test kill a consumer and see its unacked messages go back quickly.
   [ -f "$state/rabbitmq/rabbitmq.conf" ] || printf 'consumer_timeout = 3600000\nloopback_users = none\n' > "$state/rabbitmq/rabbitmq.conf"
   if ! /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" status >/dev/null 2>&1; then
-    /usr/lib/rabbitmq/bin/rabbitmq-server -detached
+    (cd "$state/rabbitmq" && /usr/lib/rabbitmq/bin/rabbitmq-server -detached)  # erl_crash.dump lands in cwd
   fi
   # await_startup gives up at once while the node is not yet registered with epmd: poll first.
   for _ in $(seq 60); do /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" -q ping >/dev/null 2>&1 && break; sleep 0.2; done
@@ -43,9 +43,14 @@ stop)
   if [ -f "$state/redis/redis.pid" ]; then kill "$(cat "$state/redis/redis.pid")" 2>/dev/null || true; rm -f "$state/redis/redis.pid"; fi
   if [ -f "$state/rabbitmq/port" ]; then
     amqp_port=$(cat "$state/rabbitmq/port"); node="corral-${amqp_port}@localhost"; rabbit_env
+    beam=$(cat "$state/rabbitmq/rabbitmq.pid" 2>/dev/null || true)
     /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" stop >/dev/null 2>&1 || true
-    pkill -f "epmd.*-port $((amqp_port - 1000))" 2>/dev/null || true
-    pkill -f "beam.*${node}" 2>/dev/null || true
+    [ -n "$beam" ] && kill -9 "$beam" 2>/dev/null || true
+    # epmd is started with its port in the environment, not on its command line: find it by socket.
+    for pid in $(ss -Hltnp "sport = :$((amqp_port - 1000))" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+      kill "$pid" 2>/dev/null || true
+    done
+    rm -f "$state/rabbitmq/port"
   fi
   ;;
 *) echo "usage: $0 start|stop STATE_DIR [REDIS_PORT AMQP_PORT]" >&2; exit 2 ;;

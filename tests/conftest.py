@@ -38,8 +38,10 @@ def _docker_answers() -> bool:
 def service_urls(tmp_path_factory):
     redis_url = os.environ.get("CORRAL_TEST_REDIS_URL")
     amqp_url = os.environ.get("CORRAL_TEST_AMQP_URL")
+    rabbit_home = os.environ.get("CORRAL_TEST_RABBITMQ_HOME")
     cleanup = []
     if not (redis_url and amqp_url):
+        rabbit_home = None
         if _docker_answers():
             from testcontainers.rabbitmq import RabbitMqContainer
             from testcontainers.redis import RedisContainer
@@ -56,44 +58,33 @@ def service_urls(tmp_path_factory):
             out = subprocess.run([str(ROOT / "scripts/servers.sh"), "start", state, str(base + 1), str(base + 2)],
                                  check=True, capture_output=True, text=True).stdout.split()
             redis_url, amqp_url = out[-2], out[-1]
+            rabbit_home = f"{state}/rabbitmq"
             cleanup.append(lambda: subprocess.run([str(ROOT / "scripts/servers.sh"), "stop", state], check=False))
         else:
             pytest.skip("needs Redis and RabbitMQ: a Docker engine, or redis-server and rabbitmq-server installed")
     index = _worker_index()
-    vhost = f"corral-test-{index}"
-    _ensure_vhost(amqp_url, vhost)
     redis_url = redis_url.rsplit("/", 1)[0] + f"/{index % 16}"
-    amqp_url = amqp_url.rstrip("/") + "/" + urllib.parse.quote(vhost, safe="")
+    if rabbit_home:
+        vhost = f"corral-test-{index}"
+        _ensure_vhost(amqp_url, vhost, rabbit_home)
+        amqp_url = amqp_url.rstrip("/") + "/" + urllib.parse.quote(vhost, safe="")
     yield {"redis_url": redis_url, "amqp_url": amqp_url}
     for stop in reversed(cleanup):
         stop()
 
 
-def _ensure_vhost(amqp_url: str, vhost: str) -> None:
-    """Create a vhost with the broker's own CLI (AMQP cannot create one)."""
+def _ensure_vhost(amqp_url: str, vhost: str, rabbit_home: str) -> None:
+    """Create a vhost with the broker's own CLI (AMQP cannot), on a broker scripts/servers.sh runs.
+
+    Brokers from testcontainers are private to this worker already and keep the default vhost.
+    """
     port = urllib.parse.urlparse(amqp_url).port or 5672
     ctl = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+    env = dict(os.environ, HOME=rabbit_home, ERL_EPMD_PORT=str(port - 1000))
     node = f"corral-{port}@localhost"
-    env = os.environ.copy()
-    state_cookie = _find_cookie(port)
-    if state_cookie:
-        env["HOME"] = state_cookie
-        env["ERL_EPMD_PORT"] = str(port - 1000)
-    if not Path(ctl).exists() or not state_cookie:
-        # A broker we do not manage (testcontainers): fall back to the default vhost.
-        return
     subprocess.run([ctl, "-n", node, "-q", "add_vhost", vhost], env=env, capture_output=True)
     subprocess.run([ctl, "-n", node, "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
                    env=env, check=True, capture_output=True)
-
-
-def _find_cookie(port: int) -> str | None:
-    """The HOME of the private broker started by scripts/servers.sh on this port."""
-    for candidate in Path(tempfile.gettempdir()).glob("corral-*/rabbitmq/port"):
-        if candidate.read_text().strip() == str(port):
-            return str(candidate.parent)
-    explicit = os.environ.get("CORRAL_TEST_RABBITMQ_HOME")
-    return explicit
 
 
 @pytest.fixture

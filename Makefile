@@ -1,0 +1,60 @@
+# Corral: two commands on a fresh Debian/Ubuntu machine, as root:
+#   make up     install what is missing, start everything, build the default base, print how to use it
+#   make test   run the whole test suite (starts the servers it needs)
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STATE ?= $(CURDIR)/.state
+TEST_STATE ?= $(CURDIR)/.state-test
+NODES ?= 2
+APT_PACKAGES := python3 python3-venv python3-dev gcc redis-server rabbitmq-server crun erofs-utils busybox-static \
+	debootstrap iproute2 postgresql docker-compose
+PACKAGES := -e libs/common -e services/api -e services/scheduler -e services/node-agent \
+	-e services/image-service -e services/memory-manager -e clients/python
+PYTEST_ARGS ?=
+
+.PHONY: up down deps venv test client client-check bench lint clean
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: requirements-dev.txt $(wildcard */*/pyproject.toml) clients/python/pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q $(PACKAGES) -r requirements-dev.txt
+	touch $@
+
+venv: deps $(VENV)/.installed
+
+up: venv
+	@$(PY) scripts/corral_platform.py up --state-dir $(STATE) --nodes $(NODES) $(UP_ARGS) > $(STATE).json
+	@$(PY) scripts/print_welcome.py $(STATE).json
+
+down:
+	$(PY) scripts/corral_platform.py down --state-dir $(STATE)
+
+test: venv
+	@scripts/servers.sh start $(TEST_STATE)/servers 46379 45672 > $(TEST_STATE).urls
+	@set -o pipefail; read redis amqp < $(TEST_STATE).urls; \
+	CORRAL_TEST_REDIS_URL=$$redis CORRAL_TEST_AMQP_URL=$$amqp CORRAL_TEST_RABBITMQ_HOME=$(TEST_STATE)/servers/rabbitmq \
+	  $(PY) -m pytest tests $(PYTEST_ARGS); rc=$$?; \
+	scripts/servers.sh stop $(TEST_STATE)/servers; exit $$rc
+
+client: venv
+	$(PY) scripts/generate_client.py
+
+client-check: venv
+	$(PY) scripts/generate_client.py --check
+
+bench: venv
+	$(PY) bench/sandbox_lifecycle.py
+
+lint: venv
+	$(VENV)/bin/ruff check libs services clients/python/corral scripts bench tests
+
+clean: down
+	rm -rf $(STATE) $(STATE).json $(TEST_STATE) $(TEST_STATE).urls

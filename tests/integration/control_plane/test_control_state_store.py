@@ -1,0 +1,73 @@
+"""StateStore against a real Redis: compare-and-set transitions and atomic capacity."""
+
+import asyncio
+
+import pytest
+
+from corral_common.sandboxes import SandboxSpec, SandboxState
+from corral_common.state import StateStore
+
+
+@pytest.fixture
+async def store(redis_url):
+    s = StateStore.from_url(redis_url)
+    yield s
+    await s.close()
+
+
+async def test_transition_follows_the_state_machine(store):
+    await store.create_sandbox("sb-1", "t1", SandboxSpec(environment="e"))
+    assert (await store.transition("sb-1", SandboxState.running)) == (False, SandboxState.pending)
+    assert (await store.transition("sb-1", SandboxState.scheduled, node_id="n1")) == (True, SandboxState.pending)
+    record = await store.get_sandbox("sb-1")
+    assert record.state is SandboxState.scheduled and record.node_id == "n1"
+    assert (await store.transition("sb-1", SandboxState.failed, reason="node_lost"))[0]
+    # Terminal is final, and the record now expires.
+    assert not (await store.transition("sb-1", SandboxState.running))[0]
+    assert 0 < await store.redis.ttl("sb:sb-1") <= 3600
+
+
+async def test_concurrent_transitions_have_one_winner(store):
+    await store.create_sandbox("sb-2", "t1", SandboxSpec(environment="e"))
+    results = await asyncio.gather(*(store.transition("sb-2", SandboxState.terminated, reason=f"r{i}") for i in range(20)))
+    assert sum(changed for changed, _ in results) == 1
+
+
+async def test_reserve_never_overcommits(store):
+    await store.heartbeat("n1", "http://n1", cpu_capacity=100, memory_mb=1000, max_sandboxes=100)
+    spec = SandboxSpec(environment="e", memory_mb=100, cpu=0.1)
+    got = await asyncio.gather(*(store.reserve("n1", f"sb-{i}", spec, 10) for i in range(25)))
+    assert sum(1 for g in got if g) == 10  # 1000 MB / 100 MB
+    node = await store.get_node("n1")
+    assert node.used_memory_mb == 1000 and node.used_sandboxes == 10
+
+
+async def test_reserve_is_idempotent_and_release_frees(store):
+    await store.heartbeat("n1", "http://n1", cpu_capacity=1, memory_mb=1000, max_sandboxes=10)
+    spec = SandboxSpec(environment="e", memory_mb=600, cpu=0.5)
+    assert await store.reserve("n1", "sb-a", spec, 10) == "n1"
+    assert await store.reserve("n1", "sb-a", spec, 10) == "n1"  # re-delivered request: same reservation
+    assert (await store.get_node("n1")).used_memory_mb == 600
+    assert await store.reserve("n1", "sb-b", spec, 10) is None
+    assert await store.release("sb-a")
+    assert not await store.release("sb-a")
+    assert (await store.get_node("n1")).used_memory_mb == 0
+    assert await store.reserve("n1", "sb-b", spec, 10) == "n1"
+
+
+async def test_stale_node_takes_nothing(store):
+    await store.heartbeat("n1", "http://n1", cpu_capacity=1, memory_mb=1000, max_sandboxes=10)
+    await store.redis.hset("node:n1", "heartbeat_at", "0")
+    await store.redis.zadd("nodes", {"n1": 0})
+    assert await store.reserve("n1", "sb-x", SandboxSpec(environment="e"), 10) is None
+    assert await store.lost_nodes(10) == ["n1"]
+    assert await store.live_nodes(10) == []
+
+
+async def test_list_and_tenant_index(store):
+    await store.create_sandbox("sb-1", "t1", SandboxSpec(environment="e", labels={"job": "a"}))
+    await store.create_sandbox("sb-2", "t2", SandboxSpec(environment="e"))
+    assert [r.id for r in await store.list_sandboxes("t1")] == ["sb-1"]
+    await store.redis.delete("sb:sb-1")  # expired
+    assert await store.list_sandboxes("t1") == []
+    assert await store.redis.smembers("sb:tenant:t1") == set()

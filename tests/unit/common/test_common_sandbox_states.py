@@ -1,0 +1,44 @@
+import pytest
+from pydantic import ValidationError
+
+from corral_common.sandboxes import ALLOWED_TRANSITIONS, TERMINAL_STATES, SandboxSpec, SandboxState, can_transition
+
+
+def test_happy_path_is_allowed():
+    path = ["pending", "scheduled", "starting", "running", "stopping", "terminated"]
+    for current, target in zip(path, path[1:]):
+        assert can_transition(current, target), (current, target)
+
+
+@pytest.mark.parametrize("state", [s for s in SandboxState if s not in TERMINAL_STATES])
+def test_every_live_state_can_fail(state):
+    assert can_transition(state, SandboxState.failed)
+
+
+@pytest.mark.parametrize("state", sorted(TERMINAL_STATES))
+def test_terminal_states_are_final(state):
+    assert ALLOWED_TRANSITIONS[state] == frozenset()
+    assert not can_transition(state, SandboxState.running)
+
+
+def test_no_going_back():
+    assert not can_transition("running", "starting")
+    assert not can_transition("stopping", "running")
+    assert not can_transition("scheduled", "pending")
+
+
+@pytest.mark.parametrize("field,value", [("memory_mb", 0), ("timeout_s", -1), ("cpu", 0), ("disk_mb", 1),
+                                         ("environment", ""), ("backend", "vm"), ("network", "bridge")])
+def test_spec_rejects_bad_values(field, value):
+    with pytest.raises(ValidationError) as info:
+        SandboxSpec(**{"environment": "busybox", field: value})
+    assert info.value.errors()[0]["loc"] == (field,)
+
+
+def test_spec_rejects_bad_env_and_labels():
+    with pytest.raises(ValidationError):
+        SandboxSpec(environment="e", env={"A=B": "x"})
+    with pytest.raises(ValidationError):
+        SandboxSpec(environment="e", labels={"bad key!": "x"})
+    spec = SandboxSpec(environment="e", labels={"job": "a", "team.io/x": "1"})
+    assert spec.labels["job"] == "a" and spec.network == "none"
