@@ -112,7 +112,7 @@ def up(args: argparse.Namespace) -> dict:
                                                      "CORRAL_IMAGE_DATA_DIR": str(state / "images")}),
         "scheduler": (["corral_scheduler"], {"CORRAL_SCHEDULER_PORT": str(ports["scheduler"])}),
         "api": (["corral_api"], {"CORRAL_API_PORT": str(ports["api"]), "CORRAL_API_DATA_DIR": str(state / "api"),
-                                 "CORRAL_API_KEYS": f"{args.tenant}:{api_key}"}),
+                                 "CORRAL_API_KEYS": ",".join([f"{args.tenant}:{api_key}", *args.extra_api_key])}),
         "memory-manager": (["corral_memory_manager"], {"CORRAL_MEMORY_MANAGER_PORT": str(ports["memory-manager"])}),
     }
     for n in range(1, args.nodes + 1):
@@ -185,6 +185,8 @@ def main() -> None:
     parser.add_argument("--redis-url", default="", help="use this Redis instead of starting one")
     parser.add_argument("--amqp-url", default="", help="use this RabbitMQ instead of starting one")
     parser.add_argument("--tenant", default="default")
+    parser.add_argument("--extra-api-key", action="append", default=[], metavar="TENANT:KEY",
+                        help="another tenant's key (repeatable)")
     parser.add_argument("--heartbeat-timeout", type=float, default=10.0)
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--with-debian", action="store_true", help="also build a Debian+python3 base (debootstrap)")

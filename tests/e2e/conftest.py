@@ -1,0 +1,90 @@
+"""The whole platform as processes (scripts/corral_platform.py, as `make up` runs it), driven by the SDK.
+
+Needs root, crun and mkfs.erofs (real containers on real EROFS + overlay mounts).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OTHER_TENANT_KEY = "other-tenant-key-123"
+HEARTBEAT_TIMEOUT_S = 3.0
+
+
+def _missing() -> str:
+    if os.geteuid() != 0:
+        return "end-to-end tests need root (crun, mounts, cgroups)"
+    tools = [t for t in ("crun", "mkfs.erofs", "busybox", "redis-server", "rabbitmq-server") if not shutil.which(t)]
+    return f"missing tools: {', '.join(tools)}" if tools else ""
+
+
+def pytest_collection_modifyitems(config, items):
+    here = str(Path(__file__).parent)
+    reason = _missing()
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def platform(service_urls, tmp_path_factory):
+    import redis
+
+    redis.Redis.from_url(service_urls["redis_url"]).flushdb()
+    state = tmp_path_factory.mktemp("platform")
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    base_port = 21000 + 200 * worker
+    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true")
+    cmd = [sys.executable, str(ROOT / "scripts/corral_platform.py"), "--state-dir", str(state),
+           "--redis-url", service_urls["redis_url"], "--amqp-url", service_urls["amqp_url"]]
+    up = subprocess.run([*cmd[:2], "up", *cmd[2:], "--nodes", "2", "--base-port", str(base_port),
+                         "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S), "--extra-api-key", f"other:{OTHER_TENANT_KEY}"],
+                        env=env, capture_output=True, text=True)
+    if up.returncode != 0:
+        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in (state / "logs").glob("*.log"))
+        pytest.fail(f"platform did not come up:\n{up.stderr[-3000:]}\n{logs}")
+    info = json.loads(up.stdout.strip().splitlines()[-1])
+    info["state"] = state
+    yield info
+    subprocess.run([*cmd[:2], "down", *cmd[2:]], env=env, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def corral(platform):
+    from corral import Corral
+
+    with Corral(platform["api"], platform["api_key"]) as client:
+        yield client
+
+
+def agent_pid(platform, node_id: str) -> int:
+    return int((platform["state"] / "run" / f"{node_id}.pid").read_text())
+
+
+def leftovers(platform, node_id: str, sandbox_id: str) -> list[str]:
+    """Everything a deleted sandbox could leave behind on its node; empty when clean."""
+    found = []
+    pid_file = platform["state"] / "run" / f"{node_id}.pid"
+    if pid_file.exists():
+        mountinfo = Path(f"/proc/{int(pid_file.read_text())}/mountinfo")
+        if mountinfo.exists():
+            found += [f"mount: {line.split()[4]}" for line in mountinfo.read_text().splitlines() if sandbox_id in line]
+    for controller in ("memory", "pids", "cpu,cpuacct", "cpu", "freezer"):
+        path = Path(f"/sys/fs/cgroup/{controller}/corral/{node_id}/{sandbox_id}")
+        if path.exists():
+            found.append(f"cgroup: {path}")
+    bundle = platform["state"] / "nodes" / node_id / "sandboxes" / sandbox_id
+    if bundle.exists():
+        found.append(f"dir: {bundle}")
+    crun_state = platform["state"] / "nodes" / node_id / "crun" / sandbox_id
+    if crun_state.exists():
+        found.append(f"crun state: {crun_state}")
+    return found

@@ -1,0 +1,33 @@
+"""Runs last in the e2e group: SIGKILL one node-agent and watch the platform route around it."""
+
+import os
+import signal
+import time
+
+from tests.e2e.conftest import HEARTBEAT_TIMEOUT_S, agent_pid
+
+
+def test_killed_node_agent_fails_its_sandboxes_and_new_ones_go_elsewhere(platform, corral):
+    sandboxes = [corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "node-loss"}) for _ in range(6)]
+    on_node_2 = [sb for sb in sandboxes if sb.info.node_id == "node-2"]
+    assert on_node_2, "spread placement should use both nodes"
+
+    os.kill(agent_pid(platform, "node-2"), signal.SIGKILL)
+    killed_at = time.monotonic()
+    for sb in on_node_2:
+        sb.wait("terminated", timeout=HEARTBEAT_TIMEOUT_S + 10)
+        assert (sb.state, sb.info.reason) == ("failed", "node_lost")
+    # The scheduler notices within the heartbeat timeout plus one reaper pass.
+    assert time.monotonic() - killed_at < HEARTBEAT_TIMEOUT_S + 5
+
+    fresh = [corral.sandboxes.create("busybox", memory_mb=64) for _ in range(4)]
+    assert {sb.info.node_id for sb in fresh} == {"node-1"}
+    for sb in fresh:
+        assert sb.exec("echo ok").stdout == "ok\n"
+    # Sandboxes on the surviving node never noticed.
+    for sb in sandboxes:
+        if sb.info.node_id == "node-1":
+            assert sb.exec("echo ok").stdout == "ok\n"
+    for sb in [*fresh, *sandboxes]:
+        if sb.info.node_id == "node-1":
+            sb.delete()
