@@ -11,7 +11,7 @@ APT_PACKAGES := python3 python3-venv python3-dev gcc redis-server rabbitmq-serve
 	debootstrap iproute2 postgresql docker-compose
 PACKAGES := -e libs/common -e services/api -e services/scheduler -e services/node-agent \
 	-e services/image-service -e services/memory-manager -e clients/python
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -q -n 2 --dist loadgroup
 
 .PHONY: up down deps venv test client client-check bench lint clean
 
