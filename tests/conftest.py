@@ -63,12 +63,17 @@ def service_urls(tmp_path_factory):
         else:
             pytest.skip("needs Redis and RabbitMQ: a Docker engine, or redis-server and rabbitmq-server installed")
     index = _worker_index()
-    redis_url = redis_url.rsplit("/", 1)[0] + f"/{index % 16}"
-    if rabbit_home:
-        vhost = f"corral-test-{index}"
-        _ensure_vhost(amqp_url, vhost, rabbit_home)
-        amqp_url = amqp_url.rstrip("/") + "/" + urllib.parse.quote(vhost, safe="")
-    yield {"redis_url": redis_url, "amqp_url": amqp_url}
+
+    def isolated(namespace: int, name: str) -> dict[str, str]:
+        """URLs no other worker or namespace shares: a Redis database and a RabbitMQ vhost."""
+        urls = {"redis_url": redis_url.rsplit("/", 1)[0] + f"/{(namespace * 8 + index) % 16}", "amqp_url": amqp_url}
+        if rabbit_home:
+            vhost = f"corral-{name}-{index}"
+            _ensure_vhost(amqp_url, vhost, rabbit_home)
+            urls["amqp_url"] = amqp_url.rstrip("/") + "/" + urllib.parse.quote(vhost, safe="")
+        return urls
+
+    yield {**isolated(0, "test"), "isolated": isolated}
     for stop in reversed(cleanup):
         stop()
 

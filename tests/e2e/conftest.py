@@ -38,6 +38,9 @@ def pytest_collection_modifyitems(config, items):
 def platform(service_urls, tmp_path_factory):
     import redis
 
+    # Its own Redis database and vhost: the platform's processes outlive single tests and
+    # must not compete with the in-process services other tests start.
+    service_urls = service_urls["isolated"](1, "e2e")
     redis.Redis.from_url(service_urls["redis_url"]).flushdb()
     state = tmp_path_factory.mktemp("platform")
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)

@@ -19,6 +19,7 @@ from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxStateChanged
 from corral_common.logging import configure_logging
+from corral_common.sandboxes import SandboxState
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 
@@ -43,7 +44,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         waiters = StateWaiters()
         images = httpx.AsyncClient(base_url=settings.image_service_url, timeout=10.0)
         node_client = NodeClient(settings.internal_token)
-        await bus.subscribe(["sandbox.*"], SandboxStateChanged, waiters.on_event)
+        await bus.subscribe([f"sandbox.{state.value}" for state in SandboxState], SandboxStateChanged, waiters.on_event)
         await bus.consume(RECORDS_QUEUE, TERMINAL_KEYS, SandboxStateChanged, TerminalRecorder(store, history).handle)
         app.state.settings = settings
         app.state.api_keys = api_keys
