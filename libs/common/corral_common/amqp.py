@@ -29,6 +29,7 @@ class EventBus:
         self._connection: AbstractRobustConnection | None = None
         self._publish_channel: AbstractRobustChannel | None = None
         self._exchange: aio_pika.abc.AbstractExchange | None = None
+        self._fast_exchange: aio_pika.abc.AbstractExchange | None = None
         self._consume_channels: list[AbstractRobustChannel] = []
 
     async def connect(self) -> "EventBus":
@@ -37,6 +38,8 @@ class EventBus:
         self._exchange = await self._publish_channel.declare_exchange(
             EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True
         )
+        fast_channel = await self._connection.channel(publisher_confirms=False)
+        self._fast_exchange = await fast_channel.declare_exchange(EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
         return self
 
     async def close(self) -> None:
@@ -44,9 +47,11 @@ class EventBus:
             await self._connection.close()
             self._connection = None
 
-    async def publish(self, routing_key: str, event: BaseModel, headers: dict[str, Any] | None = None) -> None:
-        """Publish and wait for the broker's confirm, so a 202 is never answered for a lost request."""
-        assert self._exchange is not None, "EventBus.connect() first"
+    async def publish(self, routing_key: str, event: BaseModel, headers: dict[str, Any] | None = None, *,
+                      confirm: bool = True) -> None:
+        """Publish; with ``confirm`` wait for the broker to have it (a 202 is never answered for a
+        lost request). Without, the message is still persistent but the caller does not wait."""
+        assert self._exchange is not None and self._fast_exchange is not None, "EventBus.connect() first"
         with tracer("corral.amqp").start_as_current_span(f"publish {routing_key}"):
             message = aio_pika.Message(
                 body=event.model_dump_json().encode(),
@@ -55,7 +60,8 @@ class EventBus:
                 message_id=getattr(event, "event_id", None),
                 headers=inject_headers(headers),
             )
-            await self._exchange.publish(message, routing_key=routing_key)
+            exchange = self._exchange if confirm else self._fast_exchange
+            await exchange.publish(message, routing_key=routing_key)
 
     async def consume(
         self,

@@ -14,19 +14,21 @@ log = get_logger("corral.lifecycle")
 async def transition(store: StateStore, bus: EventBus, sandbox_id: str, target: SandboxState, *,
                      reason: str | None = None, node_id: str | None = None, usage: Usage | None = None,
                      **fields: Any) -> bool:
-    changed, previous = await store.transition(sandbox_id, target, reason=reason, node_id=node_id,
-                                               usage=usage, **fields)
+    changed, previous, tenant, recorded_node = await store.transition_ex(
+        sandbox_id, target, reason=reason, node_id=node_id, usage=usage, **fields)
     if not changed:
         log.info("sandbox.transition_refused", sandbox_id=sandbox_id, target=target.value,
                  current=previous.value if previous else None)
         return False
-    if target in TERMINAL_STATES:
+    terminal = target in TERMINAL_STATES
+    if terminal:
         await store.release(sandbox_id)
-    record = await store.get_sandbox(sandbox_id)
+    # Terminal events feed the SQL history, so they wait for the broker's confirm. The others
+    # only wake waiters (who re-read Redis anyway), so they skip that round trip.
     await bus.publish(f"sandbox.{target.value}", SandboxStateChanged(
-        sandbox_id=sandbox_id, tenant=record.tenant if record else "", state=target, reason=reason,
-        node_id=node_id or (record.node_id if record else None), usage=usage,
-    ))
+        sandbox_id=sandbox_id, tenant=tenant, state=target, reason=reason, node_id=node_id or recorded_node,
+        usage=usage,
+    ), confirm=terminal)
     log.info("sandbox.transition", sandbox_id=sandbox_id, state=target.value, previous=previous.value if previous else None,
              reason=reason)
     return True

@@ -17,13 +17,15 @@ from corral_common.sandboxes import ALLOWED_TRANSITIONS, TERMINAL_STATES, Sandbo
 # Terminal records stay readable in Redis this long; SQL keeps them for good.
 TERMINAL_TTL_S = 3600
 
+# Returns {changed, previous state, tenant, node_id} so callers need no second read.
 _TRANSITION = """
 local cur = redis.call('HGET', KEYS[1], 'state')
-if not cur then return {0, ''} end
-if not string.find(',' .. ARGV[1] .. ',', ',' .. cur .. ',', 1, true) then return {0, cur} end
+if not cur then return {0, '', '', ''} end
+if not string.find(',' .. ARGV[1] .. ',', ',' .. cur .. ',', 1, true) then return {0, cur, '', ''} end
 for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return {1, cur}
+local who = redis.call('HMGET', KEYS[1], 'tenant', 'node_id')
+return {1, cur, who[1] or '', who[2] or ''}
 """
 
 _RESERVE = """
@@ -176,6 +178,12 @@ class StateStore:
 
     async def transition(self, sandbox_id: str, target: SandboxState, **fields: Any) -> tuple[bool, SandboxState | None]:
         """Move to ``target`` if the current state allows it; returns (changed, previous state)."""
+        changed, previous, _, _ = await self.transition_ex(sandbox_id, target, **fields)
+        return changed, previous
+
+    async def transition_ex(self, sandbox_id: str, target: SandboxState,
+                            **fields: Any) -> tuple[bool, SandboxState | None, str, str | None]:
+        """Like ``transition``, also returning the record's tenant and node."""
         allowed_from = [s.value for s, nxt in ALLOWED_TRANSITIONS.items() if target in nxt]
         now = time.time()
         values: dict[str, str] = {"state": target.value, "updated_at": repr(now)}
@@ -191,8 +199,8 @@ class StateStore:
         argv: list[str] = [",".join(allowed_from), str(ttl)]
         for key, value in values.items():
             argv += [key, value]
-        changed, previous = await self._transition(keys=[_sandbox_key(sandbox_id)], args=argv)
-        return bool(changed), (SandboxState(previous) if previous else None)
+        changed, previous, tenant, node_id = await self._transition(keys=[_sandbox_key(sandbox_id)], args=argv)
+        return bool(changed), (SandboxState(previous) if previous else None), tenant, node_id or None
 
     async def mark_delete_requested(self, sandbox_id: str) -> None:
         await self.redis.hset(_sandbox_key(sandbox_id), "delete_requested", "1")
