@@ -3,14 +3,14 @@
 import asyncio
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
-
 from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxPlace, SandboxStop, node_routing_key
 from corral_common.logging import configure_logging
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
+from fastapi import FastAPI
+
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.layers.cache import LayerCache

@@ -13,7 +13,12 @@ from typing import Any
 
 from corral_common.settings import CommonSettings
 from pydantic import AliasChoices, Field, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 
 def _default_cpu_capacity() -> float:

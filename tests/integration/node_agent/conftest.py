@@ -7,6 +7,8 @@ only works while the process is single-threaded (before any fixture or plugin st
 import os
 import shutil
 import subprocess
+import tempfile
+import uuid
 
 import pytest
 
@@ -48,22 +50,48 @@ def build_busybox_rootfs(root: str) -> None:
         fh.write("root:x:0:\nuser:x:1000:\n")
 
 
+# Several pytest sessions may run at once on one host (and cgroups are host-wide), so node
+# ids carry a per-session suffix and nothing lives under pytest's basetemp, which a
+# concurrent session prunes (rmdir of a mount point in another namespace unmounts it there).
+SESSION = uuid.uuid4().hex[:8]
+
+
 @pytest.fixture(scope="session")
-def erofs_image(tmp_path_factory) -> str:
+def work_dir():
     if SKIP_REASON:
         pytest.skip(SKIP_REASON)
-    work = tmp_path_factory.mktemp("rootfs")
-    build_busybox_rootfs(f"{work}/root")
-    image = f"{work}/base.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", image, f"{work}/root"], check=True, capture_output=True)
+    from corral_node_agent import host
+
+    path = tempfile.mkdtemp(prefix=f"corral-node-itest-{SESSION}-")
+    yield path
+    host.umount_tree(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def state_dir(work_dir) -> str:
+    return f"{work_dir}/state-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def node_id() -> str:
+    return f"itest-{SESSION}"
+
+
+@pytest.fixture(scope="session")
+def erofs_image(work_dir) -> str:
+    build_busybox_rootfs(f"{work_dir}/root")
+    image = f"{work_dir}/base.erofs"
+    subprocess.run(["mkfs.erofs", "-zlz4hc", image, f"{work_dir}/root"], check=True, capture_output=True)
     return image
 
 
 @pytest.fixture(scope="session")
-def base_layer(erofs_image, tmp_path_factory):
+def base_layer(erofs_image, work_dir):
     from corral_node_agent import host
 
-    mnt = str(tmp_path_factory.mktemp("base-mnt"))
+    mnt = f"{work_dir}/base-mnt"
+    os.mkdir(mnt)
     host.mount_erofs(erofs_image, mnt)
     yield mnt
     host.umount(mnt)

@@ -40,11 +40,11 @@ def image_service(blob: bytes, hits: list[str]) -> httpx.MockTransport:
 
 
 @pytest_asyncio.fixture
-async def node(tmp_path, erofs_image):
-    with open(erofs_image, "rb") as fh:
+async def node(state_dir, node_id, erofs_image):
+    with open(erofs_image, "rb") as fh:  # noqa: ASYNC230 - test setup
         blob = fh.read()
     hits: list[str] = []
-    settings = NodeAgentSettings(node_id="mgr-node", state_dir=str(tmp_path / "state"), internal_token="s3cret")
+    settings = NodeAgentSettings(node_id=f"{node_id}-mgr", state_dir=state_dir, internal_token="s3cret")
     layers = LayerCache(settings.state_dir, "http://image-service", transport=image_service(blob, hits))
     manager = SandboxManager(ContainerBackend(settings), layers)
     await manager.start()
@@ -56,10 +56,8 @@ async def node(tmp_path, erofs_image):
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://node",
                                headers={"X-Corral-Internal-Token": "s3cret"})
     yield manager, client, hits
-    for sid in manager.ids():
-        await manager.delete(sid)
     await client.aclose()
-    await layers.aclose()
+    await manager.close()
 
 
 async def test_create_exec_files_delete(node):

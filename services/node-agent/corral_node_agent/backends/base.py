@@ -70,3 +70,8 @@ class SandboxBackend(abc.ABC):
 
     async def cleanup_orphans(self) -> None:
         """Remove what a previous run of the agent left behind."""
+
+    async def close(self) -> None:
+        """Stop every sandbox (agent shutdown)."""
+        for sid in self.list_running():
+            await self.stop(sid)

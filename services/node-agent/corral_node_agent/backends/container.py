@@ -24,7 +24,13 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from corral_common.errors import BadRequest, Conflict, CorralError, NotFound, PayloadTooLarge
+from corral_common.errors import (
+    BadRequest,
+    Conflict,
+    CorralError,
+    NotFound,
+    PayloadTooLarge,
+)
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec, Usage
@@ -146,6 +152,7 @@ class ContainerBackend(SandboxBackend):
         self._sandboxes: dict[str, _Sandbox] = {}
         self._finished: OrderedDict[str, Usage] = OrderedDict()
         self._starting = 0
+        self._tasks: set[asyncio.Task] = set()
         self._cg: CgroupV1 | None = None
         os.makedirs(self.crun_root, mode=0o700, exist_ok=True)
         os.makedirs(self.sandboxes_dir, mode=0o700, exist_ok=True)
@@ -269,14 +276,27 @@ class ContainerBackend(SandboxBackend):
         if sb.stopping:
             return
         reason = ExitReason.oom_killed if self.cgroups.oom_kills(sb.cgroup) > 0 else ExitReason.exited
-        asyncio.ensure_future(self._end_on_own(sb, reason))
+        self._spawn(self._end_on_own(sb, reason))
 
     def _timeout_fired(self, sandbox_id: str) -> None:
         sb = self._sandboxes.get(sandbox_id)
         if sb is None or sb.stopping:
             return
         sb.timer = None
-        asyncio.ensure_future(self._end_on_own(sb, ExitReason.timeout))
+        self._spawn(self._end_on_own(sb, ExitReason.timeout))
+
+    def _spawn(self, coro) -> None:
+        # Keep a reference (tasks are otherwise only weakly held) and let close() await them.
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Stop every sandbox and wait for exit handling in flight (agent shutdown)."""
+        for sid in list(self._sandboxes):
+            await self.stop(sid)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def _end_on_own(self, sb: _Sandbox, reason: ExitReason) -> None:
         async with sb.lock:
@@ -454,7 +474,7 @@ class ContainerBackend(SandboxBackend):
             feeder = asyncio.ensure_future(self._feed_stdin(proc, req.stdin)) if req.stdin is not None else None
             try:
                 await asyncio.wait_for(proc.wait(), timeout=req.timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
                 self._kill_exec(proc, pid_file)
                 await proc.wait()
@@ -467,6 +487,10 @@ class ContainerBackend(SandboxBackend):
                 self._kill_exec(proc, pid_file)
             raise
         finally:
+            if proc is not None and proc.stdin is not None:
+                # A feeder cancelled before it ran never closes it; a pipe transport left
+                # open is only closed by GC, possibly after its loop is gone.
+                proc.stdin.close()
             for p in pipes:
                 p.close()
             for fd in (out_r, err_r):

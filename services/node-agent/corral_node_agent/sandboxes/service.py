@@ -60,6 +60,13 @@ class SandboxManager:
         self.layers.cleanup_orphans()
         await self.backend.cleanup_orphans()
 
+    async def close(self) -> None:
+        """Agent shutdown: delete every sandbox (no re-adoption yet), drop layer mounts."""
+        for sid in list(self._entries):
+            await self.delete(sid)
+        await self.backend.close()
+        await self.layers.aclose()
+
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def create(self, sandbox_id: str, spec: SandboxSpec) -> None:
