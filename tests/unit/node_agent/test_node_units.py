@@ -131,7 +131,7 @@ def test_fs_read_refuses_symlinks_and_specials(rootfs, tmp_path):
 
 def test_fs_write_creates_parents_and_refuses_escape(rootfs, tmp_path):
     uid, gid = os.getuid(), os.getgid()
-    fd, name, dfd = fs.open_write(rootfs, "a/b/c.txt", uid=uid, gid=gid, mode=0o4755)
+    fd, _name, dfd = fs.open_write(rootfs, "a/b/c.txt", uid=uid, gid=gid, mode=0o4755)
     os.write(fd, b"x")
     os.close(fd)
     os.close(dfd)
@@ -230,7 +230,7 @@ async def test_layer_download_verified_and_shared(tmp_path):
     results = await asyncio.gather(*(cache.ensure(layers) for _ in range(5)))
     assert all(r == [cache.blob_path(d)] for r in results)
     assert calls.count(f"/v1/blobs/{d}") == 1
-    with open(cache.blob_path(d), "rb") as fh:
+    with open(cache.blob_path(d), "rb") as fh:  # noqa: ASYNC230
         assert fh.read() == data
     await cache.ensure([{"digest": d}])  # cached: no new request
     assert calls.count(f"/v1/blobs/{d}") == 1

@@ -114,13 +114,16 @@ class LayerCache:
             async with self._client.stream("GET", f"/v1/blobs/{digest}") as resp:
                 if resp.status_code != 200:
                     raise ImageUnavailable(f"blob {digest}: image-service answered {resp.status_code}")
-                with open(part, "wb") as fh:
+                fh = await asyncio.to_thread(open, part, "wb")
+                try:
                     async for chunk in resp.aiter_bytes(1 << 20):
                         h.update(chunk)
-                        fh.write(chunk)
+                        await asyncio.to_thread(fh.write, chunk)
                         size += len(chunk)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                    await asyncio.to_thread(fh.flush)
+                    await asyncio.to_thread(os.fsync, fh.fileno())
+                finally:
+                    fh.close()
             if h.hexdigest() != want:
                 raise ImageUnavailable(f"blob {digest}: content hash mismatch ({h.hexdigest()})")
             os.chmod(part, 0o444)

@@ -15,6 +15,7 @@ when the internal_token setting is non-empty (401 otherwise).
 
 import hmac
 from collections.abc import AsyncIterator
+from typing import Annotated
 
 from corral_common.errors import BadRequest, Unauthorized
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
@@ -40,13 +41,15 @@ def require_internal_token(request: Request) -> None:
         raise Unauthorized("missing or invalid internal token", loc=["header", INTERNAL_TOKEN_HEADER])
 
 
+Manager = Annotated[SandboxManager, Depends(get_manager)]
+
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["sandbox data path"],
                    dependencies=[Depends(require_internal_token)])
 
 
 @router.post("/exec", response_model=ExecResult, summary="Run a command and wait for it")
 async def exec_command(sandbox_id: str, req: ExecRequest,
-                       manager: SandboxManager = Depends(get_manager)) -> ExecResult:
+                       manager: Manager) -> ExecResult:
     return await manager.exec(sandbox_id, req)
 
 
@@ -55,7 +58,7 @@ async def exec_command(sandbox_id: str, req: ExecRequest,
              responses={200: {"content": {"application/x-ndjson": {}},
                               "description": "One ExecChunk per line; the last has type=exit"}})
 async def exec_stream(sandbox_id: str, req: ExecRequest,
-                      manager: SandboxManager = Depends(get_manager)) -> StreamingResponse:
+                      manager: Manager) -> StreamingResponse:
     chunks = manager.exec_stream(sandbox_id, req)
     # Pull the first chunk here so an unknown sandbox is a 404, not a broken 200 stream.
     first = await anext(chunks)
@@ -86,9 +89,8 @@ def _parse_mode(mode: str) -> int:
 
 
 @router.put("/files", summary="Upload a file (raw body)")
-async def put_file(sandbox_id: str, request: Request, path: str = Query(..., max_length=4096),
-                   mode: str = Query("644", max_length=4),
-                   manager: SandboxManager = Depends(get_manager)) -> dict:
+async def put_file(sandbox_id: str, request: Request, manager: Manager,
+                   path: str = Query(..., max_length=4096), mode: str = Query("644", max_length=4)) -> dict:
     size = await manager.write_file(sandbox_id, path, request.stream(), _parse_mode(mode))
     return {"path": path, "size": size}
 
@@ -97,8 +99,7 @@ async def put_file(sandbox_id: str, request: Request, path: str = Query(..., max
             responses={200: {"content": {"application/octet-stream": {},
                                          "application/json": {"schema": {"type": "array", "items": {
                                              "$ref": "#/components/schemas/FileInfo"}}}}}})
-async def get_file(sandbox_id: str, path: str = Query(..., max_length=4096),
-                   manager: SandboxManager = Depends(get_manager)):
+async def get_file(sandbox_id: str, manager: Manager, path: str = Query(..., max_length=4096)):
     info = await manager.stat(sandbox_id, path)
     if info.type == "dir":
         entries: list[FileInfo] = await manager.list_dir(sandbox_id, path)
