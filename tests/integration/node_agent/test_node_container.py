@@ -231,3 +231,21 @@ async def test_cleanup_orphans(backend, base_layer):
     assert not any(m.startswith(again.sandboxes_dir) for m in host.mountpoints())
     # The first backend may already have seen its container die (pidfd) and cleaned up.
     backend._sandboxes.pop(sid, None)
+
+
+async def test_abandoned_stream_kills_command(backend, base_layer):
+    sid = await started(backend, base_layer)
+    stream = backend.exec_stream(sid, run("echo started; sleep 30", timeout_s=60))
+    first = await anext(stream)
+    assert (first.type, first.data) == ("stdout", "started\n")
+    await stream.aclose()  # what a disconnected HTTP client amounts to
+    r = await backend.exec(sid, run("ps -o args | grep -c '^sleep 30' || true"))
+    assert r.stdout.strip() == "0"
+
+
+async def test_long_id_and_concurrent_execs(backend, base_layer):
+    sid = "x" * 100
+    await backend.start(sid, SandboxSpec(environment="busybox", memory_mb=128, disk_mb=32), [base_layer])
+    results = await asyncio.gather(*(backend.exec(sid, run(f"echo {i}")) for i in range(20)))
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(20)]
+    assert (await backend.exec(sid, run("hostname"))).stdout == "x" * 63 + "\n"

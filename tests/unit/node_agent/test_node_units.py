@@ -254,3 +254,77 @@ async def test_layer_hash_mismatch_and_missing(tmp_path):
         await cache.resolve_environment("nope")
     assert exc.value.status_code == 404
     await cache.aclose()
+
+
+# ---- manager (test doubles) -----------------------------------------------------------
+
+
+class _FakeLayers:
+    def __init__(self, fail: Exception | None = None):
+        self.fail, self.refs = fail, 0
+
+    async def resolve_environment(self, name):
+        if self.fail:
+            raise self.fail
+        return [{"digest": "sha256:" + "a" * 64}, {"digest": "sha256:" + "b" * 64}]
+
+    async def acquire(self, layers):
+        self.refs += 1
+        return ["/mnt/base", "/mnt/toolkit"]
+
+    async def release(self, layers):
+        self.refs -= 1
+
+
+class _FakeBackend:
+    on_exit = None
+
+    def __init__(self, fail: Exception | None = None):
+        self.fail, self.started, self.stopped = fail, [], []
+
+    async def start(self, sid, spec, lowers):
+        await asyncio.sleep(0.01)
+        if self.fail:
+            raise self.fail
+        self.started.append((sid, lowers))
+
+    async def stop(self, sid):
+        from corral_common.sandboxes import Usage
+
+        self.stopped.append(sid)
+        return Usage(wall_time_s=1.0)
+
+
+@pytest.mark.asyncio
+async def test_manager_create_idempotent_and_lower_order():
+    from corral_node_agent.sandboxes.service import SandboxManager
+
+    layers, backend = _FakeLayers(), _FakeBackend()
+    m = SandboxManager(backend, layers)
+    spec = SandboxSpec(environment="e", cpu=2, memory_mb=512)
+    await asyncio.gather(m.create("s1", spec), m.create("s1", spec))
+    assert backend.started == [("s1", ["/mnt/toolkit", "/mnt/base"])]  # top layer first
+    assert m.count() == 1 and m.used_capacity()["cpu"] == 2 and layers.refs == 1
+    seen = []
+    m.on_exit(lambda sid, reason, usage: seen.append((sid, reason)))
+    await backend.on_exit("s1", "oom_killed", None)
+    assert seen == [("s1", "oom_killed")] and m.count() == 0 and layers.refs == 0
+    with pytest.raises(NotFound):
+        await m.exec("s1", None)
+    assert (await m.delete("s1")).wall_time_s == 1.0
+
+
+@pytest.mark.asyncio
+async def test_manager_create_failures_are_typed():
+    from corral_common.sandboxes import FailureReason
+    from corral_node_agent.sandboxes.service import SandboxCreateError, SandboxManager
+
+    m = SandboxManager(_FakeBackend(), _FakeLayers(fail=EnvironmentNotFound("no env")))
+    with pytest.raises(SandboxCreateError) as exc:
+        await m.create("s1", SandboxSpec(environment="e"))
+    assert exc.value.reason == FailureReason.image_unavailable and m.count() == 0
+    layers = _FakeLayers()
+    m = SandboxManager(_FakeBackend(fail=RuntimeError("crun broke")), layers)
+    with pytest.raises(SandboxCreateError) as exc:
+        await m.create("s1", SandboxSpec(environment="e"))
+    assert exc.value.reason == FailureReason.start_failed and layers.refs == 0 and m.count() == 0

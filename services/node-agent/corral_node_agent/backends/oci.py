@@ -71,7 +71,8 @@ def build_config(
         "ociVersion": "1.0.0",
         "process": process_spec(INIT_ARGS, uid=uid, gid=gid, env=build_env(spec.env)),
         "root": {"path": "rootfs", "readonly": False},
-        "hostname": sandbox_id,
+        # sethostname(2) takes at most 64 bytes; ids may be longer.
+        "hostname": sandbox_id[:63],
         "mounts": [
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from corral_common.errors import CorralError, NotFound
@@ -73,7 +74,7 @@ class LayerCache:
     async def resolve_environment(self, name: str) -> list[dict[str, Any]]:
         """Layers of an environment, base first (as image-service returns them)."""
         try:
-            resp = await self._client.get(f"/v1/environments/{name}")
+            resp = await self._client.get(f"/v1/environments/{quote(name, safe='')}")
         except httpx.HTTPError as exc:
             raise ImageUnavailable(f"image-service unreachable: {exc}") from exc
         if resp.status_code == 404:
