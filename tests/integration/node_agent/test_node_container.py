@@ -249,3 +249,11 @@ async def test_long_id_and_concurrent_execs(backend, base_layer):
     results = await asyncio.gather(*(backend.exec(sid, run(f"echo {i}")) for i in range(20)))
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(20)]
     assert (await backend.exec(sid, run("hostname"))).stdout == "x" * 63 + "\n"
+
+
+async def test_exec_rejects_bad_env(backend, base_layer):
+    sid = await started(backend, base_layer)
+    with pytest.raises(BadRequest):
+        await backend.exec(sid, run("true", env={"A=B": "x"}))
+    with pytest.raises(BadRequest):
+        await backend.exec(sid, run(["echo", "a\0b"]))

@@ -442,6 +442,11 @@ class ContainerBackend(SandboxBackend):
             raise BadRequest("cmd must not be empty", loc=["body", "cmd"])
         if any("\0" in a for a in argv):
             raise BadRequest("cmd must not contain NUL bytes", loc=["body", "cmd"])
+        for k, v in req.env.items():
+            if not k or "=" in k or "\0" in k or "\0" in v:
+                raise BadRequest(f"invalid environment variable {k!r}", loc=["body", "env", k])
+        if req.cwd is not None and "\0" in req.cwd:
+            raise BadRequest("cwd must not contain NUL bytes", loc=["body", "cwd"])
         limit = min(req.output_limit, self.settings.output_limit_bytes)
         root = req.user == "root"
         proc_spec = oci.process_spec(argv, uid=self.uid, gid=self.gid, root=root,

@@ -16,6 +16,7 @@ from corral_common.sandboxes import FailureReason, SandboxSpec, Usage
 
 from ..backends.base import ExitReason, FileData, SandboxBackend
 from ..layers.cache import ImageUnavailable, LayerCache
+from ..settings import NodeAgentSettings
 
 log = get_logger(__name__)
 
@@ -181,3 +182,12 @@ class SandboxManager:
     async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
         self._require(sandbox_id)
         return await self.backend.list_dir(sandbox_id, path)
+
+
+def build_manager(settings: NodeAgentSettings) -> SandboxManager:
+    """The production wiring: crun containers + layers from image-service. Call inside the
+    event loop, after host.enter_private_mount_namespace(), then `await manager.start()`."""
+    from ..backends.container import ContainerBackend
+
+    layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
+    return SandboxManager(ContainerBackend(settings), layers, max_sandboxes=settings.max_sandboxes)
