@@ -82,5 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["cleanup"]:
         asyncio.run(cleanup(settings))
         return
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+    # The stock asyncio loop, not uvloop: libuv's process spawn is ~2x slower here, and the
+    # node-agent's hot path (crun run/exec) is spawning processes.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, loop="asyncio",
                 log_level=settings.log_level.lower(), access_log=False)
