@@ -79,9 +79,12 @@ async def test_timeout_kills_and_sandbox_survives(backend, base_layer):
     r = await backend.exec(sid, run("sleep 30 & sleep 31; echo never", timeout_s=0.5))
     assert r.timed_out and r.exit_code is None and "never" not in r.stdout
     assert time.monotonic() - t < 3
-    await asyncio.sleep(0.1)
-    r = await backend.exec(sid, run("ps -o args | grep -c '^sleep 3[01]' || true"))
-    assert r.stdout.strip() == "0", "the timed-out command and its children must be gone"
+
+    async def survivors() -> str:
+        return (await backend.exec(sid, run("ps -o args | grep -c '^sleep 3[01]' || true"))).stdout.strip()
+
+    # SIGKILLed at once; the sandbox's init reaps them a moment later.
+    assert await wait_until(lambda: survivors(), "0"), "the timed-out command and its children must be gone"
 
 
 async def test_yes_is_capped_and_quick(backend, base_layer):
@@ -205,19 +208,13 @@ async def test_stop_leaves_nothing(backend, base_layer):
 async def test_init_death_and_timeout_reported(backend, base_layer):
     sid = await started(backend, base_layer)
     os.kill(backend._sandboxes[sid].pid, signal.SIGKILL)
-    for _ in range(100):
-        if backend.exits:
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: _count(backend.exits), 1)
     assert backend.exits[0][:2] == (sid, ExitReason.exited)
     assert sid not in backend.list_running()
     assert not os.path.exists(f"{backend.sandboxes_dir}/{sid}")
 
     sid2 = await started(backend, base_layer, timeout_s=1)
-    for _ in range(100):
-        if len(backend.exits) > 1:
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: _count(backend.exits), 2)
     assert backend.exits[1][:2] == (sid2, ExitReason.timeout)
     assert await backend.stop(sid2) == backend.exits[1][2]
 
@@ -257,3 +254,17 @@ async def test_exec_rejects_bad_env(backend, base_layer):
         await backend.exec(sid, run("true", env={"A=B": "x"}))
     with pytest.raises(BadRequest):
         await backend.exec(sid, run(["echo", "a\0b"]))
+
+
+async def _count(items: list) -> int:
+    return len(items)
+
+
+async def wait_until(probe, expected, timeout_s: float = 10.0) -> bool:
+    """Re-check ``await probe()`` until it equals ``expected`` or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await probe() == expected:
+            return True
+        await asyncio.sleep(0.02)
+    return await probe() == expected

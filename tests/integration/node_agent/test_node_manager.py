@@ -103,6 +103,11 @@ async def test_create_exec_files_delete(node):
     await manager.delete("m2")
     await manager.delete("m2")
     assert manager.count() == 0
+    # The unused layer stays mounted for the next sandbox (a cache) until the agent closes.
+    assert manager.layers.refcount("sha256:" + digest_hex) == 0
+    assert [m for m in host.mountpoints() if m.startswith(manager.layers.root)] == [
+        manager.layers.mount_path("sha256:" + digest_hex)]
+    await manager.close()
     assert not any(m.startswith(manager.layers.root) for m in host.mountpoints())
 
 
@@ -116,15 +121,18 @@ async def test_unknown_environment_is_image_unavailable(node):
 
 async def test_exit_listener(node):
     manager, _client, _hits = node
-    seen = []
-    manager.on_exit(lambda sid, reason, usage: seen.append((sid, str(reason))))
-    await manager.create("m4", SandboxSpec(environment="busybox", memory_mb=64, disk_mb=32, timeout_s=1))
     import asyncio
 
-    for _ in range(100):
-        if seen:
-            break
-        await asyncio.sleep(0.05)
+    seen = []
+    ended = asyncio.Event()
+
+    def listener(sid, reason, usage):
+        seen.append((sid, str(reason)))
+        ended.set()
+
+    manager.on_exit(listener)
+    await manager.create("m4", SandboxSpec(environment="busybox", memory_mb=64, disk_mb=32, timeout_s=1))
+    await asyncio.wait_for(ended.wait(), 10)
     assert seen == [("m4", "timeout")]
     assert manager.count() == 0
-    assert not any(m.startswith(manager.layers.root) for m in host.mountpoints())
+    assert not any(m.startswith(f"{manager.backend.sandboxes_dir}/m4") for m in host.mountpoints())

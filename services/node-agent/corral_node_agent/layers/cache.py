@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -23,6 +24,8 @@ log = get_logger(__name__)
 
 DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
 INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"
+ENVIRONMENT_TTL_S = 60.0
+LAYER_IDLE_UNMOUNT_S = 30.0
 
 
 class ImageUnavailable(CorralError):
@@ -58,9 +61,14 @@ class LayerCache:
                                          timeout=httpx.Timeout(timeout_s, connect=10.0))
         self._downloads: dict[str, asyncio.Future[str]] = {}
         self._refs: dict[str, int] = {}
+        self._idle_unmounts: dict[str, asyncio.TimerHandle] = {}
+        self._environments: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._mount_lock = asyncio.Lock()
 
     async def aclose(self) -> None:
+        for digest in list(self._idle_unmounts):
+            self._idle_unmounts.pop(digest).cancel()
+            self._unmount_if_idle(digest)
         await self._client.aclose()
 
     def blob_path(self, digest: str) -> str:
@@ -72,7 +80,14 @@ class LayerCache:
     # ---- image-service ------------------------------------------------------------------
 
     async def resolve_environment(self, name: str) -> list[dict[str, Any]]:
-        """Layers of an environment, base first (as image-service returns them)."""
+        """Layers of an environment, base first (as image-service returns them).
+
+        An environment's layers never change (image-service answers 409 to a redefinition),
+        so answers are cached briefly: a burst of creates asks image-service once.
+        """
+        cached = self._environments.get(name)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
         try:
             resp = await self._client.get(f"/v1/environments/{quote(name, safe='')}")
         except httpx.HTTPError as exc:
@@ -84,6 +99,7 @@ class LayerCache:
         layers = resp.json().get("layers") or []
         if not layers:
             raise ImageUnavailable(f"environment {name!r} has no layers")
+        self._environments[name] = (time.monotonic() + ENVIRONMENT_TTL_S, layers)
         return layers
 
     # ---- blobs --------------------------------------------------------------------------
@@ -149,6 +165,9 @@ class LayerCache:
         async with self._mount_lock:
             try:
                 for d in digests:
+                    idle = self._idle_unmounts.pop(d, None)
+                    if idle is not None:
+                        idle.cancel()
                     if self._refs.get(d, 0) == 0:
                         mnt = self.mount_path(d)
                         os.makedirs(mnt, exist_ok=True)
@@ -173,12 +192,24 @@ class LayerCache:
                 self._refs[d] = n
                 continue
             self._refs.pop(d, None)
-            mnt = self.mount_path(d)
-            try:
-                host.umount(mnt)
-                os.rmdir(mnt)
-            except OSError:
-                log.exception("layer_umount_failed", digest=d)
+            # Keep an unused layer mounted a while: the next sandbox of the same environment
+            # (the common case in a batch) then needs no mount.
+            previous = self._idle_unmounts.pop(d, None)
+            if previous is not None:
+                previous.cancel()
+            self._idle_unmounts[d] = asyncio.get_running_loop().call_later(
+                LAYER_IDLE_UNMOUNT_S, self._unmount_if_idle, d)
+
+    def _unmount_if_idle(self, digest: str) -> None:
+        self._idle_unmounts.pop(digest, None)
+        if self._refs.get(digest, 0) > 0:
+            return
+        mnt = self.mount_path(digest)
+        try:
+            host.umount(mnt)
+            os.rmdir(mnt)
+        except OSError:
+            log.exception("layer_umount_failed", digest=digest)
 
     def refcount(self, digest: str) -> int:
         return self._refs.get(digest, 0)
