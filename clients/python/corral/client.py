@@ -9,14 +9,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-from corral_client import AuthenticatedClient
-from corral_client.api.sandboxes import (create_sandbox, delete_sandbox, exec_command, get_sandbox, list_files,
-                                         list_sandboxes)
-from corral_client.models import ExecResult, FileInfo
-from corral_client.models import Sandbox as SandboxInfo
 
 from corral._common import ExecChunk, create_body, exec_body, label_selectors, resolve
 from corral.errors import SandboxFailed, raise_for
+from corral_client import AuthenticatedClient
+from corral_client.api.sandboxes import (
+    create_sandbox,
+    delete_sandbox,
+    exec_command,
+    get_sandbox,
+    list_files,
+    list_sandboxes,
+)
+from corral_client.models import ExecResult, FileInfo
+from corral_client.models import Sandbox as SandboxInfo
 
 
 def _parsed(response: Any) -> Any:

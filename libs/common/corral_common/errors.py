@@ -7,9 +7,9 @@
 from typing import Any
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 

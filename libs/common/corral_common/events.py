@@ -7,7 +7,7 @@ Routing keys:
 - ``sandbox.<state>``            whoever made the transition → anyone (api records terminal ones)
 """
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from uuid import uuid4
 
 from pydantic import BaseModel, Field
@@ -22,7 +22,7 @@ def node_routing_key(node_id: str, action: str) -> str:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Event(BaseModel):

@@ -5,7 +5,6 @@ state change is a compare-and-set in a Lua script, so two services racing on one
 (the scheduler's node-lost reaper and a node-agent reporting, say) cannot both win.
 """
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any

@@ -4,9 +4,9 @@ One trace spans api → scheduler → node-agent: the publisher injects the W3C 
 the message headers and the consumer starts its span as a child of it.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from opentelemetry import context, propagate, trace
 from opentelemetry.sdk.resources import Resource

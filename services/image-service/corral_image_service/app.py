@@ -2,10 +2,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
-from corral_common.errors import install_error_handlers
-from corral_common.logging import configure_logging, get_logger
 from fastapi import FastAPI
 
+from corral_common.errors import install_error_handlers
+from corral_common.logging import configure_logging, get_logger
 from corral_image_service.blobs.router import router as blobs_router
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.db import make_engine, run_migrations

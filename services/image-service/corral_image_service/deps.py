@@ -25,7 +25,7 @@ class Services:
     build_limiter: anyio.CapacityLimiter
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     return request.app.state.services
 
 

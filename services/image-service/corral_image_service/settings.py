@@ -7,13 +7,14 @@ configures them, with ``CORRAL_IMAGE_<FIELD>`` as a per-service override.
 
 from typing import Any
 
-from corral_common.settings import CommonSettings
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+
+from corral_common.settings import CommonSettings
 
 
 class _CommonEnvSource(EnvSettingsSource):

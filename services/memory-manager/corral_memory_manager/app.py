@@ -4,11 +4,11 @@ For now: host memory (meminfo, KSM, DAMON availability, swap/zram) and the KSM k
 Balloon targets over QMP and DAMON/madvise reclaim drivers come later.
 """
 
+from fastapi import FastAPI
+
 from corral_common.errors import install_error_handlers
 from corral_common.logging import configure_logging
 from corral_common.telemetry import instrument_app, setup_tracing
-from fastapi import FastAPI
-
 from corral_memory_manager.host.router import router as host_router
 from corral_memory_manager.host.service import HostMemoryService
 from corral_memory_manager.settings import MemoryManagerSettings

@@ -7,9 +7,10 @@ name the node-agent uses (``CORRAL_NODE_ID``) so one node's env block configures
 tests, or at the host's /proc and /sys bind-mounted somewhere else in a container.
 """
 
-from corral_common.settings import CommonSettings
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
+
+from corral_common.settings import CommonSettings
 
 
 class MemoryManagerSettings(CommonSettings):

@@ -1,7 +1,10 @@
 """Node-agent service: sandboxes on this host, driven by the bus, reached over HTTP."""
 
 import asyncio
+import sys
 from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
 
 from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
@@ -9,8 +12,6 @@ from corral_common.events import SandboxPlace, SandboxStop, node_routing_key
 from corral_common.logging import configure_logging
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
-from fastapi import FastAPI
-
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.layers.cache import LayerCache
@@ -25,6 +26,11 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         configure_logging(f"node-agent:{settings.node_id}", settings.log_level, settings.log_json)
+        if sys.version_info < (3, 12):  # 3.12+ waits through pidfds by default
+            # The 3.11 default watcher starts a thread per child (crun call).
+            watcher = asyncio.PidfdChildWatcher()
+            watcher.attach_loop(asyncio.get_running_loop())
+            asyncio.set_child_watcher(watcher)
         setup_tracing("corral-node-agent", settings.otel_exporter_otlp_endpoint)
         layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
         manager = SandboxManager(ContainerBackend(settings), layers, max_sandboxes=settings.max_sandboxes)

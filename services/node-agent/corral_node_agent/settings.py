@@ -11,7 +11,6 @@ under its own prefix (``CORRAL_NODE_REDIS_URL`` still wins when both are set).
 import os
 from typing import Any
 
-from corral_common.settings import CommonSettings
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -19,6 +18,8 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+
+from corral_common.settings import CommonSettings
 
 
 def _default_cpu_capacity() -> float:

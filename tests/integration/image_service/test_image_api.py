@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+
 from corral_image_service.app import create_app
 from corral_image_service.settings import ImageServiceSettings
-from fastapi.testclient import TestClient
 
 
 def _settings(data_dir: Path, **kw) -> ImageServiceSettings:

@@ -10,10 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+
 from corral_image_service import cli
 from corral_image_service.app import create_app
 from corral_image_service.settings import ImageServiceSettings
-from fastapi.testclient import TestClient
 
 MS_RDONLY = 1
 

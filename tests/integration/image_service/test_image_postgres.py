@@ -11,11 +11,12 @@ import uuid
 from urllib.parse import quote
 
 import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, inspect
+
 from corral_image_service.app import create_app
 from corral_image_service.db.migrate import VERSION_TABLE, downgrade, run_migrations
 from corral_image_service.settings import ImageServiceSettings
-from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, inspect
 
 PG_URL = os.environ.get("CORRAL_TEST_POSTGRES_URL", "")
 

@@ -8,9 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+
 from corral_memory_manager.app import create_app
 from corral_memory_manager.settings import MemoryManagerSettings
-from fastapi.testclient import TestClient
 
 KSM = Path("/sys/kernel/mm/ksm")
 DAMON_KDAMONDS = Path("/sys/kernel/mm/damon/admin/kdamonds")

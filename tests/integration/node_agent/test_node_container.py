@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+
 from corral_common.errors import BadRequest, NotFound, PayloadTooLarge
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec

@@ -11,6 +11,8 @@ import os
 import httpx
 import pytest
 import pytest_asyncio
+from fastapi import FastAPI
+
 from corral_common.errors import install_error_handlers
 from corral_common.sandboxes import FailureReason, SandboxSpec
 from corral_node_agent import host
@@ -19,7 +21,6 @@ from corral_node_agent.layers import LayerCache
 from corral_node_agent.sandboxes.router import router
 from corral_node_agent.sandboxes.service import SandboxCreateError, SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
-from fastapi import FastAPI
 
 pytestmark = pytest.mark.asyncio
 

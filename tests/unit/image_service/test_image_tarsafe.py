@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from corral_image_service.layers.tarsafe import (
     UnsafeMemberError,
     rootfs_filter,

@@ -1,6 +1,8 @@
 import re
 
 import pytest
+from pydantic import ValidationError
+
 from corral_image_service.blobs.schemas import DIGEST_RE
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.environments.schemas import EnvironmentIn
@@ -10,7 +12,6 @@ from corral_image_service.layers.schemas import (
     VERSION_PATTERN,
 )
 from corral_image_service.settings import ImageServiceSettings
-from pydantic import ValidationError
 
 
 @pytest.mark.parametrize("name,ok", [

@@ -4,6 +4,8 @@ import os
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+
 from corral_memory_manager.app import create_app
 from corral_memory_manager.host.service import (
     HostMemoryService,
@@ -11,7 +13,6 @@ from corral_memory_manager.host.service import (
     parse_swaps,
 )
 from corral_memory_manager.settings import MemoryManagerSettings
-from fastapi.testclient import TestClient
 
 MEMINFO = """\
 MemTotal:       24683652 kB

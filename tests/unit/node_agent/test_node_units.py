@@ -6,6 +6,7 @@ import os
 
 import httpx
 import pytest
+
 from corral_common.errors import BadRequest, NotFound
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent.backends import fs, oci

@@ -1,4 +1,4 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlmodel import Field, SQLModel
 
@@ -9,4 +9,4 @@ class ApiKey(SQLModel, table=True):
     # sha256 of the key: a leaked database does not leak usable keys.
     key_hash: str = Field(primary_key=True, max_length=64)
     tenant: str = Field(index=True, max_length=128)
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))

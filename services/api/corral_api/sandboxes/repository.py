@@ -1,6 +1,6 @@
 """Durable history of ended sandboxes (SQL)."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -11,7 +11,7 @@ from corral_common.state import SandboxRecord
 
 
 def _ts(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, timezone.utc) if value is not None else None
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
 class HistoryRepository:
@@ -43,7 +43,7 @@ class HistoryRepository:
         def epoch(value: datetime | None) -> float | None:
             if value is None:
                 return None
-            return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+            return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
 
         return SandboxRecord(
             id=row.id, tenant=row.tenant, state=SandboxState(row.state), spec=SandboxSpec.model_validate(row.spec),

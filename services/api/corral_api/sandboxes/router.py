@@ -21,11 +21,11 @@ WaitTimeout = Annotated[float, Query(gt=0, le=3600, description="Longest wait in
 FilePath = Annotated[str, Query(min_length=1, max_length=4096, description="Absolute, or relative to the home dir")]
 
 
-def sandboxes(request: Request) -> SandboxService:
+async def sandboxes(request: Request) -> SandboxService:
     return request.app.state.sandboxes
 
 
-def nodes(request: Request) -> NodeClient:
+async def nodes(request: Request) -> NodeClient:
     return request.app.state.node_client
 
 

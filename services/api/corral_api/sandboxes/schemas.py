@@ -1,4 +1,4 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -34,7 +34,7 @@ class Sandbox(BaseModel):
     @classmethod
     def from_record(cls, record: SandboxRecord) -> "Sandbox":
         def ts(value: float | None) -> datetime | None:
-            return datetime.fromtimestamp(value, timezone.utc) if value is not None else None
+            return datetime.fromtimestamp(value, UTC) if value is not None else None
 
         spec = record.spec
         return cls(

@@ -4,11 +4,11 @@ Nothing is built here: a new toolkit version is a new environment name pointing 
 layers (and therefore blobs) that already exist.
 """
 
-from corral_common.errors import Conflict, NotFound, Unprocessable
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
+from corral_common.errors import Conflict, NotFound, Unprocessable
 from corral_image_service.db.engine import as_utc, session_scope
 from corral_image_service.environments.models import Environment
 from corral_image_service.environments.repository import EnvironmentRepository

@@ -2,11 +2,11 @@ from pathlib import Path
 from typing import Annotated
 
 import anyio
-from corral_common.errors import BadRequest, CorralError, PayloadTooLarge, Unprocessable
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
+from corral_common.errors import BadRequest, CorralError, PayloadTooLarge, Unprocessable
 from corral_image_service.deps import Services, ServicesDep
 from corral_image_service.layers.schemas import (
     NAME_PATTERN,

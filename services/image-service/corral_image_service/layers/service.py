@@ -4,10 +4,10 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from corral_common.errors import Conflict, CorralError, NotFound, Unprocessable
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
+from corral_common.errors import Conflict, CorralError, NotFound, Unprocessable
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.db.engine import as_utc, session_scope
 from corral_image_service.layers.erofs import ErofsBuildError, mkfs_erofs

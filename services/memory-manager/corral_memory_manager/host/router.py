@@ -4,28 +4,18 @@ Every route requires header X-Corral-Internal-Token when the internal_token sett
 non-empty (401 otherwise): setting KSM changes the whole host.
 """
 
-import hmac
 from typing import Annotated
 
-from corral_common.errors import ERROR_RESPONSES, Unauthorized
 from fastapi import APIRouter, Depends, Request
+
+from corral_common.errors import ERROR_RESPONSES
+from corral_common.internal import require_internal_token
 
 from .schemas import HostMemory, KsmState, KsmUpdate
 from .service import HostMemoryService
 
-INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"
 
-
-def require_internal_token(request: Request) -> None:
-    expected = request.app.state.settings.internal_token or ""
-    if not expected:
-        return
-    given = request.headers.get(INTERNAL_TOKEN_HEADER, "")
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        raise Unauthorized("missing or invalid internal token", loc=["header", INTERNAL_TOKEN_HEADER])
-
-
-def get_host(request: Request) -> HostMemoryService:
+async def get_host(request: Request) -> HostMemoryService:
     return request.app.state.host
 
 

@@ -13,7 +13,6 @@ from corral_common.events import SandboxPlace, SandboxStop
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, Usage
 from corral_common.state import StateStore
-
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.sandboxes.service import SandboxCreateError, SandboxManager
 from corral_node_agent.settings import NodeAgentSettings

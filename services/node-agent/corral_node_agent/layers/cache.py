@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+
 from corral_common.errors import CorralError, NotFound
 from corral_common.logging import get_logger
 

@@ -13,32 +13,22 @@ refused (400, loc ["query", "path"]). Every route requires header X-Corral-Inter
 when the internal_token setting is non-empty (401 otherwise).
 """
 
-import hmac
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from corral_common.errors import BadRequest, Unauthorized
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from corral_common.errors import BadRequest
+from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.internal import require_internal_token
+
 from .service import SandboxManager
 
-INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"
 
-
-def get_manager(request: Request) -> SandboxManager:
+async def get_manager(request: Request) -> SandboxManager:
     return request.app.state.manager
 
-
-def require_internal_token(request: Request) -> None:
-    settings = getattr(request.app.state, "settings", None)
-    expected = getattr(settings, "internal_token", "") or ""
-    if not expected:
-        return
-    given = request.headers.get(INTERNAL_TOKEN_HEADER, "")
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        raise Unauthorized("missing or invalid internal token", loc=["header", INTERNAL_TOKEN_HEADER])
 
 
 Manager = Annotated[SandboxManager, Depends(get_manager)]

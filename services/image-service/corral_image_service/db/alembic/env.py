@@ -7,9 +7,10 @@ connection in ``config.attributes["connection"]``), or from the command line wit
 """
 
 # Imported for their side effect: registering the tables on ImageModel.metadata.
+from alembic import context
+
 import corral_image_service.environments.models
 import corral_image_service.layers.models  # noqa: F401
-from alembic import context
 from corral_image_service.db.engine import ImageModel, make_engine
 from corral_image_service.db.migrate import VERSION_TABLE
 

@@ -4,10 +4,9 @@ Revision ID: 0001
 Revises: 
 Create Date: 2026-11-29 16:02:00.258642
 """
-from alembic import op
 import sqlalchemy as sa
 import sqlmodel
-
+from alembic import op
 
 revision = '0001'
 down_revision = None
