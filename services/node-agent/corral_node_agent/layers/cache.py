@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 
 from corral_common.errors import CorralError, NotFound
+from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_common.logging import get_logger
 
 from .. import host
@@ -24,7 +25,7 @@ from .. import host
 log = get_logger(__name__)
 
 DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
-INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"
+
 ENVIRONMENT_TTL_S = 60.0
 LAYER_IDLE_UNMOUNT_S = 30.0
 
