@@ -38,10 +38,12 @@ down:
 	$(PY) scripts/corral_platform.py down --state-dir $(STATE)
 
 test: venv
+	@mkdir -p $(TEST_STATE)/servers && chmod 755 $(TEST_STATE)
 	@scripts/servers.sh start $(TEST_STATE)/servers 46379 45672 > $(TEST_STATE).urls
-	@set -o pipefail; read redis amqp < $(TEST_STATE).urls; \
+	@scripts/servers.sh start-postgres $(TEST_STATE)/servers 46432 > $(TEST_STATE).pg
+	@read redis amqp < $(TEST_STATE).urls; read pg < $(TEST_STATE).pg; \
 	CORRAL_TEST_REDIS_URL=$$redis CORRAL_TEST_AMQP_URL=$$amqp CORRAL_TEST_RABBITMQ_HOME=$(TEST_STATE)/servers/rabbitmq \
-	  $(PY) -m pytest tests $(PYTEST_ARGS); rc=$$?; \
+	CORRAL_TEST_POSTGRES_URL=$$pg $(PY) -m pytest tests $(PYTEST_ARGS); rc=$$?; \
 	scripts/servers.sh stop $(TEST_STATE)/servers; exit $$rc
 
 client: venv
@@ -57,4 +59,4 @@ lint: venv
 	$(VENV)/bin/ruff check libs services clients/python/corral scripts bench tests
 
 clean: down
-	rm -rf $(STATE) $(STATE).json $(TEST_STATE) $(TEST_STATE).urls
+	rm -rf $(STATE) $(STATE).json $(TEST_STATE) $(TEST_STATE).urls $(TEST_STATE).pg

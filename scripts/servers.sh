@@ -2,6 +2,7 @@
 # Start or stop the private Redis and RabbitMQ servers Corral needs, under one state dir.
 #   scripts/servers.sh start STATE_DIR REDIS_PORT AMQP_PORT
 #   scripts/servers.sh stop  STATE_DIR
+#   scripts/servers.sh start-postgres STATE_DIR PORT   (prints a SQLAlchemy URL)
 # (Avoid AMQP ports 35672-35682: the RabbitMQ CLI tools take those for themselves.)
 # RabbitMQ runs as its own node (own name, ports, epmd, mnesia dir) so it never touches a
 # system-wide broker; epmd outlives rabbitmqctl stop, so it is stopped by pid.
@@ -40,6 +41,10 @@ start)
   echo "redis://127.0.0.1:${redis_port}/0 amqp://guest:guest@127.0.0.1:${amqp_port}/"
   ;;
 stop)
+  if [ -f "$state/postgres/data/postmaster.pid" ]; then
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+    runuser -u postgres -- "$bin/pg_ctl" -D "$state/postgres/data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
   if [ -f "$state/redis/redis.pid" ]; then kill "$(cat "$state/redis/redis.pid")" 2>/dev/null || true; rm -f "$state/redis/redis.pid"; fi
   if [ -f "$state/rabbitmq/port" ]; then
     amqp_port=$(cat "$state/rabbitmq/port"); node="corral-${amqp_port}@localhost"; rabbit_env
@@ -53,5 +58,19 @@ stop)
     rm -f "$state/rabbitmq/port"
   fi
   ;;
-*) echo "usage: $0 start|stop STATE_DIR [REDIS_PORT AMQP_PORT]" >&2; exit 2 ;;
+start-postgres)
+  # A private cluster owned by the postgres user (initdb refuses root), trust auth on loopback.
+  pg_port=${3:-55432}
+  bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+  mkdir -p "$state/postgres" && chown postgres: "$state/postgres"
+  if [ ! -f "$state/postgres/data/PG_VERSION" ]; then
+    runuser -u postgres -- "$bin/initdb" -D "$state/postgres/data" -A trust -U postgres >/dev/null
+  fi
+  if ! runuser -u postgres -- "$bin/pg_ctl" -D "$state/postgres/data" status >/dev/null 2>&1; then
+    runuser -u postgres -- "$bin/pg_ctl" -D "$state/postgres/data" -l "$state/postgres/log" -w -t 60 \
+      -o "-p $pg_port -k $state/postgres -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+  fi
+  echo "postgresql+psycopg://postgres@127.0.0.1:${pg_port}/postgres"
+  ;;
+*) echo "usage: $0 start|stop|start-postgres STATE_DIR [PORTS]" >&2; exit 2 ;;
 esac

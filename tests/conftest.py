@@ -92,6 +92,30 @@ def _ensure_vhost(amqp_url: str, vhost: str, rabbit_home: str) -> None:
                    env=env, check=True, capture_output=True)
 
 
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory):
+    """A PostgreSQL server URL (SQLAlchemy form); tests make their own database or schema in it."""
+    url = os.environ.get("CORRAL_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16", driver="psycopg") as pg:
+            yield pg.get_connection_url()
+        return
+    if not Path("/usr/lib/postgresql").exists() or os.geteuid() != 0:
+        pytest.skip("needs PostgreSQL: a Docker engine, CORRAL_TEST_POSTGRES_URL, or the postgresql package (as root)")
+    state = tempfile.mkdtemp(prefix="corral-pg-")
+    os.chmod(state, 0o755)
+    port = str(48000 + _worker_index())
+    out = subprocess.run([str(ROOT / "scripts/servers.sh"), "start-postgres", state, port],
+                         check=True, capture_output=True, text=True).stdout.split()
+    yield out[-1]
+    subprocess.run([str(ROOT / "scripts/servers.sh"), "stop", state], check=False)
+
+
 @pytest.fixture
 def redis_url(service_urls):
     """A Redis URL whose database is empty at the start of the test."""

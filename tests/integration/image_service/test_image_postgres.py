@@ -1,7 +1,7 @@
 """Migrations and a layer/environment round trip on PostgreSQL.
 
-Set CORRAL_TEST_POSTGRES_URL=postgresql+psycopg://user:pass@host:port/db to run. Each run
-works in its own throwaway schema, so a shared database is left as it was.
+The server comes from the `postgres_url` fixture (tests/conftest.py). Each run works in its
+own throwaway schema, so a shared database is left as it was.
 """
 
 import io
@@ -18,39 +18,37 @@ from corral_image_service.app import create_app
 from corral_image_service.db.migrate import VERSION_TABLE, downgrade, run_migrations
 from corral_image_service.settings import ImageServiceSettings
 
-PG_URL = os.environ.get("CORRAL_TEST_POSTGRES_URL", "")
-
-pytestmark = pytest.mark.skipif(not PG_URL, reason="set CORRAL_TEST_POSTGRES_URL=postgresql+psycopg://... to run")
 
 
 @pytest.fixture
-def schema():
+def schema(postgres_url):
     name = f"image_test_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(PG_URL)
+    engine = create_engine(postgres_url)
     with engine.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
     try:
-        yield name
+        yield postgres_url, name
     finally:
         with engine.begin() as conn:
             conn.exec_driver_sql(f'DROP SCHEMA "{name}" CASCADE')
         engine.dispose()
 
 
-def _url_with_schema(schema: str) -> str:
-    sep = "&" if "?" in PG_URL else "?"
-    return f"{PG_URL}{sep}options={quote(f'-csearch_path={schema}')}"
+def _url_with_schema(schema: tuple[str, str]) -> str:
+    url, name = schema
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options={quote(f'-csearch_path={name}')}"
 
 
 def test_migrations_up_and_down(schema):
     engine = create_engine(_url_with_schema(schema))
     try:
         run_migrations(engine)
-        tables = set(inspect(engine).get_table_names(schema=schema))
+        tables = set(inspect(engine).get_table_names(schema=schema[1]))
         assert {"layers", "environments", VERSION_TABLE} <= tables
         run_migrations(engine)  # idempotent
         downgrade(engine, "base")
-        assert set(inspect(engine).get_table_names(schema=schema)) <= {VERSION_TABLE}
+        assert set(inspect(engine).get_table_names(schema=schema[1])) <= {VERSION_TABLE}
     finally:
         engine.dispose()
 
