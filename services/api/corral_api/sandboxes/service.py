@@ -84,7 +84,7 @@ class SandboxService:
     async def wait(self, tenant: str, sandbox_id: str, target: SandboxState, timeout_s: float) -> SandboxRecord:
         deadline = time.monotonic() + min(timeout_s, self.max_wait_s)
         while True:
-            waiter = self.waiters.register(sandbox_id)
+            waiter = self.waiters.register(sandbox_id, lambda state: reached(state, target))
             try:
                 record = await self.get(tenant, sandbox_id)
                 remaining = deadline - time.monotonic()
