@@ -13,7 +13,7 @@ PACKAGES := -e libs/common -e services/api -e services/scheduler -e services/nod
 	-e services/image-service -e services/memory-manager -e clients/python
 PYTEST_ARGS ?= -q -n 2 --dist loadgroup
 
-.PHONY: up down deps venv test client client-check bench lint clean
+.PHONY: up down deps venv test test-locked client client-check bench lint clean
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -39,6 +39,10 @@ down:
 
 test: venv
 	@mkdir -p $(TEST_STATE)/servers && chmod 755 $(TEST_STATE)
+	@# One run at a time per checkout: runs share the servers' ports and the e2e platform's.
+	@flock $(TEST_STATE)/lock $(MAKE) --no-print-directory test-locked
+
+test-locked:
 	@scripts/servers.sh start $(TEST_STATE)/servers 46379 45672 > $(TEST_STATE).urls
 	@scripts/servers.sh start-postgres $(TEST_STATE)/servers 46432 > $(TEST_STATE).pg
 	@read redis amqp < $(TEST_STATE).urls; read pg < $(TEST_STATE).pg; \
