@@ -32,6 +32,9 @@ venv: deps $(VENV)/.installed
 
 up: venv
 	@$(PY) scripts/corral_platform.py up --state-dir $(STATE) --nodes $(NODES) $(UP_ARGS) > $(STATE).json
+	@echo "== running examples/quickstart.py against it =="
+	@CORRAL_URL=$$($(PY) -c 'import json,sys; print(json.load(open(sys.argv[1]))["api"])' $(STATE).json) \
+	  CORRAL_API_KEY=$$(cat $(STATE)/api-key) $(PY) examples/quickstart.py
 	@$(PY) scripts/print_welcome.py $(STATE).json
 
 down:
