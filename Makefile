@@ -8,7 +8,7 @@ STATE ?= $(CURDIR)/.state
 TEST_STATE ?= $(CURDIR)/.state-test
 NODES ?= 2
 APT_PACKAGES := python3 python3-venv python3-dev gcc redis-server rabbitmq-server crun erofs-utils busybox-static \
-	debootstrap iproute2 postgresql docker-compose
+	debootstrap iproute2 postgresql docker-compose bubblewrap python3-seccomp fuse3 libfuse3-dev pkg-config
 PACKAGES := -e libs/common -e services/api -e services/scheduler -e services/node-agent \
 	-e services/image-service -e services/memory-manager -e clients/python
 PYTEST_ARGS ?= -q -n 2 --dist loadgroup
