@@ -8,6 +8,8 @@ from corral_common.errors import install_error_handlers
 from corral_common.logging import configure_logging, get_logger
 from corral_image_service.blobs.router import router as blobs_router
 from corral_image_service.blobs.service import BlobStore
+from corral_image_service.chunks.router import router as chunks_router
+from corral_image_service.chunks.store import LocalChunkStore
 from corral_image_service.db import make_engine, run_migrations
 from corral_image_service.deps import Services
 from corral_image_service.environments.router import router as environments_router
@@ -29,11 +31,14 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
         Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
         store.ensure_dirs()
         await anyio.to_thread.run_sync(store.clean_tmp)
+        chunks = LocalChunkStore(settings.effective_chunk_dir)
+        chunks.ensure_dirs()
         engine = make_engine(settings.effective_database_url)
         await anyio.to_thread.run_sync(run_migrations, engine)
         app.state.services = Services(
-            settings=settings, engine=engine, store=store,
-            layers=LayerService(engine, store, settings.mkfs_erofs),
+            settings=settings, engine=engine, store=store, chunks=chunks,
+            layers=LayerService(engine, store, settings.mkfs_erofs, chunks=chunks,
+                                chunk_size=settings.chunk_size_bytes),
             environments=EnvironmentService(engine),
             build_limiter=anyio.CapacityLimiter(2),
         )
@@ -44,11 +49,12 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
             engine.dispose()
 
     app = FastAPI(title="Corral image-service", version="0.1.0", lifespan=lifespan,
-                  description="EROFS layers, environments (layer combinations) and content-addressed blobs.")
+                  description="EROFS layers, environments (layer combinations), content-addressed blobs and their chunks.")
     install_error_handlers(app)
     app.include_router(layers_router)
     app.include_router(environments_router)
     app.include_router(blobs_router)
+    app.include_router(chunks_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

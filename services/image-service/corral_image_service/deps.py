@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 from sqlalchemy.engine import Engine
 
 from corral_image_service.blobs.service import BlobStore
+from corral_image_service.chunks.store import ChunkStore
 from corral_image_service.environments.service import EnvironmentService
 from corral_image_service.layers.service import LayerService
 from corral_image_service.settings import ImageServiceSettings
@@ -18,6 +19,7 @@ class Services:
     settings: ImageServiceSettings
     engine: Engine
     store: BlobStore
+    chunks: ChunkStore
     layers: LayerService
     environments: EnvironmentService
     # mkfs.erofs and tar extraction are CPU/IO heavy; bound how many run at once so

@@ -7,6 +7,7 @@ configures them, with ``CORRAL_IMAGE_<FIELD>`` as a per-service override.
 
 from typing import Any
 
+from pydantic import Field
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -41,6 +42,12 @@ class ImageServiceSettings(CommonSettings):
     # the API can then read any directory the service can, so turn it off when exposed.
     allow_source_dir: bool = True
     mkfs_erofs: str = "mkfs.erofs"
+    # Lazy loading: every layer blob is also cut into chunks of this size (KiB, a multiple
+    # of the 4 KiB EROFS block), each stored once by digest.
+    chunk_size_kb: int = Field(default=512, ge=64, le=16384, multiple_of=4)
+    # Chunks and indexes; empty means <data_dir>/chunks. Any POSIX filesystem shared by all
+    # image-service replicas works for a multi-node deployment.
+    chunk_dir: str = ""
 
     @classmethod
     def settings_customise_sources(
@@ -57,6 +64,14 @@ class ImageServiceSettings(CommonSettings):
     @property
     def effective_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir}/images.db"
+
+    @property
+    def chunk_size_bytes(self) -> int:
+        return self.chunk_size_kb * 1024
+
+    @property
+    def effective_chunk_dir(self) -> str:
+        return self.chunk_dir or f"{self.data_dir}/chunks"
 
     @property
     def max_upload_bytes(self) -> int:

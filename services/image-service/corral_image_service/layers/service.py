@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from corral_common.errors import Conflict, CorralError, NotFound, Unprocessable
 from corral_image_service.blobs.service import BlobStore
+from corral_image_service.chunks.store import ChunkStore, chunk_blob
 from corral_image_service.db.engine import as_utc, session_scope
 from corral_image_service.layers.erofs import ErofsBuildError, mkfs_erofs
 from corral_image_service.layers.models import Layer
@@ -24,17 +25,24 @@ def layer_out(layer: Layer) -> LayerOut:
 
 
 class LayerService:
-    def __init__(self, engine: Engine, store: BlobStore, mkfs: str = "mkfs.erofs"):
+    def __init__(self, engine: Engine, store: BlobStore, mkfs: str = "mkfs.erofs", *,
+                 chunks: ChunkStore | None = None, chunk_size: int = 512 * 1024):
         self.engine = engine
         self.store = store
         self.mkfs = mkfs
+        self.chunks = chunks
+        self.chunk_size = chunk_size
 
     # Blocking: callers run these in a worker thread.
     def build_from_dir(self, src_dir: str | Path) -> tuple[str, int]:
         out = self.store.tmp_file(suffix=".erofs")
         try:
             mkfs_erofs(src_dir, out, self.mkfs)
-            return self.store.ingest(out)
+            digest, size = self.store.ingest(out)
+            if self.chunks is not None and self.chunks.get_index(digest) is None:
+                # Chunked at creation, so the first lazy read never waits for it.
+                chunk_blob(self.chunks, digest, self.store.path_for(digest), self.chunk_size)
+            return digest, size
         except ErofsBuildError as exc:
             raise CorralError(str(exc), code="build_failed", status_code=500) from exc
         finally:

@@ -1,0 +1,64 @@
+import anyio
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, JSONResponse
+
+from corral_common.errors import BadRequest, NotFound
+from corral_image_service.blobs.schemas import DIGEST_RE
+from corral_image_service.chunks.schemas import ChunkIndexOut
+from corral_image_service.chunks.store import chunk_blob
+from corral_image_service.deps import Services, ServicesDep
+
+router = APIRouter(prefix="/v1", tags=["chunks"])
+
+# Content-addressed: a URL's bytes never change.
+_IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+def _check(digest: str) -> None:
+    if not DIGEST_RE.match(digest):
+        raise BadRequest("digest must look like sha256:<64 lowercase hex>", loc=["path", "digest"],
+                         code="invalid_digest")
+
+
+async def blob_index(svc: Services, digest: str) -> dict:
+    """The blob's chunk index; built on first request for blobs stored before chunking."""
+    index = await anyio.to_thread.run_sync(svc.chunks.get_index, digest)
+    if index is not None:
+        return index
+    if not svc.store.exists(digest):
+        raise NotFound(f"blob {digest} not found", loc=["path", "digest"], code="blob_not_found")
+    index, _new = await anyio.to_thread.run_sync(chunk_blob, svc.chunks, digest, svc.store.path_for(digest),
+                                                 svc.settings.chunk_size_bytes, limiter=svc.build_limiter)
+    return index
+
+
+@router.get("/blobs/{digest}/index", response_model=ChunkIndexOut, summary="Chunk index of a blob",
+            responses={400: {"description": "Malformed digest"}, 404: {"description": "Unknown blob"}})
+async def get_blob_index(digest: str, svc: ServicesDep) -> JSONResponse:
+    _check(digest)
+    index = await blob_index(svc, digest)
+    return JSONResponse(index, headers={"Cache-Control": _IMMUTABLE, "ETag": f'"{digest}.index"'})
+
+
+def _chunk_response(digest: str, svc: Services) -> FileResponse:
+    _check(digest)
+    path = svc.chunks.chunk_path(digest)
+    if path is None:
+        raise NotFound(f"chunk {digest} not found", loc=["path", "digest"], code="chunk_not_found")
+    return FileResponse(path, media_type="application/octet-stream", headers={
+        "Cache-Control": _IMMUTABLE, "ETag": f'"{digest}"', "X-Corral-Digest": digest})
+
+
+_CHUNK_RESPONSES = {400: {"description": "Malformed digest"}, 404: {"description": "Unknown chunk"}}
+
+
+@router.get("/chunks/{digest}", summary="Download a chunk", response_class=FileResponse,
+            responses=_CHUNK_RESPONSES)
+def get_chunk(digest: str, svc: ServicesDep) -> FileResponse:
+    return _chunk_response(digest, svc)
+
+
+@router.head("/chunks/{digest}", summary="Chunk metadata", response_class=FileResponse,
+             responses=_CHUNK_RESPONSES)
+def head_chunk(digest: str, svc: ServicesDep) -> FileResponse:
+    return _chunk_response(digest, svc)
