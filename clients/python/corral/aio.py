@@ -13,6 +13,7 @@ import httpx
 
 from corral._common import ExecChunk, create_body, exec_body, label_selectors, resolve
 from corral.errors import SandboxFailed, raise_for
+from corral.rollouts import AsyncRollouts
 from corral_client import AuthenticatedClient
 from corral_client.api.sandboxes import (
     create_sandbox,
@@ -21,6 +22,8 @@ from corral_client.api.sandboxes import (
     get_sandbox,
     list_files,
     list_sandboxes,
+    pause_sandbox,
+    resume_sandbox,
 )
 from corral_client.models import ExecResult, FileInfo
 from corral_client.models import Sandbox as SandboxInfo
@@ -85,6 +88,14 @@ class AsyncSandbox:
     async def list_files(self, path: str = ".") -> list[FileInfo]:
         return _parsed(await list_files.asyncio_detailed(self.id, client=self._corral.api, path=path))
 
+    async def pause(self) -> "AsyncSandbox":
+        self.info = _parsed(await pause_sandbox.asyncio_detailed(self.id, client=self._corral.api))
+        return self
+
+    async def resume(self) -> "AsyncSandbox":
+        self.info = _parsed(await resume_sandbox.asyncio_detailed(self.id, client=self._corral.api))
+        return self
+
     async def delete(self, wait: bool = True, timeout: float = 60.0) -> "AsyncSandbox":
         self.info = _parsed(await delete_sandbox.asyncio_detailed(self.id, client=self._corral.api, wait=wait,
                                                                   timeout=timeout))
@@ -148,6 +159,7 @@ class AsyncCorral:
         url, api_key = resolve(url, api_key)
         self.api = AuthenticatedClient(base_url=url, token=api_key, timeout=httpx.Timeout(timeout, connect=10.0))
         self.sandboxes = AsyncSandboxes(self)
+        self.rollouts = AsyncRollouts(self)
 
     @property
     def http(self) -> httpx.AsyncClient:

@@ -12,6 +12,7 @@ import httpx
 
 from corral._common import ExecChunk, create_body, exec_body, label_selectors, resolve
 from corral.errors import SandboxFailed, raise_for
+from corral.rollouts import Rollouts
 from corral_client import AuthenticatedClient
 from corral_client.api.sandboxes import (
     create_sandbox,
@@ -20,6 +21,8 @@ from corral_client.api.sandboxes import (
     get_sandbox,
     list_files,
     list_sandboxes,
+    pause_sandbox,
+    resume_sandbox,
 )
 from corral_client.models import ExecResult, FileInfo
 from corral_client.models import Sandbox as SandboxInfo
@@ -84,6 +87,15 @@ class Sandbox:
     def list_files(self, path: str = ".") -> list[FileInfo]:
         return _parsed(list_files.sync_detailed(self.id, client=self._corral.api, path=path))
 
+    def pause(self) -> "Sandbox":
+        """Freeze every process (cgroup freezer); exec/files answer 409 until ``resume``."""
+        self.info = _parsed(pause_sandbox.sync_detailed(self.id, client=self._corral.api))
+        return self
+
+    def resume(self) -> "Sandbox":
+        self.info = _parsed(resume_sandbox.sync_detailed(self.id, client=self._corral.api))
+        return self
+
     def delete(self, wait: bool = True, timeout: float = 60.0) -> "Sandbox":
         self.info = _parsed(delete_sandbox.sync_detailed(self.id, client=self._corral.api, wait=wait, timeout=timeout))
         return self
@@ -127,6 +139,7 @@ class Corral:
         url, api_key = resolve(url, api_key)
         self.api = AuthenticatedClient(base_url=url, token=api_key, timeout=httpx.Timeout(timeout, connect=10.0))
         self.sandboxes = Sandboxes(self)
+        self.rollouts = Rollouts(self)
 
     @property
     def http(self) -> httpx.Client:

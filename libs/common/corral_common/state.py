@@ -21,7 +21,10 @@ _TRANSITION = """
 local cur = redis.call('HGET', KEYS[1], 'state')
 if not cur then return {0, '', '', ''} end
 if not string.find(',' .. ARGV[1] .. ',', ',' .. cur .. ',', 1, true) then return {0, cur, '', ''} end
-for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 3, #ARGV, 2 do
+  if ARGV[i] == 'started_at' then redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1])  -- a resume keeps the first start
+  else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
 if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 local who = redis.call('HMGET', KEYS[1], 'tenant', 'node_id')
 return {1, cur, who[1] or '', who[2] or ''}

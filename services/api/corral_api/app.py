@@ -1,5 +1,6 @@
 """The public api: auth, validation, sandbox records, and the data-path proxy to node-agents."""
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -9,6 +10,10 @@ from fastapi import FastAPI
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.db.engine import make_engine, migrate
 from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
+from corral_api.rollouts.repository import RolloutRepository
+from corral_api.rollouts.router import router as rollouts_router
+from corral_api.rollouts.service import RolloutService
+from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.node_client import NodeClient
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_api.sandboxes.router import router as sandboxes_router
@@ -51,9 +56,17 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.node_client = node_client
         app.state.sandboxes = SandboxService(store, bus, history, waiters, EnvironmentCatalog(images),
                                              settings.api_max_wait_s)
+        app.state.data_path = SandboxDataPath(app.state.sandboxes, node_client)
+        app.state.rollouts = RolloutService(
+            RolloutRepository(engine), app.state.sandboxes, app.state.data_path,
+            idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
+            lease_s=settings.rollout_step_lease_s, max_write_bytes=settings.api_max_upload_mb * 1024 * 1024)
+        sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
         try:
             yield
         finally:
+            sweeper.cancel()
+            await app.state.rollouts.close()
             await node_client.close()
             await images.aclose()
             await bus.close()
@@ -69,6 +82,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     instrument_app(app)
     app.include_router(sandboxes_router)
+    app.include_router(rollouts_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

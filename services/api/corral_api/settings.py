@@ -16,6 +16,12 @@ class ApiSettings(CommonSettings):
     api_max_upload_mb: int = 100
     # Longest a client may block on ?wait_for=.
     api_max_wait_s: float = 300.0
+    # Rollouts: pause a rollout's sandbox after this idle time (0: never), release it after
+    # this idle time, how often the sweeper looks, and the lease a running step holds.
+    rollout_idle_pause_s: float = 300.0
+    rollout_ttl_s: float = 86400.0
+    rollout_sweep_interval_s: float = 1.0
+    rollout_step_lease_s: float = 10.0
 
     @property
     def database_url(self) -> str:

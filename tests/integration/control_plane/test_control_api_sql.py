@@ -60,3 +60,51 @@ def test_bad_bootstrap_keys_are_refused():
         parse_bootstrap_keys("tenant-without-key")
     with pytest.raises(ValueError):
         parse_bootstrap_keys("t:short")
+
+
+def test_rollout_log_tables(database_url):
+    """Migration 0002 and the claim / complete / lease semantics the exactly-once steps rely on."""
+    import time
+    from datetime import UTC, datetime
+
+    from corral_api.rollouts.models import RolloutRow, RolloutStepRow
+    from corral_api.rollouts.repository import RolloutRepository
+
+    migrate(database_url)
+    engine = make_engine(database_url)
+    assert {"rollouts", "rollout_steps"} <= set(inspect(engine).get_table_names())
+    repo = RolloutRepository(engine)
+    now = datetime.now(UTC)
+    repo.create(RolloutRow(id="ro-1", tenant="alpha", job_id="job", sandbox_id="sb-1", meta={"episode": 3},
+                           idle_pause_s=10, ttl_s=100, pause_at=time.time() - 1, expires_at=time.time() + 100,
+                           created_at=now, updated_at=now))
+
+    def step(index: int, executor: str = "api-a", lease: float = 60.0) -> RolloutStepRow:
+        return RolloutStepRow(rollout_id="ro-1", step_index=index, action="exec", args={"cmd": "true"},
+                              request_hash="h" * 64, executor=executor, lease_until=time.time() + lease,
+                              started_at=now)
+
+    assert repo.claim(step(0), expires_at=time.time() + 100)
+    assert not repo.claim(step(0, "api-b"), expires_at=None)  # one claim per index
+    assert repo.get("ro-1").step_count == 1 and repo.has_pending("ro-1")
+    assert not repo.complete("ro-1", 0, "api-b", status="done", observation={}, error=None, duration_ms=1.0)
+    assert repo.complete("ro-1", 0, "api-a", status="done", observation={"exit_code": 0, "stdout": "ü"}, error=None,
+                         duration_ms=1.5)
+    assert not repo.complete("ro-1", 0, "api-a", status="failed", observation=None, error={}, duration_ms=1.0)
+    assert repo.claim(step(1, lease=-1), expires_at=None)  # an executor that died at once
+    assert repo.interrupt_expired(time.time()) == 1
+    steps = repo.steps("ro-1")
+    assert [(s.step_index, s.status) for s in steps] == [(0, "done"), (1, "interrupted")]
+    assert steps[0].observation == {"exit_code": 0, "stdout": "ü"} and steps[1].error["code"] == "step_interrupted"
+    assert repo.get("ro-1").step_count == 2 and not repo.has_pending("ro-1")
+
+    repo.update("ro-1", pause_at=time.time() - 1)
+    assert [r.id for r in repo.due_for_pause(time.time())] == ["ro-1"]
+    assert repo.update("ro-1", from_status=["active"], status="paused", pause_at=None)
+    assert not repo.update("ro-1", from_status=["active"], status="finished")
+    assert repo.due_for_pause(time.time()) == []
+    repo.update("ro-1", expires_at=time.time() - 1)
+    assert [r.id for r in repo.due_for_expiry(time.time())] == ["ro-1"]
+    assert [r.meta for r in repo.list("alpha", "job", None, 10)] == [{"episode": 3}]
+    assert repo.list("beta", None, None, 10) == []
+    engine.dispose()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from corral_common.errors import BadRequest, NotFound, PayloadTooLarge
+from corral_common.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent import host
@@ -269,3 +269,25 @@ async def wait_until(probe, expected, timeout_s: float = 10.0) -> bool:
             return True
         await asyncio.sleep(0.02)
     return await probe() == expected
+
+
+async def test_pause_freezes_resume_thaws_and_stop_while_paused_is_clean(backend, base_layer):
+    sid = await started(backend, base_layer)
+    await backend.exec(sid, run("(while true; do date +%s%N >> /tmp/ticks; sleep 0.05; done) &"))
+    freezer = CgroupV1().path("freezer", f"/corral/{backend.settings.node_id}/{sid}")
+    await backend.pause(sid)
+    await backend.pause(sid)  # idempotent
+    assert Path(f"{freezer}/freezer.state").read_text().strip() == "FROZEN"
+    ticks = Path(f"{backend.sandboxes_dir}/{sid}/rootfs/tmp/ticks")
+    frozen_at = ticks.read_text().count("\n")
+    with pytest.raises(Conflict):
+        await backend.exec(sid, run("true"))
+    await asyncio.sleep(0.3)
+    assert ticks.read_text().count("\n") == frozen_at  # nothing ran while frozen
+    await backend.resume(sid)
+    await backend.resume(sid)  # idempotent
+    assert Path(f"{freezer}/freezer.state").read_text().strip() == "THAWED"
+    assert (await backend.exec(sid, run("echo ok"))).stdout == "ok\n"
+    await backend.pause(sid)
+    await backend.stop(sid)  # a frozen sandbox is thawed, then killed and removed
+    assert not os.path.exists(f"{backend.sandboxes_dir}/{sid}") and not os.path.exists(freezer)

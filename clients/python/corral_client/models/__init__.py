@@ -12,6 +12,16 @@ from .file_info import FileInfo
 from .file_info_type import FileInfoType
 from .get_sandbox_wait_for_type_0 import GetSandboxWaitForType0
 from .healthz_response_healthz import HealthzResponseHealthz
+from .list_rollouts_status_type_0 import ListRolloutsStatusType0
+from .rollout import Rollout
+from .rollout_create import RolloutCreate
+from .rollout_create_metadata import RolloutCreateMetadata
+from .rollout_finish import RolloutFinish
+from .rollout_finish_info import RolloutFinishInfo
+from .rollout_info_type_0 import RolloutInfoType0
+from .rollout_list import RolloutList
+from .rollout_metadata import RolloutMetadata
+from .rollout_status import RolloutStatus
 from .sandbox import Sandbox
 from .sandbox_create import SandboxCreate
 from .sandbox_create_backend import SandboxCreateBackend
@@ -20,6 +30,15 @@ from .sandbox_create_labels import SandboxCreateLabels
 from .sandbox_labels import SandboxLabels
 from .sandbox_list import SandboxList
 from .sandbox_state import SandboxState
+from .step import Step
+from .step_action import StepAction
+from .step_args import StepArgs
+from .step_error import StepError
+from .step_observation_type_0 import StepObservationType0
+from .step_request import StepRequest
+from .step_request_action import StepRequestAction
+from .step_request_args import StepRequestArgs
+from .step_status import StepStatus
 from .usage import Usage
 
 __all__ = (
@@ -35,6 +54,16 @@ __all__ = (
     "FileInfoType",
     "GetSandboxWaitForType0",
     "HealthzResponseHealthz",
+    "ListRolloutsStatusType0",
+    "Rollout",
+    "RolloutCreate",
+    "RolloutCreateMetadata",
+    "RolloutFinish",
+    "RolloutFinishInfo",
+    "RolloutInfoType0",
+    "RolloutList",
+    "RolloutMetadata",
+    "RolloutStatus",
     "Sandbox",
     "SandboxCreate",
     "SandboxCreateBackend",
@@ -43,5 +72,14 @@ __all__ = (
     "SandboxLabels",
     "SandboxList",
     "SandboxState",
+    "Step",
+    "StepAction",
+    "StepArgs",
+    "StepError",
+    "StepObservationType0",
+    "StepRequest",
+    "StepRequestAction",
+    "StepRequestArgs",
+    "StepStatus",
     "Usage",
 )

@@ -6,7 +6,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from corral_api.auth.dependencies import current_tenant
-from corral_api.sandboxes.node_client import NodeClient, capped
+from corral_api.sandboxes.data_path import SandboxDataPath
+from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge
@@ -25,12 +26,12 @@ async def sandboxes(request: Request) -> SandboxService:
     return request.app.state.sandboxes
 
 
-async def nodes(request: Request) -> NodeClient:
-    return request.app.state.node_client
+async def data_path(request: Request) -> SandboxDataPath:
+    return request.app.state.data_path
 
 
 Service = Annotated[SandboxService, Depends(sandboxes)]
-Nodes = Annotated[NodeClient, Depends(nodes)]
+Data = Annotated[SandboxDataPath, Depends(data_path)]
 
 
 def parse_labels(selectors: list[str]) -> dict[str, str]:
@@ -80,56 +81,54 @@ async def delete_sandbox(sandbox_id: str, tenant: Tenant, service: Service,
     return Sandbox.from_record(record)
 
 
+@router.post("/{sandbox_id}/pause", response_model=Sandbox, operation_id="pause_sandbox")
+async def pause_sandbox(sandbox_id: str, tenant: Tenant, data: Data) -> Sandbox:
+    """Freeze every process of a running sandbox (cgroup freezer); memory and files stay.
+    Data-path calls answer 409 until it is resumed. Its ``timeout_s`` keeps counting."""
+    return Sandbox.from_record(await data.pause(tenant, sandbox_id))
+
+
+@router.post("/{sandbox_id}/resume", response_model=Sandbox, operation_id="resume_sandbox")
+async def resume_sandbox(sandbox_id: str, tenant: Tenant, data: Data) -> Sandbox:
+    """Thaw a paused sandbox (running again)."""
+    return Sandbox.from_record(await data.resume(tenant, sandbox_id))
+
+
 @router.post("/{sandbox_id}/exec", response_model=ExecResult, operation_id="exec_command")
-async def exec_command(sandbox_id: str, body: ExecRequest, tenant: Tenant, service: Service, node_client: Nodes) -> ExecResult:
+async def exec_command(sandbox_id: str, body: ExecRequest, tenant: Tenant, data: Data) -> ExecResult:
     """Run a command and wait for it. Output is capped per stream (``truncated``)."""
-    _, node = await service.node_for(tenant, sandbox_id)
-    response = await node_client.request("POST", f"{node.url}/v1/sandboxes/{sandbox_id}/exec",
-                                         content=body.model_dump_json(), headers={"content-type": "application/json"})
-    return ExecResult.model_validate_json(response.content)
+    return await data.exec(tenant, sandbox_id, body)
 
 
 @router.post("/{sandbox_id}/exec/stream", operation_id="exec_command_stream",
              responses={200: {"content": {"application/x-ndjson": {}},
                               "description": "JSON lines: {type: stdout|stderr, data} ..., then {type: exit, result}"}})
-async def exec_command_stream(sandbox_id: str, body: ExecRequest, tenant: Tenant, service: Service,
-                              node_client: Nodes) -> StreamingResponse:
-    _, node = await service.node_for(tenant, sandbox_id)
-    _, chunks = await node_client.stream("POST", f"{node.url}/v1/sandboxes/{sandbox_id}/exec/stream",
-                                         content=body.model_dump_json(), headers={"content-type": "application/json"})
-    return StreamingResponse(chunks, media_type="application/x-ndjson")
+async def exec_command_stream(sandbox_id: str, body: ExecRequest, tenant: Tenant, data: Data) -> StreamingResponse:
+    return StreamingResponse(await data.exec_stream(tenant, sandbox_id, body), media_type="application/x-ndjson")
 
 
 @router.put("/{sandbox_id}/files", status_code=204, operation_id="write_file",
             openapi_extra={"requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
                                            "required": True}})
-async def write_file(sandbox_id: str, path: FilePath, request: Request, tenant: Tenant, service: Service,
-                     node_client: Nodes, mode: Annotated[int, Query(ge=0, le=0o7777)] = 0o644) -> Response:
+async def write_file(sandbox_id: str, path: FilePath, request: Request, tenant: Tenant, data: Data,
+                     mode: Annotated[int, Query(ge=0, le=0o777)] = 0o644) -> Response:
     """Upload a file (raw body). Parent directories are created."""
     limit = request.app.state.settings.api_max_upload_mb * 1024 * 1024
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"upload of {declared} bytes exceeds {limit}", loc=["body"])
-    _, node = await service.node_for(tenant, sandbox_id)
-    await node_client.request("PUT", f"{node.url}/v1/sandboxes/{sandbox_id}/files",
-                              params={"path": path, "mode": mode}, content=capped(request.stream(), limit))
+    await data.write_file(tenant, sandbox_id, path, capped(request.stream(), limit), mode)
     return Response(status_code=204)
 
 
 @router.get("/{sandbox_id}/files", operation_id="read_file",
             responses={200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
-async def read_file(sandbox_id: str, path: FilePath, tenant: Tenant, service: Service, node_client: Nodes) -> StreamingResponse:
+async def read_file(sandbox_id: str, path: FilePath, tenant: Tenant, data: Data) -> StreamingResponse:
     """Download a file's bytes."""
-    _, node = await service.node_for(tenant, sandbox_id)
-    _, body = await node_client.stream("GET", f"{node.url}/v1/sandboxes/{sandbox_id}/files", params={"path": path})
-    return StreamingResponse(body, media_type="application/octet-stream")
+    return StreamingResponse(await data.open_file(tenant, sandbox_id, path), media_type="application/octet-stream")
 
 
 @router.get("/{sandbox_id}/files/list", response_model=list[FileInfo], operation_id="list_files")
-async def list_files(sandbox_id: str, path: FilePath, tenant: Tenant, service: Service, node_client: Nodes) -> list[FileInfo]:
-    _, node = await service.node_for(tenant, sandbox_id)
+async def list_files(sandbox_id: str, path: FilePath, tenant: Tenant, data: Data) -> list[FileInfo]:
     """List a directory (entries are not followed through symlinks)."""
-    response = await node_client.request("GET", f"{node.url}/v1/sandboxes/{sandbox_id}/files", params={"path": path})
-    if not response.headers.get("content-type", "").startswith("application/json"):
-        raise BadRequest(f"{path} is not a directory", loc=["query", "path"], code="not_a_directory")
-    return [FileInfo.model_validate(item) for item in response.json()]
+    return await data.list_files(tenant, sandbox_id, path)

@@ -117,12 +117,15 @@ class SandboxService:
                                    SandboxStop(sandbox_id=sandbox_id, node_id=record.node_id))
         return await self.get(tenant, sandbox_id)
 
-    async def node_for(self, tenant: str, sandbox_id: str) -> tuple[SandboxRecord, NodeInfo]:
-        """The node that runs a sandbox, for data-path calls; 409 unless it is running."""
+    async def node_for(self, tenant: str, sandbox_id: str,
+                       states: frozenset[SandboxState] = frozenset({SandboxState.running}),
+                       ) -> tuple[SandboxRecord, NodeInfo]:
+        """The node that runs a sandbox, for data-path calls; 409 unless it is in ``states``."""
         record = await self.get(tenant, sandbox_id)
-        if record.state is not SandboxState.running:
+        if record.state not in states:
+            hint = f"; POST /v1/sandboxes/{sandbox_id}/resume first" if record.state is SandboxState.paused else ""
             raise Conflict(f"sandbox {sandbox_id} is {record.state.value}"
-                           + (f" ({record.reason})" if record.reason else ""), loc=["path", "sandbox_id"],
+                           + (f" ({record.reason})" if record.reason else "") + hint, loc=["path", "sandbox_id"],
                            code="sandbox_not_running")
         node = await self.store.get_node(record.node_id or "")
         if node is None:

@@ -65,6 +65,14 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def usage(self, sandbox_id: str) -> Usage: ...
 
+    async def pause(self, sandbox_id: str) -> None:
+        """Freeze every process of the sandbox (memory and files stay); idempotent."""
+        raise NotImplementedError(f"{type(self).__name__} cannot pause")
+
+    async def resume(self, sandbox_id: str) -> None:
+        """Thaw a paused sandbox; idempotent."""
+        raise NotImplementedError(f"{type(self).__name__} cannot resume")
+
     @abc.abstractmethod
     def list_running(self) -> list[str]: ...
 

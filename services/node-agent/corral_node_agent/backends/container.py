@@ -133,6 +133,7 @@ class _Sandbox:
     timer: asyncio.TimerHandle | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     stopping: bool = False
+    paused: bool = False
     usage: Usage | None = None
 
     @property
@@ -321,6 +322,25 @@ class ContainerBackend(SandboxBackend):
                 return sb.usage
             return await self._teardown(sb, kill=True)
 
+    async def pause(self, sandbox_id: str) -> None:
+        """``crun pause``: the cgroup freezer stops every process; the timeout keeps running."""
+        sb = self._get(sandbox_id)
+        async with sb.lock:
+            if sb.stopping or sb.paused:
+                return
+            await self._crun_call("pause", sb.id)
+            sb.paused = True
+        log.info("sandbox_paused", sandbox_id=sandbox_id)
+
+    async def resume(self, sandbox_id: str) -> None:
+        sb = self._get(sandbox_id)
+        async with sb.lock:
+            if sb.stopping or not sb.paused:
+                return
+            await self._crun_call("resume", sb.id)
+            sb.paused = False
+        log.info("sandbox_resumed", sandbox_id=sandbox_id)
+
     def _read_usage(self, sb: _Sandbox) -> Usage:
         cg = self.cgroups
         cpu_ns = cg.read("cpuacct", sb.cgroup, "cpuacct.usage")
@@ -345,6 +365,10 @@ class ContainerBackend(SandboxBackend):
         sb.stopping = True
         self._unwatch(sb)
         usage = self._read_usage(sb)
+        if sb.paused:
+            # A frozen task only dies once thawed: resume first so kill and delete can finish.
+            await self._crun_call("resume", sb.id, check=False)
+            sb.paused = False
         if kill:
             await self._crun_call("kill", sb.id, "KILL", check=False)
         rc, out = await self._crun_call("delete", "--force", sb.id, check=False)
@@ -434,6 +458,8 @@ class ContainerBackend(SandboxBackend):
 
     async def _exec(self, sandbox_id: str, req: ExecRequest, on_data) -> ExecResult:
         sb = self._get(sandbox_id)
+        if sb.paused:
+            raise Conflict(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"], code="sandbox_paused")
         if isinstance(req.cmd, str):
             argv = ["/bin/sh", "-c", req.cmd]
         else:

@@ -9,6 +9,7 @@ from collections import defaultdict
 
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
+from corral_common.errors import Conflict, NotFound
 from corral_common.events import SandboxPlace, SandboxStop
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, Usage
@@ -89,6 +90,42 @@ class NodeEvents:
             await self._transition(sandbox_id, SandboxState.stopping, reason=event.reason)
             usage = await self.manager.delete(sandbox_id)
             await self._transition(sandbox_id, SandboxState.terminated, reason=event.reason, usage=usage)
+
+    async def pause(self, sandbox_id: str) -> SandboxState:
+        """Freeze a running sandbox (running → paused); a paused one stays paused."""
+        async with self._locks[sandbox_id]:
+            record = await self._local_record(sandbox_id)
+            if record.state is SandboxState.paused:
+                await self.manager.pause(sandbox_id)  # idempotent: makes sure it is frozen
+                return record.state
+            if record.state is not SandboxState.running:
+                raise Conflict(f"sandbox {sandbox_id} is {record.state.value}", loc=["path", "sandbox_id"],
+                               code="sandbox_not_running")
+            await self.manager.pause(sandbox_id)
+            if not await self._transition(sandbox_id, SandboxState.paused):
+                await self.manager.resume(sandbox_id)  # stopped or failed meanwhile: undo
+                record = await self._local_record(sandbox_id)
+                raise Conflict(f"sandbox {sandbox_id} is {record.state.value}", loc=["path", "sandbox_id"],
+                               code="sandbox_not_running")
+            return SandboxState.paused
+
+    async def resume(self, sandbox_id: str) -> SandboxState:
+        """Thaw a paused sandbox (paused → running); a running one stays running."""
+        async with self._locks[sandbox_id]:
+            record = await self._local_record(sandbox_id)
+            if record.state not in (SandboxState.paused, SandboxState.running):
+                raise Conflict(f"sandbox {sandbox_id} is {record.state.value}", loc=["path", "sandbox_id"],
+                               code="sandbox_not_running")
+            await self.manager.resume(sandbox_id)
+            if record.state is SandboxState.paused:
+                await self._transition(sandbox_id, SandboxState.running)
+            return SandboxState.running
+
+    async def _local_record(self, sandbox_id: str):
+        record = await self.store.get_sandbox(sandbox_id)
+        if record is None or record.node_id != self.node_id or sandbox_id not in self.manager.ids():
+            raise NotFound(f"sandbox {sandbox_id} not found on this node", loc=["path", "sandbox_id"])
+        return record
 
     async def on_exit(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> None:
         """A sandbox ended on its own: its timeout elapsed, or its init process died."""

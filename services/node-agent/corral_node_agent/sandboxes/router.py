@@ -7,6 +7,8 @@
                                mode is octal text, default 644
     GET  /files?path=P         a regular file → its bytes (application/octet-stream);
                                a directory → JSON list of FileInfo (lstat, links not followed)
+    POST /pause, POST /resume  freeze / thaw every process (cgroup freezer via crun);
+                               running ⇄ paused in the sandbox record → {"state"}
 
 Paths are absolute inside the sandbox or relative to /home/user; `..` and symlinks are
 refused (400, loc ["query", "path"]). Every route requires header X-Corral-Internal-Token
@@ -35,6 +37,16 @@ Manager = Annotated[SandboxManager, Depends(get_manager)]
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["sandbox data path"],
                    dependencies=[Depends(require_internal_token)])
+
+
+@router.post("/pause", summary="Freeze the sandbox (running → paused)")
+async def pause(sandbox_id: str, request: Request) -> dict:
+    return {"state": (await request.app.state.events.pause(sandbox_id)).value}
+
+
+@router.post("/resume", summary="Thaw the sandbox (paused → running)")
+async def resume(sandbox_id: str, request: Request) -> dict:
+    return {"state": (await request.app.state.events.resume(sandbox_id)).value}
 
 
 @router.post("/exec", response_model=ExecResult, summary="Run a command and wait for it")

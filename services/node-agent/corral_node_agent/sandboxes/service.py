@@ -153,6 +153,14 @@ class SandboxManager:
             raise NotFound(f"sandbox {sandbox_id} not found on this node", loc=["path", "sandbox_id"])
         return entry
 
+    async def pause(self, sandbox_id: str) -> None:
+        self._require(sandbox_id)
+        await self.backend.pause(sandbox_id)
+
+    async def resume(self, sandbox_id: str) -> None:
+        self._require(sandbox_id)
+        await self.backend.resume(sandbox_id)
+
     # ---- data path ----------------------------------------------------------------------
 
     async def exec(self, sandbox_id: str, req: ExecRequest) -> ExecResult:

@@ -107,6 +107,8 @@ def sync_detailed(
 ) -> Response[ErrorResponse | list[FileInfo]]:
     """List Files
 
+     List a directory (entries are not followed through symlinks).
+
     Args:
         sandbox_id (str):
         path (str): Absolute, or relative to the home dir
@@ -139,6 +141,8 @@ def sync(
 ) -> ErrorResponse | list[FileInfo] | None:
     """List Files
 
+     List a directory (entries are not followed through symlinks).
+
     Args:
         sandbox_id (str):
         path (str): Absolute, or relative to the home dir
@@ -165,6 +169,8 @@ async def asyncio_detailed(
     path: str,
 ) -> Response[ErrorResponse | list[FileInfo]]:
     """List Files
+
+     List a directory (entries are not followed through symlinks).
 
     Args:
         sandbox_id (str):
@@ -195,6 +201,8 @@ async def asyncio(
     path: str,
 ) -> ErrorResponse | list[FileInfo] | None:
     """List Files
+
+     List a directory (entries are not followed through symlinks).
 
     Args:
         sandbox_id (str):

@@ -1,0 +1,256 @@
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.error_response import ErrorResponse
+from ...models.step import Step
+from ...models.step_request import StepRequest
+from ...types import Response
+
+
+def _get_kwargs(
+    rollout_id: str,
+    *,
+    body: StepRequest,
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+
+    _kwargs: dict[str, Any] = {
+        "method": "post",
+        "url": "/v1/rollouts/{rollout_id}/steps".format(
+            rollout_id=quote(str(rollout_id), safe=""),
+        ),
+    }
+
+    _kwargs["json"] = body.to_dict()
+
+    headers["Content-Type"] = "application/json"
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> ErrorResponse | Step | None:
+    if response.status_code == 200:
+        response_200 = Step.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = ErrorResponse.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = ErrorResponse.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 404:
+        response_404 = ErrorResponse.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 409:
+        response_409 = ErrorResponse.from_dict(response.json())
+
+        return response_409
+
+    if response.status_code == 413:
+        response_413 = ErrorResponse.from_dict(response.json())
+
+        return response_413
+
+    if response.status_code == 422:
+        response_422 = ErrorResponse.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 503:
+        response_503 = ErrorResponse.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[ErrorResponse | Step]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    rollout_id: str,
+    *,
+    client: AuthenticatedClient,
+    body: StepRequest,
+) -> Response[ErrorResponse | Step]:
+    """Rollout Step
+
+     Execute step ``index`` and answer its observation once it is committed.
+
+    - ``index`` equal to the rollout's step count: executed (exactly once, even if this
+      request is dropped: it runs server-side and is logged).
+    - an index already committed with the same request: the logged answer, not executed
+      again (``replayed``); one still executing: waits for it.
+    - a different request at a committed index: 409 ``step_mismatch``; a gap: 422 ``step_skipped``.
+
+    A step whose action failed is committed too: ``status=failed`` with ``error``. A step
+    that was executing when the api stopped is ``interrupted`` (never re-run).
+
+    Args:
+        rollout_id (str):
+        body (StepRequest): Body of ``POST /v1/rollouts/{id}/steps``.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorResponse | Step]
+    """
+
+    kwargs = _get_kwargs(
+        rollout_id=rollout_id,
+        body=body,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    rollout_id: str,
+    *,
+    client: AuthenticatedClient,
+    body: StepRequest,
+) -> ErrorResponse | Step | None:
+    """Rollout Step
+
+     Execute step ``index`` and answer its observation once it is committed.
+
+    - ``index`` equal to the rollout's step count: executed (exactly once, even if this
+      request is dropped: it runs server-side and is logged).
+    - an index already committed with the same request: the logged answer, not executed
+      again (``replayed``); one still executing: waits for it.
+    - a different request at a committed index: 409 ``step_mismatch``; a gap: 422 ``step_skipped``.
+
+    A step whose action failed is committed too: ``status=failed`` with ``error``. A step
+    that was executing when the api stopped is ``interrupted`` (never re-run).
+
+    Args:
+        rollout_id (str):
+        body (StepRequest): Body of ``POST /v1/rollouts/{id}/steps``.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorResponse | Step
+    """
+
+    return sync_detailed(
+        rollout_id=rollout_id,
+        client=client,
+        body=body,
+    ).parsed
+
+
+async def asyncio_detailed(
+    rollout_id: str,
+    *,
+    client: AuthenticatedClient,
+    body: StepRequest,
+) -> Response[ErrorResponse | Step]:
+    """Rollout Step
+
+     Execute step ``index`` and answer its observation once it is committed.
+
+    - ``index`` equal to the rollout's step count: executed (exactly once, even if this
+      request is dropped: it runs server-side and is logged).
+    - an index already committed with the same request: the logged answer, not executed
+      again (``replayed``); one still executing: waits for it.
+    - a different request at a committed index: 409 ``step_mismatch``; a gap: 422 ``step_skipped``.
+
+    A step whose action failed is committed too: ``status=failed`` with ``error``. A step
+    that was executing when the api stopped is ``interrupted`` (never re-run).
+
+    Args:
+        rollout_id (str):
+        body (StepRequest): Body of ``POST /v1/rollouts/{id}/steps``.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorResponse | Step]
+    """
+
+    kwargs = _get_kwargs(
+        rollout_id=rollout_id,
+        body=body,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    rollout_id: str,
+    *,
+    client: AuthenticatedClient,
+    body: StepRequest,
+) -> ErrorResponse | Step | None:
+    """Rollout Step
+
+     Execute step ``index`` and answer its observation once it is committed.
+
+    - ``index`` equal to the rollout's step count: executed (exactly once, even if this
+      request is dropped: it runs server-side and is logged).
+    - an index already committed with the same request: the logged answer, not executed
+      again (``replayed``); one still executing: waits for it.
+    - a different request at a committed index: 409 ``step_mismatch``; a gap: 422 ``step_skipped``.
+
+    A step whose action failed is committed too: ``status=failed`` with ``error``. A step
+    that was executing when the api stopped is ``interrupted`` (never re-run).
+
+    Args:
+        rollout_id (str):
+        body (StepRequest): Body of ``POST /v1/rollouts/{id}/steps``.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorResponse | Step
+    """
+
+    return (
+        await asyncio_detailed(
+            rollout_id=rollout_id,
+            client=client,
+            body=body,
+        )
+    ).parsed

@@ -1,0 +1,63 @@
+"""The data path to a sandbox's node-agent, shared by the sandbox endpoints and rollouts.
+
+Each call finds the node that runs the sandbox (tenant-checked, 409 unless running) and
+forwards the request through the shared ``NodeClient``.
+"""
+
+from collections.abc import AsyncIterator
+
+from corral_api.sandboxes.node_client import NodeClient
+from corral_api.sandboxes.service import SandboxService
+from corral_common.errors import BadRequest
+from corral_common.exec import ExecRequest, ExecResult, FileInfo
+from corral_common.sandboxes import SandboxState
+from corral_common.state import SandboxRecord
+
+_LIVE = frozenset({SandboxState.running, SandboxState.paused})
+
+
+class SandboxDataPath:
+    def __init__(self, sandboxes: SandboxService, nodes: NodeClient):
+        self.sandboxes = sandboxes
+        self.nodes = nodes
+
+    async def _url(self, tenant: str, sandbox_id: str, tail: str,
+                   states: frozenset[SandboxState] = frozenset({SandboxState.running})) -> str:
+        _, node = await self.sandboxes.node_for(tenant, sandbox_id, states)
+        return f"{node.url}/v1/sandboxes/{sandbox_id}/{tail}"
+
+    async def exec(self, tenant: str, sandbox_id: str, body: ExecRequest) -> ExecResult:
+        response = await self.nodes.request("POST", await self._url(tenant, sandbox_id, "exec"),
+                                            content=body.model_dump_json(),
+                                            headers={"content-type": "application/json"})
+        return ExecResult.model_validate_json(response.content)
+
+    async def exec_stream(self, tenant: str, sandbox_id: str, body: ExecRequest) -> AsyncIterator[bytes]:
+        _, chunks = await self.nodes.stream("POST", await self._url(tenant, sandbox_id, "exec/stream"),
+                                            content=body.model_dump_json(),
+                                            headers={"content-type": "application/json"})
+        return chunks
+
+    async def write_file(self, tenant: str, sandbox_id: str, path: str, content: bytes | AsyncIterator[bytes],
+                         mode: int = 0o644) -> int:
+        response = await self.nodes.request("PUT", await self._url(tenant, sandbox_id, "files"),
+                                            params={"path": path, "mode": f"{mode:o}"}, content=content)
+        return int(response.json().get("size", 0))
+
+    async def open_file(self, tenant: str, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        _, body = await self.nodes.stream("GET", await self._url(tenant, sandbox_id, "files"), params={"path": path})
+        return body
+
+    async def list_files(self, tenant: str, sandbox_id: str, path: str) -> list[FileInfo]:
+        response = await self.nodes.request("GET", await self._url(tenant, sandbox_id, "files"), params={"path": path})
+        if not response.headers.get("content-type", "").startswith("application/json"):
+            raise BadRequest(f"{path} is not a directory", loc=["query", "path"], code="not_a_directory")
+        return [FileInfo.model_validate(item) for item in response.json()]
+
+    async def pause(self, tenant: str, sandbox_id: str) -> SandboxRecord:
+        await self.nodes.request("POST", await self._url(tenant, sandbox_id, "pause", _LIVE))
+        return await self.sandboxes.get(tenant, sandbox_id)
+
+    async def resume(self, tenant: str, sandbox_id: str) -> SandboxRecord:
+        await self.nodes.request("POST", await self._url(tenant, sandbox_id, "resume", _LIVE))
+        return await self.sandboxes.get(tenant, sandbox_id)
