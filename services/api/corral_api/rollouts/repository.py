@@ -77,6 +77,17 @@ class RolloutRepository:
         with Session(self.engine) as session:
             return session.get(RolloutStepRow, (rollout_id, index))
 
+    def lookup(self, rollout_id: str, index: int) -> tuple[RolloutRow | None, RolloutStepRow | None, bool]:
+        """(rollout, its step at ``index``, whether any step is pending), in one session."""
+        with Session(self.engine) as session:
+            row = session.get(RolloutRow, rollout_id)
+            if row is None:
+                return None, None, False
+            step = session.get(RolloutStepRow, (rollout_id, index))
+            pending = session.exec(select(RolloutStepRow.step_index).where(
+                RolloutStepRow.rollout_id == rollout_id, RolloutStepRow.status == "pending").limit(1)).first()
+            return row, step, pending is not None
+
     def has_pending(self, rollout_id: str) -> bool:
         with Session(self.engine) as session:
             return session.exec(select(RolloutStepRow.step_index).where(
@@ -99,13 +110,20 @@ class RolloutRepository:
         return True
 
     def complete(self, rollout_id: str, index: int, executor: str, *, status: str, observation: dict | None,
-                 error: dict | None, duration_ms: float) -> bool:
+                 error: dict | None, duration_ms: float, finished_at: datetime | None = None,
+                 rollout_values: dict[str, Any] | None = None) -> bool:
+        """Commit a step's outcome (only while this executor still holds it pending), and in the
+        same transaction the rollout's new idle deadlines (``rollout_values``)."""
         with Session(self.engine) as session:
             result = session.exec(update(RolloutStepRow).where(  # type: ignore[call-overload]
                 col(RolloutStepRow.rollout_id) == rollout_id, col(RolloutStepRow.step_index) == index,
                 col(RolloutStepRow.status) == "pending", col(RolloutStepRow.executor) == executor,
-            ).values(status=status, observation=observation, error=error, finished_at=now_dt(),
+            ).values(status=status, observation=observation, error=error, finished_at=finished_at or now_dt(),
                      duration_ms=duration_ms))
+            if result.rowcount > 0 and rollout_values:
+                session.exec(update(RolloutRow).where(  # type: ignore[call-overload]
+                    col(RolloutRow.id) == rollout_id, col(RolloutRow.status).in_(["active", "paused"]),
+                ).values(updated_at=now_dt(), **rollout_values))
             session.commit()
             return result.rowcount > 0
 

@@ -158,19 +158,20 @@ class RolloutService:
     async def step(self, tenant: str, rollout_id: str, req: StepRequest) -> Step:
         args = normalize_args(req.action, req.args)
         digest = request_hash(req.action, args)
-        await self._row(tenant, rollout_id)
-        existing = await self._db(self.repo.step, rollout_id, req.index)
-        claimed = None
+        row, existing, _ = await self._db(self.repo.lookup, rollout_id, req.index)
+        if row is None or row.tenant != tenant:
+            raise NotFound(f"rollout {rollout_id} not found", loc=["path", "rollout_id"])
+        task = None
         if existing is None:
             async with self._locks[rollout_id]:
-                existing = await self._db(self.repo.step, rollout_id, req.index)
+                row, existing, pending = await self._db(self.repo.lookup, rollout_id, req.index)
+                assert row is not None
                 if existing is None:
-                    row = await self._row(tenant, rollout_id)
-                    claimed = await self._claim(row, req, args, digest)
-                    if claimed is None:  # another api process claimed it first
+                    task = await self._claim(row, req, args, digest, pending)
+                    if task is None:  # another api process claimed the index first
                         existing = await self._db(self.repo.step, rollout_id, req.index)
-        if claimed is not None:
-            return step_view(await self._await_step(rollout_id, req.index))
+        if task is not None:
+            return step_view(await asyncio.shield(task))  # a caller that goes away must not cancel it
         assert existing is not None
         if existing.request_hash != digest:
             raise Conflict(f"step {req.index} of rollout {rollout_id} was committed with a different request "
@@ -182,7 +183,8 @@ class RolloutService:
         view.replayed = True
         return view
 
-    async def _claim(self, row: RolloutRow, req: StepRequest, args: dict[str, Any], digest: str) -> RolloutStepRow | None:
+    async def _claim(self, row: RolloutRow, req: StepRequest, args: dict[str, Any], digest: str,
+                     pending: bool) -> "asyncio.Task[RolloutStepRow] | None":
         """Under the rollout's lock: check the index, make the sandbox runnable, insert the
         pending row and start the task. None when another api process claimed the index first."""
         if req.index > row.step_count:
@@ -191,7 +193,7 @@ class RolloutService:
         if row.status in ("finished", "expired"):
             raise Conflict(f"rollout {row.id} is {row.status}; only committed steps can be replayed",
                            loc=["path", "rollout_id"], code="rollout_finished")
-        if await self._db(self.repo.has_pending, row.id):
+        if pending:
             raise Conflict(f"rollout {row.id} has a step still executing; send that index again to wait for it",
                            loc=["body", "index"], code="step_in_progress")
         await self._ensure_running(row)
@@ -204,7 +206,7 @@ class RolloutService:
         task = asyncio.create_task(self._execute(row, step), name=f"rollout-step-{row.id}-{req.index}")
         self._tasks[key] = task
         task.add_done_callback(lambda _: self._tasks.pop(key, None))
-        return step
+        return task
 
     async def _ensure_running(self, row: RolloutRow) -> None:
         record = await self.sandboxes.get(row.tenant, row.sandbox_id)
@@ -220,7 +222,7 @@ class RolloutService:
         if row.status == "paused":
             await self._db(self.repo.update, row.id, from_status=["paused"], status="active")
 
-    async def _execute(self, row: RolloutRow, step: RolloutStepRow) -> None:
+    async def _execute(self, row: RolloutRow, step: RolloutStepRow) -> RolloutStepRow:
         renewer = asyncio.create_task(self._renew(step))
         t0 = time.monotonic()
         observation: dict | None = None
@@ -236,12 +238,20 @@ class RolloutService:
         finally:
             renewer.cancel()
         duration = round((time.monotonic() - t0) * 1000, 2)
+        finished_at = now_dt()
         if not await self._db(self.repo.complete, row.id, step.step_index, self.executor, status=status,
-                              observation=observation, error=error, duration_ms=duration):
+                              observation=observation, error=error, duration_ms=duration, finished_at=finished_at,
+                              rollout_values=self._deadlines(row, idle=True)):
+            # Our lease lapsed (the database was unreachable for that long): the row says
+            # interrupted, and that is what every caller gets.
             log.error("rollout.step_lost_lease", rollout_id=row.id, index=step.step_index)
-        await self._db(self.repo.update, row.id, from_status=["active", "paused"], **self._deadlines(row, idle=True))
+            lost = await self._db(self.repo.step, row.id, step.step_index)
+            assert lost is not None
+            return lost
         log.info("rollout.step", rollout_id=row.id, index=step.step_index, action=step.action, status=status,
                  ms=duration)
+        return RolloutStepRow(**{**step.model_dump(), "status": status, "observation": observation, "error": error,
+                                 "finished_at": finished_at, "duration_ms": duration})
 
     async def _renew(self, step: RolloutStepRow) -> None:
         while True:
@@ -257,7 +267,7 @@ class RolloutService:
         task = self._tasks.get((rollout_id, index))
         if task is not None:
             # Shielded: a caller that goes away must not cancel the execution.
-            await asyncio.shield(task)
+            return await asyncio.shield(task)
         while True:
             step = await self._db(self.repo.step, rollout_id, index)
             assert step is not None
