@@ -45,7 +45,8 @@ def platform(service_urls, tmp_path_factory):
     state = tmp_path_factory.mktemp("platform")
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     base_port = 21000 + 200 * worker
-    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true")
+    # A short step lease so a test that kills the api sees its step interrupted quickly.
+    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_ROLLOUT_STEP_LEASE_S="3")
     cmd = [sys.executable, str(ROOT / "scripts/corral_platform.py"), "--state-dir", str(state),
            "--redis-url", service_urls["redis_url"], "--amqp-url", service_urls["amqp_url"]]
     up = subprocess.run([*cmd[:2], "up", *cmd[2:], "--nodes", "2", "--base-port", str(base_port),

@@ -1,6 +1,7 @@
 """Rollouts end to end: exactly-once steps across trainer SIGKILLs, replay, bad input, idle pause, TTL."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral import CorralError, StepFailed
+from corral import CorralError, StepFailed, StepInterrupted
 from tests.e2e.conftest import OTHER_TENANT_KEY
 
 TRAINER = Path(__file__).with_name("rollout_trainer.py")
@@ -173,3 +174,48 @@ def test_idle_rollout_is_paused_resumed_on_next_step_and_expires(corral, platfor
     assert corral.sandboxes.get(short.sandbox_id).wait("terminated", timeout=30).state == "terminated"
     assert [s.status for s in short.trajectory()] == ["done"]
     rollout.finish()
+
+
+def _restart_api(platform) -> None:
+    """SIGKILL the platform's api and start it again with the same environment (same DB)."""
+    run = platform["state"] / "run"
+    old = int((run / "api.pid").read_text())
+    environ = dict(item.split("=", 1) for item in Path(f"/proc/{old}/environ").read_text().split("\0") if "=" in item)
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{old}").exists() or "Z" in Path(f"/proc/{old}/stat").read_text().split()[2],
+               what="api gone")
+    log = open(platform["state"] / "logs" / "api.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen([sys.executable, "-m", "corral_api"], env=environ, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True, cwd=platform["state"])
+    (run / "api.pid").write_text(str(proc.pid))  # `down` stops this one
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{platform['api']}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, timeout=30, what="api back")
+
+
+def test_step_running_when_the_api_dies_is_interrupted_not_rerun(corral, platform):
+    rollout = corral.rollouts.create("busybox", job_id="api-crash", memory_mb=64)
+    rollout.exec("echo zero >> log.txt")
+    slow = {"index": 1, "action": "exec", "args": {"cmd": "echo one >> log.txt; sleep 2"}}
+    with httpx.Client(base_url=platform["api"], headers={"authorization": f"Bearer {platform['api_key']}"}) as http:
+        with pytest.raises(httpx.TimeoutException):
+            http.post(f"/v1/rollouts/{rollout.id}/steps", json=slow, timeout=0.5)  # the trainer gives up
+        wait_until(lambda: len(lines(corral, rollout.sandbox_id)) == 2, what="step 1 running")
+        _restart_api(platform)
+        answer = http.post(f"/v1/rollouts/{rollout.id}/steps", json=slow, timeout=30).json()
+    # The new api cannot know whether the command took effect: interrupted, not run again.
+    assert answer["status"] == "interrupted" and answer["error"]["code"] == "step_interrupted"
+    replay = corral.rollouts.attach(rollout.id)
+    replay.exec("echo zero >> log.txt")  # index 0: from the log
+    with pytest.raises(StepInterrupted):
+        replay.exec("echo one >> log.txt; sleep 2")  # index 1: reported again, never re-run
+    assert replay.cursor == 2
+    replay.exec("echo two >> log.txt")
+    wait_until(lambda: lines(corral, rollout.sandbox_id) == ["zero", "one", "two"], timeout=10, what="log")
+    assert [s.status for s in rollout.trajectory()] == ["done", "interrupted", "done"]
+    rollout.finish(reward=0.0)
