@@ -1,5 +1,6 @@
 """Rollouts end to end: exactly-once steps across trainer SIGKILLs, replay, bad input, idle pause, TTL."""
 
+import asyncio
 import json
 import os
 import signal
@@ -11,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral import CorralError, StepFailed, StepInterrupted
+from corral import AsyncCorral, CorralError, StepFailed, StepInterrupted
 from tests.e2e.conftest import OTHER_TENANT_KEY
 
 TRAINER = Path(__file__).with_name("rollout_trainer.py")
@@ -100,6 +101,15 @@ def test_replay_divergence_files_and_bad_input(corral, platform):
         again.read_file("nope.txt")
     assert again.replayed == 6
     assert again.read_file("blob.bin") == b"\xff\x00\xfe"  # index 6: live
+
+    async def async_replay():
+        async with AsyncCorral(platform["api"], platform["api_key"]) as client:
+            resumed = await client.rollouts.attach(rollout.id)
+            assert (await resumed.exec("echo once >> count.txt")).exit_code == 0
+            await resumed.write_file("data/notes.txt", "hello")
+            assert resumed.replayed == 2 and len(await resumed.trajectory()) == 7
+
+    asyncio.run(async_replay())
     sandbox = corral.sandboxes.get(rollout.sandbox_id)
     assert sandbox.read_file("count.txt") == b"once\n"
 
