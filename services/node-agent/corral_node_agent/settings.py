@@ -9,7 +9,7 @@ under its own prefix (``CORRAL_NODE_REDIS_URL`` still wins when both are set).
 """
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import (
@@ -61,6 +61,15 @@ class NodeAgentSettings(CommonSettings):
     output_limit_bytes: int = 1024 * 1024
     sandbox_user: str = "1000:1000"
     max_upload_bytes: int = 1024 * 1024 * 1024
+    # Image layers: "lazy" mounts each layer from a FUSE file whose chunks are fetched on
+    # first read; "eager" downloads the whole blob before the sandbox starts.
+    layer_mode: Literal["lazy", "eager"] = "lazy"
+    # Bound of the node-wide chunk cache (LRU; chunks of mounted layers are never evicted).
+    layer_cache_mb: int = 20480
+    # A chunk read retries with backoff this long, then fails with EIO.
+    layer_fetch_deadline_s: float = 15.0
+    # Fetch all of a layer's chunks in the background once it is mounted.
+    layer_prefetch: bool = False
 
     @model_validator(mode="after")
     def _derive(self) -> "NodeAgentSettings":

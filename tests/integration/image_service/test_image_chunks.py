@@ -58,7 +58,7 @@ def _tree_with_data(root: Path, seed: int, n: int = 20) -> Path:
 
 def test_layer_is_chunked_at_creation(client, data_dir, tmp_path):
     layer = upload(client, tar_of(_tree_with_data(tmp_path / "t", 1)), name="ws", version="1").json()
-    r = client.get(f"/v1/blobs/{layer['digest']}/index")
+    r = client.get(f"/v1/indexes/{layer['digest']}")
     assert r.status_code == 200, r.text
     assert "immutable" in r.headers["cache-control"]
     index = r.json()
@@ -82,9 +82,9 @@ def test_chunk_errors(client):
     assert client.get("/v1/chunks/sha256:xyz").json()["error"]["code"] == "invalid_digest"
     r = client.get("/v1/chunks/sha256:" + "0" * 64)
     assert r.status_code == 404 and r.json()["error"]["code"] == "chunk_not_found"
-    r = client.get("/v1/blobs/sha256:" + "0" * 64 + "/index")
+    r = client.get("/v1/indexes/sha256:" + "0" * 64)
     assert r.status_code == 404 and r.json()["error"]["code"] == "blob_not_found"
-    assert client.get("/v1/blobs/md5:1/index").status_code == 400
+    assert client.get("/v1/indexes/md5:1").status_code == 400
 
 
 def test_index_backfilled_for_blob_stored_before_chunking(client, data_dir, tmp_path):
@@ -93,7 +93,7 @@ def test_index_backfilled_for_blob_stored_before_chunking(client, data_dir, tmp_
     index_file = data_dir / "chunks" / "indexes" / "sha256" / f"{hexd}.json"
     assert index_file.is_file()
     index_file.unlink()  # as if the blob predated chunking
-    r = client.get(f"/v1/blobs/{layer['digest']}/index")
+    r = client.get(f"/v1/indexes/{layer['digest']}")
     assert r.status_code == 200 and r.json()["digest"] == layer["digest"]
     assert index_file.is_file()
 
@@ -103,8 +103,8 @@ def test_identical_chunks_stored_once_across_layers(client, data_dir, tmp_path):
     b = upload(client, tar_of(_tree_with_data(tmp_path / "b", 2)), kind="workspace", name="b", version="1").json()
     same = upload(client, tar_of(_tree_with_data(tmp_path / "c", 1)), kind="workspace", name="a", version="2").json()
     assert same["digest"] == a["digest"]
-    ia = client.get(f"/v1/blobs/{a['digest']}/index").json()["chunks"]
-    ib = client.get(f"/v1/blobs/{b['digest']}/index").json()["chunks"]
+    ia = client.get(f"/v1/indexes/{a['digest']}").json()["chunks"]
+    ib = client.get(f"/v1/indexes/{b['digest']}").json()["chunks"]
     stored = [p for p in (data_dir / "chunks" / "sha256").rglob("*") if p.is_file()]
     assert len(stored) == len(set(ia) | set(ib))
     assert not [p for p in stored if p.name.startswith(".tmp-")]

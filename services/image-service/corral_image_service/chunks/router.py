@@ -32,7 +32,7 @@ async def blob_index(svc: Services, digest: str) -> dict:
     return index
 
 
-@router.get("/blobs/{digest}/index", response_model=ChunkIndexOut, summary="Chunk index of a blob",
+@router.get("/indexes/{digest}", response_model=ChunkIndexOut, summary="Chunk index of a blob (by the blob digest)",
             responses={400: {"description": "Malformed digest"}, 404: {"description": "Unknown blob"}})
 async def get_blob_index(digest: str, svc: ServicesDep) -> JSONResponse:
     _check(digest)
