@@ -330,7 +330,27 @@ class ContainerBackend(SandboxBackend):
                 return
             await self._crun_call("pause", sb.id)
             sb.paused = True
+            await self._settle_frozen(sb)
         log.info("sandbox_paused", sandbox_id=sandbox_id)
+
+    async def _settle_frozen(self, sb: _Sandbox, timeout_s: float = 2.0) -> None:
+        """On cgroup v1, `crun pause` may return while the freezer still says FREEZING (a task
+        was busy); writing FROZEN again retries, as the kernel documents. Wait until it holds."""
+        path = self.cgroups.path("freezer", sb.cgroup)
+        if path is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with open(f"{path}/freezer.state") as fh:  # noqa: ASYNC230 - a cgroup file
+                    if fh.read().strip() == "FROZEN":
+                        return
+                with open(f"{path}/freezer.state", "w") as fh:  # noqa: ASYNC230
+                    fh.write("FROZEN")
+            except OSError:
+                return
+            await asyncio.sleep(0.01)
+        log.warning("sandbox_freeze_incomplete", sandbox_id=sb.id)
 
     async def resume(self, sandbox_id: str) -> None:
         sb = self._get(sandbox_id)
