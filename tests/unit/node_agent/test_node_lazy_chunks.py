@@ -82,7 +82,9 @@ def test_corrupt_chunk_on_disk_is_refetched(tmp_path):
     cache = ChunkCache(str(tmp_path), srv.fetch, max_bytes=1 << 30)
     cache.get(idx, 0)
     with open(cache.path(idx.chunks[0]), "r+b") as fh:
-        fh.write(b"X")
+        first = fh.read(1)
+        fh.seek(0)
+        fh.write(bytes([first[0] ^ 0xFF]))
     cache.drop_memory()
     assert cache.get(idx, 0) == chunks[idx.chunks[0]]
     assert cache.stats.corrupt == 1 and len(srv.calls) == 2
@@ -108,3 +110,21 @@ def test_lru_bound_spares_pinned_chunks(tmp_path):
     assert kept == [*pinned.chunks[2:], other.chunks[3]]
     again = ChunkCache(str(tmp_path), srv.fetch, max_bytes=3 * CS)
     assert again.total_bytes == 3 * CS and all(again.cached(h) for h in kept)
+
+
+def test_cached_chunk_is_reverified_periodically(tmp_path):
+    idx, chunks = _index(os.urandom(2 * CS))
+    srv = Server()
+    srv.chunks.update(chunks)
+    cache = ChunkCache(str(tmp_path), srv.fetch, max_bytes=1 << 30, mem_chunks=0, reverify_s=3600)
+    blob = b"".join(chunks[h] for h in idx.chunks)
+    assert cache.read(idx, 0, idx.size) == blob
+    assert cache.read(idx, 10, 100) == blob[10:110]  # verified recently: a pread of 100 bytes
+    assert cache.stats.disk_hits == 1 and len(srv.calls) == 2
+    cache.reverify_s = 0
+    p = cache.path(idx.chunks[0])
+    os.chmod(p, 0o644)
+    with open(p, "r+b") as fh:
+        fh.write(b"\0\0\0\0")
+    assert cache.read(idx, 0, 200) == blob[:200]  # checked again: corrupt, refetched
+    assert cache.stats.corrupt == 1 and len(srv.calls) == 3

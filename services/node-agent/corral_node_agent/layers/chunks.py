@@ -3,9 +3,10 @@
 chunks/<2 hex>/<hex>    one chunk, named by the sha256 of its bytes (so a chunk shared by
                         several layers is fetched and stored once per node)
 
-Every chunk is checked against its digest when it arrives and again whenever it is read
-back from disk (a small in-memory LRU of verified chunks absorbs the repeated reads of one
-chunk): a corrupted file is dropped and refetched, never served. Fetches retry with
+Every chunk is checked against its digest when it arrives, and again when it is first read
+back from disk by this process and every ``reverify_s`` after that: a corrupted file is
+dropped and refetched, never served. Between checks a read takes only the bytes it needs
+(``pread``); a small in-memory LRU of verified chunks absorbs the rest. Fetches retry with
 exponential backoff up to a deadline, then fail with EIO: a reader gets an error, never a
 hang and never a wrong byte.
 
@@ -71,13 +72,16 @@ class ChunkUnavailable(OSError):
 
 class ChunkCache:
     def __init__(self, root: str, fetch: Callable[[str], bytes], *, max_bytes: int,
-                 deadline_s: float = 15.0, mem_chunks: int = 32, backoff_s: float = 0.05):
+                 deadline_s: float = 15.0, mem_chunks: int = 32, backoff_s: float = 0.05,
+                 reverify_s: float = 300.0):
         self.root = root
         self.fetch = fetch  # one attempt: returns the bytes or raises
         self.max_bytes = max_bytes
         self.deadline_s = deadline_s
         self.backoff_s = backoff_s
         self.mem_chunks = mem_chunks
+        self.reverify_s = reverify_s
+        self._verified: dict[str, float] = {}  # hex -> monotonic time its file was last checked
         self.stats = ChunkStats()
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -137,10 +141,42 @@ class ChunkCache:
         while offset < end:
             i = offset // index.chunk_size
             start, length = index.span(i)
-            data = self.get(index, i)
-            out.append(data[offset - start:min(end, start + length) - start])
+            lo, hi = offset - start, min(end, start + length) - start
+            data = self._range_if_verified(index.chunks[i], lo, hi - lo)
+            out.append(data if data is not None else self.get(index, i)[lo:hi])
             offset = start + length
         return b"".join(out)
+
+    def _range_if_verified(self, hexd: str, offset: int, size: int) -> bytes | None:
+        """Part of a chunk from memory or from a recently verified file; None otherwise."""
+        with self._lock:
+            data = self._mem.get(hexd)
+            if data is not None:
+                self.stats.requests += 1
+                self.stats.mem_hits += 1
+                self._mem.move_to_end(hexd)
+                if hexd in self._lru:
+                    self._lru.move_to_end(hexd)
+                return data[offset:offset + size]
+            checked = self._verified.get(hexd)
+            if checked is None or time.monotonic() - checked > self.reverify_s or hexd not in self._lru:
+                return None
+        try:
+            fd = os.open(self.path(hexd), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            data = os.pread(fd, size, offset)
+        finally:
+            os.close(fd)
+        if len(data) != size:
+            return None
+        with self._lock:
+            self.stats.requests += 1
+            self.stats.disk_hits += 1
+            if hexd in self._lru:
+                self._lru.move_to_end(hexd)
+        return data
 
     def get(self, index: ChunkIndex, i: int) -> bytes:
         hexd = index.chunks[i]
@@ -191,6 +227,7 @@ class ChunkCache:
         with self._lock:
             if hexd in self._lru:
                 self._lru.move_to_end(hexd)
+            self._verified[hexd] = time.monotonic()
             self._remember(hexd, data)
         return data
 
@@ -269,6 +306,7 @@ class ChunkCache:
                 self.total_bytes += len(data)
             self._lru[hexd] = len(data)
             self._lru.move_to_end(hexd)
+            self._verified[hexd] = time.monotonic()
             self._remember(hexd, data)
             self._evict_locked()
 
@@ -279,6 +317,7 @@ class ChunkCache:
         if size is not None:
             self.total_bytes -= size
         self._mem.pop(hexd, None)
+        self._verified.pop(hexd, None)
 
     def _evict_locked(self) -> None:
         if self.total_bytes <= self.max_bytes:
@@ -300,9 +339,11 @@ class ChunkCache:
             self._evict_locked()
 
     def drop_memory(self) -> None:
-        """Forget the verified in-memory copies (tests; memory pressure)."""
+        """Forget the in-memory copies and which files were verified: the next read of each
+        chunk checks its file again (tests; memory pressure)."""
         with self._lock:
             self._mem.clear()
+            self._verified.clear()
 
     def prefetch(self, index: ChunkIndex) -> None:
         """Fetch every chunk of a layer (blocking; run in a background thread)."""
