@@ -97,6 +97,11 @@ def test_rollout_log_tables(database_url):
     assert [(s.step_index, s.status) for s in steps] == [(0, "done"), (1, "interrupted")]
     assert steps[0].observation == {"exit_code": 0, "stdout": "ü"} and steps[1].error["code"] == "step_interrupted"
     assert repo.get("ro-1").step_count == 2 and not repo.has_pending("ro-1")
+    row, first, pending = repo.lookup("ro-1", 0)
+    assert (row.meta, row.step_count, first.observation, first.status, pending) == (
+        {"episode": 3}, 2, {"exit_code": 0, "stdout": "ü"}, "done", False)
+    assert first.started_at.timestamp() == pytest.approx(now.timestamp(), abs=1)
+    assert repo.lookup("ro-1", 5)[1] is None and repo.lookup("ro-nope", 0) == (None, None, False)
 
     repo.update("ro-1", pause_at=time.time() - 1)
     assert [r.id for r in repo.due_for_pause(time.time())] == ["ro-1"]
