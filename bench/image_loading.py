@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -52,6 +53,23 @@ def io_write_bytes() -> int:
             if line.startswith("write_bytes:"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU of a process (this one by default)."""
+    with open(f"/proc/{pid or 'self'}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def servers_cpu_seconds(svc: "Services") -> float:
+    """image-service + the archive server."""
+    return sum(cpu_seconds(p.pid) for p in svc.procs)
+
+
+def children_cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def drop_caches() -> None:
@@ -343,15 +361,20 @@ async def run_mode(mode: str, svc: Services, plan: list[dict], env_layers: dict,
             await node.done(t["env"])
 
     w0 = io_write_bytes()
+    c0, s0, ch0 = cpu_seconds(), servers_cpu_seconds(svc), children_cpu_seconds()
     t0 = time.monotonic()
     await asyncio.gather(*(task(t) for t in plan))
     elapsed = time.monotonic() - t0
     written = io_write_bytes() - w0
+    # CPU of the node side (this process and its children: tar) and of image-service.
+    node_cpu = cpu_seconds() - c0 + children_cpu_seconds() - ch0
+    server_cpu = servers_cpu_seconds(svc) - s0
     stats = node.stats()
     await node.aclose()
     expected = sum(t["bytes"] for t in plan)
     assert read == expected, (read, expected)
-    return {"mode": mode, "seconds": round(elapsed, 2), "read_bytes": read, "written_bytes": written, **stats}
+    return {"mode": mode, "seconds": round(elapsed, 2), "read_bytes": read, "written_bytes": written,
+            "node_cpu_s": round(node_cpu, 2), "server_cpu_s": round(server_cpu, 2), **stats}
 
 
 async def cold_start(mode: str, svc: Services, plan: list[dict], env_layers: dict, state: Path) -> float:

@@ -328,7 +328,7 @@ class LayerCache:
                     base_url=self.base_url, headers=self._headers, transport=self._transport,
                     timeout=httpx.Timeout(min(10.0, self.fetch_deadline_s), connect=min(2.0, self.fetch_deadline_s)),
                     limits=httpx.Limits(max_connections=32, max_keepalive_connections=16))
-            fs = LazyFS(self.lazy_dir, self._read_lazy)
+            fs = LazyFS(self.lazy_dir, self._read_lazy, workers=16)
             host.umount_tree(self.lazy_dir)
             fs.start()
             self._fs = fs
