@@ -389,3 +389,27 @@ async def test_blob_without_index_falls_back_to_eager(fake, state_dir, work_dir)
         index_file.write_bytes(saved)
     json.loads(saved)
     shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.mark.asyncio
+async def test_restart_after_crash_leaves_no_stale_fuse_mount(fake, state_dir):
+    svc, layers = fake
+    ws, ws_tree = layers["ws"]
+    crashed = _cache(state_dir, svc)
+    try:
+        await crashed.acquire([ws])  # never released: the agent "dies" here
+        assert any(m.startswith(f"{state_dir}/layers/lazy") for m in host.mountpoints())
+        restarted = _cache(state_dir, svc)
+        restarted.cleanup_orphans()  # what SandboxManager.start() does
+        assert _mounts_under(state_dir) == []
+        # The restarted agent serves the layer again, reusing the chunks already on disk.
+        had = {f"/v1/chunks/sha256:{h}" for h in crashed.chunks.stats.fetched_digests}
+        svc.calls.clear()
+        [mnt] = await restarted.acquire([ws])
+        assert _checksums(mnt) == _checksums(ws_tree)
+        assert had and not had & set(svc.chunk_requests())
+        await restarted.release([ws])
+        await restarted.aclose()
+    finally:
+        await asyncio.to_thread(crashed._stop_lazy)  # its threads and device fd (this process lives on)
+    assert _mounts_under(state_dir) == []
