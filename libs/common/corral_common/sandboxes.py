@@ -42,6 +42,7 @@ def can_transition(current: SandboxState | str, target: SandboxState | str) -> b
 
 class FailureReason(StrEnum):
     node_lost = "node_lost"
+    lost_on_restart = "lost_on_restart"  # its node-agent restarted and its processes were gone
     oom_killed = "oom_killed"
     exited = "exited"
     start_failed = "start_failed"

@@ -58,6 +58,9 @@ class NodeAgentSettings(CommonSettings):
     cpu_capacity: float = Field(default_factory=_default_cpu_capacity)
     memory_capacity_mb: int = Field(default_factory=_default_memory_capacity_mb)
     max_sandboxes: int = 1000
+    # At start, take over the sandboxes a previous run of this agent left running (false:
+    # delete them, as `python -m corral_node_agent cleanup` always does).
+    adopt_on_start: bool = True
     output_limit_bytes: int = 1024 * 1024
     sandbox_user: str = "1000:1000"
     max_upload_bytes: int = 1024 * 1024 * 1024

@@ -76,8 +76,17 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def list_running(self) -> list[str]: ...
 
-    async def cleanup_orphans(self) -> None:
-        """Remove what a previous run of the agent left behind."""
+    async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
+        """Remove what a previous run of the agent left behind; with ``adopt``, take over
+        the sandboxes still alive instead and return their ids."""
+        return []
+
+    def spec_of(self, sandbox_id: str) -> SandboxSpec:
+        """The spec of a sandbox this backend runs (needed for adopted ones)."""
+        raise NotImplementedError
+
+    def is_paused(self, sandbox_id: str) -> bool:
+        return False
 
     async def close(self) -> None:
         """Stop every sandbox (agent shutdown)."""

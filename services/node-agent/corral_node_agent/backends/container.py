@@ -48,6 +48,7 @@ _FINISHED_KEEP = 1024
 # After the command exits, how long to keep draining output a background child may still
 # hold open (we do not wait for such children: the call returns when the command does).
 _DRAIN_GRACE_S = 0.2
+_META = "sandbox.json"
 
 
 class SandboxStartError(CorralError):
@@ -135,9 +136,15 @@ class _Sandbox:
     stopping: bool = False
     paused: bool = False
     usage: Usage | None = None
+    # Re-adopted from a previous agent run: that run's mount namespace (and with it the
+    # overlay at dir/rootfs) is gone, but the container keeps its own mount namespace, so
+    # host-side file access goes through its init's root (/proc/<pid>/root).
+    adopted: bool = False
 
     @property
     def rootfs(self) -> str:
+        if self.adopted:
+            return f"/proc/{self.pid}/root/"  # trailing slash: O_NOFOLLOW still enters it
         return f"{self.dir}/rootfs"
 
 
@@ -238,6 +245,9 @@ class ContainerBackend(SandboxBackend):
                                   with_swap_limit=swap)
         with open(f"{sb.dir}/config.json", "w") as fh:
             json.dump(config, fh)
+        # What a restarted agent needs to re-adopt the sandbox (spec, wall-clock start).
+        with open(f"{sb.dir}/{_META}", "w") as fh:
+            json.dump({"spec": sb.spec.model_dump(mode="json"), "started_at": time.time()}, fh)
 
     async def _run_init(self, sb: _Sandbox) -> None:
         pid_file = f"{sb.dir}/init.pid"
@@ -418,26 +428,77 @@ class ContainerBackend(SandboxBackend):
         self.cgroups.remove_if_empty(f"/corral/{self.settings.node_id}")
         self.cgroups.remove_if_empty("/corral")
 
-    async def cleanup_orphans(self) -> None:
-        """Delete every container in our crun root and everything under sandboxes/."""
-        rc, out = await self._crun_call("list", "--quiet", check=False)
-        ids = [line.strip() for line in out.splitlines() if line.strip()] if rc == 0 else []
-        if rc != 0:
-            ids = os.listdir(self.crun_root) if os.path.isdir(self.crun_root) else []
-        for cid in ids:
+    async def _crun_containers(self) -> dict[str, dict]:
+        """Containers in our crun root: id -> crun's state (pid, status)."""
+        rc, out = await self._crun_call("list", "--format", "json", check=False)
+        if rc == 0:
+            try:
+                return {c["id"]: c for c in json.loads(out or "[]")}
+            except (ValueError, KeyError, TypeError):
+                pass
+        names = os.listdir(self.crun_root) if os.path.isdir(self.crun_root) else []
+        return {name: {"id": name, "status": "unknown"} for name in names}
+
+    async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
+        """Clear what a previous run left. With ``adopt``, containers that still run (or are
+        paused) and whose bundle says what they are are taken over instead (returned);
+        everything else in our crun root and under sandboxes/ is deleted."""
+        adopted: list[str] = []
+        for cid, state in (await self._crun_containers()).items():
             if cid in self._sandboxes:
+                continue
+            if adopt and state.get("status") in ("running", "paused") and self._adopt(cid, state):
+                adopted.append(cid)
                 continue
             await self._crun_call("kill", cid, "KILL", check=False)
             await self._crun_call("delete", "--force", cid, check=False)
             self.cgroups.remove(oci.cgroup_path(self.settings.node_id, cid))
         for name in os.listdir(self.sandboxes_dir):
-            if name in self._sandboxes:
-                continue
             path = f"{self.sandboxes_dir}/{name}"
+            if name in self._sandboxes:
+                # Adopted: its mounts live on in the container's own namespace only; the
+                # (dead) previous agent's copies are not in ours, but a crashed cleanup's are.
+                host.umount_tree(path)
+                continue
             host.umount_tree(path)
             shutil.rmtree(path, ignore_errors=True)
             self.cgroups.remove(oci.cgroup_path(self.settings.node_id, name))
         self._prune_parent_cgroups()
+        return adopted
+
+    def _adopt(self, sandbox_id: str, state: dict) -> bool:
+        """Rebuild the in-memory entry of a container a previous agent run started."""
+        sb_dir = f"{self.sandboxes_dir}/{sandbox_id}"
+        try:
+            with open(f"{sb_dir}/{_META}") as fh:
+                meta = json.load(fh)
+            spec = SandboxSpec.model_validate(meta["spec"])
+            started_at = float(meta["started_at"])
+            pid = int(state.get("pid") or 0)
+            if pid <= 0:
+                with open(f"{sb_dir}/init.pid") as fh:
+                    pid = int(fh.read().strip())
+            pidfd = os.pidfd_open(pid)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("sandbox_adopt_failed", sandbox_id=sandbox_id, error=str(exc))
+            return False
+        elapsed = max(0.0, time.time() - started_at)
+        sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, cgroup=oci.cgroup_path(self.settings.node_id, sandbox_id),
+                      started=time.monotonic() - elapsed, pid=pid, pidfd=pidfd,
+                      paused=state.get("status") == "paused", adopted=True)
+        self._sandboxes[sandbox_id] = sb
+        loop = asyncio.get_running_loop()
+        loop.add_reader(pidfd, self._init_exited, sandbox_id)
+        sb.timer = loop.call_later(max(0.0, spec.timeout_s - elapsed), self._timeout_fired, sandbox_id)
+        log.info("sandbox_adopted", sandbox_id=sandbox_id, pid=pid, paused=sb.paused, age_s=round(elapsed, 1))
+        return True
+
+    def spec_of(self, sandbox_id: str) -> SandboxSpec:
+        return self._sandboxes[sandbox_id].spec
+
+    def is_paused(self, sandbox_id: str) -> bool:
+        sb = self._sandboxes.get(sandbox_id)
+        return bool(sb and sb.paused)
 
     # ---- exec ---------------------------------------------------------------------------
 

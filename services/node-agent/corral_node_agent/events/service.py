@@ -135,6 +135,56 @@ class NodeEvents:
         else:
             await self._transition(sandbox_id, SandboxState.failed, reason=reason.value, usage=usage)
 
+    async def reconcile(self) -> None:
+        """At start, after the manager adopted what still runs: align the records with it.
+        Adopted sandboxes that should not run any more are stopped; records of sandboxes
+        on this node whose processes died with the previous run are marked failed."""
+        adopted = set(self.manager.ids())
+        for sandbox_id in adopted:
+            async with self._locks[sandbox_id]:
+                try:
+                    await self._reconcile_adopted(sandbox_id)
+                except Exception:
+                    log.exception("sandbox.reconcile_failed", sandbox_id=sandbox_id)
+        for sandbox_id in await self.store.node_sandboxes(self.node_id):
+            if sandbox_id in adopted:
+                continue
+            record = await self.store.get_sandbox(sandbox_id)
+            if record is None or record.node_id != self.node_id:
+                continue
+            # scheduled/starting ones are left to their place command, which the broker
+            # re-delivers (it is only acked once the start finished).
+            if record.state in (SandboxState.running, SandboxState.paused):
+                log.warning("sandbox.lost_on_restart", sandbox_id=sandbox_id)
+                await self._transition(sandbox_id, SandboxState.failed, reason=FailureReason.lost_on_restart.value)
+            elif record.state is SandboxState.stopping:
+                await self._transition(sandbox_id, SandboxState.terminated, reason=record.reason or "deleted")
+
+    async def _reconcile_adopted(self, sandbox_id: str) -> None:
+        record = await self.store.get_sandbox(sandbox_id)
+        if record is None or record.node_id != self.node_id or record.state in TERMINAL_STATES:
+            await self.manager.delete(sandbox_id)
+            return
+        if record.delete_requested or record.state is SandboxState.stopping:
+            reason = record.reason if record.state is SandboxState.stopping and record.reason else "deleted"
+            await self._transition(sandbox_id, SandboxState.stopping, reason=reason)
+            usage = await self.manager.delete(sandbox_id)
+            await self._transition(sandbox_id, SandboxState.terminated, reason=reason, usage=usage)
+            return
+        if record.state is SandboxState.scheduled:
+            await self._transition(sandbox_id, SandboxState.starting)
+            record.state = SandboxState.starting
+        if record.state is SandboxState.starting:
+            # The previous run died between `crun run` and reporting it.
+            if self.manager.is_paused(sandbox_id):
+                await self.manager.resume(sandbox_id)
+            await self._transition(sandbox_id, SandboxState.running)
+        elif record.state is SandboxState.running and self.manager.is_paused(sandbox_id):
+            await self.manager.resume(sandbox_id)  # died between pause and recording it
+        elif record.state is SandboxState.paused and not self.manager.is_paused(sandbox_id):
+            await self.manager.pause(sandbox_id)  # died between resume and recording it
+        log.info("sandbox.readopted", sandbox_id=sandbox_id, state=record.state.value)
+
     async def heartbeat_once(self) -> None:
         s = self.settings
         await self.store.heartbeat(self.node_id, f"http://{s.host}:{s.port}", s.cpu_capacity,

@@ -56,10 +56,22 @@ class SandboxManager:
         (init exited / OOM / timeout_s). Resources are already released when it runs."""
         self._listeners.append(listener)
 
-    async def start(self) -> None:
-        """Call once at agent start: clear what a previous run left behind."""
+    async def start(self, adopt: bool = False) -> list[str]:
+        """Call once at agent start: clear what a previous run left behind. With ``adopt``
+        the sandboxes whose processes still run are taken over (returned) instead of
+        deleted; the caller reconciles them with the sandbox records."""
         self.layers.cleanup_orphans()
-        await self.backend.cleanup_orphans()
+        adopted = await self.backend.cleanup_orphans(adopt=adopt)
+        for sid in adopted:
+            # Their layer mounts live on inside the containers' own mount namespaces, not in
+            # ours: nothing is acquired here, so nothing is released when they end.
+            entry = _Entry(spec=self.backend.spec_of(sid))
+            entry.ready.set()
+            self._entries[sid] = entry
+        return adopted
+
+    def is_paused(self, sandbox_id: str) -> bool:
+        return self.backend.is_paused(sandbox_id)
 
     async def close(self) -> None:
         """Agent shutdown: delete every sandbox (no re-adoption yet), drop layer mounts."""
