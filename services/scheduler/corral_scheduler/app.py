@@ -8,9 +8,11 @@ from fastapi import FastAPI
 from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxRequested
+from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_scheduler.jobs.service import JobAdmitter
 from corral_scheduler.nodes.service import NodeReaper
 from corral_scheduler.placement.service import Placer
 from corral_scheduler.settings import SchedulerSettings
@@ -32,10 +34,15 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
         await bus.consume(REQUESTS_QUEUE, ["sandbox.requested"], SandboxRequested, placer.handle,
                           prefetch=settings.placement_prefetch)
         reaper_task = asyncio.create_task(reaper.run())
-        app.state.store, app.state.bus = store, bus
+        # Jobs (many sandboxes per request) queue in Redis and are admitted by fair share.
+        jobs = JobStore(store.redis)
+        admitter = JobAdmitter(jobs, placer, settings.placement_retry_s)
+        admit_task = asyncio.create_task(admitter.run())
+        app.state.store, app.state.bus, app.state.admitter = store, bus, admitter
         try:
             yield
         finally:
+            admit_task.cancel()
             reaper_task.cancel()
             await bus.close()
             await store.close()
