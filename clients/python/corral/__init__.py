@@ -7,7 +7,8 @@ document by openapi-python-client; regenerate with ``make client``).
 from corral.aio import AsyncCorral, AsyncSandbox
 from corral.client import Corral, Sandbox
 from corral.errors import CorralError, SandboxFailed
+from corral.fncall import fncall, fncall_many
 from corral.rollouts import AsyncRollout, Rollout, StepFailed, StepInterrupted, StepResult
 
 __all__ = ["AsyncCorral", "AsyncRollout", "AsyncSandbox", "Corral", "CorralError", "Rollout", "Sandbox", "SandboxFailed",
-           "StepFailed", "StepInterrupted", "StepResult"]
+           "StepFailed", "StepInterrupted", "StepResult", "fncall", "fncall_many"]

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.db.engine import make_engine, migrate
+from corral_api.fncall.router import router as fncall_router
 from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.router import router as rollouts_router
@@ -82,6 +83,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     instrument_app(app)
     app.include_router(sandboxes_router)
+    app.include_router(fncall_router)
     app.include_router(rollouts_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")

@@ -14,6 +14,7 @@ from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.events.service import NodeEvents
+from corral_node_agent.fncall.router import router as fncall_router
 from corral_node_agent.layers.cache import LayerCache
 from corral_node_agent.sandboxes.router import router as sandboxes_router
 from corral_node_agent.sandboxes.service import SandboxManager
@@ -58,6 +59,7 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     instrument_app(app)
     app.include_router(sandboxes_router)
+    app.include_router(fncall_router)
 
     @app.get("/healthz")
     async def healthz() -> dict:

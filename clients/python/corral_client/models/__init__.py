@@ -1,5 +1,16 @@
 """Contains all the data models used in inputs/outputs"""
 
+from .batch import Batch
+from .batch_item import BatchItem
+from .batch_page import BatchPage
+from .batch_page_verdicts import BatchPageVerdicts
+from .batch_request import BatchRequest
+from .batch_status import BatchStatus
+from .batch_verdicts import BatchVerdicts
+from .case_result import CaseResult
+from .command_run_result import CommandRunResult
+from .command_run_status import CommandRunStatus
+from .compile_result import CompileResult
 from .create_sandbox_wait_for_type_0 import CreateSandboxWaitForType0
 from .error_detail import ErrorDetail
 from .error_info import ErrorInfo
@@ -10,6 +21,9 @@ from .exec_request_user import ExecRequestUser
 from .exec_result import ExecResult
 from .file_info import FileInfo
 from .file_info_type import FileInfoType
+from .fncall_request import FncallRequest
+from .fncall_request_files import FncallRequestFiles
+from .fncall_response import FncallResponse
 from .get_sandbox_wait_for_type_0 import GetSandboxWaitForType0
 from .healthz_response_healthz import HealthzResponseHealthz
 from .list_rollouts_status_type_0 import ListRolloutsStatusType0
@@ -22,6 +36,13 @@ from .rollout_info_type_0 import RolloutInfoType0
 from .rollout_list import RolloutList
 from .rollout_metadata import RolloutMetadata
 from .rollout_status import RolloutStatus
+from .run_code_request import RunCodeRequest
+from .run_code_request_files import RunCodeRequestFiles
+from .run_code_response import RunCodeResponse
+from .run_code_response_files import RunCodeResponseFiles
+from .run_status import RunStatus
+from .runtime_info import RuntimeInfo
+from .runtime_list import RuntimeList
 from .sandbox import Sandbox
 from .sandbox_create import SandboxCreate
 from .sandbox_create_backend import SandboxCreateBackend
@@ -39,9 +60,22 @@ from .step_request import StepRequest
 from .step_request_action import StepRequestAction
 from .step_request_args import StepRequestArgs
 from .step_status import StepStatus
+from .test_case import TestCase
 from .usage import Usage
+from .verdict import Verdict
 
 __all__ = (
+    "Batch",
+    "BatchItem",
+    "BatchPage",
+    "BatchPageVerdicts",
+    "BatchRequest",
+    "BatchStatus",
+    "BatchVerdicts",
+    "CaseResult",
+    "CommandRunResult",
+    "CommandRunStatus",
+    "CompileResult",
     "CreateSandboxWaitForType0",
     "ErrorDetail",
     "ErrorInfo",
@@ -52,6 +86,9 @@ __all__ = (
     "ExecResult",
     "FileInfo",
     "FileInfoType",
+    "FncallRequest",
+    "FncallRequestFiles",
+    "FncallResponse",
     "GetSandboxWaitForType0",
     "HealthzResponseHealthz",
     "ListRolloutsStatusType0",
@@ -64,6 +101,13 @@ __all__ = (
     "RolloutList",
     "RolloutMetadata",
     "RolloutStatus",
+    "RunCodeRequest",
+    "RunCodeRequestFiles",
+    "RunCodeResponse",
+    "RunCodeResponseFiles",
+    "RunStatus",
+    "RuntimeInfo",
+    "RuntimeList",
     "Sandbox",
     "SandboxCreate",
     "SandboxCreateBackend",
@@ -81,5 +125,7 @@ __all__ = (
     "StepRequestAction",
     "StepRequestArgs",
     "StepStatus",
+    "TestCase",
     "Usage",
+    "Verdict",
 )

@@ -1,0 +1,163 @@
+"""Public fncall endpoints: one call, batches, runtimes, the SandboxFusion-shaped /run_code,
+and /metrics. The router's lifespan (nested in the app's) connects the RPC client and Redis."""
+
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+import redis.asyncio as aioredis
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from fastapi.routing import APIRoute
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from corral_api.auth.dependencies import current_tenant
+from corral_api.fncall import sandboxfusion as sf
+from corral_api.fncall.rpc import FncallRpc
+from corral_api.fncall.schemas import (
+    RUNTIMES,
+    Batch,
+    BatchPage,
+    BatchRequest,
+    FncallApiSettings,
+    FncallRequest,
+    FncallResponse,
+    RuntimeList,
+)
+from corral_api.fncall.service import FncallService
+from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge, Unauthorized
+
+
+class LimitedBodyRoute(APIRoute):
+    """Refuses an oversized body from its Content-Length, before reading or parsing any of it."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+        setting = "batch_max_body_mb" if self.path.endswith("/batch") else "max_body_mb"
+
+        async def limited(request: Request) -> Response:
+            length = request.headers.get("content-length", "")
+            service = getattr(request.app.state, "fncall", None)
+            if service is not None and length.isdigit():
+                limit_mb = getattr(service.settings, setting)
+                if int(length) > limit_mb * 1024 * 1024:
+                    raise PayloadTooLarge(f"request body of {int(length) // (1024 * 1024)} MB is over the "
+                                          f"{limit_mb} MB limit", loc=["body"])
+            return await handler(request)
+
+        return limited
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    settings = app.state.settings
+    rpc = await FncallRpc(settings.amqp_url, RUNTIMES).connect()
+    redis = aioredis.Redis.from_url(settings.redis_url)
+    app.state.fncall = FncallService(rpc, redis, FncallApiSettings())
+    try:
+        yield
+    finally:
+        await app.state.fncall.close()
+        await rpc.close()
+        await redis.aclose()
+
+
+router = APIRouter(lifespan=lifespan, route_class=LimitedBodyRoute)
+Tenant = Annotated[str, Depends(current_tenant)]
+
+
+async def fncall_service(request: Request) -> FncallService:
+    return request.app.state.fncall
+
+
+Service = Annotated[FncallService, Depends(fncall_service)]
+
+
+@router.post("/v1/fncall", response_model=FncallResponse, tags=["fncall"], operation_id="fncall",
+             responses=ERROR_RESPONSES)
+async def fncall(body: FncallRequest, tenant: Tenant, service: Service) -> FncallResponse:
+    """Run code statelessly: compile once, run every test case in a fresh isolated sandbox, judge."""
+    return await service.call(body)
+
+
+@router.get("/v1/fncall/runtimes", response_model=RuntimeList, tags=["fncall"], operation_id="list_fncall_runtimes",
+            responses=ERROR_RESPONSES)
+async def runtimes(tenant: Tenant, service: Service) -> RuntimeList:
+    return RuntimeList(items=await service.runtimes())
+
+
+@router.post("/v1/fncall/batch", status_code=202, response_model=Batch, tags=["fncall"],
+             operation_id="create_fncall_batch", responses=ERROR_RESPONSES)
+async def create_batch(body: BatchRequest, tenant: Tenant, service: Service, response: Response) -> Batch:
+    """Up to 10,000 calls. Answers at once with the batch id; page, wait for or stream the results."""
+    batch = await service.create_batch(tenant, body.calls)
+    response.headers["Location"] = f"/v1/fncall/batch/{batch.id}"
+    return batch
+
+
+BatchId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
+
+
+@router.get("/v1/fncall/batch/{batch_id}", response_model=BatchPage, tags=["fncall"], operation_id="get_fncall_batch",
+            responses=ERROR_RESPONSES)
+async def get_batch(batch_id: BatchId, tenant: Tenant, service: Service,
+                    offset: Annotated[int, Query(ge=0)] = 0,
+                    limit: Annotated[int, Query(ge=0, le=10_000)] = 1000,
+                    wait: Annotated[bool, Query(description="Block until every call has finished")] = False,
+                    timeout: Annotated[float, Query(gt=0, le=3600)] = 300.0) -> BatchPage:
+    """Results in completion order from ``offset`` (each with its call's ``index``)."""
+    return await service.get_batch(tenant, batch_id, offset=offset, limit=limit, wait=wait, timeout=timeout)
+
+
+@router.get("/v1/fncall/batch/{batch_id}/stream", tags=["fncall"], operation_id="stream_fncall_batch",
+            responses={**ERROR_RESPONSES, 200: {"content": {"application/x-ndjson": {}},
+                                                "description": "One {index, result} per line, then {batch}"}})
+async def stream_batch(batch_id: BatchId, tenant: Tenant, service: Service,
+                       offset: Annotated[int, Query(ge=0)] = 0) -> StreamingResponse:
+    stream = service.stream_batch(tenant, batch_id, offset)
+    first = await anext(stream)  # a missing batch is a 404, not an empty 200
+    return StreamingResponse(_prepend(first, stream), media_type="application/x-ndjson")
+
+
+async def _prepend(first: bytes, rest):
+    yield first
+    async for chunk in rest:
+        yield chunk
+
+
+# -- SandboxFusion ---------------------------------------------------------------------------
+
+
+async def _run_code(body: sf.RunCodeRequest, service: FncallService) -> sf.RunCodeResponse:
+    if body.language not in sf.LANGUAGES:
+        raise BadRequest(f"language {body.language!r} is not supported here; supported: "
+                         f"{', '.join(sorted(sf.LANGUAGES))}", loc=["body", "language"], code="unknown_runtime")
+    call, extra = sf.to_fncall(body)
+    job = service.build_job(call, **extra)
+    raw = await service.run_job(job)
+    if raw.get("cases"):
+        raw["cases"][0].setdefault("stdout", "")
+    return sf.from_fncall(raw)
+
+
+@router.post("/run_code", response_model=sf.RunCodeResponse, tags=["sandboxfusion"], operation_id="run_code",
+             responses=ERROR_RESPONSES)
+async def run_code(body: sf.RunCodeRequest, tenant: Tenant, service: Service) -> sf.RunCodeResponse:
+    """SandboxFusion's run_code (request and response JSON as SandboxFusion's)."""
+    return await _run_code(body, service)
+
+
+@router.post("/sandboxfusion/{api_key}/run_code", response_model=sf.RunCodeResponse, include_in_schema=False,)
+async def run_code_keyed(api_key: str, body: sf.RunCodeRequest, request: Request,
+                         service: Service) -> sf.RunCodeResponse:
+    """For the sandbox-fusion client, which sends no credentials: the key is in its endpoint URL."""
+    if request.app.state.api_keys.tenant_for(api_key) is None:
+        raise Unauthorized("invalid API key", loc=["path", "api_key"])
+    return await _run_code(body, service)
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    service: FncallService | None = getattr(request.app.state, "fncall", None)
+    if service is not None:
+        await service.refresh_gauges()
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,85 @@
+"""Request/reply over RabbitMQ work queues: the api publishes a call on ``fncall.<runtime>``
+(competing node consumers) with ``reply_to`` = this process's exclusive reply queue and a
+``correlation_id``, and awaits the reply. A call not picked up before its deadline expires
+in the queue (per-message TTL), so a worker never runs work nobody waits for.
+"""
+
+import asyncio
+import json
+import uuid
+from contextlib import suppress
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
+
+from corral_common.logging import get_logger
+
+log = get_logger("corral.api.fncall")
+QUEUE_PREFIX = "fncall."
+
+
+class RpcTimeout(Exception):
+    pass
+
+
+class FncallRpc:
+    def __init__(self, amqp_url: str, runtimes: tuple[str, ...]):
+        self.amqp_url = amqp_url
+        self.runtimes = runtimes
+        self._connection: AbstractRobustConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._reply_queue: AbstractQueue | None = None
+        self._pending: dict[str, asyncio.Future] = {}
+        self._queues: dict[str, AbstractQueue] = {}
+
+    async def connect(self) -> "FncallRpc":
+        self._connection = await aio_pika.connect_robust(self.amqp_url)
+        self._channel = await self._connection.channel(publisher_confirms=False)
+        for runtime in self.runtimes:  # same declaration as the nodes': a burst queues even before any node
+            self._queues[runtime] = await self._channel.declare_queue(QUEUE_PREFIX + runtime, durable=True)
+        self._reply_queue = await self._channel.declare_queue(exclusive=True, auto_delete=True)
+        await self._reply_queue.consume(self._on_reply, no_ack=True)
+        return self
+
+    async def close(self) -> None:
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.cancel()
+        if self._connection is not None:
+            with suppress(Exception):
+                await self._connection.close()
+
+    async def _on_reply(self, message: AbstractIncomingMessage) -> None:
+        fut = self._pending.get(message.correlation_id or "")
+        if fut is None or fut.done():
+            return  # the caller gave up
+        try:
+            fut.set_result(json.loads(message.body))
+        except ValueError as exc:
+            fut.set_exception(exc)
+
+    async def call(self, runtime: str, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        assert self._channel is not None and self._reply_queue is not None, "connect() first"
+        correlation_id = job.get("call_id") or uuid.uuid4().hex
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = fut
+        try:
+            await self._channel.default_exchange.publish(
+                aio_pika.Message(body=json.dumps(job).encode(), content_type="application/json",
+                                 correlation_id=correlation_id, reply_to=self._reply_queue.name,
+                                 expiration=timeout_s),
+                routing_key=QUEUE_PREFIX + runtime)
+            try:
+                return await asyncio.wait_for(fut, timeout_s)
+            except (TimeoutError, asyncio.TimeoutError):
+                raise RpcTimeout(f"no worker answered within {timeout_s:.0f}s") from None
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    async def queue_depths(self) -> dict[str, int]:
+        depths = {}
+        for runtime, queue in self._queues.items():
+            # declare() again for fresh counts (aio-pika hands back a cached Queue otherwise)
+            depths[runtime] = (await queue.declare()).message_count or 0
+        return depths

@@ -1,0 +1,382 @@
+"""Run one fncall job in isolation: compile once, then every test case in a fresh sandbox.
+
+Each run (the compile, and every case) is its own ``bwrap`` process tree:
+
+- the runtime's root filesystem read-only as ``/``; no network (an empty netns), its own
+  pid/ipc/uts/mount/user/cgroup namespaces (``--unshare-all``), a new session, a cleared
+  environment, uid 1000 inside and an unprivileged uid (``nobody``) outside;
+- a fresh size-limited tmpfs as the working dir ``/work`` (the code and files copied in) and
+  another as ``/tmp``: nothing a run writes survives it;
+- a seccomp filter (``seccomp.py``), rlimits (cpu seconds, file size, open files, core), and
+  the worker's cgroup (memory+swap, pids, cpu accounting) reset before the run;
+- stdout/stderr read with caps (over the limit: killed, output_limit_exceeded), and a
+  wall-clock timer that kills everything left in the cgroup.
+
+A fresh process tree per run is what makes "nothing carries over" hold by construction: no
+file, environment variable, background process or imported module outlives its run.
+"""
+
+import asyncio
+import base64
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from corral_node_agent.fncall.cgroups import RunStats, WorkerCgroup
+from corral_node_agent.fncall.judge import outputs_match
+from corral_node_agent.fncall.models import CaseResult, CompileResult, FncallJob, FncallResult, Verdict
+from corral_node_agent.fncall.runtimes import RUNTIMES, Runtime
+
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+KEEP_STDERR = 64 * 1024  # bytes of stderr returned per run (more is drained, up to the output limit)
+FILE_SIZE_LIMIT = 64 * 1024 * 1024
+CPU_POLL_S = 0.02
+
+# Joins the worker's cgroups, sets the rlimits and drops root, then execs bwrap. A shell
+# instead of a preexec_fn: a preexec_fn forces fork() of the whole agent and blocks its
+# event loop until the child has exec'd (~15 ms); this way the spawn is a vfork.
+LAUNCH = """
+for f in "$1" "$2" "$3"; do echo $$ > "$f" || exit 125; done
+ulimit -t "$4"; ulimit -f "$5"; ulimit -n "$6"; ulimit -c 0; ulimit -s "$7"
+uid=$8; shift 8
+exec /usr/bin/setpriv --reuid="$uid" --regid="$uid" --clear-groups -- "$@"
+"""
+
+
+@dataclass
+class ExecutorConfig:
+    rootfs: Path
+    scratch_dir: Path  # host dir (a tmpfs such as /dev/shm) for per-call compile dirs
+    seccomp_path: Path
+    outside_uid: int = 65534  # the uid bwrap runs as on the host
+    pids_max: int = 64
+    open_files: int = 256
+    compile_memory_mb: int = 1024
+    compile_pids: int = 128
+    wall_factor: float = 2.0  # wall-clock limit = time_limit * wall_factor + wall_extra_ms
+    wall_extra_ms: int = 500
+
+
+@dataclass
+class RawRun:
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    wall_ms: float = 0.0
+    wall_killed: bool = False
+    cpu_killed: bool = False
+    output_exceeded: bool = False
+    system_error: str = ""
+    stats: RunStats = field(default_factory=lambda: RunStats(0.0, 0, False, False))
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def safe_relpath(name: str) -> str:
+    """A file name relative to the working dir; raises ValueError for anything escaping it."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or name.startswith("/") or any(p == ".." for p in parts) or "\0" in name:
+        raise ValueError(f"file name {name!r} must be a relative path inside the working dir")
+    return "/".join(parts)
+
+
+class Worker:
+    """One pool slot: a cgroup and a scratch dir, running one job at a time."""
+
+    def __init__(self, config: ExecutorConfig, name: str, cgroup_group: str):
+        self.config = config
+        self.name = name
+        self.cgroup = WorkerCgroup(cgroup_group).create()
+        self.scratch = config.scratch_dir / name
+        self.calls = 0
+
+    def close(self) -> None:
+        self.cgroup.remove()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    # -- one sandboxed process tree ---------------------------------------------------------
+
+    def _bwrap_argv(self, argv: tuple[str, ...] | list[str], *, memory_bytes: int, bind_dir: Path | None,
+                    files: list[tuple[str, int, bool]], seccomp_fd: int) -> list[str]:
+        cmd = ["bwrap", "--ro-bind", str(self.config.rootfs), "/", "--proc", "/proc", "--dev", "/dev",
+               "--size", str(memory_bytes), "--tmpfs", "/tmp"]
+        if bind_dir is not None:
+            cmd += ["--bind", str(bind_dir), "/work"]
+        else:
+            cmd += ["--size", str(memory_bytes), "--perms", "0755", "--tmpfs", "/work"]
+            made: set[str] = set()
+            for rel, fd, executable in files:
+                parent = rel.rpartition("/")[0]
+                if parent and parent not in made:
+                    parts = parent.split("/")
+                    for i in range(1, len(parts) + 1):
+                        sub = "/".join(parts[:i])
+                        if sub not in made:
+                            cmd += ["--perms", "0755", "--dir", f"/work/{sub}"]
+                            made.add(sub)
+                cmd += ["--perms", "0755" if executable else "0644", "--file", str(fd), f"/work/{rel}"]
+        cmd += ["--chdir", "/work", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+                "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work", "--setenv", "TMPDIR", "/tmp",
+                "--setenv", "LANG", "C.UTF-8", "--uid", "1000", "--gid", "1000", "--hostname", "corral",
+                "--seccomp", str(seccomp_fd), "--", *argv]
+        return cmd
+
+    async def _spawn(self, argv: tuple[str, ...] | list[str], *, stdin: bytes | None, memory_bytes: int, cpu_s: int,
+                     bind_dir: Path | None = None, files: list[tuple[str, Path, bool]] = (),
+                     extra_fds: list[int] = ()) -> asyncio.subprocess.Process:
+        """Start a sandboxed process tree in this worker's cgroup (limits already set)."""
+        fds: list[int] = []
+        try:
+            stdin_fd: int | None = None
+            if stdin is not None:
+                stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+                fds.append(stdin_fd)
+                if stdin:
+                    os.write(stdin_fd, stdin)
+                    os.lseek(stdin_fd, 0, os.SEEK_SET)
+            seccomp_fd = os.open(self.config.seccomp_path, os.O_RDONLY)
+            fds.append(seccomp_fd)
+            file_fds = []
+            for rel, path, executable in files:
+                fd = os.open(path, os.O_RDONLY)
+                fds.append(fd)
+                file_fds.append((rel, fd, executable))
+            cmd = self._bwrap_argv(argv, memory_bytes=memory_bytes, bind_dir=bind_dir, files=file_fds,
+                                   seccomp_fd=seccomp_fd)
+            limits = [str(cpu_s), str(FILE_SIZE_LIMIT // 512), str(self.config.open_files), str(memory_bytes // 1024),
+                      str(self.config.outside_uid)]
+            return await asyncio.create_subprocess_exec(
+                "/bin/sh", "-c", LAUNCH, "sh", *self.cgroup.procs_files(), *limits, *cmd,
+                stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                pass_fds=[fd for fd in fds if fd != stdin_fd] + list(extra_fds), close_fds=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    async def _supervise(self, proc: asyncio.subprocess.Process, *, cpu_ms: int, wall_ms: int,
+                         output_limit: int) -> RawRun:
+        """Drain capped output, enforce cpu time (whole tree) and wall clock, collect stats."""
+        run = RawRun()
+        started = time.monotonic()
+
+        def overflow() -> None:
+            if not run.output_exceeded:
+                run.output_exceeded = True
+                self.cgroup.kill_all()
+
+        async def drain(stream: asyncio.StreamReader, keep: int) -> bytes:
+            buf = bytearray()
+            total = 0
+            while True:
+                chunk = await stream.read(65536)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if len(buf) < keep:
+                    buf += chunk[: keep - len(buf)]
+                if total > output_limit:
+                    overflow()
+                    break
+            return bytes(buf)
+
+        async def watch_cpu() -> None:  # cpu time of the whole tree (all processes), not just wall time
+            while True:
+                await asyncio.sleep(CPU_POLL_S)
+                if self.cgroup.cpu_ms() > cpu_ms:
+                    run.cpu_killed = True
+                    self.cgroup.kill_all()
+                    return
+
+        out_task = asyncio.create_task(drain(proc.stdout, output_limit))
+        err_task = asyncio.create_task(drain(proc.stderr, min(KEEP_STDERR, output_limit)))
+        cpu_task = asyncio.create_task(watch_cpu())
+        try:
+            await asyncio.wait_for(proc.wait(), wall_ms / 1000)
+        except (TimeoutError, asyncio.TimeoutError):
+            run.wall_killed = True
+            self.cgroup.kill_all()
+            await proc.wait()
+        finally:
+            cpu_task.cancel()
+        run.wall_ms = (time.monotonic() - started) * 1000
+        # The pipes close when the last process holding them is gone: kill stragglers first.
+        self.cgroup.kill_all()
+        run.stdout, run.stderr = await asyncio.gather(out_task, err_task)
+        run.stats = self.cgroup.stats()
+        rc = proc.returncode
+        if rc is not None and rc < 0:
+            run.signal = -rc
+        elif rc is not None and 128 < rc <= 128 + 64:  # bwrap reports a signalled child as 128+N
+            run.exit_code, run.signal = rc, rc - 128
+        else:
+            run.exit_code = rc
+        if rc == 1 and run.stderr.startswith(b"bwrap: "):
+            run.system_error = _decode(run.stderr.splitlines()[0])
+        return run
+
+    async def _run(self, argv: tuple[str, ...] | list[str], *, stdin: bytes, memory_mb: int, pids: int,
+                   cpu_ms: int, wall_ms: int, output_limit: int, bind_dir: Path | None = None,
+                   files: list[tuple[str, Path, bool]] = ()) -> RawRun:
+        """A cold run: a new sandbox started for this run alone."""
+        memory_bytes = memory_mb * 1024 * 1024
+        self.cgroup.prepare(memory_bytes, pids)
+        cpu_s = max(1, -(-cpu_ms // 1000) + 1)  # backstop only; the verdict uses the cgroup's cpu time
+        try:
+            proc = await self._spawn(argv, stdin=stdin, memory_bytes=memory_bytes, cpu_s=cpu_s, bind_dir=bind_dir,
+                                     files=files)
+        except OSError as exc:
+            return RawRun(system_error=f"cannot start the sandbox: {exc}")
+        return await self._supervise(proc, cpu_ms=cpu_ms, wall_ms=wall_ms, output_limit=output_limit)
+
+    # -- a whole job ------------------------------------------------------------------------
+
+    def _wall_ms(self, time_limit_ms: int, explicit: int | None) -> int:
+        return explicit or int(time_limit_ms * self.config.wall_factor + self.config.wall_extra_ms)
+
+    async def run_job(self, job: FncallJob) -> FncallResult:
+        runtime: Runtime = RUNTIMES[job.runtime]
+        self.calls += 1
+        call_dir = self.scratch / uuid.uuid4().hex[:12]
+        result = FncallResult(call_id=job.call_id, runtime=job.runtime, verdict=Verdict.accepted, worker=self.name)
+        try:
+            call_dir.mkdir(parents=True)
+            os.chown(call_dir, self.config.outside_uid, self.config.outside_uid)
+            (call_dir / runtime.source).write_text(job.code)
+            for name, content in job.files.items():
+                path = call_dir / safe_relpath(name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(base64.b64decode(content))
+            if runtime.compile:
+                for p in [call_dir, *call_dir.rglob("*")]:
+                    os.chown(p, self.config.outside_uid, self.config.outside_uid, follow_symlinks=False)
+                result.compile = await self._compile(runtime, job, call_dir)
+                if result.compile.verdict != Verdict.accepted:
+                    result.verdict = result.compile.verdict
+                    if result.compile.verdict == Verdict.time_limit_exceeded:
+                        result.verdict = Verdict.compile_error
+                    return result
+            files = [(str(p.relative_to(call_dir)), p, os.access(p, os.X_OK) or p.name == "main")
+                     for p in sorted(call_dir.rglob("*")) if p.is_file() and not p.is_symlink()]
+            for index, case in enumerate(job.cases):
+                last = index == len(job.cases) - 1
+                fetch_dir = None
+                if job.fetch_files and last:  # SandboxFusion: files are read back after the run
+                    fetch_dir = self.scratch / (call_dir.name + "-run")
+                    shutil.copytree(call_dir, fetch_dir)
+                    for p in [fetch_dir, *fetch_dir.rglob("*")]:
+                        os.chown(p, self.config.outside_uid, self.config.outside_uid, follow_symlinks=False)
+                case_result = await self._run_case(runtime, job, case.stdin, case.expected_stdout, files, fetch_dir)
+                result.cases.append(case_result)
+                if fetch_dir is not None:
+                    result.files = _fetch(fetch_dir, job.fetch_files)
+                    shutil.rmtree(fetch_dir, ignore_errors=True)
+                if case_result.verdict != Verdict.accepted:
+                    if result.verdict == Verdict.accepted:
+                        result.verdict = case_result.verdict
+                    if job.stop_on_failure:
+                        break
+            return result
+        except Exception as exc:  # a bug or a host problem: the caller gets system_error, never a hang
+            result.verdict = Verdict.system_error
+            result.message = f"{type(exc).__name__}: {exc}"
+            return result
+        finally:
+            self.cgroup.kill_all()
+            shutil.rmtree(call_dir, ignore_errors=True)
+
+    async def _compile(self, runtime: Runtime, job: FncallJob, call_dir: Path) -> CompileResult:
+        run = await self._run(runtime.compile, stdin=b"", memory_mb=self.config.compile_memory_mb,
+                              pids=self.config.compile_pids, cpu_ms=job.compile_timeout_ms,
+                              wall_ms=job.compile_timeout_ms, output_limit=1024 * 1024, bind_dir=call_dir)
+        verdict = Verdict.accepted
+        if run.system_error:
+            verdict = Verdict.system_error
+        elif run.wall_killed or run.cpu_killed:
+            verdict = Verdict.time_limit_exceeded
+        elif run.exit_code != 0 or not (call_dir / "main").exists():
+            verdict = Verdict.compile_error
+        stderr = run.stderr if not run.system_error else run.system_error.encode()
+        return CompileResult(verdict=verdict, exit_code=run.exit_code, stdout=_decode(run.stdout),
+                             stderr=_decode(stderr), time_ms=round(run.stats.cpu_ms, 3), wall_ms=round(run.wall_ms, 3))
+
+    async def _run_case(self, runtime: Runtime, job: FncallJob, stdin: str, expected: str | None,
+                        files: list[tuple[str, Path, bool]], bind_dir: Path | None) -> CaseResult:
+        run = await self._execute(runtime, stdin=stdin.encode(), memory_mb=job.memory_limit_mb,
+                              pids=self.config.pids_max, cpu_ms=job.time_limit_ms,
+                              wall_ms=self._wall_ms(job.time_limit_ms, job.wall_limit_ms),
+                              output_limit=job.output_limit_kb * 1024, bind_dir=bind_dir,
+                              files=[] if bind_dir is not None else files)
+        return judge_run(run, job, expected)
+
+    async def _execute(self, runtime: Runtime, **kwargs) -> RawRun:
+        """Run one case (subclasses may use a pre-started process instead)."""
+        return await self._run(runtime.run, **kwargs)
+
+
+def judge_run(run: RawRun, job: FncallJob, expected: str | None) -> CaseResult:
+    stdout = _decode(run.stdout)
+    cpu_exceeded = run.cpu_killed or run.stats.cpu_ms > job.time_limit_ms or run.signal == 24  # SIGXCPU
+    if run.system_error:
+        verdict = Verdict.system_error
+    elif run.output_exceeded:
+        verdict = Verdict.output_limit_exceeded
+    elif run.stats.oom_killed:
+        verdict = Verdict.memory_limit_exceeded
+    elif run.wall_killed or cpu_exceeded:
+        verdict = Verdict.time_limit_exceeded
+    elif run.exit_code != 0:
+        verdict = Verdict.runtime_error
+    elif expected is not None and not outputs_match(stdout, expected, job.compare):
+        verdict = Verdict.wrong_answer
+    else:
+        verdict = Verdict.accepted
+    stderr = run.stderr if not run.system_error else run.system_error.encode()
+    return CaseResult(verdict=verdict, exit_code=run.exit_code, signal=run.signal, stdout=stdout,
+                      stderr=_decode(stderr), time_ms=round(run.stats.cpu_ms, 3), wall_ms=round(run.wall_ms, 3),
+                      memory_kb=run.stats.peak_memory_kb)
+
+
+MAX_FETCH_BYTES = 16 * 1024 * 1024
+
+
+def _fetch(root: Path, names: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    budget = MAX_FETCH_BYTES
+    real_root = root.resolve()
+    for name in names:
+        try:
+            rel = safe_relpath(name.removeprefix("/work/"))
+        except ValueError:
+            continue
+        path = (root / rel)
+        try:
+            resolved = path.resolve()
+            if not resolved.is_relative_to(real_root) or not resolved.is_file():
+                continue
+            data = resolved.read_bytes()[:budget]
+        except OSError:
+            continue
+        budget -= len(data)
+        out[name] = base64.b64encode(data).decode()
+    return out
+
+
+def check_host(config: ExecutorConfig) -> str:
+    """Empty when this host can run fncall jobs, else why not."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed"
+    if not WorkerCgroup.available():
+        return "needs root and cgroup v1 memory, pids and cpuacct controllers"
+    if not (config.rootfs / "usr").is_dir():
+        return f"no runtime root filesystem at {config.rootfs}"
+    return ""

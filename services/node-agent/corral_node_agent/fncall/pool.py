@@ -1,0 +1,213 @@
+"""Warm pools: per runtime, a set of workers taking calls from the ``fncall.<runtime>`` queue.
+
+Every node-agent consumes from the same durable queue per runtime (competing consumers),
+with a prefetch equal to its pool size, so RabbitMQ hands each node at most as many calls as
+it has workers and a burst waits in the queue instead of failing. A call's reply goes to its
+``reply_to`` queue with the request's ``correlation_id``; the message is acked only after the
+reply is published (a node that dies mid-call gets its calls redelivered to another node).
+
+The pool adapts within [pool_min, pool_max]: it grows while every worker is busy and calls
+are waiting, and shrinks by one after ``idle_ticks_to_shrink`` ticks under 25% busy.
+"""
+
+import asyncio
+import time
+from contextlib import suppress
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
+
+from corral_common.logging import get_logger
+from corral_node_agent.fncall import metrics
+from corral_node_agent.fncall.executor import ExecutorConfig, Worker
+from corral_node_agent.fncall.models import FncallJob, FncallResult, Verdict
+from corral_node_agent.fncall.warm import WarmWorker
+
+log = get_logger("corral.fncall.pool")
+QUEUE_PREFIX = "fncall."
+
+
+def queue_name(runtime: str) -> str:
+    return f"{QUEUE_PREFIX}{runtime}"
+
+
+async def declare_work_queue(channel: AbstractChannel, runtime: str) -> AbstractQueue:
+    """The api and every node declare it the same way (durable, classic)."""
+    return await channel.declare_queue(queue_name(runtime), durable=True)
+
+
+class RuntimePool:
+    def __init__(self, runtime: str, node_id: str, config: ExecutorConfig, connection: AbstractRobustConnection, *,
+                 min_size: int, max_size: int, warm: bool = False, scale_interval_s: float = 1.0,
+                 idle_ticks_to_shrink: int = 10, cgroup_prefix: str = ""):
+        self.runtime = runtime
+        self.cgroup_prefix = cgroup_prefix or f"corral-fncall/{node_id}"
+        self.node_id = node_id
+        self.config = config
+        self.connection = connection
+        self.min_size = max(1, min_size)
+        self.max_size = max(self.min_size, max_size)
+        self.warm = warm
+        self.scale_interval_s = scale_interval_s
+        self.idle_ticks_to_shrink = idle_ticks_to_shrink
+        self.size = 0
+        self.busy = 0
+        self.queue_depth = 0
+        self._free: asyncio.Queue[Worker] = asyncio.Queue()
+        self._workers: dict[str, Worker] = {}
+        self._retire = 0  # workers to drop when they come back free
+        self._next_id = 0
+        self._idle_ticks = 0
+        self._channel: AbstractChannel | None = None
+        self._queue: AbstractQueue | None = None
+        self._scaler: asyncio.Task | None = None
+        self._rate = metrics.RateWindow()
+        self._labels = {"node": node_id, "runtime": runtime}
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _add_worker(self) -> None:
+        name = f"{self.runtime}-{self._next_id}"
+        self._next_id += 1
+        group = f"{self.cgroup_prefix}/{name}"
+        worker = (WarmWorker if self.warm else Worker)(self.config, name, group)
+        self._workers[name] = worker
+        self._free.put_nowait(worker)
+        if isinstance(worker, WarmWorker):
+            worker.prestart_soon()
+        self.size += 1
+
+    async def resize(self, target: int) -> None:
+        target = max(self.min_size, min(self.max_size, target))
+        if target == self.size:
+            return
+        if target > self.size:
+            for _ in range(target - self.size):
+                self._add_worker()
+        else:
+            drop = self.size - target
+            self.size = target
+            while drop and not self._free.empty():  # idle ones go now, busy ones when they finish
+                self._close_worker(self._free.get_nowait())
+                drop -= 1
+            self._retire += drop
+        if self._channel is not None:  # global: applies at once to the running consumer too
+            await self._channel.set_qos(prefetch_count=self.size, global_=True)
+        metrics.POOL_SIZE.labels(**self._labels).set(self.size)
+        log.info("fncall.pool_resized", runtime=self.runtime, size=self.size)
+
+    def _close_worker(self, worker: Worker) -> None:
+        self._workers.pop(worker.name, None)
+        worker.close()
+
+    def _release(self, worker: Worker) -> None:
+        if self._retire:
+            self._retire -= 1
+            self._close_worker(worker)
+            return
+        if isinstance(worker, WarmWorker):
+            worker.prestart_soon()
+        self._free.put_nowait(worker)
+
+    # -- queue --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.resize(self.min_size)
+        self._channel = await self.connection.channel()
+        await self._channel.set_qos(prefetch_count=self.size, global_=True)
+        self._queue = await declare_work_queue(self._channel, self.runtime)
+        await self._queue.consume(self._on_message)
+        self._scaler = asyncio.create_task(self._scale_forever())
+        log.info("fncall.pool_started", runtime=self.runtime, size=self.size, max=self.max_size, warm=self.warm)
+
+    async def close(self) -> None:
+        if self._scaler:
+            self._scaler.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._scaler
+        if self._channel is not None:
+            with suppress(Exception):
+                await self._channel.close()
+        for worker in list(self._workers.values()):
+            self._workers.pop(worker.name, None)
+            await worker.aclose()
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        try:
+            job = FncallJob.model_validate_json(message.body)
+        except Exception as exc:
+            log.error("fncall.malformed_job", runtime=self.runtime, error=str(exc)[:200])
+            await message.reject(requeue=False)
+            return
+        worker = await self._free.get()
+        self.busy += 1
+        metrics.POOL_BUSY.labels(**self._labels).set(self.busy)
+        started = time.monotonic()
+        try:
+            if job.runtime != self.runtime:
+                result = FncallResult(call_id=job.call_id, runtime=job.runtime, verdict=Verdict.system_error,
+                                      message=f"job for {job.runtime} on the {self.runtime} queue")
+            else:
+                result = await worker.run_job(job)
+        finally:
+            self.busy -= 1
+            metrics.POOL_BUSY.labels(**self._labels).set(self.busy)
+            self._release(worker)
+        result.node_id = self.node_id
+        elapsed = time.monotonic() - started
+        metrics.CALL_SECONDS.labels(**self._labels).observe(elapsed)
+        metrics.CALLS.labels(**self._labels, verdict=result.verdict.value).inc()
+        self._rate.add()
+        try:
+            if message.reply_to and self._channel is not None:
+                await self._channel.default_exchange.publish(
+                    aio_pika.Message(body=result.model_dump_json().encode(), content_type="application/json",
+                                     correlation_id=message.correlation_id),
+                    routing_key=message.reply_to)
+        except Exception:
+            log.exception("fncall.reply_failed", runtime=self.runtime, call_id=job.call_id)
+        await message.ack()
+
+    # -- autoscaling ----------------------------------------------------------------------------
+
+    async def _scale_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.scale_interval_s)
+            try:
+                await self.scale_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fncall.scale_failed", runtime=self.runtime)
+
+    async def scale_once(self) -> None:
+        if self._queue is not None:
+            # Re-declare for fresh counts: aio-pika returns a channel's cached Queue (stale counts).
+            declared = await self._queue.declare()
+            self.queue_depth = declared.message_count or 0
+        metrics.QUEUE_DEPTH.labels(runtime=self.runtime).set(self.queue_depth)
+        metrics.CALLS_PER_SECOND.labels(**self._labels).set(self._rate.rate())
+        metrics.POOL_WARM.labels(**self._labels).set(
+            sum(1 for w in self._workers.values() if isinstance(w, WarmWorker) and w.is_warm()))
+        target = self.decide(self.size, self.busy, self.queue_depth)
+        if target > self.size:
+            self._idle_ticks = 0
+            await self.resize(target)
+        elif self.busy < max(1, self.size / 4) and self.size > self.min_size:
+            self._idle_ticks += 1
+            if self._idle_ticks >= self.idle_ticks_to_shrink:
+                self._idle_ticks = 0
+                await self.resize(self.size - 1)
+        else:
+            self._idle_ticks = 0
+
+    def decide(self, size: int, busy: int, waiting: int) -> int:
+        """Grow by half (at least one) while saturated with calls waiting; else keep."""
+        if busy >= size and waiting > 0 and size < self.max_size:
+            return min(self.max_size, size + max(1, size // 2))
+        return size
+
+    def status(self) -> dict:
+        return {"runtime": self.runtime, "size": self.size, "busy": self.busy, "min": self.min_size,
+                "max": self.max_size, "queue_depth": self.queue_depth, "warm": self.warm,
+                "calls_per_second": self._rate.rate()}

@@ -1,0 +1,40 @@
+"""Node-agent endpoints of the fncall pools (status, Prometheus metrics) and their lifespan.
+
+Included by the node-agent app; the router's lifespan runs inside the app's, so
+``app.state.settings`` (node id, AMQP URL) is there when the pools start.
+"""
+
+import hashlib
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from corral_node_agent.fncall.service import FncallPools
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    settings = app.state.settings
+    instance = hashlib.sha1(str(settings.state_dir).encode()).hexdigest()[:6]
+    pools = FncallPools(settings.node_id, settings.amqp_url, instance=instance)
+    app.state.fncall = pools
+    await pools.start()
+    try:
+        yield
+    finally:
+        await pools.close()
+
+
+router = APIRouter(lifespan=lifespan)
+
+
+@router.get("/v1/fncall/pools", tags=["fncall"])
+async def pools_status(request: Request) -> dict:
+    pools: FncallPools | None = getattr(request.app.state, "fncall", None)
+    return pools.status() if pools else {"status": "not started", "pools": []}
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,111 @@
+"""The node-agent's fncall side: one warm pool per runtime, fed by RabbitMQ work queues."""
+
+import asyncio
+import shutil
+from contextlib import suppress
+from pathlib import Path
+
+import aio_pika
+from aio_pika.abc import AbstractRobustConnection
+
+from corral_common.logging import get_logger
+from corral_node_agent.fncall.cgroups import CGROUP_ROOT, CONTROLLERS
+from corral_node_agent.fncall.executor import ExecutorConfig, check_host
+from corral_node_agent.fncall.pool import RuntimePool
+from corral_node_agent.fncall.runtimes import RUNTIMES
+from corral_node_agent.fncall.seccomp import ensure_filter
+from corral_node_agent.fncall.settings import FncallSettings
+
+log = get_logger("corral.fncall")
+
+
+def remove_node_cgroups(node_id: str) -> None:
+    """Drop the worker cgroups a previous agent with this node id left (processes included)."""
+    from corral_node_agent.fncall.cgroups import WorkerCgroup
+
+    base = CGROUP_ROOT / "pids" / "corral-fncall" / node_id
+    names = [p.name for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
+    for name in names:
+        WorkerCgroup(f"corral-fncall/{node_id}/{name}").remove()
+    for controller in CONTROLLERS:
+        with suppress(OSError):
+            (CGROUP_ROOT / controller / "corral-fncall" / node_id).rmdir()
+
+
+class FncallPools:
+    def __init__(self, node_id: str, amqp_url: str, settings: FncallSettings | None = None, *, instance: str = ""):
+        self.node_id = node_id
+        # Cgroups and scratch dirs are named by node id and instance (a hash of the node's state
+        # dir), so two platforms on one host that both have a "node-1" never share workers.
+        self.instance = f"{node_id}-{instance}" if instance else node_id
+        self.amqp_url = amqp_url
+        self.settings = settings or FncallSettings()
+        self.pools: dict[str, RuntimePool] = {}
+        self.status_message = "starting"
+        self._connection: AbstractRobustConnection | None = None
+        self._starter: asyncio.Task | None = None
+
+    def config(self) -> ExecutorConfig:
+        s = self.settings
+        return ExecutorConfig(rootfs=Path(s.rootfs_dir), scratch_dir=Path(s.scratch_dir) / self.instance,
+                              seccomp_path=ensure_filter(Path(s.cache_dir) / "seccomp"), pids_max=s.pids_max,
+                              compile_memory_mb=s.compile_memory_mb)
+
+    async def start(self) -> None:
+        """Start in the background: the runtime tree may still be building (the pools start when it exists)."""
+        if not self.settings.enabled:
+            self.status_message = "disabled (CORRAL_FNCALL_ENABLED=false)"
+            return
+        self._starter = asyncio.create_task(self._start_when_ready())
+
+    async def _start_when_ready(self) -> None:
+        probe = ExecutorConfig(rootfs=Path(self.settings.rootfs_dir), scratch_dir=Path("/"), seccomp_path=Path("/"))
+        while True:
+            reason = check_host(probe)
+            if not reason:
+                break
+            if self.status_message != reason:
+                log.warning("fncall.waiting", reason=reason)
+            self.status_message = reason
+            await asyncio.sleep(self.settings.rootfs_poll_s)
+        try:
+            config = await asyncio.to_thread(self.config)
+            remove_node_cgroups(self.instance)
+            shutil.rmtree(config.scratch_dir, ignore_errors=True)
+            config.scratch_dir.mkdir(parents=True, exist_ok=True)
+            self._connection = await aio_pika.connect_robust(self.amqp_url)
+            for name in self.settings.runtime_names:
+                if name not in RUNTIMES:
+                    log.warning("fncall.unknown_runtime", runtime=name)
+                    continue
+                pool = RuntimePool(name, self.node_id, config, self._connection, min_size=self.settings.pool_min,
+                                   max_size=self.settings.pool_max,
+                                   warm=self.settings.warm_python and name == "python",
+                                   scale_interval_s=self.settings.scale_interval_s,
+                                   idle_ticks_to_shrink=self.settings.idle_ticks_to_shrink,
+                                   cgroup_prefix=f"corral-fncall/{self.instance}")
+                await pool.start()
+                self.pools[name] = pool
+            self.status_message = "ready"
+        except Exception as exc:
+            self.status_message = f"failed: {type(exc).__name__}: {exc}"
+            log.exception("fncall.start_failed")
+
+    async def close(self) -> None:
+        if self._starter is not None:
+            self._starter.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await self._starter
+        for pool in self.pools.values():
+            await pool.close()
+        self.pools.clear()
+        if self._connection is not None:
+            with suppress(Exception):
+                await self._connection.close()
+        with suppress(Exception):
+            remove_node_cgroups(self.instance)
+        shutil.rmtree(Path(self.settings.scratch_dir) / self.instance, ignore_errors=True)
+
+    def status(self) -> dict:
+        return {"node_id": self.node_id, "status": self.status_message,
+                "pools": [pool.status() for pool in self.pools.values()]}

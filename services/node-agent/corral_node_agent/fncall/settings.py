@@ -1,0 +1,38 @@
+"""fncall settings of a node-agent (``CORRAL_FNCALL_*``)."""
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_CACHE_DIR = "/var/cache/corral/fncall"
+
+
+class FncallSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_FNCALL_", extra="ignore")
+
+    enabled: bool = True
+    # Where the judge runtime tree is built and cached (scripts/build_fncall_runtime.py).
+    cache_dir: str = DEFAULT_CACHE_DIR
+    # Empty: <cache_dir>/judge/rootfs.
+    rootfs: str = ""
+    # Host tmpfs for per-call compile dirs (one subdir per node and worker).
+    scratch_dir: str = "/dev/shm/corral-fncall"
+    runtimes: str = "python,cpp,c,bash"
+    # Workers per runtime on this node: the pool grows towards max while calls queue up and
+    # shrinks back towards min when idle.
+    pool_min: int = 2
+    pool_max: int = 8
+    scale_interval_s: float = 1.0
+    idle_ticks_to_shrink: int = 10
+    pids_max: int = 64
+    compile_memory_mb: int = 1024
+    # Keep a pre-started interpreter per python worker (a fresh one per call).
+    warm_python: bool = True
+    # How often to look for the runtime tree when it is missing at start (it may be building).
+    rootfs_poll_s: float = 2.0
+
+    @property
+    def rootfs_dir(self) -> str:
+        return self.rootfs or f"{self.cache_dir}/judge/rootfs"
+
+    @property
+    def runtime_names(self) -> list[str]:
+        return [r.strip() for r in self.runtimes.split(",") if r.strip()]
