@@ -35,13 +35,15 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
         setup_tracing("corral-node-agent", settings.otel_exporter_otlp_endpoint)
         layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
         manager = SandboxManager(ContainerBackend(settings), layers, max_sandboxes=settings.max_sandboxes)
-        await manager.start()
+        # Sandboxes a previous run of this agent left running are re-adopted, not killed.
+        await manager.start(adopt=settings.adopt_on_start)
         store = StateStore.from_url(settings.redis_url)
         bus = await EventBus(settings.amqp_url).connect()
         events = NodeEvents(settings, store, bus, manager)
         app.state.settings, app.state.manager, app.state.events = settings, manager, events
         # Heartbeat before consuming so the scheduler sees us as soon as we take work.
         await events.heartbeat_once()
+        await events.reconcile()
         node = settings.node_id
         await bus.consume(f"node.{node}.place", [node_routing_key(node, "place")], SandboxPlace, events.on_place,
                           prefetch=32)

@@ -1,0 +1,137 @@
+"""A node-agent SIGKILLed and started again re-adopts the sandboxes still running on its host.
+
+Its sandboxes keep running while it is down (crun containers are not its children, and each
+keeps its own mount namespace); the new process takes them over from crun's state and its
+state dir. One whose init died meanwhile is marked failed (lost_on_restart) and cleaned up.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.conftest import HEARTBEAT_TIMEOUT_S, agent_pid, leftovers
+
+NODE = "node-1"
+
+
+def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _crun_state(platform, sandbox_id: str) -> dict | None:
+    root = platform["state"] / "nodes" / NODE / "crun"
+    out = subprocess.run(["crun", "--root", str(root), "state", sandbox_id], capture_output=True, text=True)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _restart_agent(platform, before_start=None) -> float:
+    """SIGKILL node-1's agent, run before_start() while it is down, start it again with the
+    same environment (same id and state dir). Returns the seconds it was away."""
+    run = platform["state"] / "run"
+    old = agent_pid(platform, NODE)
+    environ = dict(item.split("=", 1) for item in Path(f"/proc/{old}/environ").read_text().split("\0") if "=" in item)
+    port = environ["CORRAL_NODE_PORT"]
+    os.kill(old, signal.SIGKILL)
+    t0 = time.monotonic()
+    wait_until(lambda: not _alive(old), what="agent gone")
+    if before_start is not None:
+        before_start()
+    log = open(platform["state"] / "logs" / f"{NODE}.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen([sys.executable, "-m", "corral_node_agent"], env=environ, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                            cwd=platform["state"])
+    (run / f"{NODE}.pid").write_text(str(proc.pid))  # `down` stops this one
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, timeout=30, what="agent back")
+    return time.monotonic() - t0
+
+
+def test_restarted_node_agent_readopts_running_sandboxes(platform, corral):
+    sandboxes = [corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "node-restart"}) for _ in range(6)]
+    mine = [sb for sb in sandboxes if sb.info.node_id == NODE]
+    assert len(mine) >= 3, "spread placement should put half of them on node-1"
+    keep, paused, doomed = mine[:3]
+    keep.write_file("notes.txt", "before the restart")
+    paused.write_file("state.txt", "frozen")
+    paused.pause()
+    pids = {sb.id: _crun_state(platform, sb.id)["pid"] for sb in (keep, paused, doomed)}
+
+    def kill_doomed() -> None:
+        # This one's processes die while nobody watches: the new agent must notice.
+        os.kill(pids[doomed.id], signal.SIGKILL)
+        wait_until(lambda: not _alive(pids[doomed.id]), what="doomed init gone")
+
+    away = _restart_agent(platform, before_start=kill_doomed)
+    # The scheduler's reaper would fail every sandbox of a node silent for longer.
+    assert away < HEARTBEAT_TIMEOUT_S, f"agent took {away:.1f}s to come back"
+
+    # The survivor: same init, its files and background process, exec and files work.
+    assert _alive(pids[keep.id])
+    assert keep.refresh().state == "running"
+    assert keep.read_file("notes.txt") == b"before the restart"
+    keep.write_file("after.txt", "written by the new agent")
+    assert keep.exec("cat after.txt notes.txt").stdout == "written by the new agent" + "before the restart"
+    assert "sleep 3600" in keep.exec("ps -o args").stdout  # init's child, from before
+    assert {f.name for f in keep.list_files(".")} >= {"notes.txt", "after.txt"}
+
+    # The paused one is still frozen and thaws on request.
+    assert paused.refresh().state == "paused"
+    paused.resume()
+    assert paused.exec("cat state.txt").stdout == "frozen"
+
+    # The dead one is failed with a reason, and nothing of it is left.
+    doomed.wait("terminated", timeout=15)
+    assert (doomed.state, doomed.info.reason) == ("failed", "lost_on_restart")
+    wait_until(lambda: not leftovers(platform, NODE, doomed.id), timeout=10, what="doomed cleaned up")
+
+    # Nothing runs on the node without a live record.
+    root = platform["state"] / "nodes" / NODE / "crun"
+    listed = json.loads(subprocess.run(["crun", "--root", str(root), "list", "--format", "json"],
+                                       capture_output=True, text=True, check=True).stdout or "[]")
+    for container in listed:
+        assert corral.sandboxes.get(container["id"]).state in ("running", "paused"), container
+
+    # Deleting an adopted sandbox leaves nothing: no container, mount, cgroup, dir or process.
+    for sb in (keep, paused):
+        sb.delete()
+        assert sb.state == "terminated"
+        assert not leftovers(platform, NODE, sb.id)
+        wait_until(lambda sb=sb: not _alive(pids[sb.id]), timeout=5, what="init gone")
+    mounts = [line for p in Path("/proc").glob("[0-9]*/mountinfo") for line in _read(p)
+              if any(sb.id in line for sb in (keep, paused, doomed))]
+    assert mounts == []
+    for sb in sandboxes:
+        if sb not in (keep, paused, doomed):
+            sb.delete()
+
+
+def _read(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
