@@ -236,6 +236,15 @@ async def test_fetch_files_reads_back_the_working_dir(make_worker):
     assert r.verdict == "accepted" and r.files == {"out.txt": "aGVsbG8="}
 
 
+@BOTH
+async def test_exit_and_quit_work(make_worker, warm):
+    w = make_worker(warm)
+    r = await run(w, "python", "print('a')\nexit(3)")
+    assert r.verdict == "runtime_error" and r.cases[0].exit_code == 3 and r.cases[0].stdout == "a\n"
+    r = await run(w, "python", "import sys\nprint(sys.argv, __name__)\nquit()")
+    assert r.verdict == "accepted" and r.cases[0].stdout == "['main.py'] __main__\n"
+
+
 async def test_warm_worker_runs_warm(make_worker):
     import asyncio
 
