@@ -12,6 +12,7 @@ import httpx
 
 from corral._common import ExecChunk, create_body, exec_body, label_selectors, resolve
 from corral.errors import SandboxFailed, raise_for
+from corral.jobs import Jobs
 from corral.rollouts import Rollouts
 from corral_client import AuthenticatedClient
 from corral_client.api.sandboxes import (
@@ -140,6 +141,7 @@ class Corral:
         self.api = AuthenticatedClient(base_url=url, token=api_key, timeout=httpx.Timeout(timeout, connect=10.0))
         self.sandboxes = Sandboxes(self)
         self.rollouts = Rollouts(self)
+        self.jobs = Jobs(self)
 
     @property
     def http(self) -> httpx.Client:

@@ -72,6 +72,7 @@ class JobRecord:
     dropped: int
     pending: int
     deleted: bool
+    vstart: float = 0.0
 
     @classmethod
     def from_hash(cls, data: dict[str, str], pending: int) -> "JobRecord":
@@ -79,7 +80,8 @@ class JobRecord:
                    priority=int(data.get("priority") or 0), spec=SandboxSpec.model_validate_json(data["spec"]),
                    labels=json.loads(data.get("labels") or "{}"), created_at=float(data["created_at"]),
                    submitted=int(data.get("submitted") or 0), admitted=int(data.get("admitted") or 0),
-                   dropped=int(data.get("dropped") or 0), pending=pending, deleted=data.get("deleted") == "1")
+                   dropped=int(data.get("dropped") or 0), pending=pending, deleted=data.get("deleted") == "1",
+                   vstart=float(data.get("vstart") or 0))
 
 
 def sandbox_id_for(job_id: str, index: int) -> str:

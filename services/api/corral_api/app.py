@@ -10,6 +10,8 @@ from fastapi import FastAPI
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
+from corral_api.jobs.router import router as jobs_router
+from corral_api.jobs.service import JobService
 from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.router import router as rollouts_router
@@ -24,6 +26,7 @@ from corral_api.settings import ApiSettings
 from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxStateChanged
+from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
 from corral_common.sandboxes import SandboxState
 from corral_common.state import StateStore
@@ -63,10 +66,13 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
             lease_s=settings.rollout_step_lease_s, max_write_bytes=settings.api_max_upload_mb * 1024 * 1024)
         sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
+        app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes)
+        await app.state.jobs.resume_submissions()
         try:
             yield
         finally:
             sweeper.cancel()
+            await app.state.jobs.close()
             await app.state.rollouts.close()
             await node_client.close()
             await images.aclose()
@@ -85,6 +91,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(sandboxes_router)
     app.include_router(fncall_router)
     app.include_router(rollouts_router)
+    app.include_router(jobs_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

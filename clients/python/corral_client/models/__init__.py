@@ -26,6 +26,11 @@ from .fncall_request_files import FncallRequestFiles
 from .fncall_response import FncallResponse
 from .get_sandbox_wait_for_type_0 import GetSandboxWaitForType0
 from .healthz_response_healthz import HealthzResponseHealthz
+from .job import Job
+from .job_counts import JobCounts
+from .job_create import JobCreate
+from .job_create_labels import JobCreateLabels
+from .job_labels import JobLabels
 from .list_rollouts_status_type_0 import ListRolloutsStatusType0
 from .rollout import Rollout
 from .rollout_create import RolloutCreate
@@ -91,6 +96,11 @@ __all__ = (
     "FncallResponse",
     "GetSandboxWaitForType0",
     "HealthzResponseHealthz",
+    "Job",
+    "JobCounts",
+    "JobCreate",
+    "JobCreateLabels",
+    "JobLabels",
     "ListRolloutsStatusType0",
     "Rollout",
     "RolloutCreate",

@@ -1,0 +1,136 @@
+"""Jobs: one call asks for up to 32,000 sandboxes; they queue in Redis and the scheduler
+admits them by fair share (``corral_common.jobs``, ``corral_scheduler.jobs``).
+
+POST answers at once: the records are created and queued in chunks by a background task
+(pipelined). A job whose submission an api crash interrupted is finished by the next api
+process (``jobs:submitting``); ids are deterministic, so nothing is created twice.
+"""
+
+import asyncio
+import secrets
+
+from corral_api.jobs.schemas import Job, JobCreate
+from corral_api.sandboxes.service import SandboxService
+from corral_common.errors import NotFound
+from corral_common.jobs import JobRecord, JobStore
+from corral_common.logging import get_logger
+from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec
+
+log = get_logger("corral.api.jobs")
+
+CHUNK = 500
+
+
+class JobService:
+    def __init__(self, jobs: JobStore, sandboxes: SandboxService):
+        self.jobs = jobs
+        self.sandboxes = sandboxes
+        self.redis = jobs.redis
+        self._tasks: set[asyncio.Task] = set()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def create(self, tenant: str, body: JobCreate) -> JobRecord:
+        spec = SandboxSpec.model_validate(body.spec.model_dump())
+        await self.sandboxes.environments.require(spec.environment)
+        job_id = f"job-{secrets.token_hex(6)}"
+        spec = spec.model_copy(update={"labels": {**spec.labels, **body.labels, "job": job_id}})
+        await self.jobs.create_job(job_id, tenant, spec, body.count, weight=body.weight, priority=body.priority,
+                                   labels=body.labels)
+        await self.redis.sadd("jobs:submitting", job_id)
+        self._spawn(self._submit(job_id))
+        record = await self.jobs.get(job_id)
+        assert record is not None
+        return record
+
+    async def resume_submissions(self) -> None:
+        """At api start: finish the submissions a previous api process did not."""
+        for job_id in await self.redis.smembers("jobs:submitting"):
+            self._spawn(self._submit(job_id))
+
+    async def _submit(self, job_id: str) -> None:
+        try:
+            while True:
+                job = await self.jobs.get(job_id)
+                if job is None or job.deleted or job.submitted >= job.count:
+                    break
+                stop = min(job.count, job.submitted + CHUNK)
+                await self.jobs.enqueue(job_id, job.tenant, job.spec, job.submitted, stop)
+            await self.redis.srem("jobs:submitting", job_id)
+        except Exception:
+            log.exception("job.submit_failed", job_id=job_id)  # the next api start resumes it
+
+    async def _get(self, tenant: str, job_id: str) -> JobRecord:
+        record = await self.jobs.get(job_id)
+        if record is None or record.tenant != tenant:
+            raise NotFound(f"job {job_id} not found", loc=["path", "job_id"])
+        return record
+
+    async def get(self, tenant: str, job_id: str) -> Job:
+        record = await self._get(tenant, job_id)
+        ids = await self.jobs.sandbox_ids(job_id)
+        counts: dict[str, int] = {}
+        for start in range(0, len(ids), 2000):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in ids[start:start + 2000]:
+                    pipe.hget(f"sb:{sid}", "state")
+                for state in await pipe.execute():
+                    key = state or "expired"
+                    counts[key] = counts.get(key, 0) + 1
+        return Job(id=record.id, count=record.count, weight=record.weight, priority=record.priority,
+                   labels=record.labels, created_at=record.created_at, deleted=record.deleted,
+                   submitted=record.submitted, admitted=record.admitted, pending=record.pending,
+                   queue_position=await self._position(record), counts=counts)
+
+    async def _position(self, record: JobRecord) -> int | None:
+        """Where this job stands in the scheduler's next pick (priority, then stride pass)."""
+        if record.pending == 0:
+            return None
+        keys = []
+        for job_id in await self.redis.smembers("jobs:active"):
+            other = await self.jobs.get(job_id)
+            if other is None or other.pending == 0:
+                continue
+            keys.append(((-other.priority, other.vstart + (other.admitted + 1) / other.weight), job_id))
+        keys.sort()
+        ranked = [job_id for _, job_id in keys]
+        return ranked.index(record.id) if record.id in ranked else None
+
+    async def delete(self, tenant: str, job_id: str) -> Job:
+        record = await self._get(tenant, job_id)
+        await self.jobs.mark_deleted(job_id)
+        self._spawn(self._terminate_all(tenant, job_id))
+        return await self.get(tenant, record.id)
+
+    async def _terminate_all(self, tenant: str, job_id: str) -> None:
+        done: set[str] = set()
+        while True:
+            # A submission chunk in flight when the job was marked deleted may add records.
+            ids = [sid for sid in await self.jobs.sandbox_ids(job_id) if sid not in done]
+            if not ids and not await self.redis.sismember("jobs:submitting", job_id):
+                return
+            await self._terminate(tenant, job_id, ids)
+            done.update(ids)
+            await asyncio.sleep(0.2)
+
+    async def _terminate(self, tenant: str, job_id: str, ids: list[str]) -> None:
+        sem = asyncio.Semaphore(64)
+
+        async def one(sid: str) -> None:
+            async with sem:
+                try:
+                    record = await self.sandboxes.store.get_sandbox(sid)
+                    if record is not None and record.state not in TERMINAL_STATES:
+                        await self.sandboxes.delete(tenant, sid)
+                except Exception:
+                    log.exception("job.delete_sandbox_failed", job_id=job_id, sandbox_id=sid)
+
+        await asyncio.gather(*(one(sid) for sid in ids))
