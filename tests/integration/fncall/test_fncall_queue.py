@@ -108,3 +108,33 @@ async def test_a_pool_runs_as_many_calls_at_once_as_it_has_workers(amqp_url, poo
         await rpc.close()
     assert all(r["verdict"] == "accepted" for r in results)
     assert elapsed < 2.5, elapsed  # 2 rounds of 4, not 8 in a row
+
+
+def test_workers_of_a_dead_agent_are_removed_at_start(tmp_path, judge_rootfs):
+    import subprocess
+    import uuid
+    from pathlib import Path
+
+    from corral_node_agent.fncall.service import OWNER_FILE, remove_stale_instances
+
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    dead_pid = finished.pid
+    names = {"dead": f"t-dead-{uuid.uuid4().hex[:6]}", "live": f"t-live-{uuid.uuid4().hex[:6]}"}
+    for kind, name in names.items():
+        (tmp_path / name / "python-0").mkdir(parents=True)
+        (tmp_path / name / OWNER_FILE).write_text(str(dead_pid if kind == "dead" else __import__("os").getpid()))
+        for c in ("memory", "pids", "cpuacct"):
+            (Path(f"/sys/fs/cgroup/{c}/corral-fncall") / name / "python-0").mkdir(parents=True)
+    try:
+        assert remove_stale_instances(tmp_path, own="me") == [names["dead"]]
+        assert not (tmp_path / names["dead"]).exists()
+        assert not Path(f"/sys/fs/cgroup/pids/corral-fncall/{names['dead']}").exists()
+        assert Path(f"/sys/fs/cgroup/pids/corral-fncall/{names['live']}/python-0").exists()
+    finally:
+        for c in ("memory", "pids", "cpuacct"):
+            for sub in ("python-0", ""):
+                try:
+                    (Path(f"/sys/fs/cgroup/{c}/corral-fncall") / names["live"] / sub).rmdir()
+                except OSError:
+                    pass

@@ -1,7 +1,9 @@
 """The node-agent's fncall side: one warm pool per runtime, fed by RabbitMQ work queues."""
 
 import asyncio
+import os
 import shutil
+import time
 from contextlib import suppress
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from corral_node_agent.fncall.seccomp import ensure_filter
 from corral_node_agent.fncall.settings import FncallSettings
 
 log = get_logger("corral.fncall")
+OWNER_FILE = ".owner-pid"  # in an instance's scratch dir: the agent that runs its workers
 
 
 def remove_node_cgroups(node_id: str) -> None:
@@ -30,6 +33,50 @@ def remove_node_cgroups(node_id: str) -> None:
     for controller in CONTROLLERS:
         with suppress(OSError):
             (CGROUP_ROOT / controller / "corral-fncall" / node_id).rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _has_processes(instance: str) -> bool:
+    base = CGROUP_ROOT / "pids" / "corral-fncall" / instance
+    if not base.is_dir():
+        return False
+    return any((d / "cgroup.procs").read_text().strip() for d in base.iterdir() if d.is_dir())
+
+
+def remove_stale_instances(scratch_root: Path, own: str) -> list[str]:
+    """Workers of agents that died without cleaning up (SIGKILL, node loss): every instance in
+    the scratch root whose owner pid is gone (or that has no owner file, no processes, and is
+    older than two minutes)."""
+    removed = []
+    if not scratch_root.is_dir():
+        return removed
+    for entry in scratch_root.iterdir():
+        if not entry.is_dir() or entry.name == own:
+            continue
+        try:
+            owner = int((entry / OWNER_FILE).read_text())
+            stale = not _alive(owner)
+        except (OSError, ValueError):  # no owner (yet): only when old and idle, never a starting agent's
+            try:
+                old = time.time() - entry.stat().st_mtime > 120
+            except OSError:
+                continue
+            stale = old and not _has_processes(entry.name)
+        if stale:
+            with suppress(Exception):
+                remove_node_cgroups(entry.name)
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
 
 
 class FncallPools:
@@ -73,6 +120,10 @@ class FncallPools:
             remove_node_cgroups(self.instance)
             shutil.rmtree(config.scratch_dir, ignore_errors=True)
             config.scratch_dir.mkdir(parents=True, exist_ok=True)
+            (config.scratch_dir / OWNER_FILE).write_text(str(os.getpid()))
+            stale = remove_stale_instances(config.scratch_dir.parent, self.instance)
+            if stale:
+                log.info("fncall.removed_stale_workers", instances=stale)
             self._connection = await aio_pika.connect_robust(self.amqp_url)
             for name in self.settings.runtime_names:
                 if name not in RUNTIMES:
