@@ -57,8 +57,10 @@ async def test_one_trace_from_api_to_node_agent(redis_url, amqp_url, tmp_path):
     api = create_api(ApiSettings(**common, api_database_url=f"sqlite:///{tmp_path}/api.db",
                                  api_keys="tracing:tracing-key-1"))
     scheduler = create_scheduler(SchedulerSettings(**common))
+    # Eager layers: image-service shares this test's event loop, so a lazy (FUSE) read issued
+    # from that loop could only be answered by the loop it blocks.
     node = create_node(NodeAgentSettings(**common, node_id="trace-node", state_dir=str(tmp_path / "node"),
-                                         port=free_port()))
+                                         port=free_port(), layer_mode="eager"))
     try:
         while not images.started:
             await asyncio.sleep(0.01)
