@@ -262,7 +262,10 @@ async def test_layer_hash_mismatch_and_missing(tmp_path):
 
 class _FakeLayers:
     def __init__(self, fail: Exception | None = None):
-        self.fail, self.refs = fail, 0
+        self.fail, self.refs, self.fault_listeners = fail, 0, []
+
+    def add_fault_listener(self, callback):
+        self.fault_listeners.append(callback)
 
     async def resolve_environment(self, name):
         if self.fail:
@@ -329,3 +332,31 @@ async def test_manager_create_failures_are_typed():
     with pytest.raises(SandboxCreateError) as exc:
         await m.create("s1", SandboxSpec(environment="e"))
     assert exc.value.reason == FailureReason.start_failed and layers.refs == 0 and m.count() == 0
+
+
+@pytest.mark.asyncio
+async def test_layer_fault_fails_only_the_sandboxes_on_that_layer():
+    from corral_node_agent.backends.base import ExitReason
+    from corral_node_agent.sandboxes.service import SandboxManager
+
+    class _TwoEnvLayers(_FakeLayers):
+        async def resolve_environment(self, name):
+            return [{"digest": "sha256:" + name * 64}]
+
+    layers, backend = _TwoEnvLayers(), _FakeBackend()
+    m = SandboxManager(backend, layers)
+    await m.create("on-a", SandboxSpec(environment="a"))
+    await m.create("on-b", SandboxSpec(environment="b"))
+    ended = asyncio.Event()
+    seen = []
+
+    def listener(sid, reason, usage):
+        seen.append((sid, reason))
+        ended.set()
+
+    m.on_exit(listener)
+    for callback in layers.fault_listeners:
+        callback("sha256:" + "a" * 64, "image-service unreachable")
+    await asyncio.wait_for(ended.wait(), 5)
+    assert seen == [("on-a", ExitReason.image_unavailable)]
+    assert backend.stopped == ["on-a"] and m.ids() == ["on-b"]

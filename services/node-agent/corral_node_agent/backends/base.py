@@ -18,6 +18,8 @@ class ExitReason(StrEnum):
     exited = "exited"
     oom_killed = "oom_killed"
     timeout = "timeout"
+    # A lazily loaded layer could not be read (image-service gone past the fetch deadline).
+    image_unavailable = "image_unavailable"
 
 
 # Called once per sandbox that ended on its own (init died, or timeout_s elapsed), after the

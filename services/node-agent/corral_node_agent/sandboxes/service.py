@@ -50,6 +50,7 @@ class SandboxManager:
         self._entries: dict[str, _Entry] = {}
         self._listeners: list[ExitListener] = []
         backend.on_exit = self._backend_exit
+        layers.add_fault_listener(self._layer_fault)
 
     def on_exit(self, listener: ExitListener) -> None:
         """Register listener(sandbox_id, reason, usage) for sandboxes that ended on their own
@@ -126,6 +127,20 @@ class SandboxManager:
         if entry is not None and entry.layers:
             await self.layers.release(entry.layers)
         return usage
+
+    def _layer_fault(self, digest: str, error: str) -> None:
+        """A layer's chunks cannot be fetched any more: a sandbox on it would see EIO on its
+        next uncached read, so end every sandbox using it as failed(image_unavailable)."""
+        for sandbox_id, entry in list(self._entries.items()):
+            if any(layer.get("digest") == digest for layer in entry.layers):
+                log.warning("sandbox.image_unavailable", sandbox_id=sandbox_id, digest=digest, error=error)
+                asyncio.ensure_future(self._end_for_image_fault(sandbox_id))
+
+    async def _end_for_image_fault(self, sandbox_id: str) -> None:
+        if sandbox_id not in self._entries:
+            return  # deleted meanwhile
+        usage = await self.backend.stop(sandbox_id)
+        await self._backend_exit(sandbox_id, ExitReason.image_unavailable, usage)
 
     async def _backend_exit(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> None:
         entry = self._entries.pop(sandbox_id, None)
