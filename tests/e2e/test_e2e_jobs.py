@@ -105,3 +105,18 @@ def test_burst_survives_api_scheduler_and_node_agent_restarts(corral, platform):
     # Nothing left behind on either node.
     for sb in listed:
         assert not leftovers(platform, sb.info.node_id or "node-1", sb.id), sb.id
+
+
+def test_delete_by_label_selector(corral):
+    tag = f"sel-{time.monotonic_ns()}"
+    keep = corral.sandboxes.create("busybox", memory_mb=32, labels={"sel": tag, "keep": "yes"})
+    gone = [corral.sandboxes.create("busybox", memory_mb=32, labels={"sel": tag}) for _ in range(3)]
+    deleted = corral.sandboxes.delete(labels={"sel": tag, "keep": "yes"})
+    assert [sb.id for sb in deleted] == [keep.id]
+    keep.wait("terminated", timeout=30)
+    assert {sb.id for sb in corral.sandboxes.delete(labels={"sel": tag})} == {sb.id for sb in gone}
+    for sb in [keep, *gone]:
+        assert sb.wait("terminated", timeout=30).state == "terminated"
+    with pytest.raises(CorralError) as err:
+        corral.sandboxes.delete(labels={})
+    assert err.value.status == 400

@@ -135,6 +135,13 @@ class Sandboxes:
         return [Sandbox(self._corral, info) for info in page.items]
 
 
+    def delete(self, labels: dict[str, str]) -> "list[Sandbox]":
+        """Delete every live sandbox matching all ``labels`` (at least one); returns them."""
+        response = self._corral.http.delete("/v1/sandboxes", params=[("label", s) for s in label_selectors(labels)])
+        raise_for(response.status_code, response.content)
+        return [Sandbox(self._corral, SandboxInfo.from_dict(item)) for item in response.json()["items"]]
+
+
 class Corral:
     def __init__(self, url: str | None = None, api_key: str | None = None, timeout: float = 300.0):
         url, api_key = resolve(url, api_key)

@@ -12,7 +12,7 @@ from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, Wa
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
-from corral_common.sandboxes import SandboxState
+from corral_common.sandboxes import TERMINAL_STATES, SandboxState
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
 
@@ -61,6 +61,23 @@ async def list_sandboxes(tenant: Tenant, service: Service,
                          state: SandboxState | None = None) -> SandboxList:
     records = await service.list(tenant, parse_labels(label), state)
     return SandboxList(items=[Sandbox.from_record(r) for r in records])
+
+
+@router.delete("", status_code=202, response_model=SandboxList, operation_id="delete_sandboxes")
+async def delete_sandboxes(tenant: Tenant, service: Service,
+                           label: Annotated[list[str], Query(description="key=value; repeat to AND; required")] = [],
+                           ) -> SandboxList:
+    """Delete every live sandbox whose labels match all selectors (e.g. ``job=<id>``)."""
+    labels = parse_labels(label)
+    if not labels:
+        raise BadRequest("give at least one label selector (deleting everything is not offered)",
+                         loc=["query", "label"])
+    records = await service.list(tenant, labels, None)
+    deleted = []
+    for record in records:
+        if record.state not in TERMINAL_STATES:
+            deleted.append(await service.delete(tenant, record.id))
+    return SandboxList(items=[Sandbox.from_record(r) for r in deleted])
 
 
 @router.get("/{sandbox_id}", response_model=Sandbox, operation_id="get_sandbox")
