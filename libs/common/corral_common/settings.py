@@ -4,7 +4,9 @@ All settings come from environment variables with the ``CORRAL_`` prefix (pydant
 so one ``.env``-style block configures a whole deployment.
 """
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Any
+
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 
 class CommonSettings(BaseSettings):
@@ -22,3 +24,29 @@ class CommonSettings(BaseSettings):
     # Seconds without a heartbeat after which a node is considered lost.
     node_heartbeat_timeout_s: float = 10.0
     node_heartbeat_interval_s: float = 2.0
+
+
+class _CommonEnvSource(EnvSettingsSource):
+    """``CORRAL_*`` env vars, restricted to the fields of CommonSettings (so another service's
+    ``CORRAL_PORT`` cannot leak into a service with its own prefix)."""
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, v in super().__call__().items() if k in CommonSettings.model_fields}
+
+
+class PrefixedServiceSettings(CommonSettings):
+    """Base for a service whose own fields use a longer prefix (``CORRAL_NODE_``, ...): its
+    shared fields still read the deployment-wide ``CORRAL_*`` names, and
+    ``<PREFIX><FIELD>`` overrides one for this service only."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        common = _CommonEnvSource(settings_cls, env_prefix="CORRAL_", case_sensitive=False)
+        return init_settings, env_settings, common, dotenv_settings, file_secret_settings

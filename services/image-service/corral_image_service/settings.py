@@ -5,31 +5,16 @@ Service-specific fields read ``CORRAL_IMAGE_*``; the fields shared by every serv
 configures them, with ``CORRAL_IMAGE_<FIELD>`` as a per-service override.
 """
 
-from typing import Any
 
 from pydantic import Field
 from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
-from corral_common.settings import CommonSettings
+from corral_common.settings import PrefixedServiceSettings
 
 
-class _CommonEnvSource(EnvSettingsSource):
-    """``CORRAL_*`` env vars, restricted to the common fields.
-
-    Without the restriction, e.g. ``CORRAL_PORT`` meant for another service would leak in.
-    """
-
-    def __call__(self) -> dict[str, Any]:
-        common = set(CommonSettings.model_fields)
-        return {k: v for k, v in super().__call__().items() if k in common}
-
-
-class ImageServiceSettings(CommonSettings):
+class ImageServiceSettings(PrefixedServiceSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_IMAGE_", extra="ignore")
 
     host: str = "127.0.0.1"
@@ -49,17 +34,6 @@ class ImageServiceSettings(CommonSettings):
     # image-service replicas works for a multi-node deployment.
     chunk_dir: str = ""
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _CommonEnvSource(settings_cls, env_prefix="CORRAL_"),
-                dotenv_settings, file_secret_settings)
 
     @property
     def effective_database_url(self) -> str:

@@ -9,17 +9,14 @@ under its own prefix (``CORRAL_NODE_REDIS_URL`` still wins when both are set).
 """
 
 import os
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
-from corral_common.settings import CommonSettings
+from corral_common.settings import PrefixedServiceSettings
 
 
 def _default_cpu_capacity() -> float:
@@ -38,15 +35,8 @@ def _default_memory_capacity_mb() -> int:
     return 1024
 
 
-class _CommonEnvSource(EnvSettingsSource):
-    """Reads only the fields declared by CommonSettings, under their ``CORRAL_`` names."""
 
-    def __call__(self) -> dict[str, Any]:
-        data = super().__call__()
-        return {k: v for k, v in data.items() if k in CommonSettings.model_fields}
-
-
-class NodeAgentSettings(CommonSettings):
+class NodeAgentSettings(PrefixedServiceSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_NODE_", extra="ignore", populate_by_name=True)
 
     node_id: str = Field("node-1", validation_alias=AliasChoices("CORRAL_NODE_ID", "CORRAL_NODE_NODE_ID"))
@@ -92,14 +82,3 @@ class NodeAgentSettings(CommonSettings):
         uid, _, gid = self.sandbox_user.partition(":")
         return int(gid or uid)
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        common = _CommonEnvSource(settings_cls, env_prefix="CORRAL_", case_sensitive=False)
-        return init_settings, env_settings, common, dotenv_settings, file_secret_settings
