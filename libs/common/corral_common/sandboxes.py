@@ -3,7 +3,7 @@
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]{0,62}[A-Za-z0-9])?$"
 
@@ -50,14 +50,41 @@ class FailureReason(StrEnum):
     unschedulable = "unschedulable"
 
 
-Backend = Literal["container", "auto"]
+Backend = Literal["auto", "container", "microvm", "vm"]
+ConcreteBackend = Literal["container", "microvm", "vm"]
+VM_BACKENDS = frozenset({"microvm", "vm"})
+
+
+def resolve_backend(backend: str, *, isolation: str = "container", display: bool = False,
+                    disk_image: str | None = None) -> ConcreteBackend:
+    """The sandbox kind a request gets. ``auto`` picks the lightest kind that can do the job:
+    a screen or a user disk image needs a full ``vm``, a hardware boundary a ``microvm``,
+    everything else a ``container``. An explicit kind that cannot do the job is refused."""
+    if backend == "auto":
+        if display or disk_image:
+            return "vm"
+        return "microvm" if isolation == "vm" else "container"
+    if display and backend != "vm":
+        raise ValueError(f"display needs backend 'vm' (or 'auto'), not {backend!r}")
+    if disk_image and backend != "vm":
+        raise ValueError(f"disk_image needs backend 'vm' (or 'auto'), not {backend!r}")
+    if isolation == "vm" and backend == "container":
+        raise ValueError("isolation 'vm' needs backend 'microvm' or 'vm' (or 'auto'), not 'container'")
+    return backend  # type: ignore[return-value]
 
 
 class SandboxSpec(BaseModel):
     """What a caller asks for. Validated once at the api; trusted by the services behind it."""
 
-    environment: str = Field(min_length=1, max_length=200, description="Environment name (image-service)")
-    backend: Backend = "auto"
+    environment: str = Field("", max_length=200,
+                             description="Environment name (image-service); not needed with disk_image or from_snapshot")
+    backend: Backend = Field("auto", description="Sandbox kind; 'auto' is resolved at creation (see isolation, display)")
+    isolation: Literal["container", "vm"] = Field(
+        "container", description="'vm' asks for a hardware boundary (auto picks microvm)")
+    display: bool = Field(False, description="A screen with keyboard and mouse (auto picks vm)")
+    disk_image: str | None = Field(None, max_length=200,
+                                   description="Boot this disk image (image-service name[:version]) instead of layers")
+    from_snapshot: str | None = Field(None, max_length=64, description="Restore this snapshot as a new sandbox")
     cpu: float = Field(1.0, gt=0, le=64, description="CPU cores (cgroup quota)")
     memory_mb: int = Field(256, ge=16, le=262144)
     disk_mb: int = Field(1024, ge=16, le=1048576, description="Size of the writable upper layer")
@@ -66,6 +93,14 @@ class SandboxSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
     network: Literal["none"] = "none"
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "SandboxSpec":
+        if not self.environment and not self.disk_image and not self.from_snapshot:
+            raise ValueError("environment is required (unless disk_image or from_snapshot is given)")
+        self.backend = resolve_backend(self.backend, isolation=self.isolation, display=self.display,
+                                       disk_image=self.disk_image)
+        return self
 
     @field_validator("env")
     @classmethod

@@ -63,6 +63,14 @@ class NodeAgentSettings(PrefixedServiceSettings):
     layer_fetch_deadline_s: float = 15.0
     # Fetch all of a layer's chunks in the background once it is mounted.
     layer_prefetch: bool = False
+    # Virtual machines (microvm / vm backends).
+    qemu: str = "qemu-system-x86_64"
+    # Kernel + initramfs built by `python -m corral_node_agent guestkit build`.
+    guestkit_dir: str = "/var/cache/corral/guestkit"
+    # "auto" uses KVM only where it is real hardware virtualisation (not kvm_pvm), else TCG.
+    vm_accelerator: Literal["auto", "kvm", "tcg"] = "auto"
+    # Host memory a VM costs beyond its guest RAM (QEMU itself, TCG translation cache).
+    vm_memory_overhead_mb: int = 96
 
     @model_validator(mode="after")
     def _derive(self) -> "NodeAgentSettings":

@@ -28,11 +28,41 @@ def test_no_going_back():
 
 
 @pytest.mark.parametrize("field,value", [("memory_mb", 0), ("timeout_s", -1), ("cpu", 0), ("disk_mb", 1),
-                                         ("environment", ""), ("backend", "vm"), ("network", "bridge")])
+                                         ("backend", "lxc"), ("network", "bridge")])
 def test_spec_rejects_bad_values(field, value):
     with pytest.raises(ValidationError) as info:
         SandboxSpec(**{"environment": "busybox", field: value})
     assert info.value.errors()[0]["loc"] == (field,)
+
+
+def test_spec_needs_an_environment_unless_it_boots_a_disk_or_snapshot():
+    with pytest.raises(ValidationError, match="environment is required"):
+        SandboxSpec(environment="")
+    assert SandboxSpec(disk_image="android:9").backend == "vm"
+    assert SandboxSpec(from_snapshot="snap-1", backend="microvm").environment == ""
+
+
+@pytest.mark.parametrize("kwargs,backend", [
+    ({}, "container"),
+    ({"isolation": "vm"}, "microvm"),
+    ({"display": True}, "vm"),
+    ({"isolation": "vm", "display": True}, "vm"),
+    ({"backend": "microvm"}, "microvm"),
+    ({"backend": "vm"}, "vm"),
+])
+def test_auto_backend_picks_the_lightest_kind_that_can_do_the_job(kwargs, backend):
+    assert SandboxSpec(environment="busybox", **kwargs).backend == backend
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"backend": "container", "display": True},
+    {"backend": "microvm", "display": True},
+    {"backend": "container", "isolation": "vm"},
+    {"backend": "microvm", "disk_image": "android"},
+])
+def test_explicit_backend_that_cannot_do_the_job_is_refused(kwargs):
+    with pytest.raises(ValidationError):
+        SandboxSpec(environment="busybox", **kwargs)
 
 
 def test_spec_rejects_bad_env_and_labels():

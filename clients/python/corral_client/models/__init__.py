@@ -52,6 +52,7 @@ from .sandbox import Sandbox
 from .sandbox_create import SandboxCreate
 from .sandbox_create_backend import SandboxCreateBackend
 from .sandbox_create_env import SandboxCreateEnv
+from .sandbox_create_isolation import SandboxCreateIsolation
 from .sandbox_create_labels import SandboxCreateLabels
 from .sandbox_labels import SandboxLabels
 from .sandbox_list import SandboxList
@@ -122,6 +123,7 @@ __all__ = (
     "SandboxCreate",
     "SandboxCreateBackend",
     "SandboxCreateEnv",
+    "SandboxCreateIsolation",
     "SandboxCreateLabels",
     "SandboxLabels",
     "SandboxList",

@@ -14,6 +14,7 @@ from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
 from ..models.sandbox_create_backend import SandboxCreateBackend
+from ..models.sandbox_create_isolation import SandboxCreateIsolation
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
@@ -29,11 +30,18 @@ class SandboxCreate:
     """Request body of ``POST /v1/sandboxes``.
 
     Attributes:
-        environment (str): Environment name (image-service)
-        backend (SandboxCreateBackend | Unset):  Default: SandboxCreateBackend.AUTO.
+        backend (SandboxCreateBackend | Unset): Sandbox kind; 'auto' is resolved at creation (see isolation, display)
+            Default: SandboxCreateBackend.AUTO.
         cpu (float | Unset): CPU cores (cgroup quota) Default: 1.0.
+        disk_image (None | str | Unset): Boot this disk image (image-service name[:version]) instead of layers
         disk_mb (int | Unset): Size of the writable upper layer Default: 1024.
+        display (bool | Unset): A screen with keyboard and mouse (auto picks vm) Default: False.
         env (SandboxCreateEnv | Unset):
+        environment (str | Unset): Environment name (image-service); not needed with disk_image or from_snapshot
+            Default: ''.
+        from_snapshot (None | str | Unset): Restore this snapshot as a new sandbox
+        isolation (SandboxCreateIsolation | Unset): 'vm' asks for a hardware boundary (auto picks microvm) Default:
+            SandboxCreateIsolation.CONTAINER.
         labels (SandboxCreateLabels | Unset):
         memory_mb (int | Unset):  Default: 256.
         network (Literal['none'] | Unset):  Default: 'none'.
@@ -41,11 +49,15 @@ class SandboxCreate:
         timeout_s (int | Unset): Wall-clock lifetime; the sandbox is ended after it Default: 3600.
     """
 
-    environment: str
     backend: SandboxCreateBackend | Unset = SandboxCreateBackend.AUTO
     cpu: float | Unset = 1.0
+    disk_image: None | str | Unset = UNSET
     disk_mb: int | Unset = 1024
+    display: bool | Unset = False
     env: SandboxCreateEnv | Unset = UNSET
+    environment: str | Unset = ""
+    from_snapshot: None | str | Unset = UNSET
+    isolation: SandboxCreateIsolation | Unset = SandboxCreateIsolation.CONTAINER
     labels: SandboxCreateLabels | Unset = UNSET
     memory_mb: int | Unset = 256
     network: Literal["none"] | Unset = "none"
@@ -54,19 +66,37 @@ class SandboxCreate:
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        environment = self.environment
-
         backend: str | Unset = UNSET
         if not isinstance(self.backend, Unset):
             backend = self.backend.value
 
         cpu = self.cpu
 
+        disk_image: None | str | Unset
+        if isinstance(self.disk_image, Unset):
+            disk_image = UNSET
+        else:
+            disk_image = self.disk_image
+
         disk_mb = self.disk_mb
+
+        display = self.display
 
         env: dict[str, Any] | Unset = UNSET
         if not isinstance(self.env, Unset):
             env = self.env.to_dict()
+
+        environment = self.environment
+
+        from_snapshot: None | str | Unset
+        if isinstance(self.from_snapshot, Unset):
+            from_snapshot = UNSET
+        else:
+            from_snapshot = self.from_snapshot
+
+        isolation: str | Unset = UNSET
+        if not isinstance(self.isolation, Unset):
+            isolation = self.isolation.value
 
         labels: dict[str, Any] | Unset = UNSET
         if not isinstance(self.labels, Unset):
@@ -82,19 +112,25 @@ class SandboxCreate:
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
-        field_dict.update(
-            {
-                "environment": environment,
-            }
-        )
+        field_dict.update({})
         if backend is not UNSET:
             field_dict["backend"] = backend
         if cpu is not UNSET:
             field_dict["cpu"] = cpu
+        if disk_image is not UNSET:
+            field_dict["disk_image"] = disk_image
         if disk_mb is not UNSET:
             field_dict["disk_mb"] = disk_mb
+        if display is not UNSET:
+            field_dict["display"] = display
         if env is not UNSET:
             field_dict["env"] = env
+        if environment is not UNSET:
+            field_dict["environment"] = environment
+        if from_snapshot is not UNSET:
+            field_dict["from_snapshot"] = from_snapshot
+        if isolation is not UNSET:
+            field_dict["isolation"] = isolation
         if labels is not UNSET:
             field_dict["labels"] = labels
         if memory_mb is not UNSET:
@@ -114,8 +150,6 @@ class SandboxCreate:
         from ..models.sandbox_create_labels import SandboxCreateLabels
 
         d = dict(src_dict)
-        environment = d.pop("environment")
-
         _backend = d.pop("backend", UNSET)
         backend: SandboxCreateBackend | Unset
         if isinstance(_backend, Unset):
@@ -125,7 +159,18 @@ class SandboxCreate:
 
         cpu = d.pop("cpu", UNSET)
 
+        def _parse_disk_image(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        disk_image = _parse_disk_image(d.pop("disk_image", UNSET))
+
         disk_mb = d.pop("disk_mb", UNSET)
+
+        display = d.pop("display", UNSET)
 
         _env = d.pop("env", UNSET)
         env: SandboxCreateEnv | Unset
@@ -133,6 +178,24 @@ class SandboxCreate:
             env = UNSET
         else:
             env = SandboxCreateEnv.from_dict(_env)
+
+        environment = d.pop("environment", UNSET)
+
+        def _parse_from_snapshot(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        from_snapshot = _parse_from_snapshot(d.pop("from_snapshot", UNSET))
+
+        _isolation = d.pop("isolation", UNSET)
+        isolation: SandboxCreateIsolation | Unset
+        if isinstance(_isolation, Unset):
+            isolation = UNSET
+        else:
+            isolation = SandboxCreateIsolation(_isolation)
 
         _labels = d.pop("labels", UNSET)
         labels: SandboxCreateLabels | Unset
@@ -152,11 +215,15 @@ class SandboxCreate:
         timeout_s = d.pop("timeout_s", UNSET)
 
         sandbox_create = cls(
-            environment=environment,
             backend=backend,
             cpu=cpu,
+            disk_image=disk_image,
             disk_mb=disk_mb,
+            display=display,
             env=env,
+            environment=environment,
+            from_snapshot=from_snapshot,
+            isolation=isolation,
             labels=labels,
             memory_mb=memory_mb,
             network=network,

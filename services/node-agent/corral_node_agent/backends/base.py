@@ -8,6 +8,8 @@ import abc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import StrEnum
 
+from corral_common.display import InputEvent
+from corral_common.errors import Conflict
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.sandboxes import SandboxSpec, Usage
 
@@ -29,8 +31,21 @@ ExitCallback = Callable[[str, ExitReason, Usage], Awaitable[None] | None]
 FileData = bytes | AsyncIterator[bytes]
 
 
+class Unsupported(Conflict):
+    """The sandbox's kind cannot do this (a container has no screen...)."""
+
+    code = "unsupported_by_backend"
+
+
 class SandboxBackend(abc.ABC):
     on_exit: ExitCallback | None = None
+    # What start() gets as lower_dirs: "mounts" = mounted layer dirs (containers);
+    # "files" = layer image files, top first (VMs attach them as disks);
+    # "dax_files" = uncompressed, 2 MiB-aligned layer files a guest can map with DAX.
+    layer_format: str = "mounts"
+
+    def layer_format_for(self, spec: SandboxSpec) -> str:
+        return self.layer_format
 
     @abc.abstractmethod
     async def start(self, sandbox_id: str, spec: SandboxSpec, lower_dirs: list[str]) -> None:
@@ -74,6 +89,25 @@ class SandboxBackend(abc.ABC):
     async def resume(self, sandbox_id: str) -> None:
         """Thaw a paused sandbox; idempotent."""
         raise NotImplementedError(f"{type(self).__name__} cannot resume")
+
+    def describe(self, sandbox_id: str) -> dict[str, str]:
+        """How this sandbox runs, for its record (accelerator, image transport...)."""
+        return {}
+
+    async def screenshot(self, sandbox_id: str) -> bytes:
+        """The screen as a PNG."""
+        raise Unsupported(f"{type(self).__name__} sandboxes have no display")
+
+    async def send_input(self, sandbox_id: str, events: list[InputEvent]) -> None:
+        raise Unsupported(f"{type(self).__name__} sandboxes have no display")
+
+    async def snapshot(self, sandbox_id: str, snapshot_id: str) -> int:
+        """Save the running sandbox under snapshot_id on this node; returns its size in bytes.
+        The sandbox keeps running. start() with spec.from_snapshot restores it."""
+        raise Unsupported(f"{type(self).__name__} sandboxes cannot be snapshotted")
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        raise Unsupported(f"{type(self).__name__} sandboxes cannot be snapshotted")
 
     @abc.abstractmethod
     def list_running(self) -> list[str]: ...
