@@ -5,7 +5,6 @@ own throwaway schema, so a shared database is left as it was.
 """
 
 import io
-import os
 import tarfile
 import uuid
 from urllib.parse import quote
@@ -17,7 +16,6 @@ from sqlalchemy import create_engine, inspect
 from corral_image_service.app import create_app
 from corral_image_service.db.migrate import VERSION_TABLE, downgrade, run_migrations
 from corral_image_service.settings import ImageServiceSettings
-
 
 
 @pytest.fixture
