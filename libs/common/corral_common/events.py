@@ -34,6 +34,8 @@ class SandboxRequested(Event):
     sandbox_id: str
     tenant: str
     spec: SandboxSpec
+    # Only this node may take it (a restored snapshot lives on one node's disk).
+    node_id: str | None = None
 
 
 class SandboxPlace(Event):

@@ -48,11 +48,22 @@ class FailureReason(StrEnum):
     start_failed = "start_failed"
     image_unavailable = "image_unavailable"
     unschedulable = "unschedulable"
+    # The one node allowed to take it (where its snapshot lives) is gone.
+    required_node_unavailable = "required_node_unavailable"
 
 
 Backend = Literal["auto", "container", "microvm", "vm"]
 ConcreteBackend = Literal["container", "microvm", "vm"]
 VM_BACKENDS = frozenset({"microvm", "vm"})
+# Host memory a VM costs beyond its guest RAM (QEMU itself, TCG translation cache). A node
+# advertises its own figure in its heartbeat; this is the default on both sides.
+DEFAULT_VM_MEMORY_OVERHEAD_MB = 96
+
+
+def reserved_memory_mb(backend: str, memory_mb: int, vm_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB) -> int:
+    """Host memory a sandbox takes from its node: the scheduler reserves this much and the
+    node-agent counts it as used, so both agree on how full a node is."""
+    return memory_mb + (vm_overhead_mb if backend in VM_BACKENDS else 0)
 
 
 def resolve_backend(backend: str, *, isolation: str = "container", display: bool = False,

@@ -5,13 +5,22 @@ state change is a compare-and-set in a Lua script, so two services racing on one
 (the scheduler's node-lost reaper and a node-agent reporting, say) cannot both win.
 """
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from corral_common.sandboxes import ALLOWED_TRANSITIONS, TERMINAL_STATES, SandboxSpec, SandboxState, Usage
+from corral_common.sandboxes import (
+    ALLOWED_TRANSITIONS,
+    DEFAULT_VM_MEMORY_OVERHEAD_MB,
+    TERMINAL_STATES,
+    SandboxSpec,
+    SandboxState,
+    Usage,
+    reserved_memory_mb,
+)
 
 # Terminal records stay readable in Redis this long; SQL keeps them for good.
 TERMINAL_TTL_S = 3600
@@ -82,6 +91,10 @@ class SandboxRecord:
     ended_at: float | None = None
     usage: Usage | None = None
     delete_requested: bool = False
+    # How the node runs it (backend.describe(): accelerator, machine, image transport...).
+    runtime: dict[str, str] = field(default_factory=dict)
+    # The only node that may take it (a restored snapshot lives on that node's disk).
+    required_node: str | None = None
 
     @classmethod
     def from_hash(cls, data: dict[str, str]) -> "SandboxRecord":
@@ -101,6 +114,8 @@ class SandboxRecord:
             ended_at=opt_float("ended_at"),
             usage=Usage.model_validate_json(data["usage"]) if data.get("usage") else None,
             delete_requested=data.get("delete_requested") == "1",
+            runtime=json.loads(data["runtime"]) if data.get("runtime") else {},
+            required_node=data.get("required_node") or None,
         )
 
 
@@ -115,6 +130,14 @@ class NodeInfo:
     used_cpu_milli: int = 0
     used_memory_mb: int = 0
     used_sandboxes: int = 0
+    # Sandbox kinds the node can run; nodes from before VM backends advertised none.
+    backends: tuple[str, ...] = ("container",)
+    accelerator: str = ""
+    vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB
+
+    def reserved_memory_mb(self, spec: SandboxSpec) -> int:
+        """What a sandbox of this spec takes from this node's memory."""
+        return reserved_memory_mb(spec.backend, spec.memory_mb, self.vm_memory_overhead_mb)
 
     @property
     def free_cpu_milli(self) -> int:
@@ -149,12 +172,15 @@ class StateStore:
 
     # --- sandboxes -------------------------------------------------------------------
 
-    async def create_sandbox(self, sandbox_id: str, tenant: str, spec: SandboxSpec) -> SandboxRecord:
+    async def create_sandbox(self, sandbox_id: str, tenant: str, spec: SandboxSpec, *,
+                             required_node: str | None = None) -> SandboxRecord:
         now = time.time()
         mapping = {
             "id": sandbox_id, "tenant": tenant, "state": SandboxState.pending.value,
             "spec": spec.model_dump_json(), "created_at": repr(now), "updated_at": repr(now),
         }
+        if required_node:
+            mapping["required_node"] = required_node
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(_sandbox_key(sandbox_id), mapping=mapping)
             pipe.sadd(f"sb:tenant:{tenant}", sandbox_id)
@@ -196,7 +222,12 @@ class StateStore:
         for key, value in fields.items():
             if value is None:
                 continue
-            values[key] = value.model_dump_json() if hasattr(value, "model_dump_json") else str(value)
+            if hasattr(value, "model_dump_json"):
+                values[key] = value.model_dump_json()
+            elif isinstance(value, dict):
+                values[key] = json.dumps(value, sort_keys=True)
+            else:
+                values[key] = str(value)
         ttl = TERMINAL_TTL_S if target in TERMINAL_STATES else 0
         argv: list[str] = [",".join(allowed_from), str(ttl)]
         for key, value in values.items():
@@ -209,12 +240,15 @@ class StateStore:
 
     # --- nodes and capacity ----------------------------------------------------------
 
-    async def heartbeat(self, node_id: str, url: str, cpu_capacity: float, memory_mb: int, max_sandboxes: int) -> None:
+    async def heartbeat(self, node_id: str, url: str, cpu_capacity: float, memory_mb: int, max_sandboxes: int, *,
+                        backends: tuple[str, ...] | list[str] = ("container",), accelerator: str = "",
+                        vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB) -> None:
         now = time.time()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"node:{node_id}", mapping={
                 "node_id": node_id, "url": url, "cpu_milli": cpu_milli(cpu_capacity), "memory_mb": memory_mb,
-                "max_sandboxes": max_sandboxes, "heartbeat_at": repr(now),
+                "max_sandboxes": max_sandboxes, "heartbeat_at": repr(now), "backends": ",".join(backends),
+                "accelerator": accelerator, "vm_memory_overhead_mb": vm_memory_overhead_mb,
             })
             pipe.zadd("nodes", {node_id: now})
             await pipe.execute()
@@ -236,6 +270,9 @@ class StateStore:
                 memory_mb=int(info["memory_mb"]), max_sandboxes=int(info["max_sandboxes"]),
                 heartbeat_at=float(info["heartbeat_at"]), used_cpu_milli=int(used.get("cpu_milli", 0)),
                 used_memory_mb=int(used.get("memory_mb", 0)), used_sandboxes=int(used.get("sandboxes", 0)),
+                backends=tuple(info["backends"].split(",")) if info.get("backends") else ("container",),
+                accelerator=info.get("accelerator", ""),
+                vm_memory_overhead_mb=int(info.get("vm_memory_overhead_mb") or DEFAULT_VM_MEMORY_OVERHEAD_MB),
             ))
         return nodes
 
@@ -257,11 +294,15 @@ class StateStore:
         await self.redis.delete(f"node:{node_id}", f"node:{node_id}:used", f"sb:node:{node_id}")
         await self.redis.zrem("nodes", node_id)
 
-    async def reserve(self, node_id: str, sandbox_id: str, spec: SandboxSpec, timeout_s: float) -> str | None:
-        """Atomically take capacity on a node; idempotent per sandbox. Returns the node holding it."""
+    async def reserve(self, node_id: str, sandbox_id: str, spec: SandboxSpec, timeout_s: float, *,
+                      memory_mb: int | None = None) -> str | None:
+        """Atomically take capacity on a node; idempotent per sandbox. Returns the node holding it.
+        ``memory_mb`` is what the sandbox costs the host (NodeInfo.reserved_memory_mb), by
+        default the spec's memory."""
         value = await self._reserve(
             keys=[f"node:{node_id}", f"node:{node_id}:used", f"resv:{sandbox_id}", f"sb:node:{node_id}"],
-            args=[cpu_milli(spec.cpu), spec.memory_mb, sandbox_id, node_id, repr(time.time()), timeout_s],
+            args=[cpu_milli(spec.cpu), spec.memory_mb if memory_mb is None else memory_mb, sandbox_id, node_id,
+                  repr(time.time()), timeout_s],
         )
         return value.split("|", 1)[0] if value else None
 

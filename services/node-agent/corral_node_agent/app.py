@@ -12,12 +12,12 @@ from corral_common.events import SandboxPlace, SandboxStop, node_routing_key
 from corral_common.logging import configure_logging
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
-from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
 from corral_node_agent.layers.cache import LayerCache
 from corral_node_agent.sandboxes.router import router as sandboxes_router
-from corral_node_agent.sandboxes.service import SandboxManager
+from corral_node_agent.sandboxes.router import snapshots_router
+from corral_node_agent.sandboxes.service import SandboxManager, build_backends
 from corral_node_agent.settings import NodeAgentSettings
 
 
@@ -34,7 +34,9 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
             asyncio.set_child_watcher(watcher)
         setup_tracing("corral-node-agent", settings.otel_exporter_otlp_endpoint)
         layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
-        manager = SandboxManager(ContainerBackend(settings), layers, max_sandboxes=settings.max_sandboxes)
+        # crun containers always; microvm and vm where QEMU is installed.
+        manager = SandboxManager(build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
+                                 vm_memory_overhead_mb=settings.vm_memory_overhead_mb)
         # Sandboxes a previous run of this agent left running are re-adopted, not killed.
         await manager.start(adopt=settings.adopt_on_start)
         store = StateStore.from_url(settings.redis_url)
@@ -61,12 +63,14 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     instrument_app(app)
     app.include_router(sandboxes_router)
+    app.include_router(snapshots_router)
     app.include_router(fncall_router)
 
     @app.get("/healthz")
     async def healthz() -> dict:
         manager = getattr(app.state, "manager", None)
-        return {"status": "ok", "node_id": settings.node_id, "sandboxes": manager.count() if manager else 0}
+        return {"status": "ok", "node_id": settings.node_id, "sandboxes": manager.count() if manager else 0,
+                "backends": manager.kinds() if manager else []}
 
     return app
 
@@ -74,7 +78,7 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
 async def cleanup(settings: NodeAgentSettings) -> None:
     """Remove every container, mount and cgroup a (stopped) agent with these settings left."""
     layers = LayerCache(settings.state_dir, settings.image_service_url)
-    await SandboxManager(ContainerBackend(settings), layers).start()
+    await SandboxManager(build_backends(settings), layers).start()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -286,6 +286,12 @@ class _FakeBackend:
     def __init__(self, fail: Exception | None = None):
         self.fail, self.started, self.stopped = fail, [], []
 
+    def layer_format_for(self, spec):
+        return "mounts"
+
+    def describe(self, sid):
+        return {}
+
     async def start(self, sid, spec, lowers):
         await asyncio.sleep(0.01)
         if self.fail:

@@ -72,7 +72,8 @@ class NodeEvents:
             await self._transition(sandbox_id, SandboxState.failed, reason=FailureReason.start_failed.value,
                                    error=str(exc)[:500])
             return
-        if not await self._transition(sandbox_id, SandboxState.running):
+        # The record says how it runs (kind, accelerator, image transport...).
+        if not await self._transition(sandbox_id, SandboxState.running, runtime=self.manager.runtime(sandbox_id)):
             # Deleted (or failed) while starting: do not leave it running.
             usage = await self.manager.delete(sandbox_id)
             await self._transition(sandbox_id, SandboxState.terminated, reason="deleted", usage=usage)
@@ -178,7 +179,7 @@ class NodeEvents:
             # The previous run died between `crun run` and reporting it.
             if self.manager.is_paused(sandbox_id):
                 await self.manager.resume(sandbox_id)
-            await self._transition(sandbox_id, SandboxState.running)
+            await self._transition(sandbox_id, SandboxState.running, runtime=self.manager.runtime(sandbox_id))
         elif record.state is SandboxState.running and self.manager.is_paused(sandbox_id):
             await self.manager.resume(sandbox_id)  # died between pause and recording it
         elif record.state is SandboxState.paused and not self.manager.is_paused(sandbox_id):
@@ -188,7 +189,9 @@ class NodeEvents:
     async def heartbeat_once(self) -> None:
         s = self.settings
         await self.store.heartbeat(self.node_id, f"http://{s.host}:{s.port}", s.cpu_capacity,
-                                   s.memory_capacity_mb, s.max_sandboxes)
+                                   s.memory_capacity_mb, s.max_sandboxes, backends=self.manager.kinds(),
+                                   accelerator=self.manager.accelerator(),
+                                   vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb)
 
     async def heartbeat_forever(self) -> None:
         while True:

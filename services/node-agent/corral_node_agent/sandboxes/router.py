@@ -7,8 +7,15 @@
                                mode is octal text, default 644
     GET  /files?path=P         a regular file → its bytes (application/octet-stream);
                                a directory → JSON list of FileInfo (lstat, links not followed)
-    POST /pause, POST /resume  freeze / thaw every process (cgroup freezer via crun);
-                               running ⇄ paused in the sandbox record → {"state"}
+    POST /pause, POST /resume  freeze / thaw every process (cgroup freezer via crun; QMP
+                               stop/cont for VMs); running ⇄ paused in the record → {"state"}
+    GET  /screen               the screen as image/png (vm backend)
+    POST /input                InputRequest (keys, text, mouse) → {"sent": n} (vm backend)
+    POST /snapshot             {"snapshot_id"} → {"size_bytes"}: state saved on this node
+    DELETE /v1/snapshots/{id}?backend=K   remove a saved snapshot (idempotent) → 204
+
+Kinds that cannot do something (a container has no screen) answer 409
+``unsupported_by_backend``.
 
 Paths are absolute inside the sandbox or relative to /home/user; `..` and symlinks are
 refused (400, loc ["query", "path"]). Every route requires header X-Corral-Internal-Token
@@ -18,9 +25,11 @@ when the internal_token setting is non-empty (401 otherwise).
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
 
+from corral_common.display import InputRequest
 from corral_common.errors import BadRequest
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.internal import require_internal_token
@@ -47,6 +56,27 @@ async def pause(sandbox_id: str, request: Request) -> dict:
 @router.post("/resume", summary="Thaw the sandbox (paused → running)")
 async def resume(sandbox_id: str, request: Request) -> dict:
     return {"state": (await request.app.state.events.resume(sandbox_id)).value}
+
+
+class SnapshotRequest(BaseModel):
+    snapshot_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@router.get("/screen", summary="The screen as a PNG", response_class=Response,
+            responses={200: {"content": {"image/png": {}}}})
+async def screen(sandbox_id: str, manager: Manager) -> Response:
+    return Response(await manager.screenshot(sandbox_id), media_type="image/png")
+
+
+@router.post("/input", summary="Send key presses, text and mouse events, in order")
+async def send_input(sandbox_id: str, body: InputRequest, manager: Manager) -> dict:
+    await manager.send_input(sandbox_id, body.events)
+    return {"sent": len(body.events)}
+
+
+@router.post("/snapshot", summary="Save the sandbox's state on this node (it keeps running)")
+async def snapshot(sandbox_id: str, body: SnapshotRequest, manager: Manager) -> dict:
+    return {"size_bytes": await manager.snapshot(sandbox_id, body.snapshot_id)}
 
 
 @router.post("/exec", response_model=ExecResult, summary="Run a command and wait for it")
@@ -109,3 +139,13 @@ async def get_file(sandbox_id: str, manager: Manager, path: str = Query(..., max
     # No Content-Length: sandbox code may grow or shrink the file while it streams.
     _size, chunks = await manager.open_file(sandbox_id, path)
     return StreamingResponse(chunks, media_type="application/octet-stream")
+
+
+snapshots_router = APIRouter(prefix="/v1/snapshots", tags=["snapshots"], dependencies=[Depends(require_internal_token)])
+
+
+@snapshots_router.delete("/{snapshot_id}", status_code=204, summary="Remove a saved snapshot (idempotent)")
+async def delete_snapshot(snapshot_id: str, manager: Manager,
+                          backend: str | None = Query(None, max_length=16)) -> Response:
+    await manager.delete_snapshot(snapshot_id, backend)
+    return Response(status_code=204)

@@ -2,6 +2,18 @@
 
 The app (HTTP + AMQP events, wired elsewhere) calls create/delete and the data-path
 methods; it learns about sandboxes that ended on their own through on_exit callbacks.
+
+One manager drives several backends, one per sandbox kind (``container`` always;
+``microvm`` and ``vm`` where QEMU is available). A sandbox's kind is ``spec.backend``
+(already resolved from ``auto`` by the spec). What a backend's ``start`` gets as
+``lower_dirs`` depends on its ``layer_format_for(spec)``:
+
+- ``mounts``: mounted layer directories, top first (``LayerCache.acquire``);
+- ``files`` / ``dax_files``: layer image files, top first (``LayerCache.acquire_files``);
+- with ``spec.disk_image``, the last entry is the boot disk as ``"<format>:<path>"``
+  (format ``qcow2`` or ``raw``, from ``LayerCache.acquire_disk_image``).
+
+Everything acquired for a sandbox is released once, when it is deleted or ends on its own.
 """
 
 import asyncio
@@ -9,12 +21,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral_common.display import InputEvent
 from corral_common.errors import CorralError, NotFound, ServiceUnavailable
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
-from corral_common.sandboxes import FailureReason, SandboxSpec, Usage
+from corral_common.sandboxes import (
+    DEFAULT_VM_MEMORY_OVERHEAD_MB,
+    VM_BACKENDS,
+    FailureReason,
+    SandboxSpec,
+    Usage,
+    reserved_memory_mb,
+)
 
-from ..backends.base import ExitReason, FileData, SandboxBackend
+from ..backends.base import ExitReason, FileData, SandboxBackend, Unsupported
 from ..layers.cache import ImageUnavailable, LayerCache
 from ..settings import NodeAgentSettings
 
@@ -34,23 +54,57 @@ class SandboxCreateError(CorralError):
         self.reason = reason
 
 
+def boot_disk_entry(path: str, disk_format: str) -> str:
+    """How a disk image is passed to a backend's start(), as the last lower_dirs entry."""
+    return f"{disk_format}:{path}"
+
+
 @dataclass
 class _Entry:
     spec: SandboxSpec
+    kind: str = "container"
     layers: list[dict[str, Any]] = field(default_factory=list)
+    # How the layers were acquired ("mounts", "files", "dax_files"): release the same way.
+    layer_format: str = "mounts"
+    disk_image: str | None = None
+    runtime: dict[str, str] = field(default_factory=dict)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     error: BaseException | None = None
 
 
 class SandboxManager:
-    def __init__(self, backend: SandboxBackend, layers: LayerCache, *, max_sandboxes: int = 1000):
-        self.backend = backend
+    def __init__(self, backends: SandboxBackend | dict[str, SandboxBackend], layers: LayerCache, *,
+                 max_sandboxes: int = 1000, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB):
+        self.backends = backends if isinstance(backends, dict) else {"container": backends}
         self.layers = layers
         self.max_sandboxes = max_sandboxes
+        self.vm_memory_overhead_mb = vm_memory_overhead_mb
         self._entries: dict[str, _Entry] = {}
         self._listeners: list[ExitListener] = []
-        backend.on_exit = self._backend_exit
+        for backend in self.backends.values():
+            backend.on_exit = self._backend_exit
         layers.add_fault_listener(self._layer_fault)
+
+    @property
+    def backend(self) -> SandboxBackend:
+        """The container backend (every node has one)."""
+        return self.backends["container"]
+
+    def kinds(self) -> list[str]:
+        """Sandbox kinds this node runs, as advertised in its heartbeat."""
+        return sorted(self.backends)
+
+    def accelerator(self) -> str:
+        """How this node's VMs run ("kvm" or "tcg"), empty without VM backends."""
+        for kind in sorted(VM_BACKENDS & set(self.backends)):
+            value = getattr(self.backends[kind], "accelerator", "")
+            if value:
+                return str(value)
+        return ""
+
+    def _backend_of(self, sandbox_id: str) -> SandboxBackend:
+        entry = self._entries.get(sandbox_id)
+        return self.backends.get(entry.kind, self.backend) if entry is not None else self.backend
 
     def on_exit(self, listener: ExitListener) -> None:
         """Register listener(sandbox_id, reason, usage) for sandboxes that ended on their own
@@ -62,23 +116,29 @@ class SandboxManager:
         the sandboxes whose processes still run are taken over (returned) instead of
         deleted; the caller reconciles them with the sandbox records."""
         self.layers.cleanup_orphans()
-        adopted = await self.backend.cleanup_orphans(adopt=adopt)
-        for sid in adopted:
-            # Their layer mounts live on inside the containers' own mount namespaces, not in
-            # ours: nothing is acquired here, so nothing is released when they end.
-            entry = _Entry(spec=self.backend.spec_of(sid))
-            entry.ready.set()
-            self._entries[sid] = entry
-        return adopted
+        adopted_all: list[str] = []
+        for kind, backend in self.backends.items():
+            adopted = await backend.cleanup_orphans(adopt=adopt)
+            for sid in adopted:
+                # Their layer mounts live on inside the containers' own mount namespaces (a
+                # VM's QEMU keeps its files open), not in ours: nothing is acquired here, so
+                # nothing is released when they end.
+                entry = _Entry(spec=backend.spec_of(sid), kind=kind)
+                entry.runtime = backend.describe(sid)
+                entry.ready.set()
+                self._entries[sid] = entry
+            adopted_all += adopted
+        return adopted_all
 
     def is_paused(self, sandbox_id: str) -> bool:
-        return self.backend.is_paused(sandbox_id)
+        return self._backend_of(sandbox_id).is_paused(sandbox_id)
 
     async def close(self) -> None:
         """Agent shutdown: delete every sandbox (no re-adoption yet), drop layer mounts."""
         for sid in list(self._entries):
             await self.delete(sid)
-        await self.backend.close()
+        for backend in self.backends.values():
+            await backend.close()
         await self.layers.aclose()
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -93,23 +153,26 @@ class SandboxManager:
             return
         if len(self._entries) >= self.max_sandboxes:
             raise ServiceUnavailable(f"node is full ({self.max_sandboxes} sandboxes)")
-        entry = _Entry(spec=spec)
+        backend = self.backends.get(spec.backend)
+        if backend is None:
+            # The scheduler only sends a kind a node advertises; this is a stale placement.
+            raise SandboxCreateError(f"this node has no {spec.backend} backend", FailureReason.start_failed)
+        entry = _Entry(spec=spec, kind=spec.backend, layer_format=backend.layer_format_for(spec))
         self._entries[sandbox_id] = entry
         try:
+            lower_dirs = await self._acquire(entry)
             try:
-                layers = await self.layers.resolve_environment(spec.environment)
-                mounts = await self.layers.acquire(layers)
-            except ImageUnavailable as exc:
-                raise SandboxCreateError(exc.message, FailureReason.image_unavailable) from exc
-            entry.layers = layers
-            try:
-                # image-service lists base first; overlay wants the top layer first.
-                await self.backend.start(sandbox_id, spec, list(reversed(mounts)))
+                # A from_snapshot spec starts like any other: the backend restores the saved
+                # state on top of the same layers.
+                await backend.start(sandbox_id, spec, lower_dirs)
             except Exception as exc:
-                await self.layers.release(layers)
-                entry.layers = []
+                await self._release(entry)
                 msg = exc.message if isinstance(exc, CorralError) else str(exc)
                 raise SandboxCreateError(msg, FailureReason.start_failed) from exc
+            try:
+                entry.runtime = {str(k): str(v) for k, v in backend.describe(sandbox_id).items()}
+            except Exception:
+                log.exception("sandbox.describe_failed", sandbox_id=sandbox_id)
         except BaseException as exc:
             entry.error = exc
             self._entries.pop(sandbox_id, None)
@@ -117,15 +180,53 @@ class SandboxManager:
         finally:
             entry.ready.set()
 
+    async def _acquire(self, entry: _Entry) -> list[str]:
+        """Layers (and the boot disk) in the form the sandbox's backend wants, top first."""
+        spec = entry.spec
+        lower_dirs: list[str] = []
+        try:
+            if spec.environment:
+                layers = await self.layers.resolve_environment(spec.environment)
+                if entry.layer_format == "mounts":
+                    acquired = await self.layers.acquire(layers)
+                else:
+                    acquired = await self.layers.acquire_files(layers, dax=entry.layer_format == "dax_files")
+                entry.layers = layers
+                # image-service lists base first; overlays and guests want the top layer first.
+                lower_dirs = list(reversed(acquired))
+            if spec.disk_image:
+                path, disk_format = await self.layers.acquire_disk_image(spec.disk_image)
+                entry.disk_image = spec.disk_image
+                lower_dirs.append(boot_disk_entry(path, disk_format))
+        except ImageUnavailable as exc:
+            await self._release(entry)
+            raise SandboxCreateError(exc.message, FailureReason.image_unavailable) from exc
+        except BaseException:
+            await self._release(entry)
+            raise
+        return lower_dirs
+
+    async def _release(self, entry: _Entry) -> None:
+        """Give back what _acquire took; safe to call twice."""
+        layers, entry.layers = entry.layers, []
+        disk_image, entry.disk_image = entry.disk_image, None
+        if layers:
+            if entry.layer_format == "mounts":
+                await self.layers.release(layers)
+            else:
+                await self.layers.release_files(layers, dax=entry.layer_format == "dax_files")
+        if disk_image:
+            await self.layers.release_disk_image(disk_image)
+
     async def delete(self, sandbox_id: str) -> Usage:
         """Stop and release everything; idempotent."""
         entry = self._entries.get(sandbox_id)
         if entry is not None:
             await entry.ready.wait()
-        usage = await self.backend.stop(sandbox_id)
+        usage = await self._backend_of(sandbox_id).stop(sandbox_id)
         entry = self._entries.pop(sandbox_id, None)
-        if entry is not None and entry.layers:
-            await self.layers.release(entry.layers)
+        if entry is not None:
+            await self._release(entry)
         return usage
 
     def _layer_fault(self, digest: str, error: str) -> None:
@@ -139,13 +240,13 @@ class SandboxManager:
     async def _end_for_image_fault(self, sandbox_id: str) -> None:
         if sandbox_id not in self._entries:
             return  # deleted meanwhile
-        usage = await self.backend.stop(sandbox_id)
+        usage = await self._backend_of(sandbox_id).stop(sandbox_id)
         await self._backend_exit(sandbox_id, ExitReason.image_unavailable, usage)
 
     async def _backend_exit(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> None:
         entry = self._entries.pop(sandbox_id, None)
-        if entry is not None and entry.layers:
-            await self.layers.release(entry.layers)
+        if entry is not None:
+            await self._release(entry)
         for listener in list(self._listeners):
             try:
                 res = listener(sandbox_id, reason, usage)
@@ -165,14 +266,20 @@ class SandboxManager:
     def spec(self, sandbox_id: str) -> SandboxSpec:
         return self._require(sandbox_id).spec
 
+    def runtime(self, sandbox_id: str) -> dict[str, str]:
+        """How the sandbox runs (its backend's describe(), taken after start)."""
+        entry = self._entries.get(sandbox_id)  # may have ended meanwhile: then nothing to say
+        return {"backend": entry.kind, **entry.runtime} if entry is not None else {}
+
     def used_capacity(self) -> dict[str, float]:
         specs = [e.spec for e in self._entries.values()]
+        memory = sum(reserved_memory_mb(s.backend, s.memory_mb, self.vm_memory_overhead_mb) for s in specs)
         return {"sandboxes": len(specs), "cpu": sum(s.cpu for s in specs),
-                "memory_mb": sum(s.memory_mb for s in specs), "disk_mb": sum(s.disk_mb for s in specs)}
+                "memory_mb": memory, "disk_mb": sum(s.disk_mb for s in specs)}
 
     def usage(self, sandbox_id: str) -> Usage:
         self._require(sandbox_id)
-        return self.backend.usage(sandbox_id)
+        return self._backend_of(sandbox_id).usage(sandbox_id)
 
     def _require(self, sandbox_id: str) -> _Entry:
         entry = self._entries.get(sandbox_id)
@@ -182,47 +289,89 @@ class SandboxManager:
 
     async def pause(self, sandbox_id: str) -> None:
         self._require(sandbox_id)
-        await self.backend.pause(sandbox_id)
+        await self._backend_of(sandbox_id).pause(sandbox_id)
 
     async def resume(self, sandbox_id: str) -> None:
         self._require(sandbox_id)
-        await self.backend.resume(sandbox_id)
+        await self._backend_of(sandbox_id).resume(sandbox_id)
+
+    # ---- screens and snapshots ------------------------------------------------------------
+
+    async def screenshot(self, sandbox_id: str) -> bytes:
+        self._require(sandbox_id)
+        return await self._backend_of(sandbox_id).screenshot(sandbox_id)
+
+    async def send_input(self, sandbox_id: str, events: list[InputEvent]) -> None:
+        self._require(sandbox_id)
+        await self._backend_of(sandbox_id).send_input(sandbox_id, events)
+
+    async def snapshot(self, sandbox_id: str, snapshot_id: str) -> int:
+        """Save the sandbox's state on this node's disk; returns the size in bytes."""
+        self._require(sandbox_id)
+        return await self._backend_of(sandbox_id).snapshot(sandbox_id, snapshot_id)
+
+    async def delete_snapshot(self, snapshot_id: str, kind: str | None = None) -> None:
+        """Remove a saved snapshot; idempotent. Without ``kind``, every backend that can
+        snapshot is asked (the node does not keep an index of its snapshots)."""
+        if kind is not None:
+            backend = self.backends.get(kind)
+            if backend is None:
+                raise Unsupported(f"this node has no {kind} backend")
+            await backend.delete_snapshot(snapshot_id)
+            return
+        for backend in self.backends.values():
+            try:
+                await backend.delete_snapshot(snapshot_id)
+            except Unsupported:
+                continue
 
     # ---- data path ----------------------------------------------------------------------
 
     async def exec(self, sandbox_id: str, req: ExecRequest) -> ExecResult:
         self._require(sandbox_id)
-        return await self.backend.exec(sandbox_id, req)
+        return await self._backend_of(sandbox_id).exec(sandbox_id, req)
 
     def exec_stream(self, sandbox_id: str, req: ExecRequest) -> AsyncIterator[ExecChunk]:
         self._require(sandbox_id)
-        return self.backend.exec_stream(sandbox_id, req)
+        return self._backend_of(sandbox_id).exec_stream(sandbox_id, req)
 
     async def write_file(self, sandbox_id: str, path: str, data: FileData, mode: int = 0o644) -> int:
         self._require(sandbox_id)
-        return await self.backend.write_file(sandbox_id, path, data, mode)
+        return await self._backend_of(sandbox_id).write_file(sandbox_id, path, data, mode)
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
         self._require(sandbox_id)
-        return await self.backend.read_file(sandbox_id, path)
+        return await self._backend_of(sandbox_id).read_file(sandbox_id, path)
 
     async def open_file(self, sandbox_id: str, path: str) -> tuple[int, AsyncIterator[bytes]]:
         self._require(sandbox_id)
-        return await self.backend.open_file(sandbox_id, path)
+        return await self._backend_of(sandbox_id).open_file(sandbox_id, path)
 
     async def stat(self, sandbox_id: str, path: str) -> FileInfo:
         self._require(sandbox_id)
-        return await self.backend.stat(sandbox_id, path)
+        return await self._backend_of(sandbox_id).stat(sandbox_id, path)
 
     async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
         self._require(sandbox_id)
-        return await self.backend.list_dir(sandbox_id, path)
+        return await self._backend_of(sandbox_id).list_dir(sandbox_id, path)
+
+
+def build_backends(settings: NodeAgentSettings) -> dict[str, SandboxBackend]:
+    """crun containers always; QEMU microVMs and VMs where QEMU is installed."""
+    from ..backends.container import ContainerBackend
+    from ..backends.vm.backend import FullVmBackend, MicroVmBackend, qemu_available
+
+    backends: dict[str, SandboxBackend] = {"container": ContainerBackend(settings)}
+    if qemu_available(settings):
+        backends["microvm"] = MicroVmBackend(settings)
+        backends["vm"] = FullVmBackend(settings)
+    return backends
 
 
 def build_manager(settings: NodeAgentSettings) -> SandboxManager:
-    """The production wiring: crun containers + layers from image-service. Call inside the
-    event loop, after host.enter_private_mount_namespace(), then `await manager.start()`."""
-    from ..backends.container import ContainerBackend
-
+    """The production wiring: every backend this host supports + layers from image-service.
+    Call inside the event loop, after host.enter_private_mount_namespace(), then
+    `await manager.start()`."""
     layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
-    return SandboxManager(ContainerBackend(settings), layers, max_sandboxes=settings.max_sandboxes)
+    return SandboxManager(build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
+                          vm_memory_overhead_mb=settings.vm_memory_overhead_mb)

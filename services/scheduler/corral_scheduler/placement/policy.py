@@ -6,14 +6,20 @@ from corral_common.sandboxes import SandboxSpec
 from corral_common.state import NodeInfo, cpu_milli
 
 
+def runs_backend(node: NodeInfo, spec: SandboxSpec) -> bool:
+    """The node advertises the sandbox's kind (container, microvm, vm)."""
+    return spec.backend in node.backends
+
+
 def fits(node: NodeInfo, spec: SandboxSpec) -> bool:
-    return (node.free_cpu_milli >= cpu_milli(spec.cpu) and node.free_memory_mb >= spec.memory_mb
-            and node.free_sandboxes >= 1)
+    return (runs_backend(node, spec) and node.free_cpu_milli >= cpu_milli(spec.cpu)
+            and node.free_memory_mb >= node.reserved_memory_mb(spec) and node.free_sandboxes >= 1)
 
 
 def could_ever_fit(node: NodeInfo, spec: SandboxSpec) -> bool:
     """True if the node is big enough when empty; false means waiting will never help."""
-    return node.cpu_milli >= cpu_milli(spec.cpu) and node.memory_mb >= spec.memory_mb and node.max_sandboxes >= 1
+    return (runs_backend(node, spec) and node.cpu_milli >= cpu_milli(spec.cpu)
+            and node.memory_mb >= node.reserved_memory_mb(spec) and node.max_sandboxes >= 1)
 
 
 def rank_nodes(nodes: Sequence[NodeInfo], spec: SandboxSpec, strategy: str = "spread") -> list[NodeInfo]:

@@ -46,10 +46,19 @@ class Placer:
 
         timeout = self.settings.node_heartbeat_timeout_s
         nodes = await self.store.live_nodes(timeout)
+        required = event.node_id or record.required_node
+        if required:
+            nodes = [n for n in nodes if n.node_id == required]
+            if not nodes:
+                await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.failed,
+                                           reason=FailureReason.required_node_unavailable.value,
+                                           error=f"node {required} (the only one that may take it) is not live")
+                return True
         held = await self.store.reservation_node(event.sandbox_id)
         ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(nodes, event.spec, self.settings.placement_strategy)
         for node in ranked:
-            got = await self.store.reserve(node.node_id, event.sandbox_id, event.spec, timeout)
+            got = await self.store.reserve(node.node_id, event.sandbox_id, event.spec, timeout,
+                                           memory_mb=node.reserved_memory_mb(event.spec))
             if got is None:
                 continue
             if not await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.scheduled, node_id=got):
