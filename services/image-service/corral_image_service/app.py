@@ -12,6 +12,8 @@ from corral_image_service.chunks.router import router as chunks_router
 from corral_image_service.chunks.store import LocalChunkStore
 from corral_image_service.db import make_engine, run_migrations
 from corral_image_service.deps import Services
+from corral_image_service.disk_images.router import router as disk_images_router
+from corral_image_service.disk_images.service import DiskImageService
 from corral_image_service.environments.router import router as environments_router
 from corral_image_service.environments.service import EnvironmentService
 from corral_image_service.layers.router import router as layers_router
@@ -40,6 +42,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
             layers=LayerService(engine, store, settings.mkfs_erofs, chunks=chunks,
                                 chunk_size=settings.chunk_size_bytes),
             environments=EnvironmentService(engine),
+            disk_images=DiskImageService(engine, store, settings.qemu_img),
             build_limiter=anyio.CapacityLimiter(2),
         )
         log.info("image-service ready", data_dir=settings.data_dir, db=engine.url.render_as_string(hide_password=True))
@@ -49,10 +52,12 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
             engine.dispose()
 
     app = FastAPI(title="Corral image-service", version="0.1.0", lifespan=lifespan,
-                  description="EROFS layers, environments (layer combinations), content-addressed blobs and their chunks.")
+                  description="EROFS layers, environments (layer combinations), VM disk images, "
+                              "content-addressed blobs and their chunks.")
     install_error_handlers(app)
     app.include_router(layers_router)
     app.include_router(environments_router)
+    app.include_router(disk_images_router)
     app.include_router(blobs_router)
     app.include_router(chunks_router)
 

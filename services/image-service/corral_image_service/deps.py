@@ -9,6 +9,7 @@ from sqlalchemy.engine import Engine
 
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.chunks.store import ChunkStore
+from corral_image_service.disk_images.service import DiskImageService
 from corral_image_service.environments.service import EnvironmentService
 from corral_image_service.layers.service import LayerService
 from corral_image_service.settings import ImageServiceSettings
@@ -22,6 +23,7 @@ class Services:
     chunks: ChunkStore
     layers: LayerService
     environments: EnvironmentService
+    disk_images: DiskImageService
     # mkfs.erofs and tar extraction are CPU/IO heavy; bound how many run at once so
     # uploads cannot starve the threadpool that also serves blob downloads.
     build_limiter: anyio.CapacityLimiter

@@ -23,6 +23,10 @@ class ImageServiceSettings(PrefixedServiceSettings):
     # Empty means SQLite in data_dir; PostgreSQL via "postgresql+psycopg://...".
     database_url: str = ""
     max_upload_mb: int = 2048
+    # VM disk images (qcow2/raw, POST /v1/disk-images) are whole operating systems: their
+    # own, larger bound.
+    max_disk_image_mb: int = 65536
+    qemu_img: str = "qemu-img"
     # Dev convenience: build a layer from a directory on the server. Anyone who can reach
     # the API can then read any directory the service can, so turn it off when exposed.
     allow_source_dir: bool = True
@@ -50,3 +54,7 @@ class ImageServiceSettings(PrefixedServiceSettings):
     @property
     def max_upload_bytes(self) -> int:
         return self.max_upload_mb * 1024 * 1024
+
+    @property
+    def max_disk_image_bytes(self) -> int:
+        return self.max_disk_image_mb * 1024 * 1024

@@ -43,7 +43,7 @@ def test_migrations_up_and_down(schema):
     try:
         run_migrations(engine)
         tables = set(inspect(engine).get_table_names(schema=schema[1]))
-        assert {"layers", "environments", VERSION_TABLE} <= tables
+        assert {"layers", "environments", "disk_images", VERSION_TABLE} <= tables
         run_migrations(engine)  # idempotent
         downgrade(engine, "base")
         assert set(inspect(engine).get_table_names(schema=schema[1])) <= {VERSION_TABLE}

@@ -4,53 +4,21 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
-from starlette.requests import ClientDisconnect
 
-from corral_common.errors import BadRequest, CorralError, PayloadTooLarge, Unprocessable
-from corral_image_service.deps import Services, ServicesDep
+from corral_common.errors import CorralError, Unprocessable
+from corral_image_service.deps import ServicesDep
 from corral_image_service.layers.schemas import (
     NAME_PATTERN,
     VERSION_PATTERN,
     LayerKind,
     LayerOut,
 )
+from corral_image_service.uploads import spool_body
 
 router = APIRouter(prefix="/v1/layers", tags=["layers"])
 
 _TAR_TYPES = {"", "application/x-tar", "application/tar", "application/octet-stream",
               "application/gzip", "application/x-gzip"}
-
-
-async def _spool_body(request: Request, svc: Services) -> Path:
-    """Stream the request body to a temp file, enforcing the upload limit as it goes."""
-    limit = svc.settings.max_upload_bytes
-    too_large = PayloadTooLarge(f"upload exceeds max_upload_mb={svc.settings.max_upload_mb}",
-                                loc=["body"], extra={"limit_bytes": limit})
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    tmp = svc.store.tmp_file(suffix=".tar")
-    size = 0
-    try:
-        async with await anyio.open_file(tmp, "wb") as f:
-            async for chunk in request.stream():
-                size += len(chunk)
-                # Checked per chunk: chunked uploads carry no Content-Length to trust.
-                if size > limit:
-                    raise too_large
-                await f.write(chunk)
-    except ClientDisconnect as exc:
-        tmp.unlink(missing_ok=True)
-        # Nobody will read the response; a 400 just keeps a traceback out of the logs.
-        raise BadRequest("client disconnected during upload", loc=["body"], code="client_disconnected") from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if size == 0:
-        tmp.unlink(missing_ok=True)
-        raise BadRequest("empty body: send a tar stream (application/x-tar) or use source_dir",
-                         loc=["body"], code="empty_body")
-    return tmp
 
 
 @router.post(
@@ -86,7 +54,9 @@ async def create_layer(
         if ctype not in _TAR_TYPES:
             raise CorralError(f"unsupported content type {ctype!r}: send application/x-tar",
                               loc=["header", "content-type"], code="unsupported_media_type", status_code=415)
-        tar_path = await _spool_body(request, svc)
+        tar_path = await spool_body(request, svc.store, limit_bytes=svc.settings.max_upload_bytes,
+                                    limit_setting="max_upload_mb", suffix=".tar",
+                                    empty_hint="send a tar stream (application/x-tar) or use source_dir")
         try:
             digest, size = await anyio.to_thread.run_sync(svc.layers.build_from_tar, tar_path,
                                                           limiter=svc.build_limiter)

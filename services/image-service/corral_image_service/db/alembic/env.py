@@ -9,6 +9,7 @@ connection in ``config.attributes["connection"]``), or from the command line wit
 # Imported for their side effect: registering the tables on ImageModel.metadata.
 from alembic import context
 
+import corral_image_service.disk_images.models
 import corral_image_service.environments.models
 import corral_image_service.layers.models  # noqa: F401
 from corral_image_service.db.engine import ImageModel, make_engine
