@@ -71,6 +71,11 @@ class NodeAgentSettings(PrefixedServiceSettings):
     vm_accelerator: Literal["auto", "kvm", "tcg"] = "auto"
     # Host memory a VM costs beyond its guest RAM (QEMU itself, TCG translation cache).
     vm_memory_overhead_mb: int = 96
+    # Boot to a guest agent that answers (TCG boots take ~2-3 s on an idle core).
+    vm_boot_timeout_s: float = 90.0
+    # A guest whose agent misses two pings in a row is ended as guest_unresponsive.
+    vm_watchdog_interval_s: float = 10.0
+    vm_watchdog_timeout_s: float = 20.0
 
     @model_validator(mode="after")
     def _derive(self) -> "NodeAgentSettings":

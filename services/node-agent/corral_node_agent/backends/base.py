@@ -22,6 +22,9 @@ class ExitReason(StrEnum):
     timeout = "timeout"
     # A lazily loaded layer could not be read (image-service gone past the fetch deadline).
     image_unavailable = "image_unavailable"
+    # VMs: the guest kernel panicked (or reset itself), or its agent stopped answering.
+    guest_panic = "guest_panic"
+    guest_unresponsive = "guest_unresponsive"
 
 
 # Called once per sandbox that ended on its own (init died, or timeout_s elapsed), after the

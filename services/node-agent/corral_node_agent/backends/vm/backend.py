@@ -1,67 +1,515 @@
 """QEMU sandboxes: `microvm` (minimal machine, direct kernel boot) and `vm` (q35 with a display).
 
-Work in progress (issue 4): the lead fills this in; the classes and constructors are the
-interface the node-agent wiring uses.
+A VM sandbox is one QEMU process in its own cgroup (memory capped at guest RAM + QEMU's
+overhead, pids capped), with no network device, booting the node's guest kit (kernel +
+initramfs) whose init stacks the sandbox's EROFS layers under a tmpfs upper and starts the
+Corral guest agent on a virtio-serial port. Commands and files go through that agent, so the
+data path is the same HTTP/SDK surface as containers; the host never mounts a guest's disk.
+
+Layers reach the guest read-only: `vm` (q35) maps them with virtio-pmem from an uncompressed
+copy and the guest mounts them with DAX, so N VMs share one copy in the host page cache;
+`microvm` (QEMU 7.2's microvm has no memory hotplug slots for pmem) attaches the layer files
+as read-only virtio-blk disks.
 """
 
-from corral_common.sandboxes import Usage
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import struct
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral_common.display import InputEvent
+from corral_common.errors import Conflict, CorralError, NotFound, ServiceUnavailable
+from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.logging import get_logger
+from corral_common.sandboxes import SandboxSpec, Usage
 
 from ...settings import NodeAgentSettings
-from ..base import SandboxBackend, Unsupported
+from ..base import ExitReason, FileData, SandboxBackend, Unsupported
+from .input import to_qmp
+from .machine import MachineError, QemuMachine
+from .qemu import LayerDisk, Machine, MachineConfig, detect_accelerator, guest_lowers
+
+log = get_logger(__name__)
+
+# QEMU's own threads (I/O workers, vCPUs, RCU...) count against the cgroup's pids limit.
+QEMU_PIDS_LIMIT = 512
+STATE_FILE = "state.bin"
+META_FILE = "snapshot.json"
+SNAPSHOT_FORMAT = 1
+
+
+class VmStartError(CorralError):
+    status_code = 500
+    code = "vm_start_failed"
+
+
+@dataclass
+class _Vm:
+    sandbox_id: str
+    spec: SandboxSpec
+    directory: str
+    machine: QemuMachine
+    config: MachineConfig
+    transport: str
+    agent: Any = None  # GuestAgentClient; None for user disk images (no Corral agent inside)
+    cgroup: Any = None
+    started: float = field(default_factory=time.monotonic)
+    paused: bool = False
+    stopping: bool = False
+    usage: Usage | None = None
+    screen: tuple[int, int] = (0, 0)
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return (0, 0)
+    return struct.unpack(">II", data[16:24])
+
+
+def _disk_format(path: str) -> str:
+    with open(path, "rb") as fh:
+        return "qcow2" if fh.read(4) == b"QFI\xfb" else "raw"
 
 
 class QemuBackend(SandboxBackend):
     kind = "microvm"
+    machine_type: Machine = "microvm"
     layer_format = "files"
 
     def __init__(self, settings: NodeAgentSettings):
         self.settings = settings
+        self.accelerator = detect_accelerator(settings.vm_accelerator)
+        self.root = os.path.join(settings.state_dir, "vms")
+        self.snapshots_dir = os.path.join(settings.state_dir, "snapshots")
+        self._vms: dict[str, _Vm] = {}
 
-    async def start(self, sandbox_id, spec, lower_dirs):
-        raise Unsupported("VM sandboxes are not implemented yet")
+    # ---- helpers ------------------------------------------------------------------------
 
-    async def stop(self, sandbox_id):
-        return Usage()
+    def _get(self, sandbox_id: str) -> _Vm:
+        vm = self._vms.get(sandbox_id)
+        if vm is None or vm.stopping:
+            raise NotFound(f"sandbox {sandbox_id} not found on this node", loc=["path", "sandbox_id"])
+        return vm
 
-    async def exec(self, sandbox_id, req):
-        raise Unsupported("VM sandboxes are not implemented yet")
+    def _agent(self, sandbox_id: str) -> Any:
+        vm = self._get(sandbox_id)
+        if vm.agent is None:
+            raise Unsupported("this VM boots a user disk image: it has no Corral guest agent, "
+                              "use its screen and input instead")
+        if vm.paused:
+            raise Conflict(f"sandbox {sandbox_id} is paused; resume it first")
+        return vm.agent
 
-    def exec_stream(self, sandbox_id, req):
-        raise Unsupported("VM sandboxes are not implemented yet")
+    def _cgroup(self, sandbox_id: str) -> Any:
+        # cgroup v1 memory/pids/cpuacct per VM, the same helper the fncall workers use.
+        from ...fncall.cgroups import WorkerCgroup
 
-    async def write_file(self, sandbox_id, path, data, mode=0o644):
-        raise Unsupported("VM sandboxes are not implemented yet")
+        if not WorkerCgroup.available():
+            return None
+        return WorkerCgroup(f"corral-vm/{self.settings.node_id}/{sandbox_id}").create()
 
-    async def read_file(self, sandbox_id, path):
-        raise Unsupported("VM sandboxes are not implemented yet")
+    def _with_env(self, vm: _Vm, req: ExecRequest) -> ExecRequest:
+        if not vm.spec.env:
+            return req
+        return req.model_copy(update={"env": {**vm.spec.env, **req.env}})
 
-    async def open_file(self, sandbox_id, path):
-        raise Unsupported("VM sandboxes are not implemented yet")
+    # ---- lifecycle ----------------------------------------------------------------------
 
-    async def stat(self, sandbox_id, path):
-        raise Unsupported("VM sandboxes are not implemented yet")
+    def layer_format_for(self, spec: SandboxSpec) -> str:
+        return "disk_image" if spec.disk_image else self.layer_format
 
-    async def list_dir(self, sandbox_id, path):
-        raise Unsupported("VM sandboxes are not implemented yet")
+    def _layer_transport(self) -> str:
+        return "blk"
 
-    def usage(self, sandbox_id):
-        return Usage()
+    async def start(self, sandbox_id: str, spec: SandboxSpec, lower_dirs: list[str]) -> None:
+        if sandbox_id in self._vms:
+            return
+        directory = os.path.join(self.root, sandbox_id)
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory, mode=0o700)
+        try:
+            config, transport = self._config(sandbox_id, spec, lower_dirs, directory)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        cgroup = self._cgroup(sandbox_id)
+        if cgroup is not None:
+            cgroup.arm((spec.memory_mb + self.settings.vm_memory_overhead_mb) * 1024 * 1024, QEMU_PIDS_LIMIT)
+        machine = QemuMachine(self.settings.qemu, config,
+                              cgroup_procs=cgroup.procs_files() if cgroup else None)
+        vm = _Vm(sandbox_id=sandbox_id, spec=spec, directory=directory, machine=machine, config=config,
+                 transport=transport, cgroup=cgroup)
+        self._vms[sandbox_id] = vm
+        try:
+            await self._boot(vm)
+        except BaseException as exc:
+            console = vm.machine.console_text()
+            await self._teardown(vm)
+            self._vms.pop(sandbox_id, None)
+            if isinstance(exc, CorralError):
+                raise
+            raise VmStartError(f"{exc}{self._console_hint(console)}") from exc
+        vm.tasks.append(asyncio.create_task(self._watch(vm)))
+        vm.tasks.append(asyncio.create_task(self._expire(vm)))
+        if vm.agent is not None:
+            vm.tasks.append(asyncio.create_task(self._watchdog(vm)))
 
-    def list_running(self):
+    @staticmethod
+    def _console_hint(console: str) -> str:
+        for line in console.splitlines():
+            if "CORRAL-INIT-ERROR" in line:
+                return f" ({line.strip()})"
+        tail = console.strip().splitlines()[-3:]
+        return f" (console: {' | '.join(tail)})" if tail else ""
+
+    def _config(self, sandbox_id: str, spec: SandboxSpec, lower_dirs: list[str],
+                directory: str) -> tuple[MachineConfig, str]:
+        sockets = {name: os.path.join(directory, f"{name}.sock") for name in ("qmp", "console", "agent")}
+        if spec.from_snapshot:
+            return self._restore_config(spec.from_snapshot, directory, sockets)
+        common = dict(machine=self.machine_type, memory_mb=spec.memory_mb, cpus=max(1, round(spec.cpu)),
+                      accelerator=self.accelerator, qmp_socket=sockets["qmp"], console_socket=sockets["console"],
+                      display=self.machine_type == "q35")
+        if spec.disk_image:
+            if not lower_dirs:
+                raise VmStartError("no disk image was given to boot")
+            base = lower_dirs[0]
+            overlay = os.path.join(directory, "disk.qcow2")
+            # Writes land in a per-sandbox overlay; the cached image is shared and never written.
+            import subprocess
+
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", _disk_format(base), overlay],
+                           check=True, capture_output=True)
+            return MachineConfig(**common, boot_disk=overlay, boot_disk_format="qcow2"), "disk-image"
+
+        from .guestkit import GuestKit, kernel_cmdline
+
+        kit = GuestKit.load(self.settings.guestkit_dir)
+        transport = self._layer_transport()
+        layers = [LayerDisk(path=p, transport=transport) for p in reversed(lower_dirs)]  # base first
+        cmdline = kernel_cmdline(lowers=guest_lowers(layers), upper_mb=spec.disk_mb,
+                                 hostname=sandbox_id, tty_shell=self.machine_type == "q35")
+        config = MachineConfig(**common, kernel=kit.kernel, initramfs=kit.initramfs, cmdline=cmdline,
+                               agent_socket=sockets["agent"], layers=layers)
+        return config, {"pmem": "virtio-pmem+dax", "blk": "virtio-blk"}[transport]
+
+    def _restore_config(self, snapshot_id: str, directory: str,
+                        sockets: dict[str, str]) -> tuple[MachineConfig, str]:
+        snap_dir = os.path.join(self.snapshots_dir, snapshot_id)
+        try:
+            with open(os.path.join(snap_dir, META_FILE)) as fh:
+                meta = json.load(fh)
+        except FileNotFoundError:
+            raise NotFound(f"snapshot {snapshot_id} is not on this node", loc=["body", "from_snapshot"]) from None
+        if meta.get("format") != SNAPSHOT_FORMAT or meta["machine"] != self.machine_type:
+            raise VmStartError(f"snapshot {snapshot_id} is not a {self.kind} snapshot of this version")
+        cfg = dict(meta["config"])
+        cfg["layers"] = [LayerDisk(**layer) for layer in cfg.get("layers", [])]
+        for layer in cfg["layers"]:
+            if not os.path.exists(layer.path):
+                raise VmStartError(f"layer file {layer.path} of snapshot {snapshot_id} is gone")
+        if cfg.get("boot_disk"):
+            overlay = os.path.join(directory, "disk.qcow2")
+            shutil.copyfile(os.path.join(snap_dir, "disk.qcow2"), overlay)
+            cfg["boot_disk"] = overlay
+        cfg.update(qmp_socket=sockets["qmp"], console_socket=sockets["console"], accelerator=self.accelerator,
+                   agent_socket=sockets["agent"] if cfg.get("agent_socket") else None, incoming="defer")
+        return MachineConfig(**cfg), meta["transport"]
+
+    async def _boot(self, vm: _Vm) -> None:
+        from .agent_client import GuestAgentClient
+
+        await vm.machine.launch()
+        if vm.config.incoming:
+            await vm.machine.load_state(os.path.join(self.snapshots_dir, vm.spec.from_snapshot or "", STATE_FILE))
+            await vm.machine.resume()
+        if vm.config.agent_socket:
+            connect = asyncio.ensure_future(GuestAgentClient.connect(vm.config.agent_socket,
+                                                                     timeout_s=self.settings.vm_boot_timeout_s))
+            died = asyncio.ensure_future(vm.machine.wait())
+            done, _ = await asyncio.wait({connect, died}, return_when=asyncio.FIRST_COMPLETED)
+            if connect not in done:
+                connect.cancel()
+                raise VmStartError(f"the VM stopped while booting (qemu exit {died.result()})"
+                                   f"{self._console_hint(vm.machine.console_text())}")
+            died.cancel()
+            vm.agent = connect.result()
+
+    async def _watch(self, vm: _Vm) -> None:
+        """The QEMU process ended on its own: the guest powered off, panicked or QEMU died."""
+        await vm.machine.wait()
+        if vm.stopping:
+            return
+        console = vm.machine.console_text()
+        if "Kernel panic" in console or vm.machine.shutdown_reason in ("guest-panic", "guest-reset"):
+            reason = ExitReason.guest_panic
+        elif vm.cgroup is not None and vm.cgroup.stats().oom_killed:
+            reason = ExitReason.oom_killed
+        else:
+            reason = ExitReason.exited
+        log.info("vm.ended", sandbox_id=vm.sandbox_id, reason=str(reason), shutdown=vm.machine.shutdown_reason)
+        await self._end(vm, reason)
+
+    async def _expire(self, vm: _Vm) -> None:
+        remaining = vm.spec.timeout_s - (time.monotonic() - vm.started)
+        await asyncio.sleep(max(0.0, remaining))
+        await self._end(vm, ExitReason.timeout)
+
+    async def _watchdog(self, vm: _Vm) -> None:
+        """A guest whose agent stops answering (kernel hang, agent killed) is ended, so it
+        does not hold its node's memory forever looking alive."""
+        interval = self.settings.vm_watchdog_interval_s
+        misses = 0
+        while True:
+            await asyncio.sleep(interval)
+            if vm.paused or vm.stopping:
+                misses = 0
+                continue
+            try:
+                await asyncio.wait_for(vm.agent.ping(), self.settings.vm_watchdog_timeout_s)
+                misses = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if vm.paused or vm.stopping:
+                    continue
+                misses += 1
+                if misses >= 2:
+                    log.warning("vm.unresponsive", sandbox_id=vm.sandbox_id)
+                    await self._end(vm, ExitReason.guest_unresponsive)
+                    return
+
+    async def _end(self, vm: _Vm, reason: ExitReason) -> None:
+        if vm.stopping:
+            return
+        usage = await self._stop_vm(vm, cancel_self=True)
+        if self.on_exit is not None:
+            res = self.on_exit(vm.sandbox_id, reason, usage)
+            if asyncio.iscoroutine(res):
+                await res
+
+    async def _stop_vm(self, vm: _Vm, cancel_self: bool = False) -> Usage:
+        vm.stopping = True
+        current = asyncio.current_task()
+        for task in vm.tasks:
+            if task is not current:
+                task.cancel()
+        vm.usage = self._usage_of(vm)
+        await self._teardown(vm)
+        return vm.usage
+
+    async def _teardown(self, vm: _Vm) -> None:
+        if vm.agent is not None:
+            with contextlib.suppress(Exception):
+                await vm.agent.close()
+        await vm.machine.kill()
+        if vm.cgroup is not None:
+            await asyncio.to_thread(vm.cgroup.remove)
+        shutil.rmtree(vm.directory, ignore_errors=True)
+
+    async def stop(self, sandbox_id: str) -> Usage:
+        vm = self._vms.get(sandbox_id)
+        if vm is None:
+            return Usage()
+        if not vm.stopping:
+            await self._stop_vm(vm)
+        self._vms.pop(sandbox_id, None)
+        return vm.usage or Usage()
+
+    def _usage_of(self, vm: _Vm) -> Usage:
+        usage = Usage(wall_time_s=time.monotonic() - vm.started)
+        if vm.cgroup is not None:
+            with contextlib.suppress(OSError):
+                stats = vm.cgroup.stats()
+                usage.cpu_seconds = stats.cpu_ms / 1000
+                usage.peak_memory_bytes = stats.peak_memory_kb * 1024
+                usage.oom_kills = int(stats.oom_killed)
+        return usage
+
+    def usage(self, sandbox_id: str) -> Usage:
+        vm = self._vms.get(sandbox_id)
+        if vm is None:
+            return Usage()
+        return vm.usage if vm.usage is not None else self._usage_of(vm)
+
+    def list_running(self) -> list[str]:
+        return [sid for sid, vm in self._vms.items() if not vm.stopping]
+
+    def spec_of(self, sandbox_id: str) -> SandboxSpec:
+        return self._get(sandbox_id).spec
+
+    def is_paused(self, sandbox_id: str) -> bool:
+        vm = self._vms.get(sandbox_id)
+        return bool(vm and vm.paused)
+
+    def describe(self, sandbox_id: str) -> dict[str, str]:
+        vm = self._get(sandbox_id)
+        return {"machine": self.machine_type, "accelerator": self.accelerator, "image_transport": vm.transport,
+                "agent": "corral" if vm.agent is not None else "none"}
+
+    async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
+        """Kill the QEMU processes a previous run of the agent left (VMs are not re-adopted:
+        their records end as lost_on_restart) and remove their files and cgroups."""
+        if not os.path.isdir(self.root):
+            return []
+        for sandbox_id in os.listdir(self.root):
+            directory = os.path.join(self.root, sandbox_id)
+            for pid in _qemu_pids_using(directory):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            cgroup = self._cgroup(sandbox_id)
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.remove)
+            shutil.rmtree(directory, ignore_errors=True)
         return []
+
+    # ---- pause / snapshot ---------------------------------------------------------------
+
+    async def pause(self, sandbox_id: str) -> None:
+        vm = self._get(sandbox_id)
+        if not vm.paused:
+            await vm.machine.pause()
+            vm.paused = True
+
+    async def resume(self, sandbox_id: str) -> None:
+        vm = self._get(sandbox_id)
+        if vm.paused:
+            await vm.machine.resume()
+            vm.paused = False
+
+    async def snapshot(self, sandbox_id: str, snapshot_id: str) -> int:
+        vm = self._get(sandbox_id)
+        snap_dir = os.path.join(self.snapshots_dir, snapshot_id)
+        if os.path.exists(snap_dir):
+            raise Conflict(f"snapshot {snapshot_id} exists")
+        tmp_dir = snap_dir + ".tmp"
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        os.makedirs(tmp_dir, mode=0o700)
+        was_paused = vm.paused
+        vm.paused = True  # the watchdog must not take a stopped guest for a hung one
+        try:
+            await vm.machine.pause()
+            await vm.machine.save_state(os.path.join(tmp_dir, STATE_FILE))
+            if vm.config.boot_disk:
+                await asyncio.to_thread(shutil.copyfile, vm.config.boot_disk, os.path.join(tmp_dir, "disk.qcow2"))
+            cfg = {k: getattr(vm.config, k) for k in ("machine", "memory_mb", "cpus", "kernel", "initramfs", "cmdline",
+                                                        "display", "balloon", "boot_disk", "boot_disk_format")}
+            cfg["layers"] = [{"path": layer.path, "transport": layer.transport} for layer in vm.config.layers]
+            cfg["agent_socket"] = bool(vm.config.agent_socket)
+            cfg["qmp_socket"] = cfg["console_socket"] = ""
+            meta = {"format": SNAPSHOT_FORMAT, "machine": self.machine_type, "transport": vm.transport,
+                    "sandbox_id": sandbox_id, "created_at": time.time(), "config": cfg}
+            with open(os.path.join(tmp_dir, META_FILE), "w") as fh:
+                json.dump(meta, fh)
+            os.rename(tmp_dir, snap_dir)
+        except MachineError as exc:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise ServiceUnavailable(f"snapshot failed: {exc}") from exc
+        except BaseException:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+        finally:
+            if not was_paused and not vm.stopping:
+                await vm.machine.resume()
+                vm.paused = False
+        return sum(os.path.getsize(os.path.join(snap_dir, f)) for f in os.listdir(snap_dir))
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        snap_dir = os.path.join(self.snapshots_dir, snapshot_id)
+        if not os.path.isdir(snap_dir):
+            raise NotFound(f"snapshot {snapshot_id} is not on this node")
+        await asyncio.to_thread(shutil.rmtree, snap_dir, True)
+
+    # ---- display ------------------------------------------------------------------------
+
+    async def screenshot(self, sandbox_id: str) -> bytes:
+        vm = self._get(sandbox_id)
+        if not vm.config.display:
+            raise Unsupported(f"{self.kind} sandboxes have no display (use backend 'vm')")
+        path = os.path.join(vm.directory, "screen.png")
+        try:
+            await vm.machine.screendump(path)
+            with open(path, "rb") as fh:
+                data = fh.read()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        vm.screen = _png_size(data)
+        return data
+
+    async def send_input(self, sandbox_id: str, events: list[InputEvent]) -> None:
+        vm = self._get(sandbox_id)
+        if not vm.config.display:
+            raise Unsupported(f"{self.kind} sandboxes have no display (use backend 'vm')")
+        if vm.screen == (0, 0) and any(getattr(e, "x", None) is not None for e in events):
+            await self.screenshot(sandbox_id)  # learn the resolution to scale pointer positions
+        for batch in to_qmp(events, vm.screen):
+            await vm.machine.send_input(batch)
+
+    # ---- data path ----------------------------------------------------------------------
+
+    async def exec(self, sandbox_id: str, req: ExecRequest) -> ExecResult:
+        vm = self._get(sandbox_id)
+        return await self._agent(sandbox_id).exec(self._with_env(vm, req))
+
+    async def exec_stream(self, sandbox_id: str, req: ExecRequest) -> AsyncIterator[ExecChunk]:
+        vm = self._get(sandbox_id)
+        async for chunk in self._agent(sandbox_id).exec_stream(self._with_env(vm, req)):
+            yield chunk
+
+    async def write_file(self, sandbox_id: str, path: str, data: FileData, mode: int = 0o644) -> int:
+        return await self._agent(sandbox_id).write_file(path, data, mode)
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes:
+        return await self._agent(sandbox_id).read_file(path)
+
+    async def open_file(self, sandbox_id: str, path: str) -> tuple[int, AsyncIterator[bytes]]:
+        return await self._agent(sandbox_id).open_file(path)
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo:
+        return await self._agent(sandbox_id).stat(path)
+
+    async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
+        return await self._agent(sandbox_id).list_dir(path)
+
+
+def _qemu_pids_using(directory: str) -> list[int]:
+    """PIDs of QEMU processes whose command line names a file under directory."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        if "qemu-system" in cmdline and directory + "/" in cmdline:
+            pids.append(int(entry))
+    return pids
 
 
 class MicroVmBackend(QemuBackend):
     kind = "microvm"
+    machine_type: Machine = "microvm"
     layer_format = "files"
 
 
 class FullVmBackend(QemuBackend):
     kind = "vm"
+    machine_type: Machine = "q35"
     layer_format = "dax_files"
+
+    def _layer_transport(self) -> str:
+        return "pmem"
 
 
 def qemu_available(settings: NodeAgentSettings) -> bool:
-    import shutil
-
     return shutil.which(settings.qemu) is not None

@@ -1,0 +1,230 @@
+"""One QEMU process and its QMP control channel: launch, watch, pause, save, screen, input.
+
+Knows nothing about sandboxes; the backend builds on it and the benchmarks use it bare.
+"""
+
+import asyncio
+import collections
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from qemu.qmp import QMPClient
+
+from corral_common.logging import get_logger
+
+from .qemu import MachineConfig, build_argv
+
+log = get_logger(__name__)
+
+CONSOLE_KEEP_BYTES = 64 * 1024
+
+
+class MachineError(Exception):
+    pass
+
+
+class QemuMachine:
+    def __init__(self, qemu: str, config: MachineConfig, *, cgroup_procs: list[str] | None = None):
+        self.qemu = qemu
+        self.config = config
+        self.argv = build_argv(qemu, config)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.qmp: QMPClient | None = None
+        # The guest's serial console, last CONSOLE_KEEP_BYTES only: a guest printing forever
+        # costs a bounded amount of host memory and no disk.
+        self._console: collections.deque[bytes] = collections.deque()
+        self._console_bytes = 0
+        self._tasks: list[asyncio.Task] = []
+        self.shutdown_reason: str | None = None  # from QMP SHUTDOWN: guest-shutdown, guest-reset...
+        self.started_at = 0.0
+        self._cgroup_procs = cgroup_procs
+        self._exit_callbacks: list[Callable[[], Any]] = []
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def console_text(self) -> str:
+        return b"".join(self._console).decode(errors="replace")
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def launch(self, *, timeout_s: float = 30.0) -> None:
+        """Start QEMU and connect QMP + the console; the guest boots on."""
+        self.started_at = time.monotonic()
+
+        cgroup_procs = self._cgroup_procs
+
+        def enter_cgroup() -> None:
+            # Runs in the child before exec: QEMU (and everything it allocates) is accounted
+            # and capped by the sandbox's cgroup from its first instruction.
+            for procs in cgroup_procs or ():
+                with open(procs, "w") as fh:
+                    fh.write(str(os.getpid()))
+
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=enter_cgroup)
+        deadline = time.monotonic() + timeout_s
+        try:
+            await self._wait_for_socket(self.config.qmp_socket, deadline)
+            self.qmp = QMPClient(f"qemu-{self.proc.pid}")
+            await self.qmp.connect(self.config.qmp_socket)
+            await self._wait_for_socket(self.config.console_socket, deadline)
+            reader, writer = await asyncio.open_unix_connection(self.config.console_socket)
+        except BaseException:
+            await self.kill()
+            raise
+        self._tasks.append(asyncio.create_task(self._read_console(reader, writer)))
+        self._tasks.append(asyncio.create_task(self._watch_events()))
+
+    async def _wait_for_socket(self, path: str, deadline: float) -> None:
+        # QEMU creates its listening sockets during start-up; nothing to subscribe to, so poll.
+        while not os.path.exists(path):
+            if self.proc and self.proc.returncode is not None:
+                raise MachineError(f"qemu exited with {self.proc.returncode}: {await self._stderr()}")
+            if time.monotonic() > deadline:
+                raise MachineError(f"qemu did not create {os.path.basename(path)} in time")
+            await asyncio.sleep(0.005)
+
+    async def _stderr(self) -> str:
+        if self.proc is None or self.proc.stderr is None:
+            return ""
+        with contextlib.suppress(Exception):
+            data = await asyncio.wait_for(self.proc.stderr.read(4096), 1.0)
+            return data.decode(errors="replace").strip()
+        return ""
+
+    async def _read_console(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                data = await reader.read(4096)
+                if not data:
+                    return
+                self._console.append(data)
+                self._console_bytes += len(data)
+                while self._console_bytes > CONSOLE_KEEP_BYTES and len(self._console) > 1:
+                    self._console_bytes -= len(self._console.popleft())
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            writer.close()
+
+    async def _watch_events(self) -> None:
+        assert self.qmp is not None
+        try:
+            with self.qmp.listener(("SHUTDOWN",)) as listener:
+                async for event in listener:
+                    self.shutdown_reason = event.get("data", {}).get("reason", "unknown")
+        except (asyncio.CancelledError, Exception):
+            return
+
+    async def wait(self) -> int:
+        assert self.proc is not None
+        rc = await self.proc.wait()
+        return rc
+
+    async def kill(self) -> None:
+        """SIGKILL QEMU and release the control channels; idempotent."""
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                await self.proc.wait()
+        await self.close_channels()
+
+    async def close_channels(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        if self.qmp is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.qmp.disconnect(), 2.0)
+            self.qmp = None
+
+    async def quit(self, timeout_s: float = 5.0) -> None:
+        """Ask QEMU to exit (no guest shutdown), kill it if it does not."""
+        if self.qmp is not None and self.running:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.qmp.execute("quit"), timeout_s)
+        if self.proc is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), timeout_s)
+        await self.kill()
+
+    # ---- control ------------------------------------------------------------------------
+
+    async def execute(self, command: str, arguments: dict[str, Any] | None = None) -> Any:
+        if self.qmp is None:
+            raise MachineError("the VM is not running")
+        return await self.qmp.execute(command, arguments)
+
+    async def pause(self) -> None:
+        await self.execute("stop")
+
+    async def resume(self) -> None:
+        await self.execute("cont")
+
+    async def status(self) -> str:
+        return (await self.execute("query-status"))["status"]
+
+    async def screendump(self, path: str) -> None:
+        await self.execute("screendump", {"filename": path, "format": "png"})
+
+    async def send_input(self, events: list[dict[str, Any]]) -> None:
+        await self.execute("input-send-event", {"events": events})
+
+    async def save_state(self, path: str, *, timeout_s: float = 300.0) -> None:
+        """Write the VM's device + memory state to path (the VM must be stopped).
+
+        Migration to an fd we pass over QMP: QEMU's seccomp filter forbids it to spawn
+        `cat`, and it never opens a host path we did not choose."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            await self._pass_fd(fd, "snapshot")
+            await self.execute("migrate", {"uri": "fd:snapshot"})
+        finally:
+            os.close(fd)
+        await self._wait_migration(timeout_s)
+
+    async def load_state(self, path: str, *, timeout_s: float = 300.0) -> None:
+        """Feed a saved state to a QEMU started with `-incoming defer`; leaves it paused."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            await self._pass_fd(fd, "snapshot")
+            await self.execute("migrate-incoming", {"uri": "fd:snapshot"})
+        finally:
+            os.close(fd)
+        deadline = time.monotonic() + timeout_s
+        while (await self.status()) in ("inmigrate", "restore-vm"):
+            if time.monotonic() > deadline:
+                raise MachineError("restoring the snapshot timed out")
+            await asyncio.sleep(0.02)
+
+    async def _pass_fd(self, fd: int, name: str) -> None:
+        assert self.qmp is not None
+        self.qmp.send_fd_scm(fd)
+        await self.execute("getfd", {"fdname": name})
+
+    async def _wait_migration(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = await self.execute("query-migrate")
+            status = info.get("status")
+            if status == "completed":
+                return
+            if status in ("failed", "cancelled"):
+                raise MachineError(f"saving the VM state failed: {info.get('error-desc', status)}")
+            if time.monotonic() > deadline:
+                with contextlib.suppress(Exception):
+                    await self.execute("migrate_cancel")
+                raise MachineError("saving the VM state timed out")
+            await asyncio.sleep(0.02)

@@ -1,0 +1,158 @@
+"""QEMU command lines for Corral's two VM kinds, and which accelerator this host really has.
+
+Kept free of any sandbox logic so the benchmarks can boot the very same machine without
+Corral (bench/vm_backends.py compares the two).
+"""
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+Machine = Literal["microvm", "q35"]
+Accelerator = Literal["kvm", "tcg"]
+
+# DAX maps whole 2 MiB pages: a pmem backing file's size must be a multiple of this.
+PMEM_ALIGN = 2 * 1024 * 1024
+
+
+def detect_accelerator(preference: str = "auto") -> Accelerator:
+    """KVM only where it is real hardware virtualisation.
+
+    Some hosts expose /dev/kvm through kvm_pvm (paravirtualised KVM inside a VM), on which
+    stock guest kernels hang at boot; there, and where the CPU has neither vmx nor svm, use
+    TCG (slow, but it boots)."""
+    if preference in ("kvm", "tcg"):
+        return preference  # type: ignore[return-value]
+    if not os.path.exists("/dev/kvm") or not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg"
+    if os.path.exists("/sys/module/kvm_pvm"):
+        return "tcg"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next((line for line in fh if line.startswith("flags")), "")
+    except OSError:
+        return "tcg"
+    return "kvm" if (" vmx" in flags or " svm" in flags) else "tcg"
+
+
+@dataclass
+class LayerDisk:
+    """One read-only EROFS layer image handed to the guest."""
+
+    path: str
+    # "pmem": virtio-pmem mapped from the host file (DAX: one page-cache copy for all VMs);
+    # "blk": a read-only virtio-blk disk.
+    transport: Literal["pmem", "blk"] = "blk"
+
+
+@dataclass
+class MachineConfig:
+    machine: Machine
+    memory_mb: int
+    cpus: int
+    accelerator: Accelerator
+    qmp_socket: str
+    console_socket: str
+    # Direct kernel boot of the guest kit (layers mode)...
+    kernel: str | None = None
+    initramfs: str | None = None
+    cmdline: str = ""
+    agent_socket: str | None = None
+    layers: list[LayerDisk] = field(default_factory=list)  # base first
+    # ...or firmware boot of a whole disk (q35 only).
+    boot_disk: str | None = None
+    boot_disk_format: str = "qcow2"
+    display: bool = False
+    balloon: bool = True
+    # Restore from a saved state: "defer" (state given later over QMP).
+    incoming: str | None = None
+    # QEMU's own seccomp filter. `spawn=deny` forbids exec: snapshots use fd: migration.
+    sandbox: bool = True
+    extra: list[str] = field(default_factory=list)
+
+
+def layer_serial(index: int) -> str:
+    """Serial number of layer disk #index (base = 0); the guest's init finds disks by it."""
+    return f"l{index}"
+
+
+def guest_lowers(layers: list[LayerDisk]) -> list[str]:
+    """The `corral.lowers=` entries the guest's init understands, base first."""
+    out: list[str] = []
+    pmem = 0
+    for i, layer in enumerate(layers):
+        if layer.transport == "pmem":
+            out.append(f"pmem{pmem}")
+            pmem += 1
+        else:
+            out.append(f"vd:{layer_serial(i)}")
+    return out
+
+
+def _round_up(value: int, align: int) -> int:
+    return int(math.ceil(value / align) * align)
+
+
+def build_argv(qemu: str, cfg: MachineConfig) -> list[str]:
+    microvm = cfg.machine == "microvm"
+    bus = "device" if microvm else "pci"
+    argv = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]
+    if microvm:
+        # rtc=on: without it ~20% of TCG boots hang in timer calibration (HOST-NOTES).
+        argv += ["-M", "microvm,rtc=on,isa-serial=on,x-option-roms=off"]
+    else:
+        argv += ["-M", "q35"]
+    if cfg.accelerator == "kvm":
+        argv += ["-accel", "kvm", "-cpu", "host"]
+    else:
+        argv += ["-accel", "tcg,tb-size=64", "-cpu", "max"]
+
+    pmem = [layer for layer in cfg.layers if layer.transport == "pmem"]
+    if pmem and microvm:
+        raise ValueError("virtio-pmem needs the q35 machine (QEMU's microvm has no hotplug memory slots)")
+    pmem_sizes = [_round_up(os.path.getsize(layer.path), PMEM_ALIGN) for layer in pmem]
+    if pmem:
+        maxmem = cfg.memory_mb * 1024 * 1024 + sum(pmem_sizes)
+        argv += ["-m", f"{cfg.memory_mb}M,slots={len(pmem)},maxmem={_round_up(maxmem, PMEM_ALIGN) // 1024 // 1024}M"]
+    else:
+        argv += ["-m", f"{cfg.memory_mb}M"]
+    argv += ["-smp", str(max(1, cfg.cpus))]
+    argv += ["-qmp", f"unix:{cfg.qmp_socket},server=on,wait=off"]
+    argv += ["-chardev", f"socket,id=console,path={cfg.console_socket},server=on,wait=off",
+             "-serial", "chardev:console"]
+    if cfg.sandbox:
+        argv += ["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"]
+
+    if cfg.kernel:
+        argv += ["-kernel", cfg.kernel, "-append", cfg.cmdline]
+        if cfg.initramfs:
+            argv += ["-initrd", cfg.initramfs]
+    if cfg.agent_socket:
+        argv += ["-device", f"virtio-serial-{bus}",
+                 "-chardev", f"socket,id=agent,path={cfg.agent_socket},server=on,wait=off",
+                 "-device", "virtserialport,chardev=agent,name=corral.agent"]
+    pmem_index = 0
+    for i, layer in enumerate(cfg.layers):
+        if layer.transport == "pmem":
+            size = pmem_sizes[pmem_index]
+            argv += ["-object", f"memory-backend-file,id=pm{pmem_index},share=on,readonly=on,"
+                                f"mem-path={layer.path},size={size}",
+                     "-device", f"virtio-pmem-pci,memdev=pm{pmem_index},id=pmem{pmem_index}"]
+            pmem_index += 1
+        else:
+            argv += ["-drive", f"file={layer.path},format=raw,readonly=on,if=none,id=l{i}",
+                     "-device", f"virtio-blk-{bus},drive=l{i},serial={layer_serial(i)}"]
+    if cfg.boot_disk:
+        if microvm:
+            raise ValueError("booting a disk image needs the q35 machine")
+        # AHCI rather than virtio: user images (Android-x86, desktop installs) may lack virtio drivers.
+        argv += ["-drive", f"file={cfg.boot_disk},format={cfg.boot_disk_format},if=none,id=disk0",
+                 "-device", "ide-hd,drive=disk0,bus=ide.0,bootindex=0"]
+    if cfg.display:
+        argv += ["-vga", "std", "-device", "virtio-tablet-pci"]
+    if cfg.balloon:
+        argv += ["-device", f"virtio-balloon-{bus},deflate-on-oom=on,free-page-reporting=on"]
+    if cfg.incoming:
+        argv += ["-incoming", cfg.incoming]
+    return argv + list(cfg.extra)
