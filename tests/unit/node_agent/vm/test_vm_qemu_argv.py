@@ -1,0 +1,92 @@
+"""QEMU command lines and input translation for the VM backends (no QEMU is started)."""
+
+import pytest
+
+from corral_common.display import KeyPress, MouseClick, MouseMove, TypeText
+from corral_common.errors import BadRequest
+from corral_node_agent.backends.vm.input import ABS_MAX, char_qcodes, to_qmp
+from corral_node_agent.backends.vm.qemu import (
+    PMEM_ALIGN,
+    LayerDisk,
+    MachineConfig,
+    build_argv,
+    detect_accelerator,
+    guest_lowers,
+)
+
+
+def _config(machine, tmp_path, **kw):
+    return MachineConfig(machine=machine, memory_mb=256, cpus=2, accelerator="tcg",
+                         qmp_socket=str(tmp_path / "qmp"), console_socket=str(tmp_path / "con"), **kw)
+
+
+def _opt(argv, flag):
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def test_microvm_has_no_network_and_attaches_layers_read_only(tmp_path):
+    base, top = tmp_path / "base.erofs", tmp_path / "top.erofs"
+    base.write_bytes(b"x" * 4096)
+    top.write_bytes(b"y" * 4096)
+    cfg = _config("microvm", tmp_path, kernel="k", initramfs="i", cmdline="c", agent_socket=str(tmp_path / "a"),
+                  layers=[LayerDisk(str(base)), LayerDisk(str(top))])
+    argv = build_argv("qemu", cfg)
+    assert "-nodefaults" in argv and not _opt(argv, "-netdev") and not _opt(argv, "-nic")
+    assert _opt(argv, "-M")[0].startswith("microvm,rtc=on")
+    assert _opt(argv, "-accel") == ["tcg,tb-size=64"]
+    drives = _opt(argv, "-drive")
+    assert all("readonly=on" in d for d in drives) and len(drives) == 2
+    assert f"file={base}" in drives[0]
+    assert "virtio-blk-device,drive=l0,serial=l0" in _opt(argv, "-device")
+    assert "spawn=deny" in _opt(argv, "-sandbox")[0]
+    assert guest_lowers(cfg.layers) == ["vd:l0", "vd:l1"]
+
+
+def test_q35_maps_layers_with_pmem_padded_to_2mib(tmp_path):
+    layer = tmp_path / "base.erofs"
+    layer.write_bytes(b"x" * (PMEM_ALIGN + 1))
+    cfg = _config("q35", tmp_path, kernel="k", cmdline="c", layers=[LayerDisk(str(layer), "pmem")], display=True)
+    argv = build_argv("qemu", cfg)
+    backend = _opt(argv, "-object")[0]
+    assert "readonly=on" in backend and "share=on" in backend and f"size={2 * PMEM_ALIGN}" in backend
+    assert _opt(argv, "-m")[0].startswith("256M,slots=1,maxmem=")
+    assert "-vga" in argv
+    assert guest_lowers(cfg.layers) == ["pmem0"]
+
+
+def test_pmem_and_disk_images_need_q35(tmp_path):
+    layer = tmp_path / "l"
+    layer.write_bytes(b"x")
+    with pytest.raises(ValueError, match="q35"):
+        build_argv("qemu", _config("microvm", tmp_path, layers=[LayerDisk(str(layer), "pmem")]))
+    with pytest.raises(ValueError, match="q35"):
+        build_argv("qemu", _config("microvm", tmp_path, boot_disk="d.qcow2"))
+
+
+def test_explicit_accelerator_preference_wins():
+    assert detect_accelerator("tcg") == "tcg"
+    assert detect_accelerator("kvm") == "kvm"
+    assert detect_accelerator("auto") in ("kvm", "tcg")
+
+
+def test_typing_text_presses_shift_for_capitals_and_symbols():
+    assert char_qcodes("a") == ["a"]
+    assert char_qcodes("A") == ["shift", "a"]
+    assert char_qcodes("!") == ["shift", "1"]
+    assert char_qcodes("\n") == ["ret"]
+    with pytest.raises(BadRequest):
+        char_qcodes("é")
+
+
+def test_input_batches_keep_chords_together_and_scale_the_pointer():
+    batches = to_qmp([KeyPress(keys=["ctrl", "c"]), TypeText(text="Hi"), MouseMove(x=1023, y=0),
+                      MouseClick(x=0, y=767, button="right")], (1024, 768))
+    chord = batches[0]
+    assert [e["data"]["down"] for e in chord] == [True, True, False, False]
+    assert [e["data"]["key"]["data"] for e in chord] == ["ctrl", "c", "c", "ctrl"]
+    assert len(batches) == 1 + 2 + 1 + 1  # one batch per typed character
+    move = batches[3]
+    assert move[0]["data"] == {"axis": "x", "value": ABS_MAX} and move[1]["data"]["value"] == 0
+    click = batches[4]
+    assert click[1]["data"]["value"] == ABS_MAX
+    assert [e["data"].get("button") for e in click[2:]] == ["right", "right"]
