@@ -73,11 +73,6 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def _disk_format(path: str) -> str:
-    with open(path, "rb") as fh:
-        return "qcow2" if fh.read(4) == b"QFI\xfb" else "raw"
-
-
 class QemuBackend(SandboxBackend):
     kind = "microvm"
     machine_type: Machine = "microvm"
@@ -121,9 +116,6 @@ class QemuBackend(SandboxBackend):
         return req.model_copy(update={"env": {**vm.spec.env, **req.env}})
 
     # ---- lifecycle ----------------------------------------------------------------------
-
-    def layer_format_for(self, spec: SandboxSpec) -> str:
-        return "disk_image" if spec.disk_image else self.layer_format
 
     def _layer_transport(self) -> str:
         return "blk"
@@ -178,14 +170,17 @@ class QemuBackend(SandboxBackend):
                       accelerator=self.accelerator, qmp_socket=sockets["qmp"], console_socket=sockets["console"],
                       display=self.machine_type == "q35")
         if spec.disk_image:
-            if not lower_dirs:
+            # The manager appends the boot disk as "<format>:<path>" after any layers.
+            if not lower_dirs or ":" not in lower_dirs[-1]:
                 raise VmStartError("no disk image was given to boot")
-            base = lower_dirs[0]
+            base_format, _, base = lower_dirs[-1].partition(":")
+            if base_format not in ("qcow2", "raw"):
+                raise VmStartError(f"unsupported disk image format {base_format!r}")
             overlay = os.path.join(directory, "disk.qcow2")
             # Writes land in a per-sandbox overlay; the cached image is shared and never written.
             import subprocess
 
-            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", _disk_format(base), overlay],
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", base_format, overlay],
                            check=True, capture_output=True)
             return MachineConfig(**common, boot_disk=overlay, boot_disk_format="qcow2"), "disk-image"
 

@@ -1,0 +1,222 @@
+"""The microvm and vm backends on real QEMU (TCG here: slow, so few VMs, each reused).
+
+Needs root, qemu-system-x86_64, mkfs.erofs and the guest kit (built once per machine by
+`python -m corral_node_agent guestkit build`; the fixture builds it when missing).
+"""
+
+import asyncio
+import os
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from corral_common.display import KeyPress, TypeText
+from corral_common.errors import Conflict, NotFound
+from corral_common.exec import ExecRequest
+from corral_common.sandboxes import SandboxSpec
+from corral_image_service.builders.busybox import build_busybox
+from corral_node_agent.backends.base import ExitReason, Unsupported
+from corral_node_agent.backends.vm.qemu import PMEM_ALIGN
+from corral_node_agent.settings import NodeAgentSettings
+
+pytestmark = [pytest.mark.xdist_group("vm")]
+
+if shutil.which("qemu-system-x86_64") is None:
+    pytest.skip("VM tests need qemu-system-x86_64 (apt install qemu-system-x86)", allow_module_level=True)
+
+
+async def until(predicate, timeout_s: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def guestkit_dir():
+    from corral_node_agent.backends.vm import guestkit
+
+    directory = NodeAgentSettings().guestkit_dir
+    guestkit.build(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def layers(work_dir):
+    """A busybox base layer twice: lz4hc-compressed (virtio-blk) and DAX-ready (pmem)."""
+    root = f"{work_dir}/vm-rootfs"
+    build_busybox(root)
+    with open(f"{root}/etc/corral-layer", "w") as fh:
+        fh.write("busybox-base\n")
+    blk = f"{work_dir}/vm-base.erofs"
+    dax = f"{work_dir}/vm-base-dax.erofs"
+    subprocess.run(["mkfs.erofs", "-q", "-zlz4hc", blk, root], check=True)
+    subprocess.run(["mkfs.erofs", "-q", "-Enoinline_data", dax, root], check=True)
+    size = os.path.getsize(dax)
+    os.truncate(dax, -(-size // PMEM_ALIGN) * PMEM_ALIGN)
+    return {"blk": blk, "dax": dax}
+
+
+def _settings(work_dir, guestkit_dir, **kw) -> NodeAgentSettings:
+    return NodeAgentSettings(node_id=f"vmtest-{uuid.uuid4().hex[:6]}", state_dir=f"{work_dir}/vm-state-{uuid.uuid4().hex[:6]}",
+                             guestkit_dir=guestkit_dir, **kw)
+
+
+def _spec(backend: str, **kw) -> SandboxSpec:
+    return SandboxSpec(environment="busybox", backend=backend, memory_mb=256, **kw)
+
+
+class Exits:
+    def __init__(self):
+        self.events: dict[str, ExitReason] = {}
+
+    def __call__(self, sandbox_id, reason, usage):
+        self.events[sandbox_id] = reason
+
+
+def _qemu_pids(directory: str) -> list[int]:
+    from corral_node_agent.backends.vm.backend import _qemu_pids_using
+
+    return _qemu_pids_using(directory)
+
+
+async def test_microvm_exec_files_pause_snapshot_restore_and_delete(work_dir, guestkit_dir, layers):
+    from corral_node_agent.backends.vm.backend import MicroVmBackend
+
+    backend = MicroVmBackend(_settings(work_dir, guestkit_dir))
+    exits = Exits()
+    backend.on_exit = exits
+    sid, restored = "vm-" + uuid.uuid4().hex[:8], "vm-" + uuid.uuid4().hex[:8]
+    snap = "snap-" + uuid.uuid4().hex[:8]
+    await backend.start(sid, _spec("microvm", env={"GREETING": "hi"}), [layers["blk"]])
+    try:
+        info = backend.describe(sid)
+        assert info["machine"] == "microvm" and info["image_transport"] == "virtio-blk"
+        assert info["accelerator"] in ("kvm", "tcg")
+
+        res = await backend.exec(sid, ExecRequest(cmd="cat /etc/corral-layer; echo $GREETING; id -u; exit 3"))
+        assert (res.exit_code, res.stdout.split()) == (3, ["busybox-base", "hi", "1000"])
+        res = await backend.exec(sid, ExecRequest(cmd=["id", "-u"], user="root"))
+        assert res.stdout.strip() == "0"
+        # The layer is read-only, the upper writable.
+        res = await backend.exec(sid, ExecRequest(cmd="echo x > /bin/busybox", user="root"))
+        assert res.exit_code == 0  # overlay: copy-up into the tmpfs upper, the EROFS file is untouched
+
+        assert await backend.write_file(sid, "/home/user/notes.txt", b"hello vm\n") == 9
+        assert await backend.read_file(sid, "/home/user/notes.txt") == b"hello vm\n"
+        names = {f.name for f in await backend.list_dir(sid, "/home/user")}
+        assert "notes.txt" in names
+        with pytest.raises(NotFound):
+            await backend.read_file(sid, "/nope")
+
+        # Pause stops progress, resume continues it.
+        await backend.exec(sid, ExecRequest(cmd="(i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done) "
+                                                "</dev/null >/dev/null 2>&1 &", user="root"))
+        await until(lambda: backend.read_file(sid, "/tmp/count"), what="counter")
+        await backend.pause(sid)
+        with pytest.raises(Conflict):
+            await backend.exec(sid, ExecRequest(cmd="true"))
+        await backend.resume(sid)
+        first = int(await backend.read_file(sid, "/tmp/count"))
+        await until(lambda: _count_above(backend, sid, first), what="counter to advance after resume")
+
+        # Snapshot keeps files and running processes; the source keeps running.
+        size = await backend.snapshot(sid, snap)
+        assert size > 1024 * 1024
+        await backend.start(restored, _spec("microvm", from_snapshot=snap), [layers["blk"]])
+        assert await backend.read_file(restored, "/home/user/notes.txt") == b"hello vm\n"
+        after = int(await backend.read_file(restored, "/tmp/count"))
+        await until(lambda: _count_above(backend, restored, after), what="restored counter to advance")
+        res = await backend.exec(sid, ExecRequest(cmd="echo still-here"))
+        assert res.stdout.strip() == "still-here"
+    finally:
+        directories = [os.path.join(backend.root, s) for s in (sid, restored)]
+        await backend.stop(sid)
+        await backend.stop(restored)
+        await backend.delete_snapshot(snap)
+    for directory in directories:
+        assert not os.path.exists(directory)
+        assert _qemu_pids(directory) == []
+    assert exits.events == {}  # stopped on request, not ended on their own
+
+
+async def _count_above(backend, sid, value) -> bool:
+    try:
+        return int(await backend.read_file(sid, "/tmp/count")) > value
+    except (ValueError, NotFound):
+        return False
+
+
+async def test_vm_maps_layers_with_dax_and_its_screen_changes_when_typing(work_dir, guestkit_dir, layers):
+    from corral_node_agent.backends.vm.backend import FullVmBackend
+
+    backend = FullVmBackend(_settings(work_dir, guestkit_dir))
+    sid = "vm-" + uuid.uuid4().hex[:8]
+    await backend.start(sid, _spec("vm", display=True), [layers["dax"]])
+    try:
+        assert backend.describe(sid)["image_transport"] == "virtio-pmem+dax"
+        res = await backend.exec(sid, ExecRequest(cmd="cat /etc/corral-layer; grep ' / \\|erofs' /proc/mounts", user="root"))
+        assert res.stdout.startswith("busybox-base")
+        assert "dax" in res.stdout, res.stdout  # the base layer is mounted with DAX from /dev/pmem0
+
+        before = await backend.screenshot(sid)
+        assert before[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = int.from_bytes(before[16:20], "big"), int.from_bytes(before[20:24], "big")
+        assert (width, height) in ((720, 400), (640, 480), (800, 600), (1024, 768), (1280, 800))
+        await backend.send_input(sid, [TypeText(text="echo corral-was-here"), KeyPress(keys=["ret"])])
+        after = await until(lambda: _changed_screen(backend, sid, before), what="the screen to change")
+        assert after[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        await backend.stop(sid)
+
+
+async def _changed_screen(backend, sid, before):
+    now = await backend.screenshot(sid)
+    return now if now != before else None
+
+
+async def test_microvm_has_no_screen(work_dir, guestkit_dir, layers):
+    from corral_node_agent.backends.vm.backend import MicroVmBackend
+
+    backend = MicroVmBackend(_settings(work_dir, guestkit_dir))
+    with pytest.raises(NotFound):
+        await backend.screenshot("vm-missing")
+    assert issubclass(Unsupported, Conflict)
+
+
+async def test_guest_panic_and_hang_are_reported_and_the_node_stays_healthy(work_dir, guestkit_dir, layers):
+    from corral_node_agent.backends.vm.backend import MicroVmBackend
+
+    backend = MicroVmBackend(_settings(work_dir, guestkit_dir, vm_watchdog_interval_s=0.5, vm_watchdog_timeout_s=2.0))
+    exits = Exits()
+    backend.on_exit = exits
+    panics, hangs = "vm-" + uuid.uuid4().hex[:8], "vm-" + uuid.uuid4().hex[:8]
+    await asyncio.gather(backend.start(panics, _spec("microvm"), [layers["blk"]]),
+                         backend.start(hangs, _spec("microvm"), [layers["blk"]]))
+    try:
+        panic_dir = os.path.join(backend.root, panics)
+        crash = asyncio.ensure_future(backend.exec(panics, ExecRequest(cmd="echo c > /proc/sysrq-trigger", user="root")))
+        await until(lambda: panics in exits.events, what="the panic to be reported")
+        assert exits.events[panics] == ExitReason.guest_panic
+        with pytest.raises(Exception):
+            await asyncio.wait_for(crash, 10)  # the call in flight fails, it does not hang
+        assert _qemu_pids(panic_dir) == [] and not os.path.exists(panic_dir)
+
+        # A guest whose agent stops answering (SIGSTOP = a hung guest, from the host's view).
+        await backend.exec(hangs, ExecRequest(cmd='P=$PPID; setsid sh -c "sleep 0.5; kill -STOP $P" '
+                                                  '</dev/null >/dev/null 2>&1 &', user="root"))
+        await until(lambda: hangs in exits.events, timeout_s=60, what="the hang to be reported")
+        assert exits.events[hangs] == ExitReason.guest_unresponsive
+        assert backend.list_running() == []
+    finally:
+        await backend.stop(panics)
+        await backend.stop(hangs)
