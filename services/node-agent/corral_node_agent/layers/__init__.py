@@ -1,3 +1,3 @@
-from .cache import EnvironmentNotFound, ImageUnavailable, LayerCache
+from .cache import DiskImageNotFound, EnvironmentNotFound, ImageUnavailable, LayerCache
 
-__all__ = ["EnvironmentNotFound", "ImageUnavailable", "LayerCache"]
+__all__ = ["DiskImageNotFound", "EnvironmentNotFound", "ImageUnavailable", "LayerCache"]

@@ -14,26 +14,37 @@ chunks/<2 hex>/<hex> verified chunks (lazy; node-wide, deduplicated, LRU-bounded
 lazy/<hex>           FUSE file of a lazily loaded layer (one FUSE mount for all layers)
 mnt/<hex>            EROFS mount of the layer, shared by every sandbox using it;
                      refcounted, unmounted when its last sandbox goes (after an idle delay)
+dax/<hex>.erofs      DAX-capable variant of a layer for VMs (uncompressed, 2 MiB-padded;
+                     built once per digest from the mounted layer, see ``dax``) + <hex>.json
+disks/<hex>          VM disk image (qcow2/raw) from image-service, read-only (0444): a VM
+                     boots from a per-sandbox qcow2 overlay on top of it
+
+Containers mount layers (``acquire``); VMs attach layer files as guest disks or map them
+with virtio-pmem (``acquire_files``) and may boot a disk image (``acquire_disk_image``).
 """
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from corral_common.disk_images import DISK_IMAGE_FORMATS, DiskImageRefused, inspect_disk_image
 from corral_common.errors import CorralError, NotFound
 from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_common.logging import get_logger
 
 from .. import host
 from .chunks import ChunkCache, ChunkIndex, ChunkUnavailable
+from .dax import DaxBuildError, build_dax_image, is_trusted
 from .lazyfs import LayerFile, LazyFS
 
 log = get_logger(__name__)
@@ -66,6 +77,11 @@ class EnvironmentNotFound(ImageUnavailable, NotFound):
     code = "environment_not_found"
 
 
+class DiskImageNotFound(ImageUnavailable, NotFound):
+    status_code = 404
+    code = "disk_image_not_found"
+
+
 def _digest_of(layer: Mapping[str, Any] | Any) -> str:
     digest = layer.get("digest") if isinstance(layer, Mapping) else getattr(layer, "digest", None)
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
@@ -92,7 +108,8 @@ class LayerCache:
     def __init__(self, state_dir: str, image_service_url: str, *, internal_token: str = "",
                  transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 300.0,
                  mode: str | None = None, cache_max_mb: int | None = None,
-                 fetch_deadline_s: float | None = None, prefetch: bool | None = None):
+                 fetch_deadline_s: float | None = None, prefetch: bool | None = None,
+                 mkfs_erofs: str = "mkfs.erofs", qemu_img: str = "qemu-img"):
         if None in (mode, cache_max_mb, fetch_deadline_s, prefetch):
             cfg = _node_settings()
             mode = mode or cfg.layer_mode
@@ -107,8 +124,12 @@ class LayerCache:
         self.mnt_dir = f"{self.root}/mnt"
         self.chunk_dir = f"{self.root}/chunks"
         self.lazy_dir = f"{self.root}/lazy"
-        os.makedirs(self.blob_dir, exist_ok=True)
-        os.makedirs(self.mnt_dir, exist_ok=True)
+        self.dax_dir = f"{self.root}/dax"
+        self.disk_dir = f"{self.root}/disks"
+        for d in (self.blob_dir, self.mnt_dir, self.dax_dir, self.disk_dir):
+            os.makedirs(d, exist_ok=True)
+        self.mkfs_erofs = mkfs_erofs
+        self.qemu_img = qemu_img
         self.base_url = image_service_url.rstrip("/")
         headers = {INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {}
         self._headers = headers
@@ -134,6 +155,16 @@ class LayerCache:
         self._environments: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._mount_lock = asyncio.Lock()
         self._pinned: set[str] = set()  # lazily loaded layers mounted now (chunks pinned)
+        # Layer files handed to VMs: (digest, dax) -> references.
+        self._file_refs: Counter[tuple[str, bool]] = Counter()
+        self._file_pinned: set[str] = set()  # lazy layers whose chunks a file reference pins
+        self._dax_builds: dict[str, asyncio.Future[str]] = {}
+        # Conversions read a whole layer and write it again: one at a time per node.
+        self._dax_limiter = asyncio.Semaphore(1)
+        self.dax_builds = 0  # conversions done by this process (observability, tests)
+        # Disk images: digest -> references; name as acquired -> digests, oldest first.
+        self._disk_refs: Counter[str] = Counter()
+        self._disk_held: dict[str, list[str]] = {}
 
     async def aclose(self) -> None:
         for digest in list(self._idle_unmounts):
@@ -231,7 +262,9 @@ class LayerCache:
         # shield: one waiter being cancelled must not cancel the download for the others.
         return await asyncio.shield(fut)
 
-    async def _download(self, digest: str, path: str) -> str:
+    async def _download(self, digest: str, path: str, verify: Callable[[str], None] | None = None) -> str:
+        """Download a blob to ``path`` (via ``path.part``, sha256-checked, then ``verify(part)``
+        in a worker thread if given, made read-only and renamed into place)."""
         part = f"{path}.part"
         want = DIGEST_RE.match(digest).group(1)  # type: ignore[union-attr]
         h = hashlib.sha256()
@@ -252,6 +285,8 @@ class LayerCache:
                     fh.close()
             if h.hexdigest() != want:
                 raise ImageUnavailable(f"blob {digest}: content hash mismatch ({h.hexdigest()})")
+            if verify is not None:
+                await asyncio.to_thread(verify, part)
             os.chmod(part, 0o444)
             os.rename(part, path)
         except httpx.HTTPError as exc:
@@ -460,6 +495,202 @@ class LayerCache:
     def refcount(self, digest: str) -> int:
         return self._refs.get(digest, 0)
 
+    # ---- layer files (VMs) --------------------------------------------------------------
+
+    def dax_path(self, digest: str) -> str:
+        return f"{self.dax_dir}/{DIGEST_RE.match(digest).group(1)}.erofs"  # type: ignore[union-attr]
+
+    async def acquire_files(self, layers: Iterable[Mapping[str, Any] | Any], *, dax: bool) -> list[str]:
+        """The image file of each layer, in the given order (like ``acquire``), each pinned
+        until ``release_files(same layers, dax=same)``.
+
+        - ``dax=False``: the layer's EROFS file as it is (lz4hc-compressed; for virtio-blk).
+          Eager: the verified blob. Lazy: the layer's FUSE file, whose reads fetch missing
+          chunks on demand; any process of this mount namespace (QEMU started by the agent)
+          can open, read and mmap it, and its chunks stay pinned in the cache meanwhile.
+        - ``dax=True``: the DAX-capable variant (uncompressed, 2 MiB-padded; see ``dax``),
+          built from the mounted layer the first time any sandbox asks for it, then kept
+          across sandboxes and agent restarts. Concurrent callers wait for one build.
+
+        Raises ImageUnavailable (nothing is left held then).
+        """
+        layers = list(layers)
+        digests = [_digest_of(layer) for layer in layers]
+        # References first: prune_files() never removes what an acquire is still preparing.
+        for d in digests:
+            self._file_refs[(d, dax)] += 1
+        try:
+            if dax:
+                unique = list(dict.fromkeys(digests))
+                built = await asyncio.gather(*(self._ensure_dax(d) for d in unique))
+                paths = dict(zip(unique, built, strict=True))
+                return [paths[d] for d in digests]
+            await self.ensure(layers)
+            for d in set(digests):
+                if d in self._indexes and not os.path.exists(self.blob_path(d)) and d not in self._file_pinned:
+                    self.chunks.pin(self._indexes[d])
+                    self._file_pinned.add(d)
+            return [self.source_path(d) for d in digests]
+        except BaseException:
+            self._release_files(digests, dax)
+            raise
+
+    async def release_files(self, layers: Iterable[Mapping[str, Any] | Any], *, dax: bool) -> None:
+        self._release_files([_digest_of(layer) for layer in layers], dax)
+
+    def _release_files(self, digests: list[str], dax: bool) -> None:
+        for d in digests:
+            key = (d, dax)
+            if self._file_refs[key] > 1:
+                self._file_refs[key] -= 1
+                continue
+            self._file_refs.pop(key, None)
+            if not dax and d in self._file_pinned:
+                self._file_pinned.discard(d)
+                self.chunks.unpin(self._indexes[d])
+
+    def file_refcount(self, digest: str, *, dax: bool) -> int:
+        return self._file_refs.get((digest, dax), 0)
+
+    async def _ensure_dax(self, digest: str) -> str:
+        path = self.dax_path(digest)
+        if is_trusted(path, digest):  # a stat and a small read: fine on the loop
+            return path
+        fut = self._dax_builds.get(digest)
+        if fut is None:
+            fut = asyncio.ensure_future(self._build_dax(digest, path))
+            self._dax_builds[digest] = fut
+            fut.add_done_callback(lambda _f: self._dax_builds.pop(digest, None))
+        # shield: one waiter being cancelled must not cancel the build for the others.
+        return await asyncio.shield(fut)
+
+    async def _build_dax(self, digest: str, path: str) -> str:
+        async with self._dax_limiter:
+            if is_trusted(path, digest):
+                return path
+            started = time.monotonic()
+            layer = {"digest": digest}
+            (mnt,) = await self.acquire([layer])
+            try:
+                size = await asyncio.to_thread(build_dax_image, mnt, path, digest, mkfs=self.mkfs_erofs)
+            except (DaxBuildError, OSError) as exc:
+                raise ImageUnavailable(f"layer {digest}: cannot build its DAX variant: {exc}") from exc
+            finally:
+                await self.release([layer])
+        self.dax_builds += 1
+        log.info("layer_dax_built", digest=digest, bytes=size, seconds=round(time.monotonic() - started, 2))
+        return path
+
+    # ---- disk images (VMs) --------------------------------------------------------------
+
+    def disk_path(self, digest: str) -> str:
+        return f"{self.disk_dir}/{DIGEST_RE.match(digest).group(1)}"  # type: ignore[union-attr]
+
+    async def resolve_disk_image(self, name: str) -> dict[str, Any]:
+        """image-service's record of ``name`` (its latest version) or ``name:version``."""
+        base, _, version = name.partition(":")
+        if not base or (":" in name and not version):
+            raise DiskImageNotFound(f"disk image {name!r} not found", loc=["body", "disk_image"])
+        url = f"/v1/disk-images/{quote(base, safe='')}" + (f"/{quote(version, safe='')}" if version else "")
+        try:
+            resp = await self._client.get(url)
+        except httpx.HTTPError as exc:
+            raise ImageUnavailable(f"image-service unreachable: {exc}") from exc
+        if resp.status_code == 404:
+            raise DiskImageNotFound(f"disk image {name!r} not found", loc=["body", "disk_image"])
+        if resp.status_code != 200:
+            raise ImageUnavailable(f"image-service answered {resp.status_code} for disk image {name!r}")
+        image = resp.json()
+        _digest_of(image)
+        if image.get("format") not in DISK_IMAGE_FORMATS:
+            raise ImageUnavailable(f"disk image {name!r}: unsupported format {image.get('format')!r}")
+        return image
+
+    async def acquire_disk_image(self, name: str) -> tuple[str, str]:
+        """(local path, format) of disk image ``name`` or ``name:version``, downloaded once
+        per digest (sha256-checked and re-inspected with qemu-img), read-only, and held
+        until ``release_disk_image(name)``. VMs boot from a qcow2 overlay on top of it.
+
+        Raises DiskImageNotFound (an ImageUnavailable) for an unknown name.
+        """
+        image = await self.resolve_disk_image(name)
+        digest, fmt = image["digest"], image["format"]
+        self._disk_refs[digest] += 1
+        try:
+            path = await self._ensure_disk(digest, fmt)
+        except BaseException:
+            self._release_disk(digest)
+            raise
+        self._disk_held.setdefault(name, []).append(digest)
+        return path, fmt
+
+    async def release_disk_image(self, name: str) -> None:
+        """Give back one reference taken by ``acquire_disk_image(name)``; a name holding
+        none is ignored. When ``name`` has no version and a newer one appeared between two
+        acquires, the oldest acquisition is released first."""
+        held = self._disk_held.get(name)
+        if not held:
+            return
+        digest = held.pop(0)
+        if not held:
+            del self._disk_held[name]
+        self._release_disk(digest)
+
+    def _release_disk(self, digest: str) -> None:
+        if self._disk_refs[digest] > 1:
+            self._disk_refs[digest] -= 1
+        else:
+            self._disk_refs.pop(digest, None)
+
+    def disk_refcount(self, digest: str) -> int:
+        return self._disk_refs.get(digest, 0)
+
+    async def _ensure_disk(self, digest: str, fmt: str) -> str:
+        path = self.disk_path(digest)
+        if os.path.exists(path):
+            return path
+        key = f"disk:{digest}"
+        fut = self._downloads.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(self._download(digest, path, verify=lambda part: self._check_disk(part, fmt)))
+            self._downloads[key] = fut
+            fut.add_done_callback(lambda _f: self._downloads.pop(key, None))
+        return await asyncio.shield(fut)
+
+    def _check_disk(self, path: str, fmt: str) -> None:
+        # image-service checked it at upload; QEMU runs here, so check again what arrived.
+        try:
+            inspect_disk_image(path, fmt, qemu_img=self.qemu_img)
+        except DiskImageRefused as exc:
+            raise ImageUnavailable(f"disk image refused on this node: {exc}") from exc
+        except OSError as exc:
+            raise ImageUnavailable(f"cannot inspect disk image: {exc}") from exc
+
+    def prune_files(self) -> int:
+        """Remove the DAX variants and disk images no sandbox holds now; returns bytes freed.
+
+        Nothing calls this on a timer: like eager blobs, they stay until asked (an operator,
+        a future disk-pressure policy). A later acquire rebuilds or downloads them again.
+        """
+        held_dax = {d for (d, dax) in self._file_refs if dax} | set(self._dax_builds)
+        freed = 0
+        for directory, held in ((self.dax_dir, held_dax), (self.disk_dir, set(self._disk_refs))):
+            for name in os.listdir(directory):
+                if name.startswith(".tmp-") or name.endswith((".part", ".json")):
+                    continue
+                digest = "sha256:" + name.removesuffix(".erofs")
+                if digest in held or f"disk:{digest}" in self._downloads:
+                    continue
+                path = f"{directory}/{name}"
+                with contextlib.suppress(FileNotFoundError):
+                    freed += os.stat(path).st_size
+                    if directory == self.dax_dir:
+                        # Sidecar first: a crash in between leaves an untrusted image, rebuilt.
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(path.removesuffix(".erofs") + ".json")
+                    os.unlink(path)
+        return freed
+
     def cleanup_orphans(self) -> None:
         """Drop mounts and partial downloads a previous run left (refs start at zero)."""
         if self._fs is None and os.path.isdir(self.lazy_dir):
@@ -477,3 +708,12 @@ class LayerCache:
         for name in os.listdir(self.blob_dir):
             if name.endswith(".part"):
                 os.unlink(f"{self.blob_dir}/{name}")
+        for name in os.listdir(self.disk_dir):
+            if name.endswith(".part") or name.startswith(".tmp-"):
+                os.unlink(f"{self.disk_dir}/{name}")
+        for name in os.listdir(self.dax_dir):
+            path = f"{self.dax_dir}/{name}"
+            # Unfinished builds, and images whose sidecar never got written (rebuilt on use).
+            if name.startswith(".tmp-") or (
+                    name.endswith(".erofs") and not is_trusted(path, "sha256:" + name.removesuffix(".erofs"))):
+                os.unlink(path)
