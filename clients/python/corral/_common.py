@@ -18,13 +18,18 @@ def resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
     return url.rstrip("/"), api_key
 
 
-def create_body(environment: str, *, backend: str = "auto", cpu: float = 1.0, memory_mb: int = 256,
-                disk_mb: int = 1024, timeout_s: int = 3600, pids_limit: int = 512,
+def create_body(environment: str | None = None, *, backend: str | None = None, isolation: str | None = None,
+                display: bool | None = None, disk_image: str | None = None, from_snapshot: str | None = None,
+                cpu: float | None = None, memory_mb: int | None = None, disk_mb: int | None = None,
+                timeout_s: int | None = None, pids_limit: int | None = None,
                 env: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> SandboxCreate:
-    return SandboxCreate.from_dict({
-        "environment": environment, "backend": backend, "cpu": cpu, "memory_mb": memory_mb, "disk_mb": disk_mb,
-        "timeout_s": timeout_s, "pids_limit": pids_limit, "env": env or {}, "labels": labels or {},
-    })
+    """Only what the caller gave is sent; the api fills in its defaults. That matters for
+    ``from_snapshot``: a restored sandbox takes its kind, image, cpu and memory from the
+    snapshot, and a field sent with another value is refused."""
+    fields = {"environment": environment, "backend": backend, "isolation": isolation, "display": display,
+              "disk_image": disk_image, "from_snapshot": from_snapshot, "cpu": cpu, "memory_mb": memory_mb,
+              "disk_mb": disk_mb, "timeout_s": timeout_s, "pids_limit": pids_limit, "env": env, "labels": labels}
+    return SandboxCreate.from_dict({k: v for k, v in fields.items() if v is not None})
 
 
 def exec_body(cmd: list[str] | str, *, cwd: str | None = None, env: dict[str, str] | None = None,
@@ -50,3 +55,33 @@ class ExecChunk:
 
 def label_selectors(labels: dict[str, str] | None) -> list[str]:
     return [f"{k}={v}" for k, v in (labels or {}).items()]
+
+
+# ---- input events for `vm` sandboxes (QEMU key names: "a", "ret", "ctrl", "f1"...) ----------
+
+def key_event(*keys: str) -> dict[str, Any]:
+    """Press these keys together, then release them: key_event("ctrl", "alt", "delete")."""
+    return {"type": "key", "keys": list(keys)}
+
+
+def text_event(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def move_event(x: int, y: int) -> dict[str, Any]:
+    return {"type": "mouse_move", "x": x, "y": y}
+
+
+def click_event(x: int | None = None, y: int | None = None, button: str = "left", double: bool = False) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": "click", "button": button, "double": double}
+    if x is not None:
+        event["x"] = x
+    if y is not None:
+        event["y"] = y
+    return event
+
+
+def input_body(events: Any) -> dict[str, Any]:
+    """An InputRequest body from event dicts (see key_event...) or generated models."""
+    items = [e.to_dict() if hasattr(e, "to_dict") else dict(e) for e in events]
+    return {"events": items}

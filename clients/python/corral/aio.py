@@ -11,9 +11,21 @@ from typing import Any
 
 import httpx
 
-from corral._common import ExecChunk, create_body, exec_body, label_selectors, resolve
+from corral._common import (
+    ExecChunk,
+    click_event,
+    create_body,
+    exec_body,
+    input_body,
+    key_event,
+    label_selectors,
+    move_event,
+    resolve,
+    text_event,
+)
 from corral.errors import SandboxFailed, raise_for
 from corral.rollouts import AsyncRollouts
+from corral.snapshots import AsyncSnapshots
 from corral_client import AuthenticatedClient
 from corral_client.api.sandboxes import (
     create_sandbox,
@@ -24,8 +36,9 @@ from corral_client.api.sandboxes import (
     list_sandboxes,
     pause_sandbox,
     resume_sandbox,
+    snapshot_sandbox,
 )
-from corral_client.models import ExecResult, FileInfo
+from corral_client.models import ExecResult, FileInfo, Snapshot
 from corral_client.models import Sandbox as SandboxInfo
 
 
@@ -96,6 +109,41 @@ class AsyncSandbox:
         self.info = _parsed(await resume_sandbox.asyncio_detailed(self.id, client=self._corral.api))
         return self
 
+    # ---- screen, input and snapshots (`vm` sandboxes; `microvm` snapshots too) --------------
+
+    async def screenshot(self) -> bytes:
+        """The screen as PNG bytes. Containers and microVMs have none (409 unsupported_by_backend)."""
+        response = await self._corral.http.get(f"/v1/sandboxes/{self.id}/screen")
+        raise_for(response.status_code, response.content)
+        return response.content
+
+    async def send_input(self, events: Any) -> int:
+        """Send input events in order (dicts as made by corral._common.key_event/text_event/
+        move_event/click_event, or corral_client models); returns how many were sent."""
+        response = await self._corral.http.post(f"/v1/sandboxes/{self.id}/input", json=input_body(events))
+        raise_for(response.status_code, response.content)
+        return int(response.json()["sent"])
+
+    async def type_text(self, text: str) -> int:
+        """Type text as a US keyboard would."""
+        return await self.send_input([text_event(text)])
+
+    async def press(self, *keys: str) -> int:
+        """Press keys together (a chord), e.g. press("ctrl", "c"); QEMU key names."""
+        return await self.send_input([key_event(*keys)])
+
+    async def move_mouse(self, x: int, y: int) -> int:
+        return await self.send_input([move_event(x, y)])
+
+    async def click(self, x: int | None = None, y: int | None = None, button: str = "left") -> int:
+        """Click ``button``, at (x, y) when given, else where the pointer is."""
+        return await self.send_input([click_event(x, y, button)])
+
+    async def snapshot(self) -> Snapshot:
+        """Save the VM's state on its node (it keeps running); restore it with
+        ``corral.sandboxes.create(from_snapshot=snapshot.id)``."""
+        return _parsed(await snapshot_sandbox.asyncio_detailed(self.id, client=self._corral.api))
+
     async def delete(self, wait: bool = True, timeout: float = 60.0) -> "AsyncSandbox":
         self.info = _parsed(await delete_sandbox.asyncio_detailed(self.id, client=self._corral.api, wait=wait,
                                                                   timeout=timeout))
@@ -112,8 +160,10 @@ class AsyncSandboxes:
     def __init__(self, corral: "AsyncCorral"):
         self._corral = corral
 
-    async def create(self, environment: str, *, wait: bool = True, wait_timeout: float = 120.0,
+    async def create(self, environment: str | None = None, *, wait: bool = True, wait_timeout: float = 120.0,
                      **spec: Any) -> AsyncSandbox:
+        """Like Corral.sandboxes.create: spec is backend, isolation, display, disk_image,
+        from_snapshot, cpu, memory_mb, disk_mb, timeout_s, pids_limit, env, labels."""
         kwargs: dict[str, Any] = {"wait_for": "running", "timeout": wait_timeout} if wait else {}
         info = _parsed(await create_sandbox.asyncio_detailed(client=self._corral.api,
                                                              body=create_body(environment, **spec), **kwargs))
@@ -160,6 +210,7 @@ class AsyncCorral:
         self.api = AuthenticatedClient(base_url=url, token=api_key, timeout=httpx.Timeout(timeout, connect=10.0))
         self.sandboxes = AsyncSandboxes(self)
         self.rollouts = AsyncRollouts(self)
+        self.snapshots = AsyncSnapshots(self)
 
     @property
     def http(self) -> httpx.AsyncClient:

@@ -10,10 +10,22 @@ from typing import Any
 
 import httpx
 
-from corral._common import ExecChunk, create_body, exec_body, label_selectors, resolve
+from corral._common import (
+    ExecChunk,
+    click_event,
+    create_body,
+    exec_body,
+    input_body,
+    key_event,
+    label_selectors,
+    move_event,
+    resolve,
+    text_event,
+)
 from corral.errors import SandboxFailed, raise_for
 from corral.jobs import Jobs
 from corral.rollouts import Rollouts
+from corral.snapshots import Snapshots
 from corral_client import AuthenticatedClient
 from corral_client.api.sandboxes import (
     create_sandbox,
@@ -24,8 +36,9 @@ from corral_client.api.sandboxes import (
     list_sandboxes,
     pause_sandbox,
     resume_sandbox,
+    snapshot_sandbox,
 )
-from corral_client.models import ExecResult, FileInfo
+from corral_client.models import ExecResult, FileInfo, Snapshot
 from corral_client.models import Sandbox as SandboxInfo
 
 
@@ -97,6 +110,41 @@ class Sandbox:
         self.info = _parsed(resume_sandbox.sync_detailed(self.id, client=self._corral.api))
         return self
 
+    # ---- screen, input and snapshots (`vm` sandboxes; `microvm` snapshots too) --------------
+
+    def screenshot(self) -> bytes:
+        """The screen as PNG bytes. Containers and microVMs have none (409 unsupported_by_backend)."""
+        response = self._corral.http.get(f"/v1/sandboxes/{self.id}/screen")
+        raise_for(response.status_code, response.content)
+        return response.content
+
+    def send_input(self, events: Any) -> int:
+        """Send input events in order (dicts as made by corral._common.key_event/text_event/
+        move_event/click_event, or corral_client models); returns how many were sent."""
+        response = self._corral.http.post(f"/v1/sandboxes/{self.id}/input", json=input_body(events))
+        raise_for(response.status_code, response.content)
+        return int(response.json()["sent"])
+
+    def type_text(self, text: str) -> int:
+        """Type text as a US keyboard would."""
+        return self.send_input([text_event(text)])
+
+    def press(self, *keys: str) -> int:
+        """Press keys together (a chord), e.g. press("ctrl", "c"); QEMU key names."""
+        return self.send_input([key_event(*keys)])
+
+    def move_mouse(self, x: int, y: int) -> int:
+        return self.send_input([move_event(x, y)])
+
+    def click(self, x: int | None = None, y: int | None = None, button: str = "left") -> int:
+        """Click ``button``, at (x, y) when given, else where the pointer is."""
+        return self.send_input([click_event(x, y, button)])
+
+    def snapshot(self) -> Snapshot:
+        """Save the VM's state on its node (it keeps running); restore it with
+        ``corral.sandboxes.create(from_snapshot=snapshot.id)``."""
+        return _parsed(snapshot_sandbox.sync_detailed(self.id, client=self._corral.api))
+
     def delete(self, wait: bool = True, timeout: float = 60.0) -> "Sandbox":
         self.info = _parsed(delete_sandbox.sync_detailed(self.id, client=self._corral.api, wait=wait, timeout=timeout))
         return self
@@ -112,10 +160,14 @@ class Sandboxes:
     def __init__(self, corral: "Corral"):
         self._corral = corral
 
-    def create(self, environment: str, *, wait: bool = True, wait_timeout: float = 120.0, **spec: Any) -> Sandbox:
+    def create(self, environment: str | None = None, *, wait: bool = True, wait_timeout: float = 120.0,
+               **spec: Any) -> Sandbox:
         """Create a sandbox; with ``wait`` (default) return once it runs, raising SandboxFailed if it cannot.
 
-        spec: backend, cpu, memory_mb, disk_mb, timeout_s, pids_limit, env, labels.
+        spec: backend ("auto" | "container" | "microvm" | "vm"), isolation ("container" | "vm"),
+        display (a screen: picks vm), disk_image (boot a disk image instead of an environment),
+        from_snapshot (restore a snapshot id; kind, image, cpu and memory come from it), cpu,
+        memory_mb, disk_mb, timeout_s, pids_limit, env, labels.
         """
         kwargs: dict[str, Any] = {"wait_for": "running", "timeout": wait_timeout} if wait else {}
         info = _parsed(create_sandbox.sync_detailed(client=self._corral.api, body=create_body(environment, **spec), **kwargs))
@@ -149,6 +201,7 @@ class Corral:
         self.sandboxes = Sandboxes(self)
         self.rollouts = Rollouts(self)
         self.jobs = Jobs(self)
+        self.snapshots = Snapshots(self)
 
     @property
     def http(self) -> httpx.Client:

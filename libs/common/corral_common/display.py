@@ -57,6 +57,7 @@ class Snapshot(BaseModel):
     node_id: str
     backend: str
     environment: str
+    disk_image: str | None = None
     memory_mb: int
     cpu: float
     size_bytes: int = 0

@@ -23,6 +23,9 @@ from corral_api.sandboxes.router import router as sandboxes_router
 from corral_api.sandboxes.service import EnvironmentCatalog, SandboxService
 from corral_api.sandboxes.waiters import StateWaiters
 from corral_api.settings import ApiSettings
+from corral_api.snapshots.repository import SnapshotRepository
+from corral_api.snapshots.router import router as snapshots_router
+from corral_api.snapshots.service import SnapshotService
 from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxStateChanged
@@ -58,9 +61,11 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.api_keys = api_keys
         app.state.node_client = node_client
+        snapshot_rows = SnapshotRepository(engine)
         app.state.sandboxes = SandboxService(store, bus, history, waiters, EnvironmentCatalog(images),
-                                             settings.api_max_wait_s)
+                                             settings.api_max_wait_s, snapshots=snapshot_rows)
         app.state.data_path = SandboxDataPath(app.state.sandboxes, node_client)
+        app.state.snapshots = SnapshotService(snapshot_rows, app.state.sandboxes, node_client)
         app.state.rollouts = RolloutService(
             RolloutRepository(engine), app.state.sandboxes, app.state.data_path,
             idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
@@ -89,6 +94,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     instrument_app(app)
     app.include_router(sandboxes_router)
+    app.include_router(snapshots_router)
     app.include_router(fncall_router)
     app.include_router(rollouts_router)
     app.include_router(jobs_router)

@@ -42,3 +42,31 @@ def test_could_ever_fit_tells_waiting_from_hopeless():
     full = node("a", used_mem=4096)
     assert could_ever_fit(full, SPEC)
     assert not could_ever_fit(node("small", mem=512), SPEC)
+
+
+# ---- sandbox kinds ---------------------------------------------------------------------------
+
+
+def vm_node(node_id, overhead=96, **kw):
+    n = node(node_id, **kw)
+    n.backends, n.vm_memory_overhead_mb = ("container", "microvm", "vm"), overhead
+    return n
+
+
+def test_only_nodes_advertising_the_backend_are_candidates():
+    microvm = SandboxSpec(environment="e", isolation="vm", memory_mb=512)
+    assert microvm.backend == "microvm"
+    plain, vms = node("a"), vm_node("b", used_mem=3000)
+    assert not fits(plain, microvm) and not could_ever_fit(plain, microvm)
+    assert [n.node_id for n in rank_nodes([plain, vms], microvm)] == ["b"]  # though "a" is emptier
+    assert fits(vms, SPEC)  # a VM-capable node still takes containers
+
+
+def test_vm_memory_includes_the_nodes_overhead():
+    microvm = SandboxSpec(environment="e", backend="microvm", memory_mb=1000)
+    assert vm_node("a", overhead=100).reserved_memory_mb(microvm) == 1100
+    assert vm_node("a").reserved_memory_mb(SandboxSpec(environment="e", memory_mb=1000)) == 1000  # container
+    assert fits(vm_node("a", overhead=100, used_mem=2996), microvm)  # 4096 - 2996 = 1100
+    assert not fits(vm_node("a", overhead=100, used_mem=2997), microvm)
+    assert not could_ever_fit(vm_node("a", mem=1099, overhead=100), microvm)
+    assert could_ever_fit(vm_node("a", mem=1100, overhead=100), microvm)

@@ -26,12 +26,17 @@ from .fncall_request_files import FncallRequestFiles
 from .fncall_response import FncallResponse
 from .get_sandbox_wait_for_type_0 import GetSandboxWaitForType0
 from .healthz_response_healthz import HealthzResponseHealthz
+from .input_request import InputRequest
 from .job import Job
 from .job_counts import JobCounts
 from .job_create import JobCreate
 from .job_create_labels import JobCreateLabels
 from .job_labels import JobLabels
+from .key_press import KeyPress
 from .list_rollouts_status_type_0 import ListRolloutsStatusType0
+from .mouse_click import MouseClick
+from .mouse_click_button import MouseClickButton
+from .mouse_move import MouseMove
 from .rollout import Rollout
 from .rollout_create import RolloutCreate
 from .rollout_create_metadata import RolloutCreateMetadata
@@ -56,7 +61,11 @@ from .sandbox_create_isolation import SandboxCreateIsolation
 from .sandbox_create_labels import SandboxCreateLabels
 from .sandbox_labels import SandboxLabels
 from .sandbox_list import SandboxList
+from .sandbox_runtime import SandboxRuntime
 from .sandbox_state import SandboxState
+from .send_input_response_send_input import SendInputResponseSendInput
+from .snapshot import Snapshot
+from .snapshot_list import SnapshotList
 from .step import Step
 from .step_action import StepAction
 from .step_args import StepArgs
@@ -67,6 +76,7 @@ from .step_request_action import StepRequestAction
 from .step_request_args import StepRequestArgs
 from .step_status import StepStatus
 from .test_case import TestCase
+from .type_text import TypeText
 from .usage import Usage
 from .verdict import Verdict
 
@@ -97,12 +107,17 @@ __all__ = (
     "FncallResponse",
     "GetSandboxWaitForType0",
     "HealthzResponseHealthz",
+    "InputRequest",
     "Job",
     "JobCounts",
     "JobCreate",
     "JobCreateLabels",
     "JobLabels",
+    "KeyPress",
     "ListRolloutsStatusType0",
+    "MouseClick",
+    "MouseClickButton",
+    "MouseMove",
     "Rollout",
     "RolloutCreate",
     "RolloutCreateMetadata",
@@ -127,7 +142,11 @@ __all__ = (
     "SandboxCreateLabels",
     "SandboxLabels",
     "SandboxList",
+    "SandboxRuntime",
     "SandboxState",
+    "SendInputResponseSendInput",
+    "Snapshot",
+    "SnapshotList",
     "Step",
     "StepAction",
     "StepArgs",
@@ -138,6 +157,7 @@ __all__ = (
     "StepRequestArgs",
     "StepStatus",
     "TestCase",
+    "TypeText",
     "Usage",
     "Verdict",
 )

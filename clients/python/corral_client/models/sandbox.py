@@ -12,6 +12,7 @@ from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
     from ..models.sandbox_labels import SandboxLabels
+    from ..models.sandbox_runtime import SandboxRuntime
     from ..models.usage import Usage
 
 
@@ -22,7 +23,7 @@ T = TypeVar("T", bound="Sandbox")
 class Sandbox:
     """
     Attributes:
-        backend (str):
+        backend (str): The resolved kind: container, microvm or vm
         cpu (float):
         created_at (datetime.datetime):
         disk_mb (int):
@@ -31,10 +32,15 @@ class Sandbox:
         memory_mb (int):
         state (SandboxState):
         timeout_s (int):
+        disk_image (None | str | Unset):
+        display (bool | Unset):  Default: False.
         ended_at (datetime.datetime | None | Unset):
+        from_snapshot (None | str | Unset):
+        isolation (str | Unset):  Default: 'container'.
         labels (SandboxLabels | Unset):
         node_id (None | str | Unset):
         reason (None | str | Unset):
+        runtime (SandboxRuntime | Unset):
         started_at (datetime.datetime | None | Unset):
         usage (None | Unset | Usage):
     """
@@ -48,10 +54,15 @@ class Sandbox:
     memory_mb: int
     state: SandboxState
     timeout_s: int
+    disk_image: None | str | Unset = UNSET
+    display: bool | Unset = False
     ended_at: datetime.datetime | None | Unset = UNSET
+    from_snapshot: None | str | Unset = UNSET
+    isolation: str | Unset = "container"
     labels: SandboxLabels | Unset = UNSET
     node_id: None | str | Unset = UNSET
     reason: None | str | Unset = UNSET
+    runtime: SandboxRuntime | Unset = UNSET
     started_at: datetime.datetime | None | Unset = UNSET
     usage: None | Unset | Usage = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
@@ -77,6 +88,14 @@ class Sandbox:
 
         timeout_s = self.timeout_s
 
+        disk_image: None | str | Unset
+        if isinstance(self.disk_image, Unset):
+            disk_image = UNSET
+        else:
+            disk_image = self.disk_image
+
+        display = self.display
+
         ended_at: None | str | Unset
         if isinstance(self.ended_at, Unset):
             ended_at = UNSET
@@ -84,6 +103,14 @@ class Sandbox:
             ended_at = self.ended_at.isoformat()
         else:
             ended_at = self.ended_at
+
+        from_snapshot: None | str | Unset
+        if isinstance(self.from_snapshot, Unset):
+            from_snapshot = UNSET
+        else:
+            from_snapshot = self.from_snapshot
+
+        isolation = self.isolation
 
         labels: dict[str, Any] | Unset = UNSET
         if not isinstance(self.labels, Unset):
@@ -100,6 +127,10 @@ class Sandbox:
             reason = UNSET
         else:
             reason = self.reason
+
+        runtime: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.runtime, Unset):
+            runtime = self.runtime.to_dict()
 
         started_at: None | str | Unset
         if isinstance(self.started_at, Unset):
@@ -132,14 +163,24 @@ class Sandbox:
                 "timeout_s": timeout_s,
             }
         )
+        if disk_image is not UNSET:
+            field_dict["disk_image"] = disk_image
+        if display is not UNSET:
+            field_dict["display"] = display
         if ended_at is not UNSET:
             field_dict["ended_at"] = ended_at
+        if from_snapshot is not UNSET:
+            field_dict["from_snapshot"] = from_snapshot
+        if isolation is not UNSET:
+            field_dict["isolation"] = isolation
         if labels is not UNSET:
             field_dict["labels"] = labels
         if node_id is not UNSET:
             field_dict["node_id"] = node_id
         if reason is not UNSET:
             field_dict["reason"] = reason
+        if runtime is not UNSET:
+            field_dict["runtime"] = runtime
         if started_at is not UNSET:
             field_dict["started_at"] = started_at
         if usage is not UNSET:
@@ -150,6 +191,7 @@ class Sandbox:
     @classmethod
     def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
         from ..models.sandbox_labels import SandboxLabels
+        from ..models.sandbox_runtime import SandboxRuntime
         from ..models.usage import Usage
 
         d = dict(src_dict)
@@ -171,6 +213,17 @@ class Sandbox:
 
         timeout_s = d.pop("timeout_s")
 
+        def _parse_disk_image(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        disk_image = _parse_disk_image(d.pop("disk_image", UNSET))
+
+        display = d.pop("display", UNSET)
+
         def _parse_ended_at(data: object) -> datetime.datetime | None | Unset:
             if data is None:
                 return data
@@ -187,6 +240,17 @@ class Sandbox:
             return cast(datetime.datetime | None | Unset, data)
 
         ended_at = _parse_ended_at(d.pop("ended_at", UNSET))
+
+        def _parse_from_snapshot(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        from_snapshot = _parse_from_snapshot(d.pop("from_snapshot", UNSET))
+
+        isolation = d.pop("isolation", UNSET)
 
         _labels = d.pop("labels", UNSET)
         labels: SandboxLabels | Unset
@@ -212,6 +276,13 @@ class Sandbox:
             return cast(None | str | Unset, data)
 
         reason = _parse_reason(d.pop("reason", UNSET))
+
+        _runtime = d.pop("runtime", UNSET)
+        runtime: SandboxRuntime | Unset
+        if isinstance(_runtime, Unset):
+            runtime = UNSET
+        else:
+            runtime = SandboxRuntime.from_dict(_runtime)
 
         def _parse_started_at(data: object) -> datetime.datetime | None | Unset:
             if data is None:
@@ -257,10 +328,15 @@ class Sandbox:
             memory_mb=memory_mb,
             state=state,
             timeout_s=timeout_s,
+            disk_image=disk_image,
+            display=display,
             ended_at=ended_at,
+            from_snapshot=from_snapshot,
+            isolation=isolation,
             labels=labels,
             node_id=node_id,
             reason=reason,
+            runtime=runtime,
             started_at=started_at,
             usage=usage,
         )

@@ -11,7 +11,7 @@ import secrets
 
 from corral_api.jobs.schemas import Job, JobCreate
 from corral_api.sandboxes.service import SandboxService
-from corral_common.errors import NotFound
+from corral_common.errors import NotFound, Unprocessable
 from corral_common.jobs import JobRecord, JobStore
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec
@@ -40,7 +40,12 @@ class JobService:
 
     async def create(self, tenant: str, body: JobCreate) -> JobRecord:
         spec = SandboxSpec.model_validate(body.spec.model_dump())
-        await self.sandboxes.environments.require(spec.environment)
+        if spec.from_snapshot:
+            # A snapshot restores on its one node, one sandbox at a time: not a job's business.
+            raise Unprocessable("jobs cannot restore snapshots; create the sandboxes one by one",
+                                loc=["body", "spec", "from_snapshot"], code="unsupported_in_jobs")
+        if spec.environment:
+            await self.sandboxes.environments.require(spec.environment)
         job_id = f"job-{secrets.token_hex(6)}"
         spec = spec.model_copy(update={"labels": {**spec.labels, **body.labels, "job": job_id}})
         await self.jobs.create_job(job_id, tenant, spec, body.count, weight=body.weight, priority=body.priority,

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from corral_api.sandboxes.node_client import NodeClient
 from corral_api.sandboxes.service import SandboxService
+from corral_common.display import InputRequest
 from corral_common.errors import BadRequest
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
 from corral_common.sandboxes import SandboxState
@@ -61,3 +62,14 @@ class SandboxDataPath:
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         await self.nodes.request("POST", await self._url(tenant, sandbox_id, "resume", _LIVE))
         return await self.sandboxes.get(tenant, sandbox_id)
+
+    async def screenshot(self, tenant: str, sandbox_id: str) -> bytes:
+        """The screen as PNG bytes (a paused VM still shows its last frame)."""
+        response = await self.nodes.request("GET", await self._url(tenant, sandbox_id, "screen", _LIVE))
+        return response.content
+
+    async def send_input(self, tenant: str, sandbox_id: str, body: InputRequest) -> int:
+        response = await self.nodes.request("POST", await self._url(tenant, sandbox_id, "input"),
+                                            content=body.model_dump_json(),
+                                            headers={"content-type": "application/json"})
+        return int(response.json().get("sent", len(body.events)))

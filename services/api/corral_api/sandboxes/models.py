@@ -17,6 +17,8 @@ class SandboxHistory(SQLModel, table=True):
     state: str = Field(max_length=32)
     reason: str | None = Field(default=None, max_length=128)
     spec: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    # How its node ran it (kind, accelerator, image transport...); null before migration 0003.
+    runtime: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     labels: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime
     started_at: datetime | None = None

@@ -10,6 +10,8 @@ from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
 from corral_api.sandboxes.service import SandboxService
+from corral_api.snapshots.service import SnapshotService, to_schema
+from corral_common.display import InputRequest, Snapshot
 from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
@@ -30,8 +32,13 @@ async def data_path(request: Request) -> SandboxDataPath:
     return request.app.state.data_path
 
 
+async def snapshots(request: Request) -> SnapshotService:
+    return request.app.state.snapshots
+
+
 Service = Annotated[SandboxService, Depends(sandboxes)]
 Data = Annotated[SandboxDataPath, Depends(data_path)]
+Snapshots = Annotated[SnapshotService, Depends(snapshots)]
 
 
 def parse_labels(selectors: list[str]) -> dict[str, str]:
@@ -109,6 +116,29 @@ async def pause_sandbox(sandbox_id: str, tenant: Tenant, data: Data) -> Sandbox:
 async def resume_sandbox(sandbox_id: str, tenant: Tenant, data: Data) -> Sandbox:
     """Thaw a paused sandbox (running again)."""
     return Sandbox.from_record(await data.resume(tenant, sandbox_id))
+
+
+@router.get("/{sandbox_id}/screen", operation_id="get_screen", response_class=Response,
+            responses={200: {"content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+                             "description": "A PNG screenshot"}})
+async def get_screen(sandbox_id: str, tenant: Tenant, data: Data) -> Response:
+    """The screen of a ``vm`` sandbox as a PNG. Other kinds answer 409 ``unsupported_by_backend``."""
+    return Response(await data.screenshot(tenant, sandbox_id), media_type="image/png")
+
+
+@router.post("/{sandbox_id}/input", operation_id="send_input")
+async def send_input(sandbox_id: str, body: InputRequest, tenant: Tenant, data: Data) -> dict[str, int]:
+    """Send key presses, text and mouse moves/clicks to a ``vm`` sandbox, in order → ``{"sent": n}``."""
+    return {"sent": await data.send_input(tenant, sandbox_id, body)}
+
+
+@router.post("/{sandbox_id}/snapshot", status_code=201, response_model=Snapshot, operation_id="snapshot_sandbox")
+async def snapshot_sandbox(sandbox_id: str, tenant: Tenant, snapshots: Snapshots, response: Response) -> Snapshot:
+    """Save a running VM's memory and disk on its node's disk (it keeps running). Create a
+    sandbox with ``from_snapshot`` to restore it. Containers answer 409 ``unsupported_by_backend``."""
+    row = await snapshots.create(tenant, sandbox_id)
+    response.headers["Location"] = f"/v1/snapshots/{row.id}"
+    return to_schema(row)
 
 
 @router.post("/{sandbox_id}/exec", response_model=ExecResult, operation_id="exec_command")

@@ -1,14 +1,32 @@
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
+from corral_common.display import Snapshot
 from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
 from corral_common.state import SandboxRecord
 
 
 class SandboxCreate(SandboxSpec):
     """Request body of ``POST /v1/sandboxes``."""
+
+    # The fields the caller sent. Not model_fields_set: the spec's validator assigns the
+    # resolved backend, which marks it as set.
+    _requested: frozenset[str] = PrivateAttr(default=frozenset())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_requested(cls, data: Any, handler: Any) -> "SandboxCreate":
+        model = handler(data)
+        if isinstance(data, dict):
+            # backend "auto" says nothing (a restore must not read it as a contradiction).
+            model._requested = frozenset(k for k in data if not (k == "backend" and data[k] == "auto"))
+        return model
+
+    @property
+    def requested_fields(self) -> frozenset[str]:
+        return self._requested
 
 
 WaitState = Literal["scheduled", "starting", "running", "terminated"]
@@ -19,7 +37,14 @@ class Sandbox(BaseModel):
     state: SandboxState
     reason: str | None = None
     environment: str
-    backend: str
+    backend: str = Field(description="The resolved kind: container, microvm or vm")
+    isolation: str = "container"
+    display: bool = False
+    disk_image: str | None = None
+    from_snapshot: str | None = None
+    # How its node runs it, once running: backend, and for VMs accelerator (kvm|tcg),
+    # machine, image_transport (virtio-pmem+dax | virtio-blk)...
+    runtime: dict[str, str] = Field(default_factory=dict)
     node_id: str | None = None
     cpu: float
     memory_mb: int
@@ -39,7 +64,9 @@ class Sandbox(BaseModel):
         spec = record.spec
         return cls(
             id=record.id, state=record.state, reason=record.reason, environment=spec.environment,
-            backend="container" if spec.backend == "auto" else spec.backend, node_id=record.node_id,
+            backend="container" if spec.backend == "auto" else spec.backend, isolation=spec.isolation,
+            display=spec.display, disk_image=spec.disk_image, from_snapshot=spec.from_snapshot,
+            runtime=record.runtime, node_id=record.node_id,
             cpu=spec.cpu, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, timeout_s=spec.timeout_s,
             labels=spec.labels, created_at=ts(record.created_at), started_at=ts(record.started_at),
             ended_at=ts(record.ended_at), usage=record.usage,
@@ -48,3 +75,7 @@ class Sandbox(BaseModel):
 
 class SandboxList(BaseModel):
     items: list[Sandbox]
+
+
+class SnapshotList(BaseModel):
+    items: list[Snapshot]

@@ -8,6 +8,8 @@ import httpx
 
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_api.sandboxes.waiters import StateWaiters
+from corral_api.snapshots.repository import SnapshotRepository
+from corral_api.snapshots.restore import restored_spec
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
 from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
@@ -53,20 +55,33 @@ class EnvironmentCatalog:
 
 class SandboxService:
     def __init__(self, store: StateStore, bus: EventBus, history: HistoryRepository, waiters: StateWaiters,
-                 environments: EnvironmentCatalog, max_wait_s: float):
+                 environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotRepository | None = None):
         self.store = store
         self.bus = bus
         self.history = history
         self.waiters = waiters
         self.environments = environments
         self.max_wait_s = max_wait_s
+        self.snapshots = snapshots
 
     async def create(self, tenant: str, spec: SandboxSpec) -> SandboxRecord:
-        await self.environments.require(spec.environment)
+        required_node = None
+        if spec.from_snapshot:
+            snapshot = await asyncio.to_thread(self.snapshots.get, spec.from_snapshot) if self.snapshots else None
+            if snapshot is None or snapshot.tenant != tenant:
+                raise NotFound(f"snapshot {spec.from_snapshot} not found", loc=["body", "from_snapshot"],
+                               code="snapshot_not_found")
+            # The saved state lives on one node's disk, and only fits a machine of its shape.
+            explicit = getattr(spec, "requested_fields", spec.model_fields_set)  # SandboxCreate knows
+            spec = restored_spec(spec, snapshot.spec, explicit)
+            required_node = snapshot.node_id
+        elif spec.environment:
+            await self.environments.require(spec.environment)
         sandbox_id = f"sb-{secrets.token_hex(8)}"
-        record = await self.store.create_sandbox(sandbox_id, tenant, spec)
+        record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)
         try:
-            await self.bus.publish("sandbox.requested", SandboxRequested(sandbox_id=sandbox_id, tenant=tenant, spec=spec))
+            await self.bus.publish("sandbox.requested", SandboxRequested(sandbox_id=sandbox_id, tenant=tenant, spec=spec,
+                                                                         node_id=required_node))
         except Exception as exc:
             await self.store.transition(sandbox_id, SandboxState.failed, reason="request_not_queued")
             raise ServiceUnavailable("could not queue the request; nothing was started") from exc

@@ -5,6 +5,7 @@ from sqlmodel import SQLModel
 import corral_api.auth.models  # noqa: F401  (registers tables)
 import corral_api.rollouts.models  # noqa: F401
 import corral_api.sandboxes.models  # noqa: F401
+import corral_api.snapshots.models  # noqa: F401
 
 config = context.config
 target_metadata = SQLModel.metadata

@@ -1,0 +1,220 @@
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.error_response import ErrorResponse
+from ...models.input_request import InputRequest
+from ...models.send_input_response_send_input import SendInputResponseSendInput
+from ...types import Response
+
+
+def _get_kwargs(
+    sandbox_id: str,
+    *,
+    body: InputRequest,
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+
+    _kwargs: dict[str, Any] = {
+        "method": "post",
+        "url": "/v1/sandboxes/{sandbox_id}/input".format(
+            sandbox_id=quote(str(sandbox_id), safe=""),
+        ),
+    }
+
+    _kwargs["json"] = body.to_dict()
+
+    headers["Content-Type"] = "application/json"
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> ErrorResponse | SendInputResponseSendInput | None:
+    if response.status_code == 200:
+        response_200 = SendInputResponseSendInput.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = ErrorResponse.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = ErrorResponse.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 404:
+        response_404 = ErrorResponse.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 409:
+        response_409 = ErrorResponse.from_dict(response.json())
+
+        return response_409
+
+    if response.status_code == 413:
+        response_413 = ErrorResponse.from_dict(response.json())
+
+        return response_413
+
+    if response.status_code == 422:
+        response_422 = ErrorResponse.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 503:
+        response_503 = ErrorResponse.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[ErrorResponse | SendInputResponseSendInput]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    sandbox_id: str,
+    *,
+    client: AuthenticatedClient,
+    body: InputRequest,
+) -> Response[ErrorResponse | SendInputResponseSendInput]:
+    """Send Input
+
+     Send key presses, text and mouse moves/clicks to a ``vm`` sandbox, in order → ``{"sent": n}``.
+
+    Args:
+        sandbox_id (str):
+        body (InputRequest): Body of ``POST /v1/sandboxes/{id}/input``: events are sent in order.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorResponse | SendInputResponseSendInput]
+    """
+
+    kwargs = _get_kwargs(
+        sandbox_id=sandbox_id,
+        body=body,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    sandbox_id: str,
+    *,
+    client: AuthenticatedClient,
+    body: InputRequest,
+) -> ErrorResponse | SendInputResponseSendInput | None:
+    """Send Input
+
+     Send key presses, text and mouse moves/clicks to a ``vm`` sandbox, in order → ``{"sent": n}``.
+
+    Args:
+        sandbox_id (str):
+        body (InputRequest): Body of ``POST /v1/sandboxes/{id}/input``: events are sent in order.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorResponse | SendInputResponseSendInput
+    """
+
+    return sync_detailed(
+        sandbox_id=sandbox_id,
+        client=client,
+        body=body,
+    ).parsed
+
+
+async def asyncio_detailed(
+    sandbox_id: str,
+    *,
+    client: AuthenticatedClient,
+    body: InputRequest,
+) -> Response[ErrorResponse | SendInputResponseSendInput]:
+    """Send Input
+
+     Send key presses, text and mouse moves/clicks to a ``vm`` sandbox, in order → ``{"sent": n}``.
+
+    Args:
+        sandbox_id (str):
+        body (InputRequest): Body of ``POST /v1/sandboxes/{id}/input``: events are sent in order.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorResponse | SendInputResponseSendInput]
+    """
+
+    kwargs = _get_kwargs(
+        sandbox_id=sandbox_id,
+        body=body,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    sandbox_id: str,
+    *,
+    client: AuthenticatedClient,
+    body: InputRequest,
+) -> ErrorResponse | SendInputResponseSendInput | None:
+    """Send Input
+
+     Send key presses, text and mouse moves/clicks to a ``vm`` sandbox, in order → ``{"sent": n}``.
+
+    Args:
+        sandbox_id (str):
+        body (InputRequest): Body of ``POST /v1/sandboxes/{id}/input``: events are sent in order.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorResponse | SendInputResponseSendInput
+    """
+
+    return (
+        await asyncio_detailed(
+            sandbox_id=sandbox_id,
+            client=client,
+            body=body,
+        )
+    ).parsed

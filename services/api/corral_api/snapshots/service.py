@@ -1,0 +1,77 @@
+"""Snapshots as the api sees them: a node saves the state, SQL keeps the record.
+
+The state is written by the node that runs the sandbox (``POST <node>/v1/sandboxes/{id}/snapshot``)
+and stays on that node's disk, so a sandbox restored from it is placed on that node. The SQL
+row is written once the node has answered: a snapshot the caller was told about is durable.
+A container cannot be snapshotted: its node answers 409 ``unsupported_by_backend``, passed on.
+"""
+
+import asyncio
+import secrets
+from datetime import UTC, datetime
+
+from corral_api.sandboxes.node_client import NodeClient
+from corral_api.sandboxes.service import SandboxService
+from corral_api.snapshots.models import SnapshotRow
+from corral_api.snapshots.repository import SnapshotRepository
+from corral_common.display import Snapshot
+from corral_common.errors import NotFound
+from corral_common.logging import get_logger
+from corral_common.sandboxes import SandboxState
+
+log = get_logger("corral.api.snapshots")
+
+_LIVE = frozenset({SandboxState.running, SandboxState.paused})
+
+
+def to_schema(row: SnapshotRow) -> Snapshot:
+    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
+    return Snapshot(id=row.id, sandbox_id=row.sandbox_id, node_id=row.node_id, backend=row.backend,
+                    environment=row.environment, disk_image=row.disk_image, memory_mb=row.memory_mb, cpu=row.cpu,
+                    size_bytes=row.size_bytes, created_at=created)
+
+
+class SnapshotService:
+    def __init__(self, repository: SnapshotRepository, sandboxes: SandboxService, nodes: NodeClient):
+        self.repository = repository
+        self.sandboxes = sandboxes
+        self.nodes = nodes
+
+    async def create(self, tenant: str, sandbox_id: str) -> SnapshotRow:
+        record, node = await self.sandboxes.node_for(tenant, sandbox_id, _LIVE)
+        snapshot_id = f"snap-{secrets.token_hex(8)}"
+        response = await self.nodes.request("POST", f"{node.url}/v1/sandboxes/{sandbox_id}/snapshot",
+                                            json={"snapshot_id": snapshot_id})
+        spec = record.spec
+        row = SnapshotRow(id=snapshot_id, tenant=tenant, sandbox_id=sandbox_id, node_id=node.node_id,
+                          backend=spec.backend, environment=spec.environment, disk_image=spec.disk_image,
+                          memory_mb=spec.memory_mb, cpu=spec.cpu, size_bytes=int(response.json().get("size_bytes", 0)),
+                          spec=spec.model_dump(mode="json"), created_at=datetime.now(UTC))
+        await asyncio.to_thread(self.repository.add, row)
+        log.info("snapshot.created", snapshot_id=snapshot_id, sandbox_id=sandbox_id, node_id=node.node_id,
+                 size_bytes=row.size_bytes)
+        return row
+
+    async def get(self, tenant: str, snapshot_id: str, loc: list[str | int] | None = None) -> SnapshotRow:
+        row = await asyncio.to_thread(self.repository.get, snapshot_id)
+        if row is None or row.tenant != tenant:
+            # Another tenant's snapshot is indistinguishable from a missing one.
+            raise NotFound(f"snapshot {snapshot_id} not found", loc=loc or ["path", "snapshot_id"],
+                           code="snapshot_not_found")
+        return row
+
+    async def list(self, tenant: str, sandbox_id: str | None = None) -> list[SnapshotRow]:
+        return list(await asyncio.to_thread(self.repository.list, tenant, sandbox_id))
+
+    async def delete(self, tenant: str, snapshot_id: str) -> SnapshotRow:
+        """Remove the saved state from its node, then the record. A node that is gone for good
+        took the state with it: the record is removed anyway."""
+        row = await self.get(tenant, snapshot_id)
+        node = await self.sandboxes.store.get_node(row.node_id)
+        if node is not None:
+            await self.nodes.request("DELETE", f"{node.url}/v1/snapshots/{snapshot_id}",
+                                     params={"backend": row.backend})
+        else:
+            log.warning("snapshot.node_gone", snapshot_id=snapshot_id, node_id=row.node_id)
+        await asyncio.to_thread(self.repository.delete, snapshot_id)
+        return row
