@@ -8,12 +8,13 @@ STATE ?= $(CURDIR)/.state
 TEST_STATE ?= $(CURDIR)/.state-test
 NODES ?= 2
 APT_PACKAGES := python3 python3-venv python3-dev gcc redis-server rabbitmq-server crun erofs-utils busybox-static \
-	debootstrap iproute2 postgresql docker-compose bubblewrap python3-seccomp fuse3 libfuse3-dev pkg-config
+	debootstrap iproute2 postgresql docker-compose bubblewrap python3-seccomp fuse3 libfuse3-dev pkg-config \
+	qemu-system-x86 qemu-utils kmod cpio lz4 libjansson-dev
 PACKAGES := -e libs/common -e services/api -e services/scheduler -e services/node-agent \
 	-e services/image-service -e services/memory-manager -e clients/python
 PYTEST_ARGS ?= -q -n 2 --dist loadgroup
 
-.PHONY: up down deps venv test test-locked client client-check bench lint clean
+.PHONY: up down deps venv guestkit test test-locked client client-check bench lint clean
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -30,7 +31,12 @@ $(VENV)/.installed: requirements-dev.txt $(wildcard */*/pyproject.toml) clients/
 
 venv: deps $(VENV)/.installed
 
-up: venv
+# The VM guest kit (Debian cloud kernel + initramfs with busybox and the guest agent), built
+# once per machine into /var/cache/corral/guestkit; a no-op when it is up to date.
+guestkit: venv
+	@$(PY) -m corral_node_agent guestkit build
+
+up: venv guestkit
 	@$(PY) scripts/corral_platform.py up --state-dir $(STATE) --nodes $(NODES) $(UP_ARGS) > $(STATE).json
 	@echo "== running examples/quickstart.py against it =="
 	@CORRAL_URL=$$($(PY) -c 'import json,sys; print(json.load(open(sys.argv[1]))["api"])' $(STATE).json) \
@@ -40,7 +46,7 @@ up: venv
 down:
 	$(PY) scripts/corral_platform.py down --state-dir $(STATE)
 
-test: venv
+test: venv guestkit
 	@mkdir -p $(TEST_STATE)/servers && chmod 755 $(TEST_STATE)
 	@# One run at a time per checkout: runs share the servers' ports and the e2e platform's.
 	@flock $(TEST_STATE)/lock $(MAKE) --no-print-directory test-locked
