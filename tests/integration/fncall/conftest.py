@@ -53,13 +53,13 @@ def executor_config(judge_rootfs, tmp_path_factory):
 @pytest.fixture
 async def make_worker(executor_config):
     from corral_node_agent.fncall.executor import Worker
-    from corral_node_agent.fncall.warm import WarmWorker
+    from corral_node_agent.fncall.zygote import ZygoteWorker
 
     made = []
 
-    def make(warm: bool = False):
+    def make(zygote: bool = False):
         name = f"t{uuid.uuid4().hex[:8]}"
-        worker = (WarmWorker if warm else Worker)(executor_config, name, f"corral-fncall/test-{name}/{name}")
+        worker = (ZygoteWorker if zygote else Worker)(executor_config, name, f"corral-fncall/test-{name}/{name}")
         made.append(worker)
         return worker
 

@@ -9,7 +9,7 @@ import pytest
 from corral_node_agent.fncall.models import FncallJob, JobCase
 
 APLUSB = "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}\n"
-BOTH = pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+BOTH = pytest.mark.parametrize("zygote", [False, True], ids=["cold", "zygote"])
 
 
 def job(runtime: str, code: str, **kw) -> FncallJob:
@@ -27,8 +27,8 @@ def cgroup_procs(worker) -> list[int]:
 # -- verdicts, each from a real program ------------------------------------------------------
 
 @BOTH
-async def test_accepted_and_wrong_answer(make_worker, warm):
-    w = make_worker(warm)
+async def test_accepted_and_wrong_answer(make_worker, zygote):
+    w = make_worker(zygote)
     r = await run(w, "python", "a, b = map(int, input().split())\nprint(a + b)",
                   cases=[JobCase(stdin="1 2", expected_stdout="3\n"), JobCase(stdin="2 2", expected_stdout="5\n")])
     assert [c.verdict for c in r.cases] == ["accepted", "wrong_answer"] and r.verdict == "wrong_answer"
@@ -62,8 +62,8 @@ async def test_compile_error(make_worker):
 
 
 @BOTH
-async def test_runtime_error(make_worker, warm):
-    r = await run(make_worker(warm), "python", "def f():\n    return 1 / 0\nf()")
+async def test_runtime_error(make_worker, zygote):
+    r = await run(make_worker(zygote), "python", "def f():\n    return 1 / 0\nf()")
     assert r.verdict == "runtime_error" and r.cases[0].exit_code == 1
     assert "ZeroDivisionError" in r.cases[0].stderr and 'File "/work/main.py", line 2' in r.cases[0].stderr
     seg = await run(make_worker(), "c", "int main(){int *p = 0; *p = 1; return 0;}")
@@ -71,8 +71,8 @@ async def test_runtime_error(make_worker, warm):
 
 
 @BOTH
-async def test_time_limit_busy_loop_is_cut_at_the_cpu_limit(make_worker, warm):
-    w = make_worker(warm)
+async def test_time_limit_busy_loop_is_cut_at_the_cpu_limit(make_worker, zygote):
+    w = make_worker(zygote)
     started = time.monotonic()
     r = await run(w, "python", "while True: pass", time_limit_ms=300)
     assert r.verdict == "time_limit_exceeded"
@@ -80,8 +80,8 @@ async def test_time_limit_busy_loop_is_cut_at_the_cpu_limit(make_worker, warm):
 
 
 @BOTH
-async def test_time_limit_sleep_forever_is_cut_at_the_wall_limit(make_worker, warm):
-    w = make_worker(warm)
+async def test_time_limit_sleep_forever_is_cut_at_the_wall_limit(make_worker, zygote):
+    w = make_worker(zygote)
     started = time.monotonic()
     r = await run(w, "python", "import time\ntime.sleep(3600)", time_limit_ms=200)
     assert r.verdict == "time_limit_exceeded" and r.cases[0].time_ms < 200
@@ -89,8 +89,8 @@ async def test_time_limit_sleep_forever_is_cut_at_the_wall_limit(make_worker, wa
 
 
 @BOTH
-async def test_memory_limit(make_worker, warm):
-    r = await run(make_worker(warm), "python", "x = []\nwhile True:\n    x.append(bytearray(10**7))",
+async def test_memory_limit(make_worker, zygote):
+    r = await run(make_worker(zygote), "python", "x = []\nwhile True:\n    x.append(bytearray(10**7))",
                   memory_limit_mb=64, time_limit_ms=5000)
     assert r.verdict == "memory_limit_exceeded", r
     assert 48 * 1024 < r.cases[0].memory_kb <= 64 * 1024 + 512
@@ -104,8 +104,8 @@ async def test_memory_limit_cpp(make_worker):
 
 
 @BOTH
-async def test_output_limit_print_forever(make_worker, warm):
-    w = make_worker(warm)
+async def test_output_limit_print_forever(make_worker, zygote):
+    w = make_worker(zygote)
     started = time.monotonic()
     r = await run(w, "python", "while True:\n    print('y' * 1000)", output_limit_kb=64)
     assert r.verdict == "output_limit_exceeded"
@@ -114,8 +114,8 @@ async def test_output_limit_print_forever(make_worker, warm):
 
 
 @BOTH
-async def test_fork_bomb_is_contained_and_the_worker_stays_healthy(make_worker, warm):
-    w = make_worker(warm)
+async def test_fork_bomb_is_contained_and_the_worker_stays_healthy(make_worker, zygote):
+    w = make_worker(zygote)
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     started = time.monotonic()
     r = await run(w, "python", bomb, time_limit_ms=1000)
@@ -131,13 +131,13 @@ async def test_bash_fork_bomb_hits_the_process_cap(make_worker):
     assert r.verdict in ("time_limit_exceeded", "runtime_error")
     assert "fork" in r.cases[0].stderr.lower() or "resource" in r.cases[0].stderr.lower() \
         or r.verdict == "time_limit_exceeded"
-    assert cgroup_procs(w) == [] or w.__class__.__name__ == "WarmWorker"
+    assert cgroup_procs(w) == []
 
 
 # -- isolation ------------------------------------------------------------------------------
 
 @BOTH
-async def test_no_network_readonly_image_private_tmp(make_worker, warm):
+async def test_no_network_readonly_image_private_tmp(make_worker, zygote):
     code = """
 import os, socket
 try:
@@ -154,7 +154,7 @@ print("ifaces", sorted(n for _, n in socket.if_nameindex()))
 os.system("mount -t tmpfs none /tmp 2>/dev/null || echo mount: denied")
 print(open("/proc/self/status").read().split("Seccomp:")[1].split()[0])
 """
-    r = await run(make_worker(warm), "python", code)
+    r = await run(make_worker(zygote), "python", code)
     out = r.cases[0].stdout
     assert "net: no" in out and "write /usr/bin/evil no" in out and "write /etc/passwd no" in out
     assert "uid 1000" in out and "ifaces ['lo']" in out and "mount: denied" in out
@@ -169,11 +169,11 @@ async def test_environment_is_cleared(make_worker, monkeypatch):
 
 
 @BOTH
-async def test_files_are_given_and_importable(make_worker, warm):
+async def test_files_are_given_and_importable(make_worker, zygote):
     import base64
 
     files = {"helper.py": base64.b64encode(b"X = 41\n").decode(), "data/in.txt": base64.b64encode(b"hi").decode()}
-    r = await run(make_worker(warm), "python", "import helper\nprint(helper.X + 1, open('data/in.txt').read())",
+    r = await run(make_worker(zygote), "python", "import helper\nprint(helper.X + 1, open('data/in.txt').read())",
                   files=files)
     assert r.cases[0].stdout == "42 hi\n", r
 
@@ -181,8 +181,8 @@ async def test_files_are_given_and_importable(make_worker, warm):
 # -- nothing carries over from call N to call N+1 on the same worker -----------------------------
 
 @BOTH
-async def test_no_carry_over(make_worker, warm):
-    w = make_worker(warm)
+async def test_no_carry_over(make_worker, zygote):
+    w = make_worker(zygote)
     first = """
 import os, subprocess, json, sys
 open("/work/left.txt", "w").write("x")
@@ -197,7 +197,7 @@ print("done")
 """
     r1 = await run(w, "python", first)
     assert r1.verdict == "accepted" and r1.cases[0].stdout == "done\n"
-    assert cgroup_procs(w) == [] or warm  # (a warm worker already holds the next interpreter)
+    assert cgroup_procs(w) == []  # the run cgroup is empty after the call (a zygote has a cgroup of its own)
     second = """
 import os, json, sys, builtins, subprocess
 print(os.path.exists("/work/left.txt"), os.path.exists("/tmp/left.txt"), os.path.exists("/tmp/daemon"))
@@ -219,7 +219,7 @@ async def test_no_carry_over_between_cases_of_one_call(make_worker):
 
 
 async def test_worker_healthy_after_every_abuse(make_worker):
-    w = make_worker(warm=True)
+    w = make_worker(zygote=True)
     abuses = ["while True: pass", "import time\ntime.sleep(3600)", "x = ' ' * (1 << 34)",
               "while True:\n    print('y' * 4096)", "import os\nwhile True:\n    os.fork()"]
     for code in abuses:
@@ -227,7 +227,9 @@ async def test_worker_healthy_after_every_abuse(make_worker):
         assert r.verdict != "accepted" and r.verdict != "system_error", (code, r)
     ok = await run(w, "python", "print(sum(range(1000)))", cases=[JobCase(expected_stdout="499500\n")])
     assert ok.verdict == "accepted"
-    assert not list(Path(w.scratch).glob("*")) if Path(w.scratch).exists() else True
+    left = [p.name for p in Path(w.scratch).glob("*") if p.name != "zygote.log"] if Path(w.scratch).exists() else []
+    assert left == []  # no call's files left on the host
+    assert w.zygote_starts == 1  # the abuse never reached the zygote
 
 
 async def test_fetch_files_reads_back_the_working_dir(make_worker):
@@ -237,21 +239,17 @@ async def test_fetch_files_reads_back_the_working_dir(make_worker):
 
 
 @BOTH
-async def test_exit_and_quit_work(make_worker, warm):
-    w = make_worker(warm)
+async def test_exit_and_quit_work(make_worker, zygote):
+    w = make_worker(zygote)
     r = await run(w, "python", "print('a')\nexit(3)")
     assert r.verdict == "runtime_error" and r.cases[0].exit_code == 3 and r.cases[0].stdout == "a\n"
     r = await run(w, "python", "import sys\nprint(sys.argv, __name__)\nquit()")
     assert r.verdict == "accepted" and r.cases[0].stdout == "['main.py'] __main__\n"
 
 
-async def test_warm_worker_runs_warm(make_worker):
-    import asyncio
-
-    w = make_worker(warm=True)
-    w.prestart_soon()
+async def test_zygote_worker_forks_every_run_from_one_zygote(make_worker):
+    w = make_worker(zygote=True)
     for _ in range(3):
-        await asyncio.sleep(0.3)
         r = await run(w, "python", "print(1)")
         assert r.verdict == "accepted"
-    assert w.warm_runs >= 3 and w.cold_runs == 0
+    assert w.zygote_runs == 3 and w.cold_runs == 0 and w.zygote_starts == 1

@@ -106,7 +106,8 @@ class Worker:
     # -- one sandboxed process tree ---------------------------------------------------------
 
     def _bwrap_argv(self, argv: tuple[str, ...] | list[str], *, memory_bytes: int, bind_dir: Path | None,
-                    files: list[tuple[str, int, bool]], seccomp_fd: int) -> list[str]:
+                    files: list[tuple[str, int, bool]], seccomp_fd: int | None,
+                    caps: tuple[str, ...] = ()) -> list[str]:
         cmd = ["bwrap", "--ro-bind", str(self.config.rootfs), "/", "--proc", "/proc", "--dev", "/dev",
                "--size", str(memory_bytes), "--tmpfs", "/tmp"]
         if bind_dir is not None:
@@ -126,14 +127,19 @@ class Worker:
                 cmd += ["--perms", "0755" if executable else "0644", "--file", str(fd), f"/work/{rel}"]
         cmd += ["--chdir", "/work", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
                 "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work", "--setenv", "TMPDIR", "/tmp",
-                "--setenv", "LANG", "C.UTF-8", "--uid", "1000", "--gid", "1000", "--hostname", "corral",
-                "--seccomp", str(seccomp_fd), "--", *argv]
-        return cmd
+                "--setenv", "LANG", "C.UTF-8", "--uid", "1000", "--gid", "1000", "--hostname", "corral"]
+        for cap in caps:  # capabilities inside the sandbox's user namespace (the zygote's, see zygote.py)
+            cmd += ["--cap-add", cap]
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
+        return [*cmd, "--", *argv]
 
-    async def _spawn(self, argv: tuple[str, ...] | list[str], *, stdin: bytes | None, memory_bytes: int, cpu_s: int,
+    async def _spawn(self, argv: tuple[str, ...] | list[str], *, stdin: bytes | None, memory_bytes: int,
+                     cpu_s: int | str,
                      bind_dir: Path | None = None, files: list[tuple[str, Path, bool]] = (),
-                     extra_fds: list[int] = ()) -> asyncio.subprocess.Process:
-        """Start a sandboxed process tree in this worker's cgroup (limits already set)."""
+                     extra_fds: list[int] = (), cgroup: WorkerCgroup | None = None, seccomp: bool = True,
+                     caps: tuple[str, ...] = (), output: int = asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
+        """Start a sandboxed process tree in this worker's cgroup (or ``cgroup``; limits already set)."""
         fds: list[int] = []
         try:
             stdin_fd: int | None = None
@@ -143,21 +149,23 @@ class Worker:
                 if stdin:
                     os.write(stdin_fd, stdin)
                     os.lseek(stdin_fd, 0, os.SEEK_SET)
-            seccomp_fd = os.open(self.config.seccomp_path, os.O_RDONLY)
-            fds.append(seccomp_fd)
+            seccomp_fd = None
+            if seccomp:
+                seccomp_fd = os.open(self.config.seccomp_path, os.O_RDONLY)
+                fds.append(seccomp_fd)
             file_fds = []
             for rel, path, executable in files:
                 fd = os.open(path, os.O_RDONLY)
                 fds.append(fd)
                 file_fds.append((rel, fd, executable))
             cmd = self._bwrap_argv(argv, memory_bytes=memory_bytes, bind_dir=bind_dir, files=file_fds,
-                                   seccomp_fd=seccomp_fd)
+                                   seccomp_fd=seccomp_fd, caps=caps)
             limits = [str(cpu_s), str(FILE_SIZE_LIMIT // 512), str(self.config.open_files), str(memory_bytes // 1024),
                       str(self.config.outside_uid)]
             return await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", LAUNCH, "sh", *self.cgroup.procs_files(), *limits, *cmd,
+                "/bin/sh", "-c", LAUNCH, "sh", *(cgroup or self.cgroup).procs_files(), *limits, *cmd,
                 stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                stdout=output, stderr=output,
                 pass_fds=[fd for fd in fds if fd != stdin_fd] + list(extra_fds), close_fds=True)
         finally:
             for fd in fds:
@@ -276,15 +284,11 @@ class Worker:
                     for p in [fetch_dir, *fetch_dir.rglob("*")]:
                         os.chown(p, self.config.outside_uid, self.config.outside_uid, follow_symlinks=False)
                 case_result = await self._run_case(runtime, job, case.stdin, case.expected_stdout, files, fetch_dir)
-                result.cases.append(case_result)
                 if fetch_dir is not None:
                     result.files = _fetch(fetch_dir, job.fetch_files)
                     shutil.rmtree(fetch_dir, ignore_errors=True)
-                if case_result.verdict != Verdict.accepted:
-                    if result.verdict == Verdict.accepted:
-                        result.verdict = case_result.verdict
-                    if job.stop_on_failure:
-                        break
+                if not add_case(result, case_result, job):
+                    break
             return result
         except Exception as exc:  # a bug or a host problem: the caller gets system_error, never a hang
             result.verdict = Verdict.system_error
@@ -321,6 +325,16 @@ class Worker:
     async def _execute(self, runtime: Runtime, **kwargs) -> RawRun:
         """Run one case (subclasses may use a pre-started process instead)."""
         return await self._run(runtime.run, **kwargs)
+
+
+def add_case(result: FncallResult, case_result: CaseResult, job: FncallJob) -> bool:
+    """Record a case's result; False when the call should stop here (stop_on_failure)."""
+    result.cases.append(case_result)
+    if case_result.verdict != Verdict.accepted:
+        if result.verdict == Verdict.accepted:
+            result.verdict = case_result.verdict
+        return not job.stop_on_failure
+    return True
 
 
 def judge_run(run: RawRun, job: FncallJob, expected: str | None) -> CaseResult:

@@ -21,7 +21,7 @@ from corral_common.logging import get_logger
 from corral_node_agent.fncall import metrics
 from corral_node_agent.fncall.executor import ExecutorConfig, Worker
 from corral_node_agent.fncall.models import FncallJob, FncallResult, Verdict
-from corral_node_agent.fncall.warm import WarmWorker
+from corral_node_agent.fncall.zygote import ZygoteWorker
 
 log = get_logger("corral.fncall.pool")
 QUEUE_PREFIX = "fncall."
@@ -70,10 +70,10 @@ class RuntimePool:
         name = f"{self.runtime}-{self._next_id}"
         self._next_id += 1
         group = f"{self.cgroup_prefix}/{name}"
-        worker = (WarmWorker if self.warm else Worker)(self.config, name, group)
+        worker = (ZygoteWorker if self.warm else Worker)(self.config, name, group)
         self._workers[name] = worker
         self._free.put_nowait(worker)
-        if isinstance(worker, WarmWorker):
+        if isinstance(worker, ZygoteWorker):
             worker.prestart_soon()
         self.size += 1
 
@@ -105,7 +105,7 @@ class RuntimePool:
             self._retire -= 1
             self._close_worker(worker)
             return
-        if isinstance(worker, WarmWorker):
+        if isinstance(worker, ZygoteWorker):
             worker.prestart_soon()
         self._free.put_nowait(worker)
 
@@ -188,7 +188,7 @@ class RuntimePool:
         metrics.QUEUE_DEPTH.labels(runtime=self.runtime).set(self.queue_depth)
         metrics.CALLS_PER_SECOND.labels(**self._labels).set(self._rate.rate())
         metrics.POOL_WARM.labels(**self._labels).set(
-            sum(1 for w in self._workers.values() if isinstance(w, WarmWorker) and w.is_warm()))
+            sum(1 for w in self._workers.values() if isinstance(w, ZygoteWorker) and w.is_warm()))
         target = self.decide(self.size, self.busy, self.queue_depth)
         if target > self.size:
             self._idle_ticks = 0
