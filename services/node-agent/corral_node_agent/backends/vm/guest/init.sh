@@ -1,0 +1,146 @@
+#!/bin/busybox sh
+# Corral VM initramfs /init: load the kit's modules, mount the sandbox's EROFS layers as
+# read-only lowers under a tmpfs upper, switch root and hand PID 1 to the guest agent.
+# Kernel command line contract (guestkit.kernel_cmdline builds it):
+#   corral.lowers=<dev>[,<dev>...]  base first; <dev> = pmem<N> | vd:<serial>
+#   corral.upper_mb=<N>             size of the writable tmpfs upper
+#   corral.hostname=<name>
+#   corral.tty=1                    also keep a shell on /dev/tty1 (the display)
+# Any failure prints one `CORRAL-INIT-ERROR: <why>` console line and powers off.
+
+/bin/busybox mkdir -p /proc /sys /dev /bin /sbin /usr/bin /usr/sbin
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sysfs /sys
+/bin/busybox mount -t devtmpfs devtmpfs /dev
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+
+fail() {
+    echo "CORRAL-INIT-ERROR: $*" > /dev/console
+    sync
+    poweroff -f
+    reboot -f   # no power-off method: QEMU runs with -no-reboot, so this ends it too
+    sleep 3600
+}
+
+log() {
+    [ -n "$verbose" ] && echo "corral-init: $*" > /dev/console
+}
+
+lowers=""
+upper_mb=""
+hostname="sandbox"
+tty=""
+verbose=""
+virtio_mmio_args=""
+for arg in $(cat /proc/cmdline); do
+    case "$arg" in
+        corral.lowers=*) lowers="${arg#corral.lowers=}" ;;
+        corral.upper_mb=*) upper_mb="${arg#corral.upper_mb=}" ;;
+        corral.hostname=*) hostname="${arg#corral.hostname=}" ;;
+        corral.tty=1) tty=1 ;;
+        corral.verbose=1) verbose=1 ;;
+        # insmod (unlike modprobe) does not read module options from the command line
+        virtio_mmio.device=*) virtio_mmio_args="$virtio_mmio_args device=${arg#virtio_mmio.device=}" ;;
+    esac
+done
+[ -n "$lowers" ] || fail "no corral.lowers= on the kernel command line"
+case "$upper_mb" in
+    ''|*[!0-9]*) fail "corral.upper_mb must be a number of MiB, got '$upper_mb'" ;;
+esac
+
+# Modules in dependency order (written by guestkit at build time).
+while read -r mod; do
+    args=""
+    [ "$mod" = virtio_mmio ] && args="$virtio_mmio_args"
+    out=$(insmod "/lib/modules/$mod.ko" $args 2>&1) || case "$out" in
+        *"File exists"*) ;;
+        *) log "insmod $mod: $out" ;;
+    esac
+done < /lib/modules/load.list
+log "modules loaded"
+
+# Waits (up to 10 s: probing may be asynchronous) for a path to exist.
+wait_for() {
+    i=0
+    while [ ! -e "$1" ]; do
+        i=$((i + 1))
+        [ $i -gt 1000 ] && return 1
+        usleep 10000
+    done
+}
+
+# vd:<serial> -> /dev/vdX whose virtio-blk serial matches.
+find_serial() {
+    i=0
+    while [ $i -le 1000 ]; do
+        for s in /sys/block/vd*/serial; do
+            [ -e "$s" ] || continue
+            if [ "$(cat "$s")" = "$1" ]; then
+                d="${s%/serial}"
+                echo "/dev/${d##*/}"
+                return 0
+            fi
+        done
+        i=$((i + 1))
+        usleep 10000
+    done
+    return 1
+}
+
+mkdir -p /lowers /upper /newroot
+n=0
+lowerdir=""
+for dev in $(echo "$lowers" | tr ',' ' '); do
+    mnt="/lowers/$n"
+    mkdir -p "$mnt"
+    case "$dev" in
+        pmem[0-9]*)
+            wait_for "/dev/$dev" || fail "layer $n: no device /dev/$dev"
+            if ! mount -t erofs -o ro,dax=always "/dev/$dev" "$mnt" 2>/dev/null; then
+                echo "corral-init: layer $n: /dev/$dev cannot be mounted with DAX, mounting without" > /dev/console
+                mount -t erofs -o ro "/dev/$dev" "$mnt" || fail "layer $n: /dev/$dev is not a mountable EROFS image"
+            fi
+            ;;
+        vd:*)
+            blk=$(find_serial "${dev#vd:}") || fail "layer $n: no virtio disk with serial ${dev#vd:}"
+            mount -t erofs -o ro "$blk" "$mnt" || fail "layer $n: $blk (serial ${dev#vd:}) is not a mountable EROFS image"
+            ;;
+        *) fail "layer $n: unknown device '$dev' (want pmem<N> or vd:<serial>)" ;;
+    esac
+    # overlay wants the top layer first; the command line lists the base first
+    lowerdir="$mnt${lowerdir:+:$lowerdir}"
+    n=$((n + 1))
+done
+log "layers mounted: $lowerdir"
+
+mount -t tmpfs -o "size=${upper_mb}m,mode=0755" upper /upper || fail "cannot mount a ${upper_mb} MiB tmpfs upper"
+mkdir -p /upper/upper /upper/work
+mount -t overlay overlay -o "lowerdir=$lowerdir,upperdir=/upper/upper,workdir=/upper/work" /newroot \
+    || fail "cannot mount the overlay root (lowerdir=$lowerdir)"
+
+R=/newroot
+mkdir -p $R/proc $R/sys $R/dev $R/tmp $R/run $R/.corral
+if [ ! -e $R/home/user ]; then
+    mkdir -p $R/home/user
+    chown 1000:1000 $R/home/user
+fi
+chmod 1777 $R/tmp
+mount -t proc proc $R/proc
+mount -t sysfs sysfs $R/sys
+mount -t devtmpfs devtmpfs $R/dev
+mkdir -p $R/dev/pts $R/dev/shm
+mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts $R/dev/pts
+mount -t tmpfs -o mode=1777 shm $R/dev/shm
+mount -t tmpfs -o mode=1777,nosuid,nodev tmp $R/tmp
+mount -t tmpfs -o mode=0755,nosuid,nodev run $R/run
+# switch_root empties the initramfs: the agent (and a shell for the display) move along
+cp /bin/corral-agent /bin/busybox $R/.corral/
+hostname "$hostname"
+ip link set lo up 2>/dev/null
+
+agent_args="--port-name corral.agent"
+[ -n "$tty" ] && agent_args="$agent_args --tty /dev/tty1"
+log "switching root"
+exec switch_root $R /.corral/corral-agent $agent_args
+fail "switch_root failed"
