@@ -175,6 +175,11 @@ async def test_layer_files_can_be_read_and_mapped_by_another_process(images, sta
         # Another process (QEMU, for real) reads it and maps it: both see exactly the blob.
         assert await _in_other_process(READ_ALL, paths[1]) == ws["digest"]
         assert await _in_other_process(MMAP_ALL, paths[0]) == base["digest"]
+        # And QEMU's block layer opens it read-only, as a virtio-blk drive does.
+        qemu_io = await asyncio.create_subprocess_exec(
+            "qemu-io", "-r", "-f", "raw", "-c", "read -v 1024 4", paths[0], stdout=subprocess.PIPE)
+        out, _ = await qemu_io.communicate()
+        assert qemu_io.returncode == 0 and "e2 e1 f5 e0" in out.decode()  # the EROFS superblock magic
 
         again = await cache.acquire_files([ws], dax=False)
         assert again == [paths[1]] and cache.file_refcount(ws["digest"], dax=False) == 2
