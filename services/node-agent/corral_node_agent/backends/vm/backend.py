@@ -190,7 +190,8 @@ class QemuBackend(SandboxBackend):
         transport = self._layer_transport()
         layers = [LayerDisk(path=p, transport=transport) for p in reversed(lower_dirs)]  # base first
         cmdline = kernel_cmdline(lowers=guest_lowers(layers), upper_mb=spec.disk_mb,
-                                 hostname=sandbox_id, tty_shell=self.machine_type == "q35")
+                                 hostname=sandbox_id, tty_shell=self.machine_type == "q35",
+                                 tcg=self.accelerator == "tcg")
         config = MachineConfig(**common, kernel=kit.kernel, initramfs=kit.initramfs, cmdline=cmdline,
                                agent_socket=sockets["agent"], layers=layers)
         return config, {"pmem": "virtio-pmem+dax", "blk": "virtio-blk"}[transport]
@@ -236,6 +237,19 @@ class QemuBackend(SandboxBackend):
                                    f"{self._console_hint(vm.machine.console_text())}")
             died.cancel()
             vm.agent = connect.result()
+            if vm.transport == "virtio-pmem+dax":
+                vm.transport = await self._pmem_mode(vm)
+
+    @staticmethod
+    async def _pmem_mode(vm: _Vm) -> str:
+        """What the guest's init managed: DAX, or pmem without DAX (it falls back, and says
+        so in /.corral/layers: "<index> <device> dax|pmem|blk" per layer)."""
+        try:
+            status = (await vm.agent.read_file("/.corral/layers")).decode()
+        except Exception:
+            return "virtio-pmem"
+        modes = {line.split()[2] for line in status.splitlines() if len(line.split()) == 3}
+        return "virtio-pmem+dax" if modes == {"dax"} else "virtio-pmem"
 
     async def _watch(self, vm: _Vm) -> None:
         """The QEMU process ended on its own: the guest powered off, panicked or QEMU died."""

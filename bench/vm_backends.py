@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""VM backends benchmark: microvm and vm through Corral vs bare QEMU, shared images, snapshots,
+density — side by side in one run.
+
+    python bench/vm_backends.py --boots 5 --vms 8 --density 16 --json bench/results/vm_backends.json
+
+Root. Brings its own platform up (scripts/corral_platform.py, 1 node) for the Corral phase;
+the other phases drive QEMU directly on the node's guest kit (built when missing).
+
+Phases:
+  boot      N x [create(backend=K, wait running) -> exec(["true"])] through the SDK, K = microvm, vm;
+            vs N x bare QEMU with the same kernel, initramfs, devices and layer, first command
+            over the same guest agent, no Corral in between (ratio = Corral p50 / bare p50)
+  memory    V q35 VMs each read every file of a base image with incompressible content, all at
+            once: layers on virtio-pmem + DAX vs virtio-blk (host memory used at the peak,
+            page cache included, and the VMs' summed PSS)
+  snapshot  save a running microvm (QMP migrate to a file) and restore it as a new VM
+            (time to the first command answered)
+  density   D idle 256 MiB microvms: PSS each, and how many would fit in this host's memory
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "clients" / "python"))
+
+from sandbox_lifecycle import pct, platform_down, platform_up, summary  # noqa: E402
+
+from corral_common.exec import ExecRequest  # noqa: E402
+from corral_node_agent.backends.vm import guestkit  # noqa: E402
+from corral_node_agent.backends.vm.agent_client import GuestAgentClient  # noqa: E402
+from corral_node_agent.backends.vm.machine import QemuMachine  # noqa: E402
+from corral_node_agent.backends.vm.qemu import (  # noqa: E402
+    PMEM_ALIGN,
+    LayerDisk,
+    MachineConfig,
+    detect_accelerator,
+    guest_lowers,
+)
+from corral_node_agent.settings import NodeAgentSettings  # noqa: E402
+
+TARGETS = {"boot_overhead_ratio": ("<=", 1.2), "pmem_memory_saving_pct": (">=", 40.2)}
+
+
+def meminfo() -> dict[str, int]:
+    out = {}
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            key, value = line.split(":")
+            out[key] = int(value.split()[0])
+    return out
+
+
+def used_kb() -> int:
+    m = meminfo()
+    return m["MemTotal"] - m["MemFree"]
+
+
+def pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=False)
+    with open("/proc/sys/vm/drop_caches", "w") as fh:
+        fh.write("3")
+
+
+# ------------------------------------------------------------------------ images
+
+def build_busybox_tree(root: str, payload_mb: int = 0) -> None:
+    from corral_image_service.builders.busybox import build_busybox
+
+    build_busybox(root)
+    if payload_mb:
+        data = Path(root, "data")
+        data.mkdir()
+        for i in range(payload_mb // 4):
+            (data / f"blob{i:03d}").write_bytes(os.urandom(4 * 1024 * 1024))
+
+
+def make_layer(tree: str, out: str, dax: bool) -> str:
+    if dax:
+        subprocess.run(["mkfs.erofs", "-Enoinline_data", out, tree], check=True, capture_output=True)
+        size = os.path.getsize(out)
+        os.truncate(out, -(-size // PMEM_ALIGN) * PMEM_ALIGN)
+    else:
+        subprocess.run(["mkfs.erofs", "-zlz4hc", out, tree], check=True, capture_output=True)
+    return out
+
+
+# ------------------------------------------------------------------------ bare QEMU
+
+class BareVm:
+    """QEMU + the guest agent, without Corral (no API, scheduler, node-agent or cgroup)."""
+
+    def __init__(self, kit, workdir: str, machine: str, layer: LayerDisk, memory_mb: int = 256):
+        self.dir = os.path.join(workdir, uuid.uuid4().hex[:8])
+        os.makedirs(self.dir)
+        accel = detect_accelerator()
+        layers = [layer]
+        cmdline = guestkit.kernel_cmdline(lowers=guest_lowers(layers), upper_mb=256, hostname="bare",
+                                          tty_shell=machine == "q35", tcg=accel == "tcg")
+        self.config = MachineConfig(machine=machine, memory_mb=memory_mb, cpus=1, accelerator=accel,
+                                    qmp_socket=f"{self.dir}/qmp.sock", console_socket=f"{self.dir}/console.sock",
+                                    kernel=kit.kernel, initramfs=kit.initramfs, cmdline=cmdline,
+                                    agent_socket=f"{self.dir}/agent.sock", layers=layers, display=machine == "q35")
+        self.machine = QemuMachine(NodeAgentSettings().qemu, self.config)
+        self.agent: GuestAgentClient | None = None
+
+    async def boot(self) -> None:
+        await self.machine.launch()
+        self.agent = await GuestAgentClient.connect(self.config.agent_socket, timeout_s=120)
+
+    async def exec(self, cmd) -> str:
+        assert self.agent is not None
+        res = await self.agent.exec(ExecRequest(cmd=cmd, user="root", timeout_s=600))
+        if res.exit_code != 0:
+            raise RuntimeError(f"{cmd!r} failed: {res.stderr[-500:]}")
+        return res.stdout
+
+    async def close(self) -> None:
+        if self.agent is not None:
+            await self.agent.close()
+        await self.machine.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+async def bare_boots(kit, workdir: str, machine: str, layer: LayerDisk, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        vm = BareVm(kit, workdir, machine, layer)
+        t = time.perf_counter()
+        try:
+            await vm.boot()
+            await vm.exec(["true"])
+            times.append((time.perf_counter() - t) * 1000)
+        finally:
+            await vm.close()
+    return times
+
+
+# ------------------------------------------------------------------------ Corral
+
+def corral_boots(url: str, key: str, backend: str, n: int) -> list[float]:
+    from corral import Corral
+
+    times = []
+    with Corral(url, api_key=key) as client:
+        for _ in range(n):
+            t = time.perf_counter()
+            sb = client.sandboxes.create(environment="busybox", backend=backend, memory_mb=256, timeout_s=600)
+            try:
+                res = sb.exec(["true"])
+                assert res.exit_code == 0, res
+                times.append((time.perf_counter() - t) * 1000)
+            finally:
+                sb.delete()
+    return times
+
+
+# ------------------------------------------------------------------------ memory, snapshot, density
+
+async def memory_phase(kit, workdir: str, tree_layers: dict[str, str], vms: int) -> dict:
+    out = {}
+    for transport in ("pmem", "blk"):
+        drop_caches()
+        await asyncio.sleep(1)
+        base = used_kb()
+        path = tree_layers["dax" if transport == "pmem" else "blk"]
+        machines = [BareVm(kit, workdir, "q35", LayerDisk(path, transport)) for _ in range(vms)]
+        try:
+            t = time.perf_counter()
+            await asyncio.gather(*(m.boot() for m in machines))
+            boot_s = time.perf_counter() - t
+            t = time.perf_counter()
+            await asyncio.gather(*(m.exec("cat /data/* > /dev/null; echo done") for m in machines))
+            read_s = time.perf_counter() - t
+            peak = used_kb() - base
+            pss = sum(pss_kb(m.machine.pid) for m in machines if m.machine.pid)
+            out[transport] = {"vms": vms, "host_used_delta_mb": round(peak / 1024, 1),
+                              "qemu_pss_sum_mb": round(pss / 1024, 1), "boot_all_s": round(boot_s, 2),
+                              "read_all_s": round(read_s, 2)}
+        finally:
+            await asyncio.gather(*(m.close() for m in machines))
+    if out["blk"]["host_used_delta_mb"] > 0:
+        out["pmem_memory_saving_pct"] = round(
+            100 * (1 - out["pmem"]["host_used_delta_mb"] / out["blk"]["host_used_delta_mb"]), 1)
+    return out
+
+
+async def snapshot_phase(kit, workdir: str, layer: str, n: int) -> dict:
+    saves, restores, sizes = [], [], []
+    for _ in range(n):
+        vm = BareVm(kit, workdir, "microvm", LayerDisk(layer, "blk"))
+        state = os.path.join(workdir, f"state-{uuid.uuid4().hex[:6]}")
+        restored = None
+        try:
+            await vm.boot()
+            await vm.exec("echo kept > /tmp/kept")
+            t = time.perf_counter()
+            await vm.machine.pause()
+            await vm.machine.save_state(state)
+            saves.append((time.perf_counter() - t) * 1000)
+            sizes.append(os.path.getsize(state))
+            await vm.close()
+            restored = BareVm(kit, workdir, "microvm", LayerDisk(layer, "blk"))
+            restored.config.incoming = "defer"
+            restored.machine = QemuMachine(NodeAgentSettings().qemu, restored.config)
+            t = time.perf_counter()
+            await restored.machine.launch()
+            await restored.machine.load_state(state)
+            await restored.machine.resume()
+            restored.agent = await GuestAgentClient.connect(restored.config.agent_socket, timeout_s=60)
+            assert (await restored.exec("cat /tmp/kept")).strip() == "kept"
+            restores.append((time.perf_counter() - t) * 1000)
+        finally:
+            await vm.close()
+            if restored is not None:
+                await restored.close()
+            with_suppress_unlink(state)
+    return {"save_ms": summary(saves), "restore_to_first_exec_ms": summary(restores),
+            "state_size_mb": round(sum(sizes) / len(sizes) / 2**20, 1) if sizes else None}
+
+
+def with_suppress_unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+async def density_phase(kit, workdir: str, layer: str, count: int) -> dict:
+    drop_caches()
+    await asyncio.sleep(1)
+    start = meminfo()
+    base = used_kb()
+    machines = []
+    try:
+        t = time.perf_counter()
+        for _ in range(count):  # one after another: parallel TCG boots on 2 cores only queue
+            vm = BareVm(kit, workdir, "microvm", LayerDisk(layer, "blk"))
+            machines.append(vm)
+            await vm.boot()
+        boot_s = time.perf_counter() - t
+        await asyncio.sleep(5)  # let the guests go idle before measuring
+        pss = [pss_kb(m.machine.pid) for m in machines if m.machine.pid]
+        delta = used_kb() - base
+        per_vm_kb = delta / count
+        return {"vms": count, "memory_mb": 256, "boot_all_s": round(boot_s, 1),
+                "pss_per_vm_mb": round(sum(pss) / len(pss) / 1024, 1), "host_used_per_vm_mb": round(per_vm_kb / 1024, 1),
+                "would_fit": int(start["MemAvailable"] / per_vm_kb) if per_vm_kb > 0 else None,
+                "mem_available_mb": round(start["MemAvailable"] / 1024)}
+    finally:
+        await asyncio.gather(*(m.close() for m in machines))
+
+
+# ------------------------------------------------------------------------ main
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--boots", type=int, default=5)
+    ap.add_argument("--vms", type=int, default=8)
+    ap.add_argument("--payload-mb", type=int, default=96, help="incompressible data in the memory phase's image")
+    ap.add_argument("--snapshots", type=int, default=3)
+    ap.add_argument("--density", type=int, default=16)
+    ap.add_argument("--phases", default="boot,memory,snapshot,density")
+    ap.add_argument("--base-port", type=int, default=18600)
+    ap.add_argument("--redis-port", type=int, default=18679)
+    ap.add_argument("--amqp-port", type=int, default=18672)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root")
+    phases = set(args.phases.split(","))
+    kit = guestkit.build(NodeAgentSettings().guestkit_dir)
+    workdir = tempfile.mkdtemp(prefix="corral-vmbench-")
+    result: dict = {
+        "benchmark": "vm_backends",
+        "command": " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], os.getcwd()), *sys.argv[1:]]),
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": {"nproc": os.cpu_count(), "kernel": platform.release(), "loadavg": os.getloadavg()[0]},
+        "accelerator": detect_accelerator(), "guest_kernel": kit.kernel_version,
+    }
+    try:
+        small = f"{workdir}/small"
+        build_busybox_tree(small)
+        layers = {"blk": make_layer(small, f"{workdir}/small.erofs", dax=False),
+                  "dax": make_layer(small, f"{workdir}/small-dax.erofs", dax=True)}
+        if "boot" in phases:
+            boot: dict = {}
+            state = os.path.join(workdir, "platform")
+            print("boot: platform up ...", file=sys.stderr)
+            info = platform_up(state, 1, args.base_port, args.redis_port, args.amqp_port)
+            try:
+                for backend, machine, layer in (("microvm", "microvm", LayerDisk(layers["blk"], "blk")),
+                                                ("vm", "q35", LayerDisk(layers["dax"], "pmem"))):
+                    print(f"boot: {backend} x{args.boots} bare and through Corral ...", file=sys.stderr)
+                    corral_boots(info["api"], info["api_key"], backend, 1)  # warm: layer download, DAX copy
+                    bare = asyncio.run(bare_boots(kit, workdir, machine, layer, args.boots))
+                    corral = corral_boots(info["api"], info["api_key"], backend, args.boots)
+                    boot[backend] = {"bare_ms": summary(bare), "corral_ms": summary(corral),
+                                     "overhead_ratio": round(pct(corral, 50) / pct(bare, 50), 2)}
+            finally:
+                platform_down(state)
+            result["boot"] = boot
+        if "memory" in phases:
+            print(f"memory: {args.vms} q35 VMs, pmem+DAX vs virtio-blk ...", file=sys.stderr)
+            big = f"{workdir}/big"
+            build_busybox_tree(big, args.payload_mb)
+            big_layers = {"blk": make_layer(big, f"{workdir}/big.erofs", dax=False),
+                          "dax": make_layer(big, f"{workdir}/big-dax.erofs", dax=True)}
+            shutil.rmtree(big)
+            result["memory"] = asyncio.run(memory_phase(kit, workdir, big_layers, args.vms))
+            result["memory"]["image_mb"] = args.payload_mb
+        if "snapshot" in phases:
+            print(f"snapshot: {args.snapshots} save + restore ...", file=sys.stderr)
+            result["snapshot"] = asyncio.run(snapshot_phase(kit, workdir, layers["blk"], args.snapshots))
+        if "density" in phases:
+            print(f"density: {args.density} idle microvms ...", file=sys.stderr)
+            result["density"] = asyncio.run(density_phase(kit, workdir, layers["blk"], args.density))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print_table(result)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=2)
+
+
+def print_table(r: dict) -> None:
+    print(f"\nVM backends ({r['accelerator']}, guest {r['guest_kernel']}, load {r['host']['loadavg']:.1f})")
+    for kind, b in r.get("boot", {}).items():
+        print(f"  boot->first exec {kind:8s} corral p50 {b['corral_ms']['p50']:8.0f} ms   bare p50 "
+              f"{b['bare_ms']['p50']:8.0f} ms   ratio {b['overhead_ratio']:.2f} (target <= 1.2)")
+    m = r.get("memory")
+    if m:
+        for t in ("pmem", "blk"):
+            print(f"  memory {m[t]['vms']} VMs {t:5s} host +{m[t]['host_used_delta_mb']:7.1f} MiB   "
+                  f"QEMU PSS sum {m[t]['qemu_pss_sum_mb']:7.1f} MiB")
+        print(f"  pmem+DAX saves {m.get('pmem_memory_saving_pct')}% host memory (reference: 40.2%)")
+    s = r.get("snapshot")
+    if s:
+        print(f"  snapshot save p50 {s['save_ms'].get('p50')} ms ({s['state_size_mb']} MiB), "
+              f"restore->first exec p50 {s['restore_to_first_exec_ms'].get('p50')} ms")
+    d = r.get("density")
+    if d:
+        print(f"  density: {d['vms']} idle 256 MiB microvms, PSS {d['pss_per_vm_mb']} MiB each, host "
+              f"+{d['host_used_per_vm_mb']} MiB each -> ~{d['would_fit']} fit in {d['mem_available_mb']} MiB")
+
+
+if __name__ == "__main__":
+    main()

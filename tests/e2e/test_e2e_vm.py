@@ -1,0 +1,95 @@
+"""microvm and vm sandboxes end to end through the SDK: the same code on all three kinds,
+a screen that changes when typed on, snapshot → restore, pause, and nothing left behind.
+Real QEMU (TCG on these machines): few VMs, each used for several checks."""
+
+import time
+
+import pytest
+
+from corral import Corral, CorralError
+from tests.e2e.conftest import leftovers
+
+
+def agent_workload(sb) -> dict:
+    """What an RL agent does in any sandbox; must give the same answers on every kind."""
+    sb.write_file("work/solution.py", "print(sum(range(10)))\n")
+    run = sb.exec("cd work && cat solution.py | wc -l && id -u && echo $HOME")
+    streamed = "".join(c.data or "" for c in sb.exec_stream(["sh", "-c", "echo one; echo two >&2; echo three"])
+                       if c.type in ("stdout", "stderr"))
+    return {
+        "run": (run.exit_code, run.stdout.split()),
+        "exit": sb.exec(["sh", "-c", "exit 7"]).exit_code,
+        "stdin": sb.exec(["cat"], stdin="fed").stdout,
+        "env": sb.exec("echo $A", env={"A": "b"}).stdout.strip(),
+        "read": sb.read_file("/home/user/work/solution.py"),
+        "list": sorted(f.name for f in sb.list_files("work")),
+        "stream": sorted(streamed.split()),
+        "capped": sb.exec("yes | head -c 3000000", output_limit=1000).truncated,
+    }
+
+
+def test_same_sdk_code_on_container_microvm_and_vm(vm_platform):
+    with Corral(vm_platform["api"], vm_platform["api_key"]) as corral:
+        answers = {}
+        for kind in ("container", "microvm", "vm"):
+            with corral.sandboxes.create("busybox", backend=kind, memory_mb=256, wait_timeout=180) as sb:
+                assert sb.info.backend == kind
+                if kind != "container":
+                    runtime = sb.info.runtime.to_dict() if hasattr(sb.info.runtime, "to_dict") else sb.info.runtime
+                    assert runtime["accelerator"] in ("kvm", "tcg")
+                    assert runtime["image_transport"] == {"microvm": "virtio-blk", "vm": "virtio-pmem+dax"}[kind]
+                answers[kind] = agent_workload(sb)
+                node, sid = sb.info.node_id, sb.id
+            assert leftovers(vm_platform, node, sid) == []
+        assert answers["container"] == answers["microvm"] == answers["vm"]
+        assert answers["container"]["run"] == (0, ["1", "1000", "/home/user"])
+
+
+def test_auto_picks_microvm_for_vm_isolation_and_reports_it(vm_platform):
+    with Corral(vm_platform["api"], vm_platform["api_key"]) as corral:
+        sb = corral.sandboxes.create("busybox", isolation="vm", memory_mb=256, wait_timeout=180)
+        try:
+            assert sb.info.backend == "microvm"
+            with pytest.raises(CorralError) as info:
+                sb.screenshot()
+            assert info.value.status_code == 409
+        finally:
+            sb.delete()
+
+
+def test_vm_screen_input_pause_snapshot_and_restore(vm_platform):
+    with Corral(vm_platform["api"], vm_platform["api_key"]) as corral:
+        sb = corral.sandboxes.create("busybox", display=True, memory_mb=256, wait_timeout=180)
+        restored = None
+        try:
+            assert sb.info.backend == "vm"
+            before = sb.screenshot()
+            assert before[:8] == b"\x89PNG\r\n\x1a\n"
+            sb.type_text("echo typed-by-corral")
+            sb.press("ret")
+            deadline = time.monotonic() + 60
+            while sb.screenshot() == before:
+                assert time.monotonic() < deadline, "the screen never changed after typing"
+
+            sb.exec("(while true; do date +%s%N > /tmp/tick; sleep 0.1; done) </dev/null >/dev/null 2>&1 &")
+            sb.write_file("kept.txt", "survives the snapshot")
+            sb.pause()
+            assert sb.refresh().state == "paused"
+            sb.resume()
+            assert sb.refresh().state == "running"
+
+            snap = sb.snapshot()
+            assert snap.sandbox_id == sb.id and snap.size_bytes > 0
+            restored = corral.sandboxes.create(from_snapshot=snap.id, wait_timeout=180)
+            assert restored.info.node_id == sb.info.node_id
+            assert restored.read_file("/home/user/kept.txt") == b"survives the snapshot"
+            first = restored.read_file("/tmp/tick")
+            deadline = time.monotonic() + 30
+            while restored.read_file("/tmp/tick") == first:  # the background process came back too
+                assert time.monotonic() < deadline, "the restored VM's process does not run"
+        finally:
+            for s in (sb, restored):
+                if s is not None:
+                    s.delete()
+        for s in (sb, restored):
+            assert leftovers(vm_platform, s.info.node_id, s.id) == []
