@@ -34,7 +34,7 @@ INIT_SCRIPT = GUEST_DIR / "init.sh"
 KERNEL_META_PACKAGE = "linux-image-cloud-amd64"
 BUSYBOX = "/bin/busybox"  # from busybox-static
 # Bump when the build steps change in a way the hashed sources do not show.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 KIT_JSON = "kit.json"
 # What a sandbox needs from the kernel's modules (dependencies are added from modules.dep).
 # Drivers for the machines' devices, the filesystems of the root, and virtio_input/evdev
@@ -68,6 +68,9 @@ class GuestKit:
     # "pvh" (raw vmlinux, the faster boot) or "bzimage"
     kernel_format: str = "pvh"
     build_hash: str = ""
+    # The bzImage, for VMs with a display: a PVH boot skips the real-mode setup that finds
+    # the VGA text console, so tty1 would be a dummy console with nothing on the screen.
+    display_kernel: str = ""
 
     @classmethod
     def load(cls, directory: str) -> "GuestKit":
@@ -76,12 +79,13 @@ class GuestKit:
             meta = json.loads(meta_path.read_text())
             kit = cls(kernel=str(Path(directory) / meta["kernel"]), initramfs=str(Path(directory) / meta["initramfs"]),
                       kernel_version=meta["kernel_version"], protocol_version=int(meta["protocol_version"]),
-                      kernel_format=meta.get("kernel_format", "pvh"), build_hash=meta.get("build_hash", ""))
+                      kernel_format=meta.get("kernel_format", "pvh"), build_hash=meta.get("build_hash", ""),
+                      display_kernel=str(Path(directory) / meta.get("display_kernel", meta["kernel"])))
         except (OSError, ValueError, KeyError) as exc:
             raise GuestKitMissing(
                 f"no VM guest kit in {directory} ({exc.__class__.__name__}): build it with "
                 f"`python -m corral_node_agent guestkit build --out {directory}`") from None
-        for path in (kit.kernel, kit.initramfs):
+        for path in (kit.kernel, kit.initramfs, kit.display_kernel):
             if not os.path.isfile(path):
                 raise GuestKitMissing(f"VM guest kit in {directory} is incomplete ({path} is missing): rebuild it "
                                       f"with `python -m corral_node_agent guestkit build --out {directory} --force`")
@@ -135,17 +139,13 @@ def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def resolve_kernel_package() -> tuple[str, str]:
-    """(package, version) of the kernel linux-image-cloud-amd64 currently points at."""
-    out = _run(["apt-cache", "depends", KERNEL_META_PACKAGE], text=True).stdout
-    match = re.search(r"Depends:\s*(linux-image-[0-9][^\s]*-cloud-amd64)", out)
+    """(package, version) of the kernel linux-image-cloud-amd64 currently points at. One
+    apt-cache call (~1 s: it loads the whole package cache), as a cached build runs it too."""
+    out = _run(["apt-cache", "show", "--no-all-versions", KERNEL_META_PACKAGE], text=True).stdout
+    match = re.search(r"^Depends:.*?(linux-image-[0-9][^\s,]*-cloud-amd64)\s*\(=\s*([^)\s]+)\)", out, re.M)
     if not match:
-        raise GuestKitBuildError(f"cannot resolve the kernel package behind {KERNEL_META_PACKAGE}: {out.strip()}")
-    package = match.group(1)
-    show = _run(["apt-cache", "show", "--no-all-versions", package], text=True).stdout
-    version = re.search(r"^Version:\s*(\S+)", show, re.M)
-    if not version:
-        raise GuestKitBuildError(f"apt-cache knows no version of {package}")
-    return package, version.group(1)
+        raise GuestKitBuildError(f"cannot resolve the kernel package behind {KERNEL_META_PACKAGE}: {out.strip()[:500]}")
+    return match.group(1), match.group(2)
 
 
 def build_hash(package: str, version: str) -> str:
@@ -294,11 +294,10 @@ def _build(out: Path, package: str, version: str, kit_hash: str) -> GuestKit:
         kver = kernel_versions[0]
         vmlinuz = root / "boot" / f"vmlinuz-{kver}"
 
-        kernel_tmp = tmp / "vmlinux"
-        if extract_vmlinux(vmlinuz, kernel_tmp):
+        vmlinux_tmp = tmp / "vmlinux"
+        if extract_vmlinux(vmlinuz, vmlinux_tmp):
             kernel_name, kernel_format = "vmlinux", "pvh"
         else:
-            shutil.copyfile(vmlinuz, kernel_tmp)
             kernel_name, kernel_format = "bzImage", "bzimage"
 
         _run(["depmod", "-b", str(root), kver])
@@ -325,13 +324,16 @@ def _build(out: Path, package: str, version: str, kit_hash: str) -> GuestKit:
         cpio.file("lib/modules/load.list", ("\n".join(names) + "\n").encode())
         initramfs = gzip.compress(cpio.finish(), compresslevel=6, mtime=0)
 
-        for stale in ("vmlinux", "bzImage"):
-            if stale != kernel_name:
-                (out / stale).unlink(missing_ok=True)
-        os.replace(kernel_tmp, out / kernel_name)
+        shutil.copyfile(vmlinuz, tmp / "bzImage")
+        os.replace(tmp / "bzImage", out / "bzImage")
+        if kernel_name == "vmlinux":
+            os.replace(vmlinux_tmp, out / "vmlinux")
+        else:
+            (out / "vmlinux").unlink(missing_ok=True)
         _atomic_write(out / "initramfs.cpio.gz", initramfs)
         meta = {
-            "kernel": kernel_name, "kernel_format": kernel_format, "initramfs": "initramfs.cpio.gz",
+            "kernel": kernel_name, "kernel_format": kernel_format, "display_kernel": "bzImage",
+            "initramfs": "initramfs.cpio.gz",
             "kernel_version": kver, "kernel_package": package, "kernel_package_version": version,
             "protocol_version": PROTOCOL_VERSION, "build_hash": kit_hash, "modules": names,
             "initramfs_bytes": len(initramfs), "build_seconds": round(time.monotonic() - started, 2),
@@ -360,6 +362,7 @@ def cli(argv: list[str]) -> int:
         print(f"guestkit build failed: {exc}")
         return 1
     print(json.dumps({"directory": directory, "kernel": kit.kernel, "kernel_format": kit.kernel_format,
+                      "display_kernel": kit.display_kernel,
                       "initramfs": kit.initramfs, "initramfs_bytes": os.path.getsize(kit.initramfs),
                       "kernel_version": kit.kernel_version, "protocol_version": kit.protocol_version,
                       "build_hash": kit.build_hash, "seconds": round(time.monotonic() - started, 2)}, indent=2))

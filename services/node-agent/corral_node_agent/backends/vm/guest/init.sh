@@ -60,12 +60,12 @@ while read -r mod; do
 done < /lib/modules/load.list
 log "modules loaded"
 
-# Waits (up to 10 s: probing may be asynchronous) for a path to exist.
+# Waits (up to 5 s: probing may be asynchronous) for a path to exist.
 wait_for() {
     i=0
     while [ ! -e "$1" ]; do
         i=$((i + 1))
-        [ $i -gt 1000 ] && return 1
+        [ $i -gt 500 ] && return 1
         usleep 10000
     done
 }
@@ -73,7 +73,7 @@ wait_for() {
 # vd:<serial> -> /dev/vdX whose virtio-blk serial matches.
 find_serial() {
     i=0
-    while [ $i -le 1000 ]; do
+    while [ $i -le 500 ]; do
         for s in /sys/block/vd*/serial; do
             [ -e "$s" ] || continue
             if [ "$(cat "$s")" = "$1" ]; then
@@ -91,25 +91,31 @@ find_serial() {
 mkdir -p /lowers /upper /newroot
 n=0
 lowerdir=""
+layers_status=""
 for dev in $(echo "$lowers" | tr ',' ' '); do
     mnt="/lowers/$n"
     mkdir -p "$mnt"
     case "$dev" in
         pmem[0-9]*)
             wait_for "/dev/$dev" || fail "layer $n: no device /dev/$dev"
+            how=dax
             if ! mount -t erofs -o ro,dax=always "/dev/$dev" "$mnt" 2>/dev/null; then
                 echo "corral-init: layer $n: /dev/$dev cannot be mounted with DAX, mounting without" > /dev/console
                 mount -t erofs -o ro "/dev/$dev" "$mnt" || fail "layer $n: /dev/$dev is not a mountable EROFS image"
+                how=pmem
             fi
             ;;
         vd:*)
             blk=$(find_serial "${dev#vd:}") || fail "layer $n: no virtio disk with serial ${dev#vd:}"
             mount -t erofs -o ro "$blk" "$mnt" || fail "layer $n: $blk (serial ${dev#vd:}) is not a mountable EROFS image"
+            how=blk
             ;;
         *) fail "layer $n: unknown device '$dev' (want pmem<N> or vd:<serial>)" ;;
     esac
     # overlay wants the top layer first; the command line lists the base first
     lowerdir="$mnt${lowerdir:+:$lowerdir}"
+    layers_status="$layers_status$n $dev $how
+"
     n=$((n + 1))
 done
 log "layers mounted: $lowerdir"
@@ -136,6 +142,8 @@ mount -t tmpfs -o mode=1777,nosuid,nodev tmp $R/tmp
 mount -t tmpfs -o mode=0755,nosuid,nodev run $R/run
 # switch_root empties the initramfs: the agent (and a shell for the display) move along
 cp /bin/corral-agent /bin/busybox $R/.corral/
+# how each layer got mounted (index, device, dax|pmem|blk), for the host to report
+printf '%s' "$layers_status" > $R/.corral/layers
 hostname "$hostname"
 ip link set lo up 2>/dev/null
 
