@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from qemu.qmp import QMPClient
+from qemu.qmp import ConnectError, QMPClient
 
 from corral_common.logging import get_logger
 
@@ -76,10 +76,10 @@ class QemuMachine:
         deadline = time.monotonic() + timeout_s
         try:
             await self._wait_for_socket(self.config.qmp_socket, deadline)
-            self.qmp = QMPClient(f"qemu-{self.proc.pid}")
-            await self.qmp.connect(self.config.qmp_socket)
+            self.qmp = await self._retry_refused(self._connect_qmp, deadline)
             await self._wait_for_socket(self.config.console_socket, deadline)
-            reader, writer = await asyncio.open_unix_connection(self.config.console_socket)
+            reader, writer = await self._retry_refused(
+                lambda: asyncio.open_unix_connection(self.config.console_socket), deadline)
         except BaseException:
             await self.kill()
             raise
@@ -94,6 +94,23 @@ class QemuMachine:
             if time.monotonic() > deadline:
                 raise MachineError(f"qemu did not create {os.path.basename(path)} in time")
             await asyncio.sleep(0.005)
+
+    async def _connect_qmp(self) -> QMPClient:
+        qmp = QMPClient(f"qemu-{self.pid}")
+        await qmp.connect(self.config.qmp_socket)
+        return qmp
+
+    async def _retry_refused(self, connect: Callable[[], Any], deadline: float) -> Any:
+        # The socket file appears at bind(), a moment before QEMU listen()s on it.
+        while True:
+            try:
+                return await connect()
+            except (ConnectionError, ConnectError) as exc:
+                if self.proc and self.proc.returncode is not None:
+                    raise MachineError(f"qemu exited with {self.proc.returncode}: {await self._stderr()}") from exc
+                if time.monotonic() > deadline:
+                    raise MachineError(f"cannot connect to qemu: {exc}") from exc
+                await asyncio.sleep(0.01)
 
     async def _stderr(self) -> str:
         if self.proc is None or self.proc.stderr is None:
