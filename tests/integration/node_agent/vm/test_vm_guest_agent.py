@@ -64,7 +64,7 @@ class BareVm:
 
 
 def launch(kit: guestkit.GuestKit, workdir: str, *, machine: str, layer_args: list[str], lowers: list[str],
-           memory: str = "256M", tty_shell: bool = False) -> BareVm:
+           memory: str = "256M", tty_shell: bool = False, incoming: str | None = None) -> BareVm:
     kvm = real_kvm()
     microvm = machine == "microvm"
     # PVH (the raw vmlinux) boots faster but leaves no VGA text console: displays get the bzImage.
@@ -83,6 +83,8 @@ def launch(kit: guestkit.GuestKit, workdir: str, *, machine: str, layer_args: li
             "-device", "virtserialport,chardev=agent,name=corral.agent", *layer_args]
     if tty_shell:
         argv += ["-vga", "std"]
+    if incoming:
+        argv += ["-incoming", incoming]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return BareVm(proc, sock, qmp, console)
 
@@ -149,13 +151,16 @@ def layers(workdir) -> dict[str, str]:
     return {"blk": blk, "dax": dax}
 
 
+def microvm_layer_args(layers) -> list[str]:
+    return ["-drive", f"file={layers['blk']},format=raw,readonly=on,if=none,id=l0",
+            "-device", "virtio-blk-device,drive=l0,serial=l0"]
+
+
 @pytest.fixture(scope="module")
 def microvm(kit, layers, workdir):
     vm_dir = f"{workdir}/microvm"
     os.mkdir(vm_dir)
-    vm = boot(launch(kit, vm_dir, machine="microvm", lowers=["vd:l0"],
-                     layer_args=["-drive", f"file={layers['blk']},format=raw,readonly=on,if=none,id=l0",
-                                 "-device", "virtio-blk-device,drive=l0,serial=l0"]))
+    vm = boot(launch(kit, vm_dir, machine="microvm", lowers=["vd:l0"], layer_args=microvm_layer_args(layers)))
     yield vm
     vm.stop()
 
@@ -315,6 +320,66 @@ async def test_host_disconnect_mid_exec_then_reconnect(microvm):
         await second.ping()
     finally:
         await second.close()
+
+
+async def test_snapshot_restore_in_a_new_qemu_resyncs_the_same_agent(microvm, kit, layers, workdir):
+    """The guest goes on in another QEMU process with the same agent: the new host's
+    handshake resyncs it, the old session's command is gone, files and background
+    processes are kept. The restored VM replaces the shared one for the tests after this."""
+    from qemu.qmp import QMPClient
+
+    old = await GuestAgentClient.connect(microvm.agent_socket, timeout_s=30)
+    await old.write_file("/tmp/kept.txt", b"kept\n")
+    await sh(old, "(while true; do date >> /tmp/ticks; sleep 0.2; done >/dev/null 2>&1 &)")
+    stream = old.exec_stream(ExecRequest(cmd="echo go; sleep 303", timeout_s=600))
+    assert (await stream.__anext__()).data == "go\n"
+    qmp = QMPClient("snapshot")
+    await qmp.connect(microvm.qmp_socket)
+    image = f"{workdir}/snapshot.bin"
+    await qmp.execute("stop")
+    await qmp.execute("migrate", {"uri": f"exec:cat > {image}"})
+    await until(lambda: status_is(qmp, "completed"), 60, "the snapshot to complete")
+    await qmp.disconnect()
+    microvm.stop()
+    await old.close()
+
+    restored_dir = f"{workdir}/restored"
+    os.mkdir(restored_dir)
+    restored = launch(kit, restored_dir, machine="microvm", lowers=["vd:l0"], layer_args=microvm_layer_args(layers),
+                      incoming=f"exec:cat {image}")
+    microvm.proc, microvm.agent_socket, microvm.qmp_socket, microvm.console = (
+        restored.proc, restored.agent_socket, restored.qmp_socket, restored.console)
+    qmp = QMPClient("restore")
+    await until(lambda: connects(qmp, restored.qmp_socket), 30, "QMP of the restored VM")
+    await until(lambda: status_is(qmp, "completed"), 60, "the incoming migration")
+    await qmp.execute("cont")
+    await qmp.disconnect()
+    started = time.monotonic()
+    new = await GuestAgentClient.connect(restored.agent_socket, timeout_s=60)
+    try:
+        assert await new.read_file("/tmp/kept.txt") == b"kept\n"
+        print(f"\nrestore: cont -> first answer {1000 * (time.monotonic() - started):.0f} ms")
+        assert (await sh(new, "ps -o args | grep -c '^sleep 303' || true")).stdout == "0\n"
+        ticks = int((await sh(new, "wc -l < /tmp/ticks")).stdout)
+        await until(lambda: more_ticks(new, ticks), 30, "the background loop to go on")
+    finally:
+        await new.close()
+
+
+async def status_is(qmp, status: str) -> bool:
+    return (await qmp.execute("query-migrate")).get("status") == status
+
+
+async def connects(qmp, path: str) -> bool:
+    try:
+        await qmp.connect(path)
+    except Exception:  # noqa: BLE001 - not listening yet
+        return False
+    return True
+
+
+async def more_ticks(client, before: int) -> bool:
+    return int((await sh(client, "wc -l < /tmp/ticks")).stdout) > before
 
 
 async def test_zz_shutdown_ends_qemu(microvm):

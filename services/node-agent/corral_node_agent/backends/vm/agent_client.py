@@ -13,6 +13,7 @@ import codecs
 import errno as errno_mod
 import itertools
 import os
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -70,7 +71,8 @@ class GuestAgentClient:
         self.default_env = dict(env or {})
         self.output_limit_bytes = output_limit_bytes
         self.max_upload_bytes = max_upload_bytes
-        self._ids = itertools.count(1)
+        # Random start: an answer to an earlier session's request can never match an id of ours.
+        self._ids = itertools.count(secrets.randbelow(1 << 40) + 1)
         self._pending: dict[int, asyncio.Queue] = {}
         self._decoder = FrameDecoder(wait_for_marker=True)
         self._ready = asyncio.Event()

@@ -291,12 +291,19 @@ static void unlink_req(struct req *r) {
         }
 }
 
+/* SIGKILLs a command and its process group. The pid too: right after fork() the child may
+ * not have reached setsid() yet (one vCPU: the parent runs on), so no group exists. */
+static void kill_command(pid_t pid) {
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+}
+
 /* Frees r and everything it holds; a still-running command's process group is killed. */
 static void drop_req(struct req *r, bool unlink_upload) {
     unlink_req(r);
     if (r->kind == K_EXEC) {
         if (!r->exited && r->pid > 0)
-            kill(-r->pid, SIGKILL);
+            kill_command(r->pid);
         close_fd(&r->out.fd);
         close_fd(&r->err.fd);
         close_fd(&r->in_fd);
@@ -324,8 +331,11 @@ static struct req *new_req(long long id, enum kind kind) {
 
 /* A new host session began (it sent a marker): everything of the old one is stale. */
 static void resync(void) {
-    while (reqs)
+    int dropped = 0;
+    for (; reqs; dropped++)
         drop_req(reqs, true);
+    if (dropped)
+        logf_("new host session: ended %d request(s) of the previous one", dropped);
     outq_len = 0;
     inq_len = 0;
     desynced = false;
@@ -1178,7 +1188,7 @@ int main(int argc, char **argv) {
                 continue;
             if (!r->exited && !r->timed_out && now >= r->deadline) {
                 r->timed_out = true;
-                kill(-r->pid, SIGKILL);
+                kill_command(r->pid);
             }
             if (r->exited && ((r->out.fd < 0 && r->err.fd < 0) || now >= r->grace_deadline))
                 exec_finish(r);
