@@ -17,6 +17,22 @@ OTHER_TENANT_KEY = "other-tenant-key-123"
 # Long enough for a SIGKILLed node-agent to restart and re-adopt (Python start-up on a loaded
 # 2-core host takes up to ~3 s), short enough for the node-loss test to stay quick.
 HEARTBEAT_TIMEOUT_S = 8.0
+QEMU = "qemu-system-x86_64"
+GUESTKIT_DIR = Path("/var/cache/corral/guestkit")
+
+
+def vm_backends_missing() -> str:
+    """Why the platform's node-agents cannot run microvm/vm sandboxes; empty when they can.
+    CORRAL_E2E_VM=0 turns them off, =1 insists (a missing piece then fails the platform)."""
+    wanted = os.environ.get("CORRAL_E2E_VM", "auto")
+    if wanted == "0":
+        return "VM backends disabled (CORRAL_E2E_VM=0)"
+    missing = [] if shutil.which(QEMU) else [f"{QEMU} not on PATH"]
+    if not GUESTKIT_DIR.is_dir() or not any(GUESTKIT_DIR.iterdir()):
+        missing.append(f"no guest kit in {GUESTKIT_DIR} (python -m corral_node_agent guestkit build)")
+    if missing and wanted == "1":
+        pytest.fail(f"CORRAL_E2E_VM=1 but {'; '.join(missing)}")
+    return "; ".join(missing)
 
 
 def _missing() -> str:
@@ -49,6 +65,11 @@ def platform(service_urls, tmp_path_factory):
     base_port = 21000 + 200 * worker
     # A short step lease so a test that kills the api sees its step interrupted quickly.
     env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_ROLLOUT_STEP_LEASE_S="3")
+    # Node-agents enable microvm/vm when QEMU is on PATH; without a guest kit those could not
+    # boot, so the platform then runs containers only (a VM request is unschedulable).
+    vm_missing = vm_backends_missing()
+    if vm_missing:
+        env["CORRAL_NODE_QEMU"] = "/nonexistent/qemu-disabled-for-e2e"
     cmd = [sys.executable, str(ROOT / "scripts/corral_platform.py"), "--state-dir", str(state),
            "--redis-url", service_urls["redis_url"], "--amqp-url", service_urls["amqp_url"]]
     up = subprocess.run([*cmd[:2], "up", *cmd[2:], "--nodes", "2", "--base-port", str(base_port),
@@ -59,8 +80,20 @@ def platform(service_urls, tmp_path_factory):
         pytest.fail(f"platform did not come up:\n{up.stderr[-3000:]}\n{logs}")
     info = json.loads(up.stdout.strip().splitlines()[-1])
     info["state"] = state
+    info["vm_backends"] = not vm_missing
+    info["vm_missing"] = vm_missing
     yield info
     subprocess.run([*cmd[:2], "down", *cmd[2:]], env=env, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def vm_platform(platform):
+    """The platform, for tests that need microvm/vm sandboxes: its node-agents run VM backends
+    (QEMU on PATH and a guest kit in /var/cache/corral/guestkit), else the test is skipped
+    with the reason. Its nodes advertise the kinds they run (GET /v1/nodes on the scheduler)."""
+    if not platform["vm_backends"]:
+        pytest.skip(f"VM sandboxes unavailable: {platform['vm_missing']}")
+    return platform
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ A small hand-written layer over ``corral_client`` (generated from the api's Open
 document by openapi-python-client; regenerate with ``make client``).
 """
 
+from corral._common import click_event, key_event, move_event, text_event
 from corral.aio import AsyncCorral, AsyncSandbox
 from corral.client import Corral, Sandbox
 from corral.errors import CorralError, SandboxFailed
@@ -11,4 +12,5 @@ from corral.fncall import fncall, fncall_many
 from corral.rollouts import AsyncRollout, Rollout, StepFailed, StepInterrupted, StepResult
 
 __all__ = ["AsyncCorral", "AsyncRollout", "AsyncSandbox", "Corral", "CorralError", "Rollout", "Sandbox", "SandboxFailed",
-           "StepFailed", "StepInterrupted", "StepResult", "fncall", "fncall_many"]
+           "StepFailed", "StepInterrupted", "StepResult", "click_event", "fncall", "fncall_many", "key_event",
+           "move_event", "text_event"]

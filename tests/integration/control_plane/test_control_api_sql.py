@@ -113,3 +113,39 @@ def test_rollout_log_tables(database_url):
     assert [r.meta for r in repo.list("alpha", "job", None, 10)] == [{"episode": 3}]
     assert repo.list("beta", None, None, 10) == []
     engine.dispose()
+
+
+def test_snapshot_records_and_history_runtime(database_url):
+    """Migration 0003: snapshot rows (tenant listing, sizes past 2^31, the source spec) and the
+    runtime a terminal sandbox record keeps."""
+    from datetime import UTC, datetime, timedelta
+
+    from corral_api.snapshots.models import SnapshotRow
+    from corral_api.snapshots.repository import SnapshotRepository
+    from corral_api.snapshots.service import to_schema
+
+    migrate(database_url)
+    engine = make_engine(database_url)
+    assert "snapshots" in inspect(engine).get_table_names()
+    assert "runtime" in {c["name"] for c in inspect(engine).get_columns("sandbox_history")}
+    repo = SnapshotRepository(engine)
+    spec = SandboxSpec(environment="desktop", display=True, memory_mb=2048, cpu=2)
+    t0 = datetime.now(UTC)
+    for i, (tenant, sandbox) in enumerate([("alpha", "sb-1"), ("beta", "sb-2"), ("alpha", "sb-3")]):
+        repo.add(SnapshotRow(id=f"snap-{i}", tenant=tenant, sandbox_id=sandbox, node_id="node-1", backend="vm",
+                             environment="desktop", memory_mb=2048, cpu=2, size_bytes=3 * 1024**3,
+                             spec=spec.model_dump(mode="json"), created_at=t0 + timedelta(seconds=i)))
+    assert [r.id for r in repo.list("alpha")] == ["snap-0", "snap-2"]  # oldest first, this tenant only
+    assert [r.id for r in repo.list("alpha", sandbox_id="sb-3")] == ["snap-2"]
+    row = repo.get("snap-1")
+    assert row.tenant == "beta" and SandboxSpec.model_validate(row.spec).display is True
+    schema = to_schema(row)
+    assert schema.size_bytes == 3 * 1024**3 and schema.created_at.tzinfo is not None
+    assert repo.delete("snap-1") and not repo.delete("snap-1") and repo.get("snap-1") is None
+
+    history = HistoryRepository(engine)
+    history.record(SandboxRecord(id="sb-vm", tenant="alpha", state=SandboxState.terminated, spec=spec,
+                                 created_at=1000.0, updated_at=1010.0, ended_at=1010.0,
+                                 runtime={"backend": "vm", "accelerator": "tcg"}))
+    assert history.get("sb-vm").runtime == {"backend": "vm", "accelerator": "tcg"}
+    engine.dispose()
