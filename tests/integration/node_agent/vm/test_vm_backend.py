@@ -6,6 +6,7 @@ Needs root, qemu-system-x86_64, mkfs.erofs and the guest kit (built once per mac
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -227,3 +228,46 @@ async def test_guest_panic_and_hang_are_reported_and_the_node_stays_healthy(work
     finally:
         await backend.stop(panics)
         await backend.stop(hangs)
+
+
+def _boot_sector(message: bytes) -> bytes:
+    """A 512-byte MBR that prints message through the BIOS (int 10h teletype), then halts."""
+    code = bytes([0xB4, 0x0E,              # mov ah, 0x0e
+                  0xBE, 0x11, 0x7C,        # mov si, 0x7c11 (the message)
+                  0xAC,                    # lodsb
+                  0x08, 0xC0,              # or al, al
+                  0x74, 0x04,              # jz halt
+                  0xCD, 0x10,              # int 0x10
+                  0xEB, 0xF7,              # jmp lodsb
+                  0xF4, 0xEB, 0xFD])       # halt: hlt; jmp halt
+    sector = code + message + b"\0"
+    return sector.ljust(510, b"\0") + b"\x55\xaa"
+
+
+async def test_vm_boots_a_user_disk_image_through_a_private_overlay(work_dir, guestkit_dir):
+    from corral_node_agent.backends.vm.backend import FullVmBackend
+
+    image = f"{work_dir}/user-disk.img"
+    with open(image, "wb") as fh:
+        fh.write(_boot_sector(b"Corral user disk image"))
+        fh.truncate(8 * 1024 * 1024)
+    os.chmod(image, 0o444)  # the node's cached copy is read-only; writes go to the overlay
+    before = open(image, "rb").read()
+    backend = FullVmBackend(_settings(work_dir, guestkit_dir))
+    sid = "vm-" + uuid.uuid4().hex[:8]
+    await backend.start(sid, SandboxSpec(disk_image="user-disk:1", memory_mb=128), [f"raw:{image}"])
+    try:
+        assert backend.describe(sid) | {"accelerator": "x"} == {
+            "machine": "q35", "accelerator": "x", "image_transport": "disk-image", "agent": "none"}
+        png = await backend.screenshot(sid)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        with pytest.raises(Unsupported):  # no Corral agent inside a user's own disk
+            await backend.exec(sid, ExecRequest(cmd="true"))
+        overlay = os.path.join(backend.root, sid, "disk.qcow2")
+        info = json.loads(subprocess.run(["qemu-img", "info", "-U", "--output=json", overlay], capture_output=True,
+                                         text=True, check=True).stdout)
+        assert info["backing-filename"] == image
+    finally:
+        await backend.stop(sid)
+    assert open(image, "rb").read() == before
+    assert not os.path.exists(os.path.join(backend.root, sid))
