@@ -92,6 +92,11 @@ def test_snapshot_records_are_tenant_scoped_and_restore_on_their_node(platform, 
                                 node_id="node-gone", backend="microvm", environment="busybox", memory_mb=128,
                                 cpu=1, size_bytes=1 << 20, spec=spec.model_dump(mode="json"),
                                 created_at=datetime.now(UTC)))
+        # On a live node that no longer has the files (a wiped disk).
+        session.add(SnapshotRow(id="snap-e2e-wiped", tenant=platform["tenant"], sandbox_id="sb-wiped",
+                                node_id="node-1", backend="microvm", environment="busybox", memory_mb=128,
+                                cpu=1, size_bytes=1 << 20, spec=spec.model_dump(mode="json"),
+                                created_at=datetime.now(UTC)))
         session.commit()
     engine.dispose()
 
@@ -117,7 +122,8 @@ def test_snapshot_records_are_tenant_scoped_and_restore_on_their_node(platform, 
     assert (restored.backend, restored.environment, restored.memory_mb, restored.from_snapshot) == \
         ("microvm", "busybox", 128, "snap-e2e-gone")
 
-    assert corral.snapshots.delete("snap-e2e-gone").id == "snap-e2e-gone"
-    with pytest.raises(CorralError) as exc:
-        corral.snapshots.get("snap-e2e-gone")
-    assert exc.value.status == 404
+    for snapshot_id in ("snap-e2e-gone", "snap-e2e-wiped"):
+        assert corral.snapshots.delete(snapshot_id).id == snapshot_id
+        with pytest.raises(CorralError) as exc:
+            corral.snapshots.get(snapshot_id)
+        assert exc.value.status == 404

@@ -15,7 +15,7 @@ from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.models import SnapshotRow
 from corral_api.snapshots.repository import SnapshotRepository
 from corral_common.display import Snapshot
-from corral_common.errors import NotFound
+from corral_common.errors import CorralError, NotFound
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxState
 
@@ -68,10 +68,16 @@ class SnapshotService:
         took the state with it: the record is removed anyway."""
         row = await self.get(tenant, snapshot_id)
         node = await self.sandboxes.store.get_node(row.node_id)
-        if node is not None:
-            await self.nodes.request("DELETE", f"{node.url}/v1/snapshots/{snapshot_id}",
-                                     params={"backend": row.backend})
-        else:
+        if node is None:
             log.warning("snapshot.node_gone", snapshot_id=snapshot_id, node_id=row.node_id)
+        else:
+            try:
+                await self.nodes.request("DELETE", f"{node.url}/v1/snapshots/{snapshot_id}",
+                                         params={"backend": row.backend})
+            except CorralError as exc:
+                if exc.status_code != 404:
+                    raise  # node unreachable or refusing: keep the record, the caller may retry
+                # Its files are already gone (a wiped node disk): only the record is left.
+                log.warning("snapshot.files_gone", snapshot_id=snapshot_id, node_id=row.node_id)
         await asyncio.to_thread(self.repository.delete, snapshot_id)
         return row

@@ -311,18 +311,19 @@ class SandboxManager:
         return await self._backend_of(sandbox_id).snapshot(sandbox_id, snapshot_id)
 
     async def delete_snapshot(self, snapshot_id: str, kind: str | None = None) -> None:
-        """Remove a saved snapshot; idempotent. Without ``kind``, every backend that can
-        snapshot is asked (the node does not keep an index of its snapshots)."""
+        """Remove a saved snapshot of backend ``kind`` (404 when it is not on this node).
+        Without ``kind``, every backend that can snapshot is asked (the node keeps no index of
+        its snapshots) and a snapshot found nowhere is no error. A kind this node does not run
+        cannot have left a snapshot here: nothing to do."""
         if kind is not None:
             backend = self.backends.get(kind)
-            if backend is None:
-                raise Unsupported(f"this node has no {kind} backend")
-            await backend.delete_snapshot(snapshot_id)
+            if backend is not None:
+                await backend.delete_snapshot(snapshot_id)
             return
         for backend in self.backends.values():
             try:
                 await backend.delete_snapshot(snapshot_id)
-            except Unsupported:
+            except (Unsupported, NotFound):
                 continue
 
     # ---- data path ----------------------------------------------------------------------
