@@ -76,6 +76,9 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # A guest whose agent misses two pings in a row is ended as guest_unresponsive.
     vm_watchdog_interval_s: float = 10.0
     vm_watchdog_timeout_s: float = 20.0
+    # Each QEMU drops to its own uid/gid, vm_uid_base + a slot number (0 = derive a base from
+    # the node id, so two agents on one host do not share uids). -1 keeps QEMU as root.
+    vm_uid_base: int = 0
 
     @model_validator(mode="after")
     def _derive(self) -> "NodeAgentSettings":

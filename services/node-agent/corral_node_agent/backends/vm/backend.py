@@ -19,6 +19,7 @@ import os
 import shutil
 import struct
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ log = get_logger(__name__)
 
 # QEMU's own threads (I/O workers, vCPUs, RCU...) count against the cgroup's pids limit.
 QEMU_PIDS_LIMIT = 512
+VM_UID_SLOTS = 10_000
 STATE_FILE = "state.bin"
 META_FILE = "snapshot.json"
 SNAPSHOT_FORMAT = 1
@@ -65,6 +67,7 @@ class _Vm:
     usage: Usage | None = None
     screen: tuple[int, int] = (0, 0)
     tasks: list[asyncio.Task] = field(default_factory=list)
+    uid_slot: int | None = None
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -84,6 +87,11 @@ class QemuBackend(SandboxBackend):
         self.root = os.path.join(settings.state_dir, "vms")
         self.snapshots_dir = os.path.join(settings.state_dir, "snapshots")
         self._vms: dict[str, _Vm] = {}
+        base = settings.vm_uid_base
+        if base == 0:
+            base = 2_000_000 + (zlib.crc32(settings.node_id.encode()) % 1000) * VM_UID_SLOTS
+        self._uid_base = base
+        self._free_slots = list(range(VM_UID_SLOTS - 1, -1, -1))
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -126,10 +134,18 @@ class QemuBackend(SandboxBackend):
         directory = os.path.join(self.root, sandbox_id)
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory, mode=0o700)
+        slot = self._free_slots.pop() if self.settings.vm_uid_base >= 0 and self._free_slots else None
         try:
             config, transport = self._config(sandbox_id, spec, lower_dirs, directory)
+            if slot is not None:
+                uid = self._uid_base + slot
+                config.run_as = f"{uid}:{uid}"
+                # QEMU writes screenshots here after dropping to its uid; nobody else can enter.
+                os.chown(directory, uid, uid)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
+            if slot is not None:
+                self._free_slots.append(slot)
             raise
         cgroup = self._cgroup(sandbox_id)
         if cgroup is not None:
@@ -137,7 +153,7 @@ class QemuBackend(SandboxBackend):
         machine = QemuMachine(self.settings.qemu, config,
                               cgroup_procs=cgroup.procs_files() if cgroup else None)
         vm = _Vm(sandbox_id=sandbox_id, spec=spec, directory=directory, machine=machine, config=config,
-                 transport=transport, cgroup=cgroup)
+                 transport=transport, cgroup=cgroup, uid_slot=slot)
         self._vms[sandbox_id] = vm
         try:
             await self._boot(vm)
@@ -322,6 +338,9 @@ class QemuBackend(SandboxBackend):
         if vm.cgroup is not None:
             await asyncio.to_thread(vm.cgroup.remove)
         shutil.rmtree(vm.directory, ignore_errors=True)
+        if vm.uid_slot is not None:
+            self._free_slots.append(vm.uid_slot)
+            vm.uid_slot = None
 
     async def stop(self, sandbox_id: str) -> Usage:
         vm = self._vms.get(sandbox_id)
@@ -361,7 +380,8 @@ class QemuBackend(SandboxBackend):
     def describe(self, sandbox_id: str) -> dict[str, str]:
         vm = self._get(sandbox_id)
         return {"machine": self.machine_type, "accelerator": self.accelerator, "image_transport": vm.transport,
-                "agent": "corral" if vm.agent is not None else "none"}
+                "agent": "corral" if vm.agent is not None else "none",
+                "qemu_user": vm.config.run_as or "root"}
 
     async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
         """Kill the QEMU processes a previous run of the agent left (VMs are not re-adopted:

@@ -34,7 +34,7 @@ INIT_SCRIPT = GUEST_DIR / "init.sh"
 KERNEL_META_PACKAGE = "linux-image-cloud-amd64"
 BUSYBOX = "/bin/busybox"  # from busybox-static
 # Bump when the build steps change in a way the hashed sources do not show.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 KIT_JSON = "kit.json"
 # What a sandbox needs from the kernel's modules (dependencies are added from modules.dep).
 # Drivers for the machines' devices, the filesystems of the root, and virtio_input/evdev
@@ -230,6 +230,9 @@ class CpioWriter:
     def file(self, name: str, body: bytes, mode: int = 0o644) -> None:
         self._entry(name, stat.S_IFREG | mode, body)
 
+    def symlink(self, name: str, target: str) -> None:
+        self._entry(name, stat.S_IFLNK | 0o777, target.encode())
+
     def char_device(self, name: str, major: int, minor: int) -> None:
         self._entry(name, stat.S_IFCHR | 0o600, rdev=(major, minor))
 
@@ -315,6 +318,10 @@ def _build(out: Path, package: str, version: str, kit_hash: str) -> GuestKit:
         cpio.char_device("dev/console", 5, 1)
         cpio.file("init", INIT_SCRIPT.read_bytes(), 0o755)
         cpio.file("bin/busybox", Path(BUSYBOX).read_bytes(), 0o755)
+        # Applet links made here rather than by `busybox --install` at boot (~0.2 s under TCG).
+        applets = _run([BUSYBOX, "--list-full"], text=True).stdout.split()
+        for applet in sorted(set(applets) - {"bin/busybox"}):
+            cpio.symlink(applet, "/bin/busybox")
         cpio.file("bin/corral-agent", agent.read_bytes(), 0o755)
         names = []
         for rel in modules:

@@ -194,7 +194,20 @@ class QemuMachine:
         return (await self.execute("query-status"))["status"]
 
     async def screendump(self, path: str) -> None:
-        await self.execute("screendump", {"filename": path, "format": "png"})
+        """Save the screen as a PNG at path. QEMU runs as an unprivileged uid that may not
+        reach path, so it writes to a file descriptor we open and hand over (an fdset)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            assert self.qmp is not None
+            self.qmp.send_fd_scm(fd)
+            fdset = (await self.execute("add-fd"))["fdset-id"]
+        finally:
+            os.close(fd)
+        try:
+            await self.execute("screendump", {"filename": f"/dev/fdset/{fdset}", "format": "png"})
+        finally:
+            with contextlib.suppress(Exception):
+                await self.execute("remove-fd", {"fdset-id": fdset})
 
     async def send_input(self, events: list[dict[str, Any]]) -> None:
         await self.execute("input-send-event", {"events": events})

@@ -69,6 +69,9 @@ class MachineConfig:
     incoming: str | None = None
     # QEMU's own seccomp filter. `spawn=deny` forbids exec: snapshots use fd: migration.
     sandbox: bool = True
+    # "uid:gid" QEMU switches to once its devices are open: a guest that escapes into QEMU
+    # lands in an unprivileged user of its own, not root, and not another VM's user.
+    run_as: str | None = None
     extra: list[str] = field(default_factory=list)
 
 
@@ -122,7 +125,12 @@ def build_argv(qemu: str, cfg: MachineConfig) -> list[str]:
     argv += ["-chardev", f"socket,id=console,path={cfg.console_socket},server=on,wait=off",
              "-serial", "chardev:console"]
     if cfg.sandbox:
-        argv += ["-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"]
+        # -runas needs setuid() after the filter is in place; once it has run, the process
+        # holds no privilege to elevate back to (and spawn=deny forbids exec'ing setuid files).
+        elevate = "allow" if cfg.run_as else "deny"
+        argv += ["-sandbox", f"on,obsolete=deny,elevateprivileges={elevate},spawn=deny,resourcecontrol=deny"]
+    if cfg.run_as:
+        argv += ["-runas", cfg.run_as]
 
     if cfg.kernel:
         argv += ["-kernel", cfg.kernel, "-append", cfg.cmdline]
