@@ -47,6 +47,8 @@ class FailureReason(StrEnum):
     exited = "exited"
     start_failed = "start_failed"
     image_unavailable = "image_unavailable"
+    guest_panic = "guest_panic"  # a VM's kernel panicked or reset itself
+    guest_unresponsive = "guest_unresponsive"  # a VM's guest agent stopped answering
     unschedulable = "unschedulable"
     # The one node allowed to take it (where its snapshot lives) is gone.
     required_node_unavailable = "required_node_unavailable"
