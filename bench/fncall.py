@@ -18,6 +18,7 @@ Phases (code: ``print(sum(range(1000)))`` unless said otherwise):
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform as pyplatform
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 CODE = "print(sum(range(1000)))"
 APLUSB = "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}\n"
+PHASES = ("serial", "batch", "concurrent", "bare", "cpp")
 TARGETS = {  # metric -> (op, value)
     "serial_p50_ms": ("<=", 25.0),
     "batch_calls_per_s": (">=", 150.0),
@@ -93,16 +95,83 @@ def corral_serial(api: str, key: str, n: int, body: dict) -> tuple[list[float], 
     return client_ms, api_ms
 
 
-def corral_batch(api: str, key: str, count: int) -> dict:
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+FNCALL_SCRATCH = Path("/dev/shm/corral-fncall")
+CGROUP_CPUACCT = Path("/sys/fs/cgroup/cpuacct/corral-fncall")
+
+
+def _process_cpu_s(pid: int) -> float:
+    """utime + stime of a process (all its threads), not of its reaped children."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_snapshot(state: Path) -> dict[str, float]:
+    """CPU seconds so far of each part of the platform this bench brought up: the api and
+    node-agent processes, RabbitMQ, Redis, the node-agents' fncall sandboxes (their cgroups:
+    zygotes, runs and cold sandboxes), this client, and the whole machine."""
+    cpu: dict[str, float] = {}
+    agents: dict[int, str] = {}
+    for pid_file in sorted((state / "run").glob("*.pid")):
+        pid = _read_pid(pid_file)
+        if pid is None:
+            continue
+        name = "node-agents" if pid_file.stem.startswith("node-") else pid_file.stem
+        cpu[name] = cpu.get(name, 0.0) + _process_cpu_s(pid)
+        if name == "node-agents":
+            agents[pid] = pid_file.stem
+    for name, pid_file in (("rabbitmq", state / "servers/rabbitmq/rabbitmq.pid"),
+                           ("redis", state / "servers/redis/redis.pid")):
+        pid = _read_pid(pid_file)
+        cpu[name] = _process_cpu_s(pid) if pid else 0.0
+    sandboxes = 0.0
+    for owner in FNCALL_SCRATCH.glob("*/.owner-pid"):  # a node-agent's instance: its workers' cgroups
+        if _read_pid(owner) in agents:
+            with contextlib.suppress(OSError):
+                sandboxes += int((CGROUP_CPUACCT / owner.parent.name / "cpuacct.usage").read_text()) / 1e9
+    cpu["fncall sandboxes"] = sandboxes
+    cpu["bench client"] = time.process_time()
+    with open("/proc/stat") as fh:
+        ticks = [int(v) for v in fh.readline().split()[1:]]
+    cpu["machine"] = (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK  # everything but idle and iowait
+    return cpu
+
+
+def cpu_per_call(before: dict[str, float], after: dict[str, float], calls: int) -> dict[str, float]:
+    """Milliseconds of CPU per call of each part; "other" is the rest of the machine (other
+    engineers' work, the kernel's own threads)."""
+    per = {k: round((after[k] - before.get(k, 0.0)) * 1000 / calls, 2) for k in after if k != "machine"}
+    machine = round((after["machine"] - before["machine"]) * 1000 / calls, 2)
+    per["other (rest of the machine)"] = round(machine - sum(per.values()), 2)
+    per["machine total"] = machine
+    return per
+
+
+def corral_batch(api: str, key: str, count: int, state: Path | None = None) -> dict:
     with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {key}"}, timeout=600) as http:
+        cpu_before = cpu_snapshot(state) if state is not None else None
         started = time.perf_counter()
         created = http.post("/v1/fncall/batch", json={"calls": [{"runtime": "python", "code": CODE}] * count})
         created.raise_for_status()
         page = http.get(f"/v1/fncall/batch/{created.json()['id']}", params={"wait": "true", "limit": 0,
                                                                             "timeout": 600}).json()
         elapsed = time.perf_counter() - started
+        cpu_after = cpu_snapshot(state) if state is not None else None
     assert page["completed"] == count and page["verdicts"].get("accepted") == count, page
-    return {"calls": count, "seconds": round(elapsed, 3), "calls_per_s": round(count / elapsed, 1)}
+    out = {"calls": count, "seconds": round(elapsed, 3), "calls_per_s": round(count / elapsed, 1)}
+    if cpu_before is not None:
+        out["cpu_ms_per_call"] = cpu_per_call(cpu_before, cpu_after, count)
+    return out
 
 
 def corral_concurrent(api: str, key: str, count: int, concurrency: int) -> dict:
@@ -140,7 +209,9 @@ def main() -> None:
     parser.add_argument("--pool-min", type=int, default=4)
     parser.add_argument("--pool-max", type=int, default=16)
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}")
     args = parser.parse_args()
+    phases = set(args.phases.split(","))
 
     state = None
     if args.url and args.api_key:
@@ -152,17 +223,22 @@ def main() -> None:
         results: dict = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "host": {
             "cpus": os.cpu_count(), "kernel": pyplatform.release(), "python": pyplatform.python_version(),
             "loadavg_at_start": os.getloadavg()}, "nodes": args.nodes, "pool": [args.pool_min, args.pool_max]}
-        client_ms, api_ms = corral_serial(api, key, args.n, {"runtime": "python", "code": CODE})
-        results["corral_serial_client_ms"] = summary(client_ms)
-        results["corral_serial_api_ms"] = summary(api_ms)
-        results["corral_batch"] = corral_batch(api, key, args.batch)
-        results["corral_concurrent"] = corral_concurrent(api, key, args.batch, args.concurrency)
-        bare_ms, bare_rate = bare_loop(args.n)
-        results["bare_loop_ms"] = summary(bare_ms)
-        results["bare_loop_calls_per_s"] = round(bare_rate, 1)
-        cases = [{"stdin": f"{i} {i * 7}", "expected_stdout": f"{i * 8}\n"} for i in range(10)]
-        cpp_client, cpp_api = corral_serial(api, key, args.cpp, {"runtime": "cpp", "code": APLUSB, "tests": cases})
-        results["cpp_aplusb_client_ms"] = summary(cpp_client)
+        if "serial" in phases:
+            client_ms, api_ms = corral_serial(api, key, args.n, {"runtime": "python", "code": CODE})
+            results["corral_serial_client_ms"] = summary(client_ms)
+            results["corral_serial_api_ms"] = summary(api_ms)
+        if "batch" in phases:
+            results["corral_batch"] = corral_batch(api, key, args.batch, state)
+        if "concurrent" in phases:
+            results["corral_concurrent"] = corral_concurrent(api, key, args.batch, args.concurrency)
+        if "bare" in phases:
+            bare_ms, bare_rate = bare_loop(args.n)
+            results["bare_loop_ms"] = summary(bare_ms)
+            results["bare_loop_calls_per_s"] = round(bare_rate, 1)
+        if "cpp" in phases:
+            cases = [{"stdin": f"{i} {i * 7}", "expected_stdout": f"{i * 8}\n"} for i in range(10)]
+            cpp_client, _ = corral_serial(api, key, args.cpp, {"runtime": "cpp", "code": APLUSB, "tests": cases})
+            results["cpp_aplusb_client_ms"] = summary(cpp_client)
         results["host"]["loadavg_at_end"] = os.getloadavg()
         if state is not None:
             nodes = [httpx.get(f"{u}/v1/fncall/pools").json() for n, u in info["urls"].items() if n.startswith("node-")]
@@ -172,12 +248,16 @@ def main() -> None:
         if state is not None:
             bring_down(state)
 
-    metrics = {
-        "serial_p50_ms": results["corral_serial_client_ms"]["p50"],
-        "batch_calls_per_s": results["corral_batch"]["calls_per_s"],
-        "batch_vs_bare_ratio": round(results["corral_batch"]["calls_per_s"] / results["bare_loop_calls_per_s"], 2),
-        "cpp_aplusb_p50_ms": results["cpp_aplusb_client_ms"]["p50"],
-    }
+    metrics = {}
+    if "corral_serial_client_ms" in results:
+        metrics["serial_p50_ms"] = results["corral_serial_client_ms"]["p50"]
+    if "corral_batch" in results:
+        metrics["batch_calls_per_s"] = results["corral_batch"]["calls_per_s"]
+        if "bare_loop_calls_per_s" in results:
+            metrics["batch_vs_bare_ratio"] = round(results["corral_batch"]["calls_per_s"]
+                                                   / results["bare_loop_calls_per_s"], 2)
+    if "cpp_aplusb_client_ms" in results:
+        metrics["cpp_aplusb_p50_ms"] = results["cpp_aplusb_client_ms"]["p50"]
     results["targets"] = {}
     print(f"{'metric':<24}{'value':>10}  target   ok")
     for name, value in metrics.items():
