@@ -126,4 +126,18 @@ def leftovers(platform, node_id: str, sandbox_id: str) -> list[str]:
     crun_state = platform["state"] / "nodes" / node_id / "crun" / sandbox_id
     if crun_state.exists():
         found.append(f"crun state: {crun_state}")
+    vm_dir = platform["state"] / "nodes" / node_id / "vms" / sandbox_id
+    if vm_dir.exists():
+        found.append(f"vm dir: {vm_dir}")
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "qemu-system" in cmdline and f"/{sandbox_id}/" in cmdline:
+                found.append(f"qemu process: {proc.name}")
+    vm_cgroup = Path(f"/sys/fs/cgroup/memory/corral-vm/{node_id}/{sandbox_id}")
+    if vm_cgroup.exists():
+        found.append(f"cgroup: {vm_cgroup}")
     return found
