@@ -1044,11 +1044,11 @@ static bool find_port(const char *name) {
     return found;
 }
 
-/* `corral-agent load-modules DIR LIST`: the modules named in LIST (one a line, dependencies
- * first), loaded from DIR/<name>.ko with finit_module in this one process (an insmod per
+/* `corral-agent load-modules DIR LIST...`: the modules named in each LIST (one a line,
+ * dependencies first), loaded from DIR/<name>.ko with finit_module in this one process (an insmod per
  * module costs a fork+exec each, ~40 ms under TCG). Options come from the kernel command
  * line's <module>.<param>=<value>, as modprobe would pass them. */
-static int load_modules(const char *dir, const char *list_path) {
+static int load_module_list(const char *dir, const char *list_path) {
     char cmdline[4096] = {0};
     int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -1090,6 +1090,13 @@ static int load_modules(const char *dir, const char *list_path) {
     return failed ? 1 : 0;
 }
 
+static int load_modules(int n, char **lists) {
+    int rc = 0;
+    for (int i = 1; i < n; i++)
+        rc |= load_module_list(lists[0], lists[i]);
+    return rc;
+}
+
 static void fatal_boot(const char *why) {
     /* the host watches the console for this line */
     dprintf(2, "CORRAL-INIT-ERROR: %s\n", why);
@@ -1097,8 +1104,8 @@ static void fatal_boot(const char *why) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 4 && !strcmp(argv[1], "load-modules"))
-        return load_modules(argv[2], argv[3]);
+    if (argc >= 4 && !strcmp(argv[1], "load-modules"))
+        return load_modules(argc - 2, argv + 2);
     const char *port_name = "corral.agent";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--port-name") && i + 1 < argc)

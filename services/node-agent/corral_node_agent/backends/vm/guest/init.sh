@@ -24,8 +24,9 @@ fail() {
 }
 
 log() {
-    # through the kernel log: timestamped, and on the console with everything else
-    [ -n "$verbose" ] && echo "corral-init: $*" > /dev/kmsg
+    [ -n "$verbose" ] || return 0
+    read -r up _ < /proc/uptime
+    echo "[$up] corral-init: $*" > /dev/console
 }
 
 lowers=""
@@ -49,9 +50,16 @@ case "$upper_mb" in
 esac
 
 log "init started"
-# Modules in dependency order (written by guestkit at build time), all from one process;
-# it passes <module>.<param>= options from the command line (virtio_mmio.device=...).
-corral-agent load-modules /lib/modules /lib/modules/load.list || log "some modules did not load"
+# Module groups (guestkit lists each in dependency order), only those this machine uses,
+# all loaded by one process, which passes <module>.<param>= options from the command line.
+groups=/lib/modules/core.list
+for d in /sys/bus/pci/devices/*; do
+    [ -e "$d" ] && groups="$groups /lib/modules/pci.list"
+    break
+done
+case ",$lowers" in *,pmem*) groups="$groups /lib/modules/pmem.list" ;; esac
+[ -n "$tty" ] && groups="$groups /lib/modules/input.list"
+corral-agent load-modules /lib/modules $groups || log "some modules did not load"
 log "modules loaded"
 
 # Waits (up to 5 s: probing may be asynchronous) for a path to exist.
