@@ -255,8 +255,11 @@ async def test_pending_calls_fail_promptly_when_the_client_closes_or_the_guest_g
 
         client = await GuestAgentClient.connect(path, timeout_s=5)
         call = asyncio.ensure_future(client.read_file("/x"))
-        while not any(m.get("op") == "read" for m in guest.received):
-            await asyncio.sleep(0.01)
+        async def read_arrived():
+            while not any(m.get("op") == "read" for m in guest.received):
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(read_arrived(), 5)
         for w in guest.writers:
             w.close()  # QEMU died
         with pytest.raises(GuestAgentLost):
@@ -286,10 +289,11 @@ async def test_bad_requests_are_refused_before_reaching_the_guest(tmp_path):
             await client.read_file("/etc/../x")
         with pytest.raises(PayloadTooLarge):
             await client.write_file("/big", b"x" * 11)
-        for _ in range(200):
-            if guest.received[-1]["op"] == "write_abort":
-                break
-            await asyncio.sleep(0.01)
+        async def abort_arrived():
+            while guest.received[-1]["op"] != "write_abort":
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(abort_arrived(), 5)
         ops = [m["op"] for m in guest.received]
         assert ops[-2:] == ["write_open", "write_abort"]  # the refused upload is removed guest-side
         assert "exec" not in ops and "read" not in ops
