@@ -138,3 +138,57 @@ def test_workers_of_a_dead_agent_are_removed_at_start(tmp_path, judge_rootfs):
                     (Path(f"/sys/fs/cgroup/{c}/corral-fncall") / names["live"] / sub).rmdir()
                 except OSError:
                     pass
+
+
+async def test_a_bundle_runs_on_free_workers_at_once_and_is_answered_in_order(amqp_url, pools):
+    import time
+
+    await pools("node-bundle", min_size=4, max_size=4)
+    rpc = await FncallRpc(amqp_url, ("bash",)).connect()
+    jobs = [bash_job(f"sleep 1; echo {i}") for i in range(4)] + [bash_job("exit 3")]
+    try:
+        started = time.monotonic()
+        results = await rpc.call_bundle("bash", jobs, timeout_s=60)
+        elapsed = time.monotonic() - started
+    finally:
+        await rpc.close()
+    assert [r["call_id"] for r in results] == [j["call_id"] for j in jobs]
+    assert [r["cases"][0]["stdout"] for r in results[:4]] == ["0\n", "1\n", "2\n", "3\n"]
+    assert results[4]["verdict"] == "runtime_error" and results[4]["cases"][0]["exit_code"] == 3
+    assert elapsed < 3.0, elapsed  # the four sleeps side by side, not one after the other (4 s)
+
+
+async def test_a_batch_goes_out_in_bundles_and_every_call_is_answered_once(amqp_url, redis_url, pools):
+    import redis.asyncio as aioredis
+
+    from corral_api.fncall.schemas import FncallApiSettings, FncallRequest
+    from corral_api.fncall.service import FncallService
+
+    class CountingRpc(FncallRpc):  # the real client, counting the messages it sends
+        messages = 0
+
+        async def _request(self, *args, **kwargs):
+            CountingRpc.messages += 1
+            return await super()._request(*args, **kwargs)
+
+    await pools("node-batch-a", min_size=2, max_size=2)
+    await pools("node-batch-b", min_size=2, max_size=2)
+    rpc = await CountingRpc(amqp_url, ("bash",)).connect()
+    redis = aioredis.Redis.from_url(redis_url)
+    service = FncallService(rpc, redis, FncallApiSettings(batch_bundle=4))
+    try:
+        calls = [FncallRequest(runtime="bash", code=f"echo {i}; exit $(({i} % 5 == 0))") for i in range(40)]
+        batch = await service.create_batch("t", calls)
+        page = await service.get_batch("t", batch.id, offset=0, limit=100, wait=True, timeout=120)
+    finally:
+        await service.close()
+        await rpc.close()
+        await redis.aclose()
+    assert page.status == "done" and page.completed == 40
+    assert sorted(item.index for item in page.results) == list(range(40))  # each call once
+    for item in page.results:
+        assert item.result.cases[0].stdout == f"{item.index}\n"
+        assert item.result.verdict == ("runtime_error" if item.index % 5 == 0 else "accepted")
+    assert page.verdicts == {"accepted": 32, "runtime_error": 8}
+    assert CountingRpc.messages == 10  # 40 calls in bundles of 4
+    assert {item.result.node_id for item in page.results} == {"node-batch-a", "node-batch-b"}

@@ -2,6 +2,10 @@
 (competing node consumers) with ``reply_to`` = this process's exclusive reply queue and a
 ``correlation_id``, and awaits the reply. A call not picked up before its deadline expires
 in the queue (per-message TTL), so a worker never runs work nobody waits for.
+
+Batches send their calls in bundles (message ``type`` "bundle", body ``{"jobs": [...]}``,
+one reply ``{"results": [...]}``): per call that is a fraction of the broker's and both ends'
+per-message work. A node runs a bundle's calls on its free workers at once.
 """
 
 import asyncio
@@ -17,6 +21,7 @@ from corral_common.logging import get_logger
 
 log = get_logger("corral.api.fncall")
 QUEUE_PREFIX = "fncall."
+BUNDLE = "bundle"
 
 
 class RpcTimeout(Exception):
@@ -60,13 +65,27 @@ class FncallRpc:
             fut.set_exception(exc)
 
     async def call(self, runtime: str, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """One call: the worker's result."""
+        return await self._request(runtime, json.dumps(job).encode(), job.get("call_id") or uuid.uuid4().hex,
+                                   timeout_s)
+
+    async def call_bundle(self, runtime: str, jobs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
+        """Several calls in one message: their results, in the same order."""
+        reply = await self._request(runtime, json.dumps({"jobs": jobs}).encode(), uuid.uuid4().hex, timeout_s,
+                                    kind=BUNDLE)
+        results = reply.get("results")
+        if not isinstance(results, list) or len(results) != len(jobs):
+            raise ValueError(f"a bundle of {len(jobs)} calls was answered with {reply!r:.200}")
+        return results
+
+    async def _request(self, runtime: str, body: bytes, correlation_id: str, timeout_s: float,
+                       kind: str | None = None) -> dict[str, Any]:
         assert self._channel is not None and self._reply_queue is not None, "connect() first"
-        correlation_id = job.get("call_id") or uuid.uuid4().hex
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = fut
         try:
             await self._channel.default_exchange.publish(
-                aio_pika.Message(body=json.dumps(job).encode(), content_type="application/json",
+                aio_pika.Message(body=body, content_type="application/json", type=kind,
                                  correlation_id=correlation_id, reply_to=self._reply_queue.name,
                                  expiration=timeout_s),
                 routing_key=QUEUE_PREFIX + runtime)

@@ -28,6 +28,8 @@ class FncallApiSettings(BaseSettings):
     max_wait_s: float = 600.0
     # Calls of one batch in flight at once (the rest wait in the api, not in the broker).
     batch_inflight: int = 256
+    # Calls of a batch sent in one AMQP message (fewer for small batches; 1 = one message per call).
+    batch_bundle: int = 8
     batch_ttl_s: int = 3600
 
 

@@ -8,7 +8,7 @@ import binascii
 import json
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -90,10 +90,23 @@ class FncallService:
                 "output_limit_kb": req.output_limit_kb, "compare": req.compare,
                 "compile_timeout_ms": COMPILE_TIMEOUT_MS, "stop_on_failure": req.stop_on_failure, **extra}
 
-    def timeout_for(self, job: dict[str, Any]) -> float:
+    @staticmethod
+    def _own_s(job: dict[str, Any]) -> float:
+        """The longest a worker may take for this call (compile + every case at its wall limit)."""
         wall_ms = job.get("wall_limit_ms") or job["time_limit_ms"] * WALL_FACTOR + WALL_EXTRA_MS
-        own = (job["compile_timeout_ms"] if job["runtime"] in COMPILED else 0) + wall_ms * len(job["cases"])
-        return min(self.settings.max_wait_s, self.settings.queue_wait_s + own / 1000)
+        return ((job["compile_timeout_ms"] if job["runtime"] in COMPILED else 0) + wall_ms * len(job["cases"])) / 1000
+
+    def timeout_for(self, job: dict[str, Any]) -> float:
+        return min(self.settings.max_wait_s, self.settings.queue_wait_s + self._own_s(job))
+
+    def bundle_timeout(self, jobs: list[dict[str, Any]]) -> float:
+        """As if the bundle's calls ran one after the other (a node with one free worker)."""
+        return min(self.settings.max_wait_s, self.settings.queue_wait_s + sum(self._own_s(j) for j in jobs))
+
+    def bundle_size(self, calls: int) -> int:
+        """Calls per AMQP message in a batch: up to ``batch_bundle``, fewer for a small batch so
+        that it still spreads over several messages (and nodes)."""
+        return max(1, min(self.settings.batch_bundle, calls // 8))
 
     # -- one call -------------------------------------------------------------------------------
 
@@ -109,12 +122,34 @@ class FncallService:
                       "cases": [], "message": f"{exc} (is a node with fncall workers for {runtime!r} up?)"}
         finally:
             metrics.IN_FLIGHT.labels(runtime=runtime).dec()
+        self._record(runtime, result, time.monotonic() - started)
+        return result
+
+    async def run_bundle(self, runtime: str, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several calls of one runtime in one message (a batch's); each call's raw result.
+        Their ``latency_ms`` is the bundle's."""
+        if len(jobs) == 1:
+            return [await self.run_job(jobs[0])]
+        started = time.monotonic()
+        metrics.IN_FLIGHT.labels(runtime=runtime).inc(len(jobs))
+        try:
+            results = await self.rpc.call_bundle(runtime, jobs, self.bundle_timeout(jobs))
+        except RpcTimeout as exc:
+            results = [{"call_id": job["call_id"], "runtime": runtime, "verdict": Verdict.system_error.value,
+                        "cases": [], "message": f"{exc} (is a node with fncall workers for {runtime!r} up?)"}
+                       for job in jobs]
+        finally:
+            metrics.IN_FLIGHT.labels(runtime=runtime).dec(len(jobs))
         elapsed = time.monotonic() - started
+        for result in results:
+            self._record(runtime, result, elapsed)
+        return results
+
+    def _record(self, runtime: str, result: dict[str, Any], elapsed: float) -> None:
         result["latency_ms"] = round(elapsed * 1000, 3)
         metrics.LATENCY.labels(runtime=runtime).observe(elapsed)
         metrics.CALLS.labels(runtime=runtime, verdict=result.get("verdict", "system_error")).inc()
         self._rates[runtime].add()
-        return result
 
     @staticmethod
     def to_response(result: dict[str, Any]) -> FncallResponse:
@@ -168,29 +203,37 @@ class FncallService:
     async def _run_batch(self, batch_id: str, jobs: list[dict[str, Any]]) -> None:
         key, results_key = _batch_key(batch_id), _batch_key(batch_id) + ":results"
         ttl = self.settings.batch_ttl_s
-        sem = asyncio.Semaphore(self.settings.batch_inflight)
+        size = self.bundle_size(len(jobs))
+        by_runtime: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+        for index, job in enumerate(jobs):
+            by_runtime[job["runtime"]].append((index, job))
+        bundles = [(runtime, items[i:i + size]) for runtime, items in by_runtime.items()
+                   for i in range(0, len(items), size)]
+        sem = asyncio.Semaphore(max(1, self.settings.batch_inflight // size))  # bounds the calls in flight
 
-        async def one(index: int, job: dict[str, Any]) -> None:
+        async def one(runtime: str, items: list[tuple[int, dict[str, Any]]]) -> None:
             try:
-                result = await self.run_job(job)
+                results = await self.run_bundle(runtime, [job for _, job in items])
             except Exception as exc:  # never lose a slot of the batch
                 log.exception("fncall.batch_call_failed", batch_id=batch_id)
-                result = {"call_id": job["call_id"], "runtime": job["runtime"], "verdict": "system_error",
-                          "cases": [], "message": f"{type(exc).__name__}: {exc}"}
+                results = [{"call_id": job["call_id"], "runtime": job["runtime"], "verdict": "system_error",
+                            "cases": [], "message": f"{type(exc).__name__}: {exc}"} for _, job in items]
             finally:
                 sem.release()
-            item = json.dumps({"index": index, "result": self.to_response(result).model_dump(mode="json")})
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.rpush(results_key, item)
+            verdicts = Counter(result["verdict"] for result in results)
+            async with self.redis.pipeline(transaction=True) as pipe:  # one round trip per bundle
+                pipe.rpush(results_key, *(json.dumps({"index": index, "result": self.to_response(result).model_dump(
+                    mode="json")}) for (index, _), result in zip(items, results)))
                 pipe.expire(results_key, ttl)
-                pipe.hincrby(key, "completed", 1)
-                pipe.hincrby(key, f"verdict:{result['verdict']}", 1)
+                pipe.hincrby(key, "completed", len(items))
+                for verdict, count in verdicts.items():
+                    pipe.hincrby(key, f"verdict:{verdict}", count)
                 await pipe.execute()
 
         tasks = []
-        for index, job in enumerate(jobs):
+        for runtime, items in bundles:
             await sem.acquire()
-            tasks.append(asyncio.create_task(one(index, job)))
+            tasks.append(asyncio.create_task(one(runtime, items)))
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.redis.hset(key, "status", BatchStatus.done.value)
 

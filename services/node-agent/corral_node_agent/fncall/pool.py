@@ -11,6 +11,7 @@ are waiting, and shrinks by one after ``idle_ticks_to_shrink`` ticks under 25% b
 """
 
 import asyncio
+import json
 import time
 from contextlib import suppress
 
@@ -25,6 +26,7 @@ from corral_node_agent.fncall.zygote import ZygoteWorker
 
 log = get_logger("corral.fncall.pool")
 QUEUE_PREFIX = "fncall."
+BUNDLE = "bundle"  # AMQP message type of several calls in one message (see _on_message)
 
 
 def queue_name(runtime: str) -> str:
@@ -133,12 +135,34 @@ class RuntimePool:
             await worker.aclose()
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        """One call, or a bundle of calls (``type == "bundle"``, body ``{"jobs": [...]}``: the
+        api's batches) that run on this pool's free workers at once and are answered with one
+        reply ``{"results": [...]}`` — fewer messages per call for the broker and both ends."""
+        bundle = message.type == BUNDLE
         try:
-            job = FncallJob.model_validate_json(message.body)
+            if bundle:
+                jobs = [FncallJob.model_validate(j) for j in json.loads(message.body)["jobs"]]
+            else:
+                jobs = [FncallJob.model_validate_json(message.body)]
         except Exception as exc:
             log.error("fncall.malformed_job", runtime=self.runtime, error=str(exc)[:200])
             await message.reject(requeue=False)
             return
+        results = await asyncio.gather(*(self._run(job) for job in jobs))
+        if bundle:
+            body = json.dumps({"results": [r.model_dump(mode="json") for r in results]}).encode()
+        else:
+            body = results[0].model_dump_json().encode()
+        try:
+            if message.reply_to and self._channel is not None:
+                await self._channel.default_exchange.publish(
+                    aio_pika.Message(body=body, content_type="application/json", correlation_id=message.correlation_id),
+                    routing_key=message.reply_to)
+        except Exception:
+            log.exception("fncall.reply_failed", runtime=self.runtime, call_ids=[j.call_id for j in jobs][:10])
+        await message.ack()  # only now: a node that dies before this has its calls redelivered
+
+    async def _run(self, job: FncallJob) -> FncallResult:
         worker = await self._free.get()
         self.busy += 1
         metrics.POOL_BUSY.labels(**self._labels).set(self.busy)
@@ -154,19 +178,10 @@ class RuntimePool:
             metrics.POOL_BUSY.labels(**self._labels).set(self.busy)
             self._release(worker)
         result.node_id = self.node_id
-        elapsed = time.monotonic() - started
-        metrics.CALL_SECONDS.labels(**self._labels).observe(elapsed)
+        metrics.CALL_SECONDS.labels(**self._labels).observe(time.monotonic() - started)
         metrics.CALLS.labels(**self._labels, verdict=result.verdict.value).inc()
         self._rate.add()
-        try:
-            if message.reply_to and self._channel is not None:
-                await self._channel.default_exchange.publish(
-                    aio_pika.Message(body=result.model_dump_json().encode(), content_type="application/json",
-                                     correlation_id=message.correlation_id),
-                    routing_key=message.reply_to)
-        except Exception:
-            log.exception("fncall.reply_failed", runtime=self.runtime, call_id=job.call_id)
-        await message.ack()
+        return result
 
     # -- autoscaling ----------------------------------------------------------------------------
 
