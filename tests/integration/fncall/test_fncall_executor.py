@@ -1,6 +1,7 @@
 """Real programs in real sandboxes (bubblewrap + cgroups on the judge runtime tree): every
 verdict, every limit, isolation, and the no-carry-over guarantees on one reused worker."""
 
+import signal
 import time
 from pathlib import Path
 
@@ -152,12 +153,16 @@ for p in ("/usr/bin/evil", "/etc/passwd"):
 print("uid", os.getuid(), "pid", os.getpid())
 print("ifaces", sorted(n for _, n in socket.if_nameindex()))
 os.system("mount -t tmpfs none /tmp 2>/dev/null || echo mount: denied")
-print(open("/proc/self/status").read().split("Seccomp:")[1].split()[0])
+os.system("unshare -m true 2>/dev/null || echo unshare: denied")
+status = open("/proc/self/status").read()
+print("caps", status.split("CapEff:")[1].split()[0], status.split("CapBnd:")[1].split()[0])
+print(status.split("Seccomp:")[1].split()[0])
 """
     r = await run(make_worker(zygote), "python", code)
     out = r.cases[0].stdout
     assert "net: no" in out and "write /usr/bin/evil no" in out and "write /etc/passwd no" in out
-    assert "uid 1000" in out and "ifaces ['lo']" in out and "mount: denied" in out
+    assert "uid 1000" in out and "ifaces ['lo']" in out and "mount: denied" in out and "unshare: denied" in out
+    assert "caps 0000000000000000 0000000000000000" in out  # no capability left, not even in the bounding set
     assert out.strip().endswith("2")  # seccomp filter mode
     assert int(out.split("pid ")[1].split()[0]) < 10  # its own pid namespace
 
@@ -187,6 +192,7 @@ async def test_no_carry_over(make_worker, zygote):
 import os, subprocess, json, sys
 open("/work/left.txt", "w").write("x")
 open("/tmp/left.txt", "w").write("x")
+open("/dev/shm/left.txt", "w").write("x")
 os.environ["LEFT"] = "1"
 subprocess.Popen(["/bin/sh", "-c", "sleep 600"], start_new_session=True)
 subprocess.Popen(["/bin/sh", "-c", "while true; do echo x > /tmp/daemon; sleep 0.05; done"], start_new_session=True)
@@ -200,16 +206,62 @@ print("done")
     assert cgroup_procs(w) == []  # the run cgroup is empty after the call (a zygote has a cgroup of its own)
     second = """
 import os, json, sys, builtins, subprocess
-print(os.path.exists("/work/left.txt"), os.path.exists("/tmp/left.txt"), os.path.exists("/tmp/daemon"))
+print(os.path.exists("/work/left.txt"), os.path.exists("/tmp/left.txt"), os.path.exists("/tmp/daemon"),
+      os.path.exists("/dev/shm/left.txt"))
 print(os.environ.get("LEFT"), json.dumps(1), "carry" in sys.modules, hasattr(builtins, "LEFT"))
 print(sorted(p for p in os.listdir("/proc") if p.isdigit()).__len__())
 print(subprocess.run(["/bin/sh", "-c", "ls /proc | grep -c '^[0-9]'"], capture_output=True, text=True).stdout.strip())
 """
     r2 = await run(w, "python", second)
     lines = r2.cases[0].stdout.splitlines()
-    assert lines[0] == "False False False", r2
+    assert lines[0] == "False False False False", r2
     assert lines[1] == "None 1 False False"
     assert int(lines[2]) <= 3  # init, itself (no sleep or daemon left from call 1)
+
+
+@BOTH
+async def test_each_call_has_its_own_random_state(make_worker, zygote):
+    """A forked interpreter must not hand every call the same random sequence."""
+    w = make_worker(zygote)
+    code = "import random, os\nprint(random.random(), os.urandom(8).hex())"
+    outs = [(await run(w, "python", code)).cases[0].stdout for _ in range(3)]
+    assert len(set(outs)) == 3, outs
+
+
+@BOTH
+async def test_a_signal_the_program_sends_itself_ends_it(make_worker, zygote):
+    r = await run(make_worker(zygote), "python", "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nprint('on')")
+    assert r.verdict == "runtime_error" and r.cases[0].signal == signal.SIGTERM and r.cases[0].stdout == ""
+
+
+@BOTH
+async def test_the_process_limit_holds_in_every_run(make_worker, zygote):
+    w = make_worker(zygote)
+    code = """
+import subprocess
+started = refused = 0
+for _ in range(100):
+    try:
+        subprocess.Popen(["sleep", "30"]); started += 1
+    except OSError:
+        refused += 1
+print(started, refused)
+"""
+    r = await run(w, "python", code)
+    started, refused = map(int, r.cases[0].stdout.split())
+    assert started < 64 and refused > 0, r.cases[0]
+    assert cgroup_procs(w) == []  # and the sleeps are gone with the run
+
+
+async def test_a_dead_zygote_is_replaced_and_the_next_call_answered(make_worker):
+    w = make_worker(zygote=True)
+    assert (await run(w, "python", "print(1)")).verdict == "accepted"
+    w.zygote_cgroup.kill_all()  # the zygote (and its sandbox) die between calls
+    r = await run(w, "python", "print(2)")
+    assert r.verdict in ("accepted", "system_error")  # the call that finds it dead may fail, never hang
+    r = await run(w, "python", "print(3)")
+    assert r.verdict == "accepted" and r.cases[0].stdout == "3\n"
+    assert w.zygote_starts == 2
 
 
 async def test_no_carry_over_between_cases_of_one_call(make_worker):
