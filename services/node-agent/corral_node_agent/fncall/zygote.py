@@ -104,9 +104,9 @@ class ZygoteWorker(Worker):
             self.zygote_cgroup.prepare(memory, ZYGOTE_PIDS)
             log_fd = os.open(self.scratch / "zygote.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
-                proc = await self._spawn(("/usr/bin/python3", "-E", "-s", "-S", "-c", ZYGOTE_SOURCE,
-                                          *(str(fd) for fd in passed)),
-                                         stdin=None, memory_bytes=memory, cpu_s="unlimited", extra_fds=passed,
+                # The program comes on stdin (a memfd): as -c it would fill every `ps` line.
+                proc = await self._spawn(("/usr/bin/python3", "-E", "-s", "-S", "-", *(str(fd) for fd in passed)),
+                                         stdin=ZYGOTE_SOURCE.encode(), memory_bytes=memory, cpu_s="unlimited", extra_fds=passed,
                                          cgroup=self.zygote_cgroup, seccomp=False, caps=ZYGOTE_CAPS, output=log_fd)
             finally:
                 os.close(log_fd)

@@ -1,7 +1,7 @@
 """The python zygote: runs INSIDE a worker's bwrap sandbox with the judge tree's ``python3``.
 
-Standalone on purpose (the judge tree has no Corral code): the node-agent passes this file's
-text to ``python3 -E -s -S -c``. Never imported by the node-agent.
+Standalone on purpose (the judge tree has no Corral code): the node-agent gives this file's
+text to ``python3 -E -s -S -`` on stdin. Never imported by the node-agent.
 
 Start-up (once per worker): the interpreter initialises, reads the seccomp filter, and moves
 into a pid namespace of its own (so that it may later create and leave child pid namespaces:
