@@ -95,9 +95,11 @@ class WorkerCgroup:
             for f in reversed(files):
                 self._set_limit("memory", f, limit)
 
-    def prepare(self, memory_bytes: int, pids: int) -> None:
-        """Before starting a process tree: empty the cgroup, set the limits, reset the counters."""
-        self.kill_all()
+    def prepare(self, memory_bytes: int, pids: int, *, known_empty: bool = False) -> None:
+        """Before starting a process tree: empty the cgroup (unless the caller emptied it
+        after its last run), set the limits, reset the counters."""
+        if not known_empty:
+            self.kill_all()
         self._baseline = int(self._read("memory", "memory.usage_in_bytes"))
         self.arm(memory_bytes, pids)
 
@@ -148,20 +150,21 @@ class WorkerCgroup:
         except FileNotFoundError:  # never created (or already removed)
             return []
 
-    def kill_all(self, timeout: float = 2.0) -> None:
-        """SIGKILL every process left in the worker's cgroup and wait until it is empty."""
+    def kill_all(self, timeout: float = 2.0) -> bool:
+        """SIGKILL every process left in the worker's cgroup and wait until it is empty
+        (False if it is not within ``timeout``)."""
         deadline = time.monotonic() + timeout
         while True:
             pids = self.pids()
             if not pids:
-                return
+                return True
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             if time.monotonic() > deadline:
-                return
+                return False
             time.sleep(0.001)
 
     def remove(self) -> None:

@@ -73,6 +73,7 @@ class ZygoteWorker(Worker):
         self.zygote_runs = 0
         self.cold_runs = 0
         self.zygote_starts = 0
+        self._emptied = False  # the run cgroup was seen empty after the last run (no kill needed before the next)
 
     # -- the zygote's life ------------------------------------------------------------------------
 
@@ -178,8 +179,7 @@ class ZygoteWorker(Worker):
         except Exception as exc:  # a bug or a host problem: the caller gets system_error, never a hang
             result.verdict = Verdict.system_error
             result.message = f"{type(exc).__name__}: {exc}"
-        finally:
-            self.cgroup.kill_all()
+            self._emptied = False
         return result
 
     async def _run_in_zygote(self, job: FncallJob, files: list[tuple[str, bytes]], stdin: bytes) -> RawRun:
@@ -189,7 +189,8 @@ class ZygoteWorker(Worker):
                 return RawRun(system_error="the python zygote is not running")
             control = self._control
         memory_bytes = job.memory_limit_mb * 1024 * 1024
-        self.cgroup.prepare(memory_bytes, self.config.pids_max)
+        self.cgroup.prepare(memory_bytes, self.config.pids_max, known_empty=self._emptied)
+        self._emptied = False
         payload = marshal.dumps({
             "code": job.code, "files": files, "stdin": stdin, "tmpfs_bytes": memory_bytes,
             "cpu_s": max(1, -(-job.time_limit_ms // 1000) + 1),  # backstop; the verdict uses the cgroup's cpu time
@@ -251,7 +252,7 @@ class ZygoteWorker(Worker):
         finally:
             cpu_task.cancel()
         run.wall_ms = (time.monotonic() - started) * 1000
-        self.cgroup.kill_all()  # the pipes close when the last process holding them is gone
+        self._emptied = self.cgroup.kill_all()  # the pipes close when the last process holding them is gone
         run.stdout, run.stderr = await asyncio.gather(out_task, err_task)
         run.stats = self.cgroup.stats()
         if len(reply) != 4:  # the zygote died (or hangs): replace it
