@@ -262,12 +262,12 @@ async def test_files_write_read_stat_list(agent):
     assert owners.stdout == "1000:1000 755\n1000:1000 600\n"
 
     async def pieces():
-        for part in (b"streamed ", b"upload", b"\n"):
+        for part in (b"streamed ", b"upload", b"!\n", b"\n"):  # base64 with no, one and two "="
             yield part
 
-    assert await agent.write_file("/tmp/streamed.txt", pieces()) == 16
+    assert await agent.write_file("/tmp/streamed.txt", pieces()) == 18
     size, chunks = await agent.open_file("/tmp/streamed.txt")
-    assert size == 16 and b"".join([c async for c in chunks]) == b"streamed upload\n"
+    assert size == 18 and b"".join([c async for c in chunks]) == b"streamed upload!\n\n"
     names = {(e.name, e.type) for e in await agent.list_dir("/home/user/deep")}
     assert names == {("er", "dir")}
     listing = await agent.list_dir("/")
