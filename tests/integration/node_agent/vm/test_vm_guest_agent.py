@@ -222,6 +222,14 @@ async def test_exec_stdin_env_cwd(agent):
     assert (await sh(agent, "pwd", cwd="sub")).stdout == "/home/user/sub\n"
 
 
+async def test_exec_default_cwd_without_a_home_is_tmp(agent):
+    await sh(agent, "mv /home/user /home/user.away", user="root")
+    try:
+        assert (await sh(agent, "pwd")).stdout == "/tmp\n"
+    finally:
+        await sh(agent, "mv /home/user.away /home/user", user="root")
+
+
 async def test_exec_user_and_root(agent):
     assert (await sh(agent, "id -u; id -g")).stdout == "1000\n1000\n"
     assert (await sh(agent, "id -u", user="root")).stdout == "0\n"

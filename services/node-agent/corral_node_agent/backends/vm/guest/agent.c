@@ -724,7 +724,7 @@ static void op_exec(long long id, json_t *req) {
     else if (jcwd && *jcwd)
         snprintf(cwd, sizeof cwd, "%s/%s", HOME, jcwd);
     else
-        snprintf(cwd, sizeof cwd, "%s", access(HOME, X_OK) == 0 ? HOME : "/");
+        snprintf(cwd, sizeof cwd, "%s", access(HOME, X_OK) == 0 ? HOME : "/tmp");
     bool as_root = json_is_string(json_object_get(req, "user")) &&
                    !strcmp(json_string_value(json_object_get(req, "user")), "root");
     json_t *jstdin = json_object_get(req, "stdin");
