@@ -2,6 +2,7 @@
 session logic against a scripted fake guest (the real agent runs in the integration tests)."""
 
 import asyncio
+import base64
 import errno
 import gzip
 import os
@@ -297,4 +298,44 @@ async def test_bad_requests_are_refused_before_reaching_the_guest(tmp_path):
         ops = [m["op"] for m in guest.received]
         assert ops[-2:] == ["write_open", "write_abort"]  # the refused upload is removed guest-side
         assert "exec" not in ops and "read" not in ops
+        await client.close()
+
+
+async def test_downloads_are_credited_back_as_the_reader_consumes(tmp_path):
+    """The guest may run READ_WINDOW bytes ahead; the client grants more only as its
+    reader takes chunks, so a slow reader holds the guest back."""
+    from corral_node_agent.backends.vm.agent_client import READ_WINDOW
+
+    path = str(tmp_path / "agent.sock")
+    chunk = b"z" * (256 << 10)
+
+    def answer(msg):
+        if msg["op"] == "hello":
+            return hello_ok(msg)
+        if msg["op"] == "read":
+            assert msg["window"] == READ_WINDOW
+            frames = encode_frame({"id": msg["id"], "type": "open", "size": READ_WINDOW})
+            for _ in range(READ_WINDOW // len(chunk)):
+                frames += encode_frame({"id": msg["id"], "type": "data", "data": base64.b64encode(chunk).decode()})
+            return frames + encode_frame({"id": msg["id"], "type": "ok", "size": READ_WINDOW})
+        return None
+
+    async with FakeGuest(path, answer) as guest:
+        client = await GuestAgentClient.connect(path, timeout_s=5)
+        size, chunks = await client.open_file("/big")
+        taken = 0
+        async for data in chunks:
+            taken += len(data)
+            acks = [m for m in guest.received if m["op"] == "read_ack"]
+            if taken <= READ_WINDOW // 2:
+                assert not acks  # nothing granted before the reader took half a window
+        assert taken == size == READ_WINDOW
+
+        async def acked():
+            while not [m for m in guest.received if m["op"] == "read_ack"]:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(acked(), 5)
+        ack = next(m for m in guest.received if m["op"] == "read_ack")
+        assert ack["bytes"] == READ_WINDOW // 2
         await client.close()

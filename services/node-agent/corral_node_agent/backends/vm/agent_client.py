@@ -35,6 +35,9 @@ _EXEC_GRACE_S = 30.0
 _REQUEST_TIMEOUT_S = 60.0
 _HELLO_RETRY_S = 1.0
 _READ_SIZE = 256 << 10
+# Bytes of one file download the guest may send ahead of the reader: a slow consumer (an
+# HTTP client) holds the guest back instead of filling the node-agent's memory.
+READ_WINDOW = 2 << 20
 
 
 class GuestAgentError(CorralError):
@@ -356,7 +359,7 @@ class GuestAgentClient:
         parts = fs.split_path(path)
         if not parts:
             raise BadRequest("/: is a directory", loc=fs.LOC)
-        rid, queue = await self._request({"op": "read", "parts": parts})
+        rid, queue = await self._request({"op": "read", "parts": parts, "window": READ_WINDOW})
         try:
             first = await self._next(queue, _REQUEST_TIMEOUT_S)
         except BaseException:
@@ -369,11 +372,19 @@ class GuestAgentClient:
 
         async def chunks() -> AsyncIterator[bytes]:
             finished = False
+            unacked = 0
             try:
                 while True:
                     msg = await self._next(queue, _REQUEST_TIMEOUT_S)
                     if msg["type"] == "data":
-                        yield unb64(msg["data"])
+                        data = unb64(msg["data"])
+                        yield data
+                        # Credit back what the reader took, in batches of half the window.
+                        unacked += len(data)
+                        if unacked >= READ_WINDOW // 2:
+                            self._send_nowait({"id": next(self._ids), "op": "read_ack", "target": rid,
+                                               "bytes": unacked})
+                            unacked = 0
                     elif msg["type"] == "ok":
                         finished = True
                         return

@@ -73,6 +73,8 @@ struct req {
     int fd, dir_fd;
     char name[256];
     long long bytes;
+    /* read: bytes the host still accepts (-1: no limit); it grants more with read_ack */
+    long long credit;
 };
 
 static int port_fd = -1;
@@ -529,6 +531,8 @@ static void op_read(long long id, json_t *req) {
     fcntl(fd, F_SETFL, O_RDONLY);
     struct req *r = new_req(id, K_READ);
     r->fd = fd;
+    json_t *window = json_object_get(req, "window");
+    r->credit = json_is_integer(window) ? json_integer_value(window) : -1;
     json_t *o = reply(id, "open");
     json_object_set_new(o, "size", json_integer(st.st_size));
     send_frame(o);
@@ -541,15 +545,20 @@ static bool pump_reads(void) {
     static unsigned char buf[READ_CHUNK];
     for (; r; r = next) {
         next = r->next;
-        if (r->kind != K_READ)
+        if (r->kind != K_READ || r->credit == 0)
             continue;
         if (outq_len >= OUTQ_HIGH) {
             more = false;
             break;
         }
-        ssize_t n = read(r->fd, buf, sizeof buf);
+        size_t want = sizeof buf;
+        if (r->credit > 0 && (long long)want > r->credit)
+            want = (size_t)r->credit;
+        ssize_t n = read(r->fd, buf, want);
         if (n > 0) {
             r->bytes += n;
+            if (r->credit > 0)
+                r->credit -= n;
             send_data(r->id, "data", buf, (size_t)n);
             more = true;
         } else if (n == 0) {
@@ -964,6 +973,12 @@ static void handle_frame(json_t *req) {
         op_write_close(id, false);
     } else if (!strcmp(op, "write_abort")) {
         op_write_close(id, true);
+    } else if (!strcmp(op, "read_ack")) {
+        /* the host consumed data of a read: it may have that much more */
+        struct req *r = find_req(json_integer_value(json_object_get(req, "target")));
+        long long n = json_integer_value(json_object_get(req, "bytes"));
+        if (r && r->kind == K_READ && r->credit >= 0 && n > 0)
+            r->credit += n;
     } else if (!strcmp(op, "cancel")) {
         /* The target ends silently: the host has stopped waiting for it. */
         struct req *r = find_req(json_integer_value(json_object_get(req, "target")));
@@ -1208,7 +1223,7 @@ int main(int argc, char **argv) {
         }
         bool room = outq_len < OUTQ_HIGH;
         for (struct req *r = reqs; r; r = r->next) {
-            if (r->kind == K_READ && room)
+            if (r->kind == K_READ && room && r->credit != 0)
                 timeout_ms = 0;
             if (r->kind != K_EXEC)
                 continue;
