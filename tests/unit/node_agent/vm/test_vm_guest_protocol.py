@@ -87,7 +87,8 @@ def test_kernel_cmdline_carries_the_init_contract_and_tcg_settings():
     args = line.split()
     assert "corral.lowers=pmem0,vd:l1" in args  # base first, as given
     assert {"corral.upper_mb=512", "corral.hostname=sb-1", "corral.tty=1", "console=ttyS0", "panic=-1",
-            "swiotlb=noforce", "tsc_early_khz=2300000", "lpj=4600000", "quiet", "foo=bar", "cryptomgr.notests"} <= set(args)
+            "swiotlb=noforce", "tsc_early_khz=2300000", "lpj=4600000", "quiet", "foo=bar", "cryptomgr.notests",
+            "initcall_blacklist=crypto_kdf108_init"} <= set(args)
     kvm = guestkit.kernel_cmdline(lowers=["vd:l0"], upper_mb=64, hostname="x", tcg=False, console="hvc0")
     assert "tsc_early_khz=2300000" not in kvm and "corral.tty=1" not in kvm and "console=hvc0" in kvm
 
