@@ -291,6 +291,8 @@ async def test_bad_requests_are_refused_before_reaching_the_guest(tmp_path):
             await client.read_file("/etc/../x")
         with pytest.raises(PayloadTooLarge):
             await client.write_file("/big", b"x" * 11)
+        with pytest.raises(PayloadTooLarge, match="stdin"):
+            await client.exec(ExecRequest(cmd="cat", stdin="x" * (4 << 20)))
         async def abort_arrived():
             while guest.received[-1]["op"] != "write_abort":
                 await asyncio.sleep(0.01)

@@ -23,7 +23,17 @@ from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 
 from .. import fs
-from .protocol import MARKER, PROTOCOL_VERSION, WRITE_CHUNK, FrameDecoder, ProtocolError, b64, encode_frame, unb64
+from .protocol import (
+    MARKER,
+    MAX_FRAME,
+    PROTOCOL_VERSION,
+    WRITE_CHUNK,
+    FrameDecoder,
+    ProtocolError,
+    b64,
+    encode_frame,
+    unb64,
+)
 
 log = get_logger(__name__)
 
@@ -211,10 +221,16 @@ class GuestAgentClient:
 
     async def _request(self, message: dict[str, Any]) -> tuple[int, asyncio.Queue]:
         rid = next(self._ids)
+        try:
+            frame = encode_frame({"id": rid, **message})
+        except ProtocolError:
+            # Only a command's stdin (or env) can get this big: one frame carries it whole.
+            raise PayloadTooLarge(f"request too large for a VM sandbox's agent (max {MAX_FRAME * 3 // 4} bytes "
+                                  "of stdin): upload a file and redirect from it", loc=["body"]) from None
         queue: asyncio.Queue = asyncio.Queue()
         self._pending[rid] = queue
         try:
-            await self._send(encode_frame({"id": rid, **message}))
+            await self._send(frame)
         except BaseException:
             self._pending.pop(rid, None)
             raise
