@@ -49,7 +49,7 @@ down:
 test: venv guestkit
 	@mkdir -p $(TEST_STATE)/servers && chmod 755 $(TEST_STATE)
 	@# One run at a time per checkout: runs share the servers' ports and the e2e platform's.
-	@flock $(TEST_STATE)/lock $(MAKE) --no-print-directory test-locked
+	@flock -o $(TEST_STATE)/lock $(MAKE) --no-print-directory test-locked
 
 test-locked:
 	@scripts/servers.sh start $(TEST_STATE)/servers 46379 45672 > $(TEST_STATE).urls
