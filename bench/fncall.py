@@ -230,7 +230,10 @@ def main() -> None:
         if "batch" in phases:
             results["corral_batch"] = corral_batch(api, key, args.batch, state)
         if "concurrent" in phases:
-            results["corral_concurrent"] = corral_concurrent(api, key, args.batch, args.concurrency)
+            try:
+                results["corral_concurrent"] = corral_concurrent(api, key, args.batch, args.concurrency)
+            except httpx.HTTPError as exc:  # not a target: record it and go on with the other phases
+                results["corral_concurrent"] = {"error": f"{type(exc).__name__}: {exc}"}
         if "bare" in phases:
             bare_ms, bare_rate = bare_loop(args.n)
             results["bare_loop_ms"] = summary(bare_ms)

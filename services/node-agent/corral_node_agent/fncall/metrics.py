@@ -9,7 +9,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.1
 
 POOL_SIZE = Gauge("corral_fncall_pool_size", "Workers in the warm pool", ["node", "runtime"])
 POOL_BUSY = Gauge("corral_fncall_pool_busy", "Workers running a call", ["node", "runtime"])
-POOL_WARM = Gauge("corral_fncall_pool_warm", "Workers holding a pre-started process", ["node", "runtime"])
+POOL_WARM = Gauge("corral_fncall_pool_warm", "Python workers whose zygote is running", ["node", "runtime"])
 QUEUE_DEPTH = Gauge("corral_fncall_queue_depth", "Calls waiting in the runtime's work queue", ["runtime"])
 CALLS = Counter("corral_fncall_calls_total", "Calls executed by this node, by overall verdict",
                 ["node", "runtime", "verdict"])

@@ -24,7 +24,8 @@ class FncallSettings(BaseSettings):
     idle_ticks_to_shrink: int = 10
     pids_max: int = 64
     compile_memory_mb: int = 1024
-    # Keep a pre-started interpreter per python worker (a fresh one per call).
+    # Python workers keep a zygote: an initialised interpreter in a long-lived sandbox that forks
+    # per run into fresh namespaces (zygote.py); false: a new sandbox and interpreter per run.
     warm_python: bool = True
     # How often to look for the runtime tree when it is missing at start (it may be building).
     rootfs_poll_s: float = 2.0
