@@ -275,3 +275,56 @@ async def test_vm_boots_a_user_disk_image_through_a_private_overlay(work_dir, gu
         await backend.stop(sid)
     assert open(image, "rb").read() == before
     assert not os.path.exists(os.path.join(backend.root, sid))
+
+
+PREVIOUS_AGENT = """
+import asyncio, sys
+from corral_common.exec import ExecRequest
+from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.vm.backend import MicroVmBackend
+from corral_node_agent.settings import NodeAgentSettings
+
+async def main(state_dir, guestkit_dir, node_id, sid, layer):
+    backend = MicroVmBackend(NodeAgentSettings(node_id=node_id, state_dir=state_dir, guestkit_dir=guestkit_dir))
+    await backend.start(sid, SandboxSpec(environment="busybox", backend="microvm", memory_mb=256), [layer])
+    await backend.write_file(sid, "/home/user/before-restart.txt", b"written by the previous agent")
+    print("READY", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_a_restarted_agent_adopts_running_vms(work_dir, guestkit_dir, layers):
+    """SIGKILL the agent that started a VM: QEMU (its own session) keeps running, and the next
+    agent takes it over — same files, exec works, stop cleans up."""
+    import sys
+
+    from corral_node_agent.backends.vm.backend import MicroVmBackend
+
+    settings = _settings(work_dir, guestkit_dir)
+    sid = "vm-" + uuid.uuid4().hex[:8]
+    previous = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PREVIOUS_AGENT, settings.state_dir, guestkit_dir, settings.node_id, sid, layers["blk"],
+        stdout=asyncio.subprocess.PIPE)
+    try:
+        line = await asyncio.wait_for(previous.stdout.readline(), 120)
+        assert line.strip() == b"READY"
+    finally:
+        previous.kill()
+        await previous.wait()
+    directory = os.path.join(settings.state_dir, "vms", sid)
+    assert len(_qemu_pids(directory)) == 1  # the VM outlived its agent
+
+    backend = MicroVmBackend(settings)
+    assert await backend.cleanup_orphans(adopt=True) == [sid]
+    try:
+        assert await backend.read_file(sid, "/home/user/before-restart.txt") == b"written by the previous agent"
+        res = await backend.exec(sid, ExecRequest(cmd="echo adopted"))
+        assert res.stdout.strip() == "adopted"
+        await backend.pause(sid)
+        await backend.resume(sid)
+        assert (await backend.exec(sid, ExecRequest(cmd="true"))).exit_code == 0
+    finally:
+        await backend.stop(sid)
+    assert _qemu_pids(directory) == [] and not os.path.exists(directory)

@@ -103,10 +103,10 @@ class QemuBackend(SandboxBackend):
 
     def _agent(self, sandbox_id: str) -> Any:
         vm = self._get(sandbox_id)
-        if vm.agent is None:
+        if not vm.config.agent_socket:
             raise Unsupported("this VM boots a user disk image: it has no Corral guest agent, "
                               "use its screen and input instead")
-        if vm.paused:
+        if vm.paused or vm.agent is None:
             raise Conflict(f"sandbox {sandbox_id} is paused; resume it first")
         return vm.agent
 
@@ -164,10 +164,28 @@ class QemuBackend(SandboxBackend):
             if isinstance(exc, CorralError):
                 raise
             raise VmStartError(f"{exc}{self._console_hint(console)}") from exc
+        self._save_record(vm)
+        self._supervise(vm)
+
+    def _supervise(self, vm: _Vm) -> None:
         vm.tasks.append(asyncio.create_task(self._watch(vm)))
         vm.tasks.append(asyncio.create_task(self._expire(vm)))
         if vm.agent is not None:
             vm.tasks.append(asyncio.create_task(self._watchdog(vm)))
+
+    def _save_record(self, vm: _Vm) -> None:
+        """What a restarted node-agent needs to take this VM over (vm.json in its directory)."""
+        config = {k: getattr(vm.config, k) for k in (
+            "machine", "memory_mb", "cpus", "accelerator", "qmp_socket", "console_socket", "kernel", "initramfs",
+            "cmdline", "agent_socket", "boot_disk", "boot_disk_format", "display", "balloon", "run_as")}
+        config["layers"] = [{"path": layer.path, "transport": layer.transport} for layer in vm.config.layers]
+        record = {"pid": vm.machine.pid, "spec": vm.spec.model_dump(mode="json"), "config": config,
+                  "transport": vm.transport, "uid_slot": vm.uid_slot,
+                  "started_wall": time.time() - (time.monotonic() - vm.started)}
+        tmp = os.path.join(vm.directory, "vm.json.tmp")
+        with open(tmp, "w") as fh:
+            json.dump(record, fh)
+        os.rename(tmp, os.path.join(vm.directory, "vm.json"))
 
     @staticmethod
     def _console_hint(console: str) -> str:
@@ -380,16 +398,25 @@ class QemuBackend(SandboxBackend):
     def describe(self, sandbox_id: str) -> dict[str, str]:
         vm = self._get(sandbox_id)
         return {"machine": self.machine_type, "accelerator": self.accelerator, "image_transport": vm.transport,
-                "agent": "corral" if vm.agent is not None else "none",
+                "agent": "corral" if vm.config.agent_socket else "none",
                 "qemu_user": vm.config.run_as or "root"}
 
     async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
-        """Kill the QEMU processes a previous run of the agent left (VMs are not re-adopted:
-        their records end as lost_on_restart) and remove their files and cgroups."""
+        """What a previous run of the agent left: with ``adopt``, take over the VMs whose QEMU
+        still runs (QEMU lives in its own session and survives the agent); kill the rest
+        and remove their files and cgroups."""
         if not os.path.isdir(self.root):
             return []
-        for sandbox_id in os.listdir(self.root):
+        adopted = []
+        for sandbox_id in sorted(os.listdir(self.root)):
             directory = os.path.join(self.root, sandbox_id)
+            if adopt:
+                try:
+                    await self._adopt(sandbox_id, directory)
+                    adopted.append(sandbox_id)
+                    continue
+                except Exception as exc:
+                    log.warning("vm.adopt_failed", sandbox_id=sandbox_id, error=str(exc))
             for pid in _qemu_pids_using(directory):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
@@ -397,7 +424,40 @@ class QemuBackend(SandboxBackend):
             if cgroup is not None:
                 await asyncio.to_thread(cgroup.remove)
             shutil.rmtree(directory, ignore_errors=True)
-        return []
+        return adopted
+
+    async def _adopt(self, sandbox_id: str, directory: str) -> None:
+        from .agent_client import GuestAgentClient
+
+        with open(os.path.join(directory, "vm.json")) as fh:
+            record = json.load(fh)
+        pid = record["pid"]
+        if pid not in _qemu_pids_using(directory):
+            raise VmStartError("its QEMU is gone")
+        cfg = dict(record["config"])
+        cfg["layers"] = [LayerDisk(**layer) for layer in cfg["layers"]]
+        config = MachineConfig(**cfg)
+        cgroup = self._cgroup(sandbox_id)  # same path: the running QEMU is already in it
+        slot = record.get("uid_slot")
+        if slot is not None and slot in self._free_slots:
+            self._free_slots.remove(slot)
+        vm = _Vm(sandbox_id=sandbox_id, spec=SandboxSpec.model_validate(record["spec"]), directory=directory,
+                 machine=QemuMachine(self.settings.qemu, config), config=config, transport=record["transport"],
+                 cgroup=cgroup, uid_slot=slot,
+                 started=time.monotonic() - (time.time() - record["started_wall"]))
+        try:
+            await vm.machine.adopt(pid)
+            vm.paused = (await vm.machine.status()) == "paused"
+            if config.agent_socket and not vm.paused:
+                vm.agent = await GuestAgentClient.connect(config.agent_socket, timeout_s=10)
+        except BaseException:
+            await vm.machine.close_channels()
+            if slot is not None:
+                self._free_slots.append(slot)
+            raise
+        self._vms[sandbox_id] = vm
+        self._supervise(vm)
+        log.info("vm.adopted", sandbox_id=sandbox_id, pid=pid, paused=vm.paused)
 
     # ---- pause / snapshot ---------------------------------------------------------------
 
@@ -412,6 +472,12 @@ class QemuBackend(SandboxBackend):
         if vm.paused:
             await vm.machine.resume()
             vm.paused = False
+        if vm.agent is None and vm.config.agent_socket:
+            # Adopted while paused: its agent could not answer until now.
+            from .agent_client import GuestAgentClient
+
+            vm.agent = await GuestAgentClient.connect(vm.config.agent_socket, timeout_s=10)
+            vm.tasks.append(asyncio.create_task(self._watchdog(vm)))
 
     async def snapshot(self, sandbox_id: str, snapshot_id: str) -> int:
         vm = self._get(sandbox_id)

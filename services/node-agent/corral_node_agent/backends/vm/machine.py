@@ -42,14 +42,18 @@ class QemuMachine:
         self.shutdown_reason: str | None = None  # from QMP SHUTDOWN: guest-shutdown, guest-reset...
         self.started_at = 0.0
         self._cgroup_procs = cgroup_procs
-        self._exit_callbacks: list[Callable[[], Any]] = []
+        # A QEMU a previous node-agent started (adopted): watched through a pidfd.
+        self._adopted_pid: int | None = None
+        self._adopted_exit: asyncio.Future | None = None
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+        return self.proc.pid if self.proc else self._adopted_pid
 
     @property
     def running(self) -> bool:
+        if self._adopted_exit is not None:
+            return not self._adopted_exit.done()
         return self.proc is not None and self.proc.returncode is None
 
     def console_text(self) -> str:
@@ -95,6 +99,33 @@ class QemuMachine:
                 raise MachineError(f"qemu did not create {os.path.basename(path)} in time")
             await asyncio.sleep(0.005)
 
+    async def adopt(self, pid: int, *, timeout_s: float = 10.0) -> None:
+        """Take over a QEMU that is still running from a previous node-agent (it was started
+        in its own session, so the agent's death did not take it along)."""
+        loop = asyncio.get_running_loop()
+        pidfd = os.pidfd_open(pid)
+        self._adopted_pid = pid
+        self._adopted_exit = loop.create_future()
+
+        def exited() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            if not self._adopted_exit.done():
+                self._adopted_exit.set_result(-1)  # not our child: no exit status to read
+
+        loop.add_reader(pidfd, exited)
+        deadline = time.monotonic() + timeout_s
+        try:
+            self.qmp = await self._retry_refused(self._connect_qmp, deadline)
+            # The console socket takes a new client once the old one is gone.
+            reader, writer = await self._retry_refused(
+                lambda: asyncio.open_unix_connection(self.config.console_socket), deadline)
+        except BaseException:
+            await self.close_channels()
+            raise
+        self._tasks.append(asyncio.create_task(self._read_console(reader, writer)))
+        self._tasks.append(asyncio.create_task(self._watch_events()))
+
     async def _connect_qmp(self) -> QMPClient:
         qmp = QMPClient(f"qemu-{self.pid}")
         await qmp.connect(self.config.qmp_socket)
@@ -106,8 +137,8 @@ class QemuMachine:
             try:
                 return await connect()
             except (ConnectionError, ConnectError) as exc:
-                if self.proc and self.proc.returncode is not None:
-                    raise MachineError(f"qemu exited with {self.proc.returncode}: {await self._stderr()}") from exc
+                if not self.running:
+                    raise MachineError(f"qemu exited: {await self._stderr()}") from exc
                 if time.monotonic() > deadline:
                     raise MachineError(f"cannot connect to qemu: {exc}") from exc
                 await asyncio.sleep(0.01)
@@ -145,17 +176,18 @@ class QemuMachine:
             return
 
     async def wait(self) -> int:
+        if self._adopted_exit is not None:
+            return await asyncio.shield(self._adopted_exit)
         assert self.proc is not None
-        rc = await self.proc.wait()
-        return rc
+        return await self.proc.wait()
 
     async def kill(self) -> None:
         """SIGKILL QEMU and release the control channels; idempotent."""
-        if self.proc is not None and self.proc.returncode is None:
+        if self.running and self.pid is not None:
             with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGKILL)
+                os.kill(self.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
-                await self.proc.wait()
+                await self.wait()
         await self.close_channels()
 
     async def close_channels(self) -> None:
@@ -172,9 +204,9 @@ class QemuMachine:
         if self.qmp is not None and self.running:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.qmp.execute("quit"), timeout_s)
-        if self.proc is not None:
+        if self.pid is not None:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), timeout_s)
+                await asyncio.wait_for(self.wait(), timeout_s)
         await self.kill()
 
     # ---- control ------------------------------------------------------------------------
