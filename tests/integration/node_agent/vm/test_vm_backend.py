@@ -180,11 +180,17 @@ async def test_vm_maps_layers_with_dax_and_its_screen_changes_when_typing(work_d
         assert before[:8] == b"\x89PNG\r\n\x1a\n"
         width, height = int.from_bytes(before[16:20], "big"), int.from_bytes(before[20:24], "big")
         assert (width, height) in ((720, 400), (640, 480), (800, 600), (1024, 768), (1280, 800))
-        await backend.send_input(sid, [TypeText(text="echo corral-was-here"), KeyPress(keys=["ret"])])
+        # Keys reach the shell on the screen's console: the typed command runs.
+        await backend.send_input(sid, [TypeText(text="touch /tmp/typed-on-screen"), KeyPress(keys=["ret"])])
+        await until(lambda: _exists(backend, sid, "/tmp/typed-on-screen"), what="the typed command to run")
         after = await until(lambda: _changed_screen(backend, sid, before), what="the screen to change")
         assert after[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         await backend.stop(sid)
+
+
+async def _exists(backend, sid, path) -> bool:
+    return (await backend.exec(sid, ExecRequest(cmd=["test", "-e", path]))).exit_code == 0
 
 
 async def _changed_screen(backend, sid, before):

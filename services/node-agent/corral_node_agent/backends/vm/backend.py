@@ -118,10 +118,13 @@ class QemuBackend(SandboxBackend):
             return None
         return WorkerCgroup(f"corral-vm/{self.settings.node_id}/{sandbox_id}").create()
 
-    def _with_env(self, vm: _Vm, req: ExecRequest) -> ExecRequest:
-        if not vm.spec.env:
-            return req
-        return req.model_copy(update={"env": {**vm.spec.env, **req.env}})
+    async def _connect_agent(self, vm: _Vm, timeout_s: float) -> Any:
+        from .agent_client import GuestAgentClient
+
+        # The spec's env applies to every command; output and upload caps as for containers.
+        return await GuestAgentClient.connect(vm.config.agent_socket or "", timeout_s=timeout_s, env=vm.spec.env,
+                                              output_limit_bytes=self.settings.output_limit_bytes,
+                                              max_upload_bytes=self.settings.max_upload_bytes)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -226,7 +229,10 @@ class QemuBackend(SandboxBackend):
         cmdline = kernel_cmdline(lowers=guest_lowers(layers), upper_mb=spec.disk_mb,
                                  hostname=sandbox_id, tty_shell=self.machine_type == "q35",
                                  tcg=self.accelerator == "tcg")
-        config = MachineConfig(**common, kernel=kit.kernel, initramfs=kit.initramfs, cmdline=cmdline,
+        # The raw vmlinux (PVH entry, faster) skips the real-mode setup that finds the VGA
+        # text console: a machine with a screen boots the bzImage.
+        kernel = kit.display_kernel if common["display"] and kit.display_kernel else kit.kernel
+        config = MachineConfig(**common, kernel=kernel, initramfs=kit.initramfs, cmdline=cmdline,
                                agent_socket=sockets["agent"], layers=layers)
         return config, {"pmem": "virtio-pmem+dax", "blk": "virtio-blk"}[transport]
 
@@ -254,15 +260,13 @@ class QemuBackend(SandboxBackend):
         return MachineConfig(**cfg), meta["transport"]
 
     async def _boot(self, vm: _Vm) -> None:
-        from .agent_client import GuestAgentClient
 
         await vm.machine.launch()
         if vm.config.incoming:
             await vm.machine.load_state(os.path.join(self.snapshots_dir, vm.spec.from_snapshot or "", STATE_FILE))
             await vm.machine.resume()
         if vm.config.agent_socket:
-            connect = asyncio.ensure_future(GuestAgentClient.connect(vm.config.agent_socket,
-                                                                     timeout_s=self.settings.vm_boot_timeout_s))
+            connect = asyncio.ensure_future(self._connect_agent(vm, self.settings.vm_boot_timeout_s))
             died = asyncio.ensure_future(vm.machine.wait())
             done, _ = await asyncio.wait({connect, died}, return_when=asyncio.FIRST_COMPLETED)
             if connect not in done:
@@ -427,7 +431,6 @@ class QemuBackend(SandboxBackend):
         return adopted
 
     async def _adopt(self, sandbox_id: str, directory: str) -> None:
-        from .agent_client import GuestAgentClient
 
         with open(os.path.join(directory, "vm.json")) as fh:
             record = json.load(fh)
@@ -449,7 +452,7 @@ class QemuBackend(SandboxBackend):
             await vm.machine.adopt(pid)
             vm.paused = (await vm.machine.status()) == "paused"
             if config.agent_socket and not vm.paused:
-                vm.agent = await GuestAgentClient.connect(config.agent_socket, timeout_s=10)
+                vm.agent = await self._connect_agent(vm, 10)
         except BaseException:
             await vm.machine.close_channels()
             if slot is not None:
@@ -474,9 +477,8 @@ class QemuBackend(SandboxBackend):
             vm.paused = False
         if vm.agent is None and vm.config.agent_socket:
             # Adopted while paused: its agent could not answer until now.
-            from .agent_client import GuestAgentClient
 
-            vm.agent = await GuestAgentClient.connect(vm.config.agent_socket, timeout_s=10)
+            vm.agent = await self._connect_agent(vm, 10)
             vm.tasks.append(asyncio.create_task(self._watchdog(vm)))
 
     async def snapshot(self, sandbox_id: str, snapshot_id: str) -> int:
@@ -551,12 +553,10 @@ class QemuBackend(SandboxBackend):
     # ---- data path ----------------------------------------------------------------------
 
     async def exec(self, sandbox_id: str, req: ExecRequest) -> ExecResult:
-        vm = self._get(sandbox_id)
-        return await self._agent(sandbox_id).exec(self._with_env(vm, req))
+        return await self._agent(sandbox_id).exec(req)
 
     async def exec_stream(self, sandbox_id: str, req: ExecRequest) -> AsyncIterator[ExecChunk]:
-        vm = self._get(sandbox_id)
-        async for chunk in self._agent(sandbox_id).exec_stream(self._with_env(vm, req)):
+        async for chunk in self._agent(sandbox_id).exec_stream(req):
             yield chunk
 
     async def write_file(self, sandbox_id: str, path: str, data: FileData, mode: int = 0o644) -> int:
