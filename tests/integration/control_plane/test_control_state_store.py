@@ -71,3 +71,27 @@ async def test_list_and_tenant_index(store):
     await store.redis.delete("sb:sb-1")  # expired
     assert await store.list_sandboxes("t1") == []
     assert await store.redis.smembers("sb:tenant:t1") == set()
+
+
+async def test_runtime_and_required_node_round_trip(store):
+    spec = SandboxSpec(environment="e", backend="microvm", from_snapshot="snap-1")
+    await store.create_sandbox("sb-vm", "t1", spec, required_node="n7")
+    await store.transition("sb-vm", SandboxState.scheduled, node_id="n7")
+    await store.transition("sb-vm", SandboxState.starting)
+    runtime = {"backend": "microvm", "accelerator": "tcg", "image_transport": "virtio-blk"}
+    assert (await store.transition("sb-vm", SandboxState.running, runtime=runtime))[0]
+    record = await store.get_sandbox("sb-vm")
+    assert record.runtime == runtime and record.required_node == "n7" and record.spec.backend == "microvm"
+    assert (await store.get_sandbox("sb-2-missing")) is None
+
+
+async def test_vm_reservation_takes_the_overhead_and_gives_it_back(store):
+    await store.heartbeat("nv", "http://nv", cpu_capacity=8, memory_mb=1000, max_sandboxes=10,
+                          backends=["container", "microvm", "vm"], accelerator="tcg", vm_memory_overhead_mb=150)
+    node = await store.get_node("nv")
+    assert node.backends == ("container", "microvm", "vm") and node.vm_memory_overhead_mb == 150
+    spec = SandboxSpec(environment="e", backend="microvm", memory_mb=300)
+    assert await store.reserve("nv", "sb-v1", spec, 10, memory_mb=node.reserved_memory_mb(spec)) == "nv"
+    assert (await store.get_node("nv")).used_memory_mb == 450
+    assert await store.release("sb-v1")
+    assert (await store.get_node("nv")).used_memory_mb == 0
