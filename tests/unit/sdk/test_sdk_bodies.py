@@ -1,0 +1,20 @@
+"""What the SDK sends: only the spec fields a caller gave (a restore must not contradict its
+snapshot with defaults), and input events in the api's shape."""
+
+from corral._common import click_event, create_body, input_body, key_event, move_event, text_event
+from corral_api.sandboxes.schemas import SandboxCreate
+from corral_common.display import InputRequest
+
+
+def test_create_body_sends_only_what_was_given():
+    assert create_body(from_snapshot="snap-1").to_dict() == {"from_snapshot": "snap-1"}
+    body = create_body("busybox", isolation="vm", memory_mb=512, labels={"a": "b"}).to_dict()
+    assert body == {"environment": "busybox", "isolation": "vm", "memory_mb": 512, "labels": {"a": "b"}}
+    assert SandboxCreate.model_validate(body).backend == "microvm"
+
+
+def test_input_helpers_make_valid_input_requests():
+    events = [key_event("ctrl", "c"), text_event("ls\n"), move_event(10, 20), click_event(), click_event(5, 6, "right")]
+    request = InputRequest.model_validate(input_body(events))
+    assert [e.type for e in request.events] == ["key", "text", "mouse_move", "click", "click"]
+    assert (request.events[3].x, request.events[4].button, request.events[4].y) == (None, "right", 6)
