@@ -87,6 +87,14 @@ def test_timeout_covers_compile_cases_and_queueing():
     assert service.timeout_for(job) == pytest.approx(10 + 10 + 3 * 2.5)
 
 
+def test_batches_are_bundled_and_a_bundle_waits_for_all_its_calls():
+    service = _service(queue_wait_s=10, max_wait_s=1000, batch_bundle=8)
+    assert [service.bundle_size(n) for n in (1, 7, 8, 24, 63, 64, 10_000)] == [1, 1, 1, 3, 7, 8, 8]
+    job = service.build_job(FncallRequest(runtime="python", code="x", time_limit_ms=1000))
+    assert service.bundle_timeout([job] * 4) == pytest.approx(10 + 4 * 2.5)  # as if run one after the other
+    assert _service(queue_wait_s=10, max_wait_s=12).bundle_timeout([job] * 4) == 12
+
+
 def test_relpath_guard():
     assert safe_relpath("a/./b.txt") == "a/b.txt"
     for bad in ("/abs", "..", "a/../../b", "a/\0b"):
