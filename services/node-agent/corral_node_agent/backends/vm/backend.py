@@ -277,6 +277,24 @@ class QemuBackend(SandboxBackend):
             vm.agent = connect.result()
             if vm.transport == "virtio-pmem+dax":
                 vm.transport = await self._pmem_mode(vm)
+            if vm.config.display and not vm.config.incoming:
+                await self._wait_for_console_shell(vm)
+
+    # The guest agent starts `sh -i` on tty1; until it reads its terminal, typed keys are lost.
+    _CONSOLE_SHELL_STATE = (
+        "for p in /proc/[0-9]*; do [ \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" = 'sh -i ' ] && "
+        "cat $p/wchan && echo; done")
+
+    async def _wait_for_console_shell(self, vm: _Vm, timeout_s: float = 30.0) -> None:
+        """Report a display VM running only once its console shell waits for keys (ash polls its tty),
+        so input sent right after creation reaches it."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            res = await vm.agent.exec(ExecRequest(cmd=self._CONSOLE_SHELL_STATE, user="root", timeout_s=10))
+            if any(w in res.stdout for w in ("do_sys_poll", "n_tty_read", "wait_woken")):
+                return
+            await asyncio.sleep(0.05)
+        log.warning("vm.console_shell_not_ready", sandbox_id=vm.sandbox_id)
 
     @staticmethod
     async def _pmem_mode(vm: _Vm) -> str:
