@@ -305,3 +305,14 @@ async def test_zygote_worker_forks_every_run_from_one_zygote(make_worker):
         r = await run(w, "python", "print(1)")
         assert r.verdict == "accepted"
     assert w.zygote_runs == 3 and w.cold_runs == 0 and w.zygote_starts == 1
+
+
+async def test_a_zygote_that_cannot_start_leaves_calls_to_the_cold_path(make_worker, monkeypatch):
+    import corral_node_agent.fncall.zygote as zygote
+
+    monkeypatch.setattr(zygote, "ZYGOTE_SOURCE", "import sys\nsys.exit(3)\n")
+    w = make_worker(zygote=True)
+    for i in range(2):
+        r = await run(w, "python", f"print({i})")
+        assert r.verdict == "accepted" and r.cases[0].stdout == f"{i}\n"
+    assert w.zygote_starts == 0 and w.cold_runs == 2 and w.zygote_runs == 0

@@ -54,6 +54,7 @@ ZYGOTE_MEMORY_MB = 128  # the zygote's own cgroup (it plus a just-forked child b
 ZYGOTE_PIDS = 8
 ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
 START_TIMEOUT_S = 20.0
+RETRY_START_S = 30.0  # after a zygote failed to start
 REPLY_GRACE_S = 2.0  # after killing a run: how long the zygote may take to report it
 CPU_POLL_S = 0.02
 SETUP_FAILED = 125  # exit status of a run whose setup (before the user code) failed
@@ -74,6 +75,7 @@ class ZygoteWorker(Worker):
         self.cold_runs = 0
         self.zygote_starts = 0
         self._emptied = False  # the run cgroup was seen empty after the last run (no kill needed before the next)
+        self._retry_after = 0.0  # monotonic time before which a failed zygote is not restarted
 
     # -- the zygote's life ------------------------------------------------------------------------
 
@@ -81,7 +83,9 @@ class ZygoteWorker(Worker):
         return self._control is not None and self._proc is not None and self._proc.returncode is None
 
     def prestart_soon(self) -> None:
-        if not self.is_warm() and (self._starting is None or self._starting.done()):
+        if self.is_warm() or time.monotonic() < self._retry_after:
+            return
+        if self._starting is None or self._starting.done():
             self._starting = asyncio.create_task(self._start_zygote())
 
     async def _ready(self) -> bool:
@@ -109,8 +113,12 @@ class ZygoteWorker(Worker):
                 proc = await self._spawn(("/usr/bin/python3", "-E", "-s", "-S", "-", *(str(fd) for fd in passed)),
                                          stdin=ZYGOTE_SOURCE.encode(), memory_bytes=memory, cpu_s="unlimited", extra_fds=passed,
                                          cgroup=self.zygote_cgroup, seccomp=False, caps=ZYGOTE_CAPS, output=log_fd)
-            finally:
+            finally:  # the zygote has its copies now; an exit of it must show as EOF on parent
                 os.close(log_fd)
+                child.close()
+                for fd in passed[1:]:
+                    os.close(fd)
+                passed = []
             parent.setblocking(False)
             loop = asyncio.get_running_loop()
             ready = await asyncio.wait_for(loop.sock_recv(parent, 16), START_TIMEOUT_S)
@@ -119,12 +127,13 @@ class ZygoteWorker(Worker):
         except Exception:
             parent.close()
             self.zygote_cgroup.kill_all()
+            self._retry_after = time.monotonic() + RETRY_START_S  # meanwhile calls run cold
             log.exception("fncall.zygote_start_failed", worker=self.name)
             return
         finally:
             child.close()
             for fd in passed[1:]:
-                os.close(fd)
+                os.close(fd)  # (only when spawning failed before the inner finally)
         self._proc, self._control = proc, parent
         self.zygote_starts += 1
 
