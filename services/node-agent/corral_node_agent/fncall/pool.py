@@ -5,6 +5,9 @@ with a prefetch equal to its pool size, so RabbitMQ hands each node at most as m
 it has workers and a burst waits in the queue instead of failing. A call's reply goes to its
 ``reply_to`` queue with the request's ``correlation_id``; the message is acked only after the
 reply is published (a node that dies mid-call gets its calls redelivered to another node).
+A batch's calls come in bundles of several calls per message (see ``_on_message``); the
+prefetch counts messages, so a node may hold a few bundles' worth of calls more than it
+has workers: they wait for a free worker in the node instead of in the queue.
 
 The pool adapts within [pool_min, pool_max]: it grows while every worker is busy and calls
 are waiting, and shrinks by one after ``idle_ticks_to_shrink`` ticks under 25% busy.
