@@ -17,6 +17,7 @@ from corral_node_agent import host
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.container import CgroupV1, ContainerBackend
 from corral_node_agent.settings import NodeAgentSettings
+from tests.polling import until
 
 pytestmark = pytest.mark.asyncio
 
@@ -237,8 +238,12 @@ async def test_abandoned_stream_kills_command(backend, base_layer):
     first = await anext(stream)
     assert (first.type, first.data) == ("stdout", "started\n")
     await stream.aclose()  # what a disconnected HTTP client amounts to
-    r = await backend.exec(sid, run("ps -o args | grep -c '^sleep 30' || true"))
-    assert r.stdout.strip() == "0"
+
+    async def sleep_gone() -> bool:
+        r = await backend.exec(sid, run("ps -o args | grep -c '^sleep 30' || true"))
+        return r.stdout.strip() == "0"
+
+    await until(sleep_gone, timeout_s=10, what="the abandoned command to be killed")
 
 
 async def test_long_id_and_concurrent_execs(backend, base_layer):

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import uuid
 
 import pytest
@@ -23,6 +22,7 @@ from corral_image_service.builders.busybox import build_busybox
 from corral_node_agent.backends.base import ExitReason, Unsupported
 from corral_node_agent.backends.vm.qemu import PMEM_ALIGN
 from corral_node_agent.settings import NodeAgentSettings
+from tests.polling import until
 
 pytestmark = [pytest.mark.xdist_group("vm")]
 
@@ -30,17 +30,6 @@ if shutil.which("qemu-system-x86_64") is None:
     pytest.skip("VM tests need qemu-system-x86_64 (apt install qemu-system-x86)", allow_module_level=True)
 
 
-async def until(predicate, timeout_s: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from corral_node_agent.backends.vm import guestkit
 from corral_node_agent.backends.vm.agent_client import GuestAgentClient, GuestAgentLost
 from corral_node_agent.backends.vm.protocol import MARKER
 from corral_node_agent.settings import NodeAgentSettings
+from tests.polling import until
 
 pytestmark = [pytest.mark.xdist_group("vm")]
 
@@ -89,17 +90,6 @@ def launch(kit: guestkit.GuestKit, workdir: str, *, machine: str, layer_args: li
     return BareVm(proc, sock, qmp, console)
 
 
-async def until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def boot(vm: BareVm) -> BareVm:

@@ -1,0 +1,18 @@
+"""Waiting for a condition in tests: poll it with a deadline (never sleep a fixed time)."""
+
+import asyncio
+import time
+
+
+async def until(predicate, timeout_s: float = 60.0, what: str = "condition", interval_s: float = 0.05):
+    """Return predicate()'s first truthy value (predicate may be async); fail after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(interval_s)
