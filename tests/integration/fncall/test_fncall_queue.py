@@ -192,3 +192,14 @@ async def test_a_batch_goes_out_in_bundles_and_every_call_is_answered_once(amqp_
     assert page.verdicts == {"accepted": 32, "runtime_error": 8}
     assert CountingRpc.messages == 10  # 40 calls in bundles of 4
     assert {item.result.node_id for item in page.results} == {"node-batch-a", "node-batch-b"}
+
+
+async def test_a_pool_grows_for_calls_of_a_bundle_waiting_in_the_node(amqp_url, pools):
+    pool = await pools("node-bundle-grow", min_size=1, max_size=4, scale_interval_s=0.1)
+    rpc = await FncallRpc(amqp_url, ("bash",)).connect()
+    try:  # one message, so the queue is empty while its 8 calls wait for workers in the node
+        results = await rpc.call_bundle("bash", [bash_job("sleep 0.4") for _ in range(8)], timeout_s=60)
+    finally:
+        await rpc.close()
+    assert all(r["verdict"] == "accepted" for r in results)
+    assert pool.size > 1

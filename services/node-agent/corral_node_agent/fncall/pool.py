@@ -6,8 +6,8 @@ it has workers and a burst waits in the queue instead of failing. A call's reply
 ``reply_to`` queue with the request's ``correlation_id``; the message is acked only after the
 reply is published (a node that dies mid-call gets its calls redelivered to another node).
 A batch's calls come in bundles of several calls per message (see ``_on_message``); the
-prefetch counts messages, so a node may hold a few bundles' worth of calls more than it
-has workers: they wait for a free worker in the node instead of in the queue.
+prefetch counts messages, so a node may hold up to pool-size bundles: their calls wait for
+a free worker in the node (counted with the queue's backlog when the pool decides to grow).
 
 The pool adapts within [pool_min, pool_max]: it grows while every worker is busy and calls
 are waiting, and shrinks by one after ``idle_ticks_to_shrink`` ticks under 25% busy.
@@ -58,6 +58,7 @@ class RuntimePool:
         self.size = 0
         self.busy = 0
         self.queue_depth = 0
+        self.waiting_here = 0  # calls of bundles this node holds that wait for a free worker
         self._free: asyncio.Queue[Worker] = asyncio.Queue()
         self._workers: dict[str, Worker] = {}
         self._retire = 0  # workers to drop when they come back free
@@ -166,7 +167,11 @@ class RuntimePool:
         await message.ack()  # only now: a node that dies before this has its calls redelivered
 
     async def _run(self, job: FncallJob) -> FncallResult:
-        worker = await self._free.get()
+        self.waiting_here += 1
+        try:
+            worker = await self._free.get()
+        finally:
+            self.waiting_here -= 1
         self.busy += 1
         metrics.POOL_BUSY.labels(**self._labels).set(self.busy)
         started = time.monotonic()
@@ -207,7 +212,7 @@ class RuntimePool:
         metrics.CALLS_PER_SECOND.labels(**self._labels).set(self._rate.rate())
         metrics.POOL_WARM.labels(**self._labels).set(
             sum(1 for w in self._workers.values() if isinstance(w, ZygoteWorker) and w.is_warm()))
-        target = self.decide(self.size, self.busy, self.queue_depth)
+        target = self.decide(self.size, self.busy, self.queue_depth + self.waiting_here)
         if target > self.size:
             self._idle_ticks = 0
             await self.resize(target)
