@@ -103,7 +103,10 @@ def build_argv(qemu: str, cfg: MachineConfig) -> list[str]:
     argv = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]
     if microvm:
         # rtc=on: without it ~20% of TCG boots hang in timer calibration (HOST-NOTES).
-        argv += ["-M", "microvm,rtc=on,isa-serial=on,x-option-roms=off"]
+        argv += ["-M", "microvm,rtc=on,isa-serial=on,x-option-roms=off",
+                 # Modern (v2) virtio-mmio: fewer trapped register accesses while probing
+                 # devices, ~0.2 s less QEMU CPU per boot under TCG.
+                 "-global", "virtio-mmio.force-legacy=false"]
     else:
         argv += ["-M", "q35"]
     if cfg.accelerator == "kvm":
