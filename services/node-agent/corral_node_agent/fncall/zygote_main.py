@@ -284,4 +284,5 @@ def start():
     serve(control, config)
 
 
-start()
+if __name__ == "__main__":  # (run as `python3 -`; importing it must not start a zygote)
+    start()
