@@ -50,3 +50,7 @@ class PrefixedServiceSettings(CommonSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         common = _CommonEnvSource(settings_cls, env_prefix="CORRAL_", case_sensitive=False)
         return init_settings, env_settings, common, dotenv_settings, file_secret_settings
+
+# How long our HTTP servers keep an idle connection open. Longer than httpx's 5 s pool expiry,
+# so a client never reuses a connection at the moment the server closes it (a ReadError).
+HTTP_KEEP_ALIVE_S = 75

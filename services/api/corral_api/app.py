@@ -109,6 +109,9 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
 def main() -> None:
     import uvicorn
 
+    from corral_common.settings import HTTP_KEEP_ALIVE_S
+
     settings = ApiSettings()
     uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
-                log_level=settings.log_level.lower(), access_log=False)
+                log_level=settings.log_level.lower(), access_log=False,
+                timeout_keep_alive=HTTP_KEEP_ALIVE_S)

@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
+    from corral_common.settings import HTTP_KEEP_ALIVE_S
     from corral_node_agent.host import enter_private_mount_namespace
 
     args = sys.argv[1:] if argv is None else argv
@@ -99,4 +100,5 @@ def main(argv: list[str] | None = None) -> None:
     # The stock asyncio loop, not uvloop: libuv's process spawn is ~2x slower here, and the
     # node-agent's hot path (crun run/exec) is spawning processes.
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, loop="asyncio",
-                log_level=settings.log_level.lower(), access_log=False)
+                log_level=settings.log_level.lower(), access_log=False,
+                timeout_keep_alive=HTTP_KEEP_ALIVE_S)
