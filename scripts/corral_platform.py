@@ -43,6 +43,16 @@ def _env(args: argparse.Namespace, state: Path, redis_url: str, amqp_url: str) -
     return env
 
 
+def register_judge(image_service_url: str, env: dict[str, str] | None = None) -> None:
+    """Register the locally built judge tree (the fncall runtimes' root) as environment "judge"."""
+    from corral_image_service.builders.judge import default_rootfs_dir
+
+    work_dir = default_rootfs_dir().parent.parent  # build-base uses <work-dir>/judge/rootfs
+    subprocess.run([PYTHON, "-m", "corral_image_service.cli", "build-base", "judge", "--name", "judge", "--version",
+                    "1", "--url", image_service_url, "--work-dir", str(work_dir)],
+                   check=True, capture_output=True, env=env)
+
+
 def _secret(path: Path) -> str:
     if not path.exists():
         import secrets
@@ -131,6 +141,12 @@ def up(args: argparse.Namespace) -> dict:
     build = [PYTHON, "-m", "corral_image_service.cli", "build-base", "busybox", "--name", "busybox", "--version", "1",
              "--url", urls["image-service"], "--work-dir", str(state / "images" / "builders")]
     subprocess.run(build, check=True, capture_output=True, env={**env, "CORRAL_IMAGE_DATA_DIR": str(state / "images")})
+    # The fncall runtimes run on the "judge" environment; register it when this machine has
+    # built its tree (scripts/build_fncall_runtime.py, minutes of debootstrap, done once).
+    from corral_image_service.builders.judge import default_rootfs_dir, is_complete
+
+    if is_complete(default_rootfs_dir()):
+        register_judge(urls["image-service"], env)
     if args.with_debian:
         subprocess.run([*build[:4], "debian", "--name", "debian-python", "--version", "1", *build[8:]], check=True,
                        env={**env, "CORRAL_IMAGE_DATA_DIR": str(state / "images")})

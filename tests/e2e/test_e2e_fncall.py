@@ -24,8 +24,14 @@ def fncall_ready(platform):
                          text=True, timeout=1800)
     if out.returncode != 0:
         pytest.fail(f"building the fncall runtime failed:\n{out.stderr[-3000:]}")
+    # The runtimes run on the "judge" environment (a Corral layer): register the tree (a no-op
+    # when the platform already did at start).
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from corral_platform import register_judge
+
+    register_judge(platform["urls"]["image-service"])
     nodes = [url for name, url in platform["urls"].items() if name.startswith("node-")]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         states = [httpx.get(f"{url}/v1/fncall/pools", timeout=5).json() for url in nodes]
         if all(s["status"] == "ready" for s in states):

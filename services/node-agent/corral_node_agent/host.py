@@ -13,6 +13,7 @@ CLONE_NEWNS = 0x00020000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_BIND = 4096
 MS_REC = 16384
 MS_SLAVE = 1 << 19
 MNT_DETACH = 2
@@ -91,6 +92,11 @@ def mount_overlay(lowers: list[str], upper: str, work: str, target: str) -> None
         ":".join(os.path.abspath(p) for p in lowers), os.path.abspath(upper), os.path.abspath(work)
     )
     _mount("overlay", os.path.abspath(target), "overlay", 0, opts)
+
+
+def bind_mount(source: str, target: str) -> None:
+    """Make source's tree also appear at target (same filesystem, same mount flags)."""
+    _mount(source, target, None, MS_BIND, None)
 
 
 def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:

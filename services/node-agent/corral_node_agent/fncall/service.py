@@ -11,14 +11,19 @@ import aio_pika
 from aio_pika.abc import AbstractRobustConnection
 
 from corral_common.logging import get_logger
+from corral_node_agent import host
 from corral_node_agent.fncall.cgroups import CGROUP_ROOT, CONTROLLERS
 from corral_node_agent.fncall.executor import ExecutorConfig, check_host
 from corral_node_agent.fncall.pool import RuntimePool
 from corral_node_agent.fncall.runtimes import RUNTIMES
 from corral_node_agent.fncall.seccomp import ensure_filter
 from corral_node_agent.fncall.settings import FncallSettings
+from corral_node_agent.layers.cache import ImageUnavailable, LayerCache
 
 log = get_logger("corral.fncall")
+
+# Where each node-agent instance binds its runtimes' root filesystem (world-traversable).
+RUNTIME_ROOT_DIR = Path("/run/corral-fncall")
 OWNER_FILE = ".owner-pid"  # in an instance's scratch dir: the agent that runs its workers
 
 
@@ -80,8 +85,13 @@ def remove_stale_instances(scratch_root: Path, own: str) -> list[str]:
 
 
 class FncallPools:
-    def __init__(self, node_id: str, amqp_url: str, settings: FncallSettings | None = None, *, instance: str = ""):
+    def __init__(self, node_id: str, amqp_url: str, settings: FncallSettings | None = None, *, instance: str = "",
+                 layers: LayerCache | None = None):
         self.node_id = node_id
+        # The runtimes' root filesystem is a Corral environment (image-service layers),
+        # mounted read-only through the node's layer cache like a container's.
+        self.layers = layers
+        self._held_layers: list = []
         # Cgroups and scratch dirs are named by node id and instance (a hash of the node's state
         # dir), so two platforms on one host that both have a "node-1" never share workers.
         self.instance = f"{node_id}-{instance}" if instance else node_id
@@ -92,9 +102,9 @@ class FncallPools:
         self._connection: AbstractRobustConnection | None = None
         self._starter: asyncio.Task | None = None
 
-    def config(self) -> ExecutorConfig:
+    def config(self, rootfs: Path) -> ExecutorConfig:
         s = self.settings
-        return ExecutorConfig(rootfs=Path(s.rootfs_dir), scratch_dir=Path(s.scratch_dir) / self.instance,
+        return ExecutorConfig(rootfs=rootfs, scratch_dir=Path(s.scratch_dir) / self.instance,
                               seccomp_path=ensure_filter(Path(s.cache_dir) / "seccomp"), pids_max=s.pids_max,
                               compile_memory_mb=s.compile_memory_mb)
 
@@ -105,18 +115,48 @@ class FncallPools:
             return
         self._starter = asyncio.create_task(self._start_when_ready())
 
+    async def _runtime_root(self) -> tuple[Path | None, str]:
+        """Mount the runtimes' environment; (root, "") or (None, why not yet)."""
+        environment = RUNTIMES[self.settings.runtime_names[0]].environment if self.settings.runtime_names else "judge"
+        if self.layers is None:
+            return None, "no layer cache"
+        try:
+            layers = await self.layers.resolve_environment(environment)
+        except ImageUnavailable as exc:
+            return None, (f"waiting for environment {environment!r} in image-service ({exc.message}); register it with "
+                          f"`python -m corral_image_service.cli build-base judge --name {environment} --version 1`")
+        if len(layers) != 1:
+            return None, f"environment {environment!r} must be a single layer for fncall (it has {len(layers)})"
+        try:
+            (mount,) = await self.layers.acquire(layers)
+        except ImageUnavailable as exc:
+            return None, f"cannot mount environment {environment!r}: {exc.message}"
+        self._held_layers = layers
+        # The workers' bwrap runs as an unprivileged user that may not traverse the node's state
+        # dir: the layer is bound at a path anyone can reach (in the agent's private mount
+        # namespace, so nothing shows on the host).
+        root = RUNTIME_ROOT_DIR / self.instance
+        root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if not host.is_mountpoint(str(root)):
+            host.bind_mount(mount, str(root))
+        return root, ""
+
     async def _start_when_ready(self) -> None:
-        probe = ExecutorConfig(rootfs=Path(self.settings.rootfs_dir), scratch_dir=Path("/"), seccomp_path=Path("/"))
         while True:
-            reason = check_host(probe)
-            if not reason:
-                break
+            rootfs, reason = await self._runtime_root()
+            if rootfs is not None:
+                reason = check_host(ExecutorConfig(rootfs=rootfs, scratch_dir=Path("/"), seccomp_path=Path("/")))
+                if not reason:
+                    break
+                host.umount(str(rootfs))
+                await self.layers.release(self._held_layers)
+                self._held_layers = []
             if self.status_message != reason:
                 log.warning("fncall.waiting", reason=reason)
             self.status_message = reason
             await asyncio.sleep(self.settings.rootfs_poll_s)
         try:
-            config = await asyncio.to_thread(self.config)
+            config = await asyncio.to_thread(self.config, rootfs)
             remove_node_cgroups(self.instance)
             shutil.rmtree(config.scratch_dir, ignore_errors=True)
             config.scratch_dir.mkdir(parents=True, exist_ok=True)
@@ -156,6 +196,14 @@ class FncallPools:
         with suppress(Exception):
             remove_node_cgroups(self.instance)
         shutil.rmtree(Path(self.settings.scratch_dir) / self.instance, ignore_errors=True)
+        if self._held_layers and self.layers is not None:
+            root = RUNTIME_ROOT_DIR / self.instance
+            host.umount(str(root))
+            with suppress(OSError):
+                root.rmdir()
+            with suppress(Exception):
+                await self.layers.release(self._held_layers)
+            self._held_layers = []
 
     def status(self) -> dict:
         return {"node_id": self.node_id, "status": self.status_message,

@@ -9,10 +9,9 @@ class FncallSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_FNCALL_", extra="ignore")
 
     enabled: bool = True
-    # Where the judge runtime tree is built and cached (scripts/build_fncall_runtime.py).
+    # Seccomp filters are compiled and cached here (the judge tree is built here too by
+    # scripts/build_fncall_runtime.py, for the image build and the executor tests).
     cache_dir: str = DEFAULT_CACHE_DIR
-    # Empty: <cache_dir>/judge/rootfs.
-    rootfs: str = ""
     # Host tmpfs for per-call compile dirs (one subdir per node and worker).
     scratch_dir: str = "/dev/shm/corral-fncall"
     runtimes: str = "python,cpp,c,bash"
@@ -27,12 +26,8 @@ class FncallSettings(BaseSettings):
     # Python workers keep a zygote: an initialised interpreter in a long-lived sandbox that forks
     # per run into fresh namespaces (zygote.py); false: a new sandbox and interpreter per run.
     warm_python: bool = True
-    # How often to look for the runtime tree when it is missing at start (it may be building).
+    # How often to look for the runtimes' environment in image-service while it is missing.
     rootfs_poll_s: float = 2.0
-
-    @property
-    def rootfs_dir(self) -> str:
-        return self.rootfs or f"{self.cache_dir}/judge/rootfs"
 
     @property
     def runtime_names(self) -> list[str]:
