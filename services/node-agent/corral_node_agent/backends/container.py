@@ -588,6 +588,7 @@ class ContainerBackend(SandboxBackend):
                 await asyncio.wait_for(proc.wait(), timeout=req.timeout_s)
             except TimeoutError:
                 timed_out = True
+                await self._wait_for_pid_file(proc, pid_file)
                 self._kill_exec(proc, pid_file)
                 await proc.wait()
             if feeder is not None:
@@ -596,6 +597,7 @@ class ContainerBackend(SandboxBackend):
         except BaseException:
             # Cancelled (stream consumer gone) or failed: never leave the command running.
             if proc is not None and proc.returncode is None:
+                await self._wait_for_pid_file(proc, pid_file)
                 self._kill_exec(proc, pid_file)
             raise
         finally:
@@ -634,6 +636,15 @@ class ContainerBackend(SandboxBackend):
                 proc.stdin.close()
             except Exception:  # noqa: BLE001, S110 - already closed/broken is fine
                 pass
+
+    @staticmethod
+    async def _wait_for_pid_file(proc: asyncio.subprocess.Process, pid_file: str, timeout_s: float = 5.0) -> None:
+        """crun writes the command's pid file a moment after starting it (the command may
+        already have printed): killing before it exists would kill only `crun exec`, and the
+        command would live on in the container."""
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(pid_file) and proc.returncode is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
 
     @staticmethod
     def _kill_exec(proc: asyncio.subprocess.Process, pid_file: str) -> None:
