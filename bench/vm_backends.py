@@ -143,7 +143,9 @@ class BareVm:
                                           tty_shell=machine == "q35", tcg=accel == "tcg")
         self.config = MachineConfig(machine=machine, memory_mb=memory_mb, cpus=1, accelerator=accel,
                                     qmp_socket=f"{self.dir}/qmp.sock", console_socket=f"{self.dir}/console.sock",
-                                    kernel=kit.kernel, initramfs=kit.initramfs, cmdline=cmdline,
+                                    # as the backend: a machine with a screen boots the bzImage
+                                    kernel=kit.display_kernel if machine == "q35" else kit.kernel,
+                                    initramfs=kit.initramfs, cmdline=cmdline,
                                     agent_socket=f"{self.dir}/agent.sock", layers=layers, display=machine == "q35")
         self.machine = QemuMachine(NodeAgentSettings().qemu, self.config)
         self.agent: GuestAgentClient | None = None
