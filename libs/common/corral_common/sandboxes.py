@@ -59,7 +59,7 @@ ConcreteBackend = Literal["container", "microvm", "vm"]
 VM_BACKENDS = frozenset({"microvm", "vm"})
 # Host memory a VM costs beyond its guest RAM (QEMU itself, TCG translation cache). A node
 # advertises its own figure in its heartbeat; this is the default on both sides.
-DEFAULT_VM_MEMORY_OVERHEAD_MB = 96
+DEFAULT_VM_MEMORY_OVERHEAD_MB = 128
 
 
 def reserved_memory_mb(backend: str, memory_mb: int, vm_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB) -> int:

@@ -16,6 +16,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from corral_common.sandboxes import DEFAULT_VM_MEMORY_OVERHEAD_MB
 from corral_common.settings import PrefixedServiceSettings
 
 
@@ -69,8 +70,9 @@ class NodeAgentSettings(PrefixedServiceSettings):
     guestkit_dir: str = "/var/cache/corral/guestkit"
     # "auto" uses KVM only where it is real hardware virtualisation (not kvm_pvm), else TCG.
     vm_accelerator: Literal["auto", "kvm", "tcg"] = "auto"
-    # Host memory a VM costs beyond its guest RAM (QEMU itself, TCG translation cache).
-    vm_memory_overhead_mb: int = 96
+    # Host memory a VM costs beyond its guest RAM (QEMU itself ~35 MiB, TCG's translation
+    # cache up to 64 MiB): a 256 MiB guest that fills its RAM peaked at 346 MiB under TCG.
+    vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB
     # Boot to a guest agent that answers (TCG boots take ~2-3 s on an idle core).
     vm_boot_timeout_s: float = 90.0
     # A guest whose agent misses two pings in a row is ended as guest_unresponsive.
