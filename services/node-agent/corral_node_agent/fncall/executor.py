@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral_node_agent.fncall.cgroups import RunStats, WorkerCgroup
+from corral_node_agent.cgroups import RunStats, WorkerCgroup
 from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.models import CaseResult, CompileResult, FncallJob, FncallResult, Verdict
 from corral_node_agent.fncall.runtimes import RUNTIMES, Runtime

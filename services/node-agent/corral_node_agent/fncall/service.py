@@ -12,7 +12,7 @@ from aio_pika.abc import AbstractRobustConnection
 
 from corral_common.logging import get_logger
 from corral_node_agent import host
-from corral_node_agent.fncall.cgroups import CGROUP_ROOT, CONTROLLERS
+from corral_node_agent.cgroups import CGROUP_ROOT, CONTROLLERS
 from corral_node_agent.fncall.executor import ExecutorConfig, check_host
 from corral_node_agent.fncall.pool import RuntimePool
 from corral_node_agent.fncall.runtimes import RUNTIMES
@@ -29,7 +29,7 @@ OWNER_FILE = ".owner-pid"  # in an instance's scratch dir: the agent that runs i
 
 def remove_node_cgroups(node_id: str) -> None:
     """Drop the worker cgroups a previous agent with this node id left (processes included)."""
-    from corral_node_agent.fncall.cgroups import WorkerCgroup
+    from corral_node_agent.cgroups import WorkerCgroup
 
     base = CGROUP_ROOT / "pids" / "corral-fncall" / node_id
     names = [p.name for p in base.iterdir() if p.is_dir()] if base.is_dir() else []

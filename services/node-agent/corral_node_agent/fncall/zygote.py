@@ -33,7 +33,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from corral_common.logging import get_logger
-from corral_node_agent.fncall.cgroups import WorkerCgroup
+from corral_node_agent.cgroups import WorkerCgroup
 from corral_node_agent.fncall.executor import (
     FILE_SIZE_LIMIT,
     KEEP_STDERR,

@@ -112,7 +112,7 @@ class QemuBackend(SandboxBackend):
 
     def _cgroup(self, sandbox_id: str) -> Any:
         # cgroup v1 memory/pids/cpuacct per VM, the same helper the fncall workers use.
-        from ...fncall.cgroups import WorkerCgroup
+        from ...cgroups import WorkerCgroup
 
         if not WorkerCgroup.available():
             return None

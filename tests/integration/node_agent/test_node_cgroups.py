@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from corral_node_agent.fncall.cgroups import WorkerCgroup
+from corral_node_agent.cgroups import WorkerCgroup
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""Per-worker cgroups (v1: memory, pids, cpuacct) for fncall runs.
+"""Cgroups v1 (memory, pids, cpuacct) the node-agent creates itself: one per fncall worker,
+one per VM's QEMU (containers get theirs from crun).
 
-Each pool slot (worker) owns one cgroup per controller under
+Each fncall pool slot (worker) owns one cgroup per controller under
 ``/sys/fs/cgroup/<controller>/corral-fncall/<node>/<worker>``. A slot runs one process tree
 at a time, so before every run the limits are set and the peak/usage counters reset, and
 after it every process still in the cgroup is killed. The sandboxed processes never see
