@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from corral_common.display import KeyPress, TypeText
-from corral_common.errors import Conflict, NotFound
+from corral_common.errors import BadRequest, Conflict, NotFound
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
 from corral_image_service.builders.busybox import build_busybox
@@ -173,6 +173,8 @@ async def test_vm_maps_layers_with_dax_and_its_screen_changes_when_typing(work_d
         await backend.send_input(sid, [TypeText(text="touch /tmp/typed-on-screen"), KeyPress(keys=["ret"])])
         await until(lambda: _exists(backend, sid, "/tmp/typed-on-screen"), what="the typed command to run")
         after = await until(lambda: _changed_screen(backend, sid, before), what="the screen to change")
+        with pytest.raises(BadRequest, match="input refused"):  # a 400, not a QEMU error
+            await backend.send_input(sid, [KeyPress(keys=["no-such-key"])])
         assert after[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         await backend.stop(sid)

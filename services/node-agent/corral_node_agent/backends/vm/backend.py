@@ -24,8 +24,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from qemu.qmp import ExecuteError
+
 from corral_common.display import InputEvent
-from corral_common.errors import Conflict, CorralError, NotFound, ServiceUnavailable
+from corral_common.errors import BadRequest, Conflict, CorralError, NotFound, ServiceUnavailable
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec, Usage
@@ -566,7 +568,10 @@ class QemuBackend(SandboxBackend):
         if vm.screen == (0, 0) and any(getattr(e, "x", None) is not None for e in events):
             await self.screenshot(sandbox_id)  # learn the resolution to scale pointer positions
         for batch in to_qmp(events, vm.screen):
-            await vm.machine.send_input(batch)
+            try:
+                await vm.machine.send_input(batch)
+            except ExecuteError as exc:  # QEMU refuses what it cannot map (an unknown key name)
+                raise BadRequest(f"input refused: {exc}", loc=["body", "events"]) from exc
 
     # ---- data path ----------------------------------------------------------------------
 
