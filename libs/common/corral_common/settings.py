@@ -51,6 +51,15 @@ class PrefixedServiceSettings(CommonSettings):
         common = _CommonEnvSource(settings_cls, env_prefix="CORRAL_", case_sensitive=False)
         return init_settings, env_settings, common, dotenv_settings, file_secret_settings
 
+class FncallSettingsBase(BaseSettings):
+    """``CORRAL_FNCALL_*``: one env namespace for the fncall settings of the api and of the
+    node-agents, so one deployment block configures both sides of fncall. Each service declares
+    its own fields on a subclass, nested in its settings as ``fncall``; a name means one thing
+    (no field is declared by both, which a unit test checks)."""
+
+    model_config = SettingsConfigDict(env_prefix="CORRAL_FNCALL_", extra="ignore")
+
+
 # How long our HTTP servers keep an idle connection open. Longer than httpx's 5 s pool expiry,
 # so a client never reuses a connection at the moment the server closes it (a ReadError).
 HTTP_KEEP_ALIVE_S = 75

@@ -1,5 +1,7 @@
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from corral_api.fncall.settings import FncallApiSettings
 from corral_common.settings import CommonSettings
 
 
@@ -22,6 +24,8 @@ class ApiSettings(CommonSettings):
     rollout_ttl_s: float = 86400.0
     rollout_sweep_interval_s: float = 1.0
     rollout_step_lease_s: float = 10.0
+    # fncall calls and batches: CORRAL_FNCALL_* (FncallApiSettings reads its own env names).
+    fncall: FncallApiSettings = Field(default_factory=FncallApiSettings)
 
     @property
     def database_url(self) -> str:

@@ -18,6 +18,7 @@ from pydantic_settings import (
 
 from corral_common.sandboxes import DEFAULT_VM_MEMORY_OVERHEAD_MB
 from corral_common.settings import PrefixedServiceSettings
+from corral_node_agent.fncall.settings import FncallNodeSettings
 
 
 def _default_cpu_capacity() -> float:
@@ -81,6 +82,8 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Each QEMU drops to its own uid/gid, vm_uid_base + a slot number (0 = derive a base from
     # the node id, so two agents on one host do not share uids). -1 keeps QEMU as root.
     vm_uid_base: int = 0
+    # fncall warm pools: CORRAL_FNCALL_* (FncallNodeSettings reads its own env names).
+    fncall: FncallNodeSettings = Field(default_factory=FncallNodeSettings)
 
     @model_validator(mode="after")
     def _derive(self) -> "NodeAgentSettings":

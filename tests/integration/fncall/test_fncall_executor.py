@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corral_node_agent.fncall.models import FncallJob, JobCase
+from corral_common.contracts.fncall import FncallJob, JobCase
 
 APLUSB = "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}\n"
 BOTH = pytest.mark.parametrize("zygote", [False, True], ids=["cold", "zygote"])

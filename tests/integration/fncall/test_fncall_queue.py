@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from corral_api.fncall.rpc import FncallRpc
+from corral_common.contracts.fncall import FncallJob
 from corral_node_agent.fncall.pool import RuntimePool
 
 
@@ -35,8 +36,8 @@ async def pools(amqp_url, executor_config):
     await connection.close()
 
 
-def bash_job(code: str, **kw) -> dict:
-    return {"call_id": uuid.uuid4().hex, "runtime": "bash", "code": code, "cases": [{"stdin": ""}], **kw}
+def bash_job(code: str, **kw) -> FncallJob:
+    return FncallJob(call_id=uuid.uuid4().hex, runtime="bash", code=code, cases=[{"stdin": ""}], **kw)
 
 
 async def test_burst_spreads_over_competing_nodes_and_queues(amqp_url, pools):
@@ -49,9 +50,9 @@ async def test_burst_spreads_over_competing_nodes_and_queues(amqp_url, pools):
         results = await asyncio.gather(*calls)
     finally:
         await rpc.close()
-    assert [r["verdict"] for r in results] == ["accepted"] * 24
-    assert [r["cases"][0]["stdout"] for r in results] == [f"{i}\n" for i in range(24)]
-    nodes = {r["node_id"] for r in results}
+    assert [r.verdict for r in results] == ["accepted"] * 24
+    assert [r.cases[0].stdout for r in results] == [f"{i}\n" for i in range(24)]
+    nodes = {r.node_id for r in results}
     assert nodes == {"node-a", "node-b"}
     assert node_a.size == 2 and node_b.size == 2
 
@@ -70,7 +71,7 @@ async def test_pool_grows_under_a_backlog_and_shrinks_when_idle(amqp_url, pools)
         sampler = asyncio.create_task(sample())
         results = await asyncio.gather(*(rpc.call("bash", bash_job("sleep 0.3"), timeout_s=60) for _ in range(16)))
         sampler.cancel()
-        assert all(r["verdict"] == "accepted" for r in results)
+        assert all(r.verdict == "accepted" for r in results)
         assert max(sizes)[0] == 4, sizes
         for _ in range(50):
             await asyncio.sleep(0.1)
@@ -87,7 +88,7 @@ async def test_unanswered_call_times_out_and_expires(amqp_url):
         from corral_api.fncall.rpc import RpcTimeout
 
         with pytest.raises(RpcTimeout):
-            await rpc.call("c", {"call_id": "x", "runtime": "c"}, timeout_s=0.3)
+            await rpc.call("c", FncallJob(call_id="x", runtime="c", code=""), timeout_s=0.3)
         await asyncio.sleep(0.3)
         assert (await rpc.queue_depths())["c"] == 0  # expired, not left for a worker to run
     finally:
@@ -106,7 +107,7 @@ async def test_a_pool_runs_as_many_calls_at_once_as_it_has_workers(amqp_url, poo
         await pool.scale_once()  # the channel answers while calls run
     finally:
         await rpc.close()
-    assert all(r["verdict"] == "accepted" for r in results)
+    assert all(r.verdict == "accepted" for r in results)
     assert elapsed < 2.5, elapsed  # 2 rounds of 4, not 8 in a row
 
 
@@ -152,17 +153,18 @@ async def test_a_bundle_runs_on_free_workers_at_once_and_is_answered_in_order(am
         elapsed = time.monotonic() - started
     finally:
         await rpc.close()
-    assert [r["call_id"] for r in results] == [j["call_id"] for j in jobs]
-    assert [r["cases"][0]["stdout"] for r in results[:4]] == ["0\n", "1\n", "2\n", "3\n"]
-    assert results[4]["verdict"] == "runtime_error" and results[4]["cases"][0]["exit_code"] == 3
+    assert [r.call_id for r in results] == [j.call_id for j in jobs]
+    assert [r.cases[0].stdout for r in results[:4]] == ["0\n", "1\n", "2\n", "3\n"]
+    assert results[4].verdict == "runtime_error" and results[4].cases[0].exit_code == 3
     assert elapsed < 3.0, elapsed  # the four sleeps side by side, not one after the other (4 s)
 
 
 async def test_a_batch_goes_out_in_bundles_and_every_call_is_answered_once(amqp_url, redis_url, pools):
     import redis.asyncio as aioredis
 
-    from corral_api.fncall.schemas import FncallApiSettings, FncallRequest
+    from corral_api.fncall.schemas import FncallRequest
     from corral_api.fncall.service import FncallService
+    from corral_api.fncall.settings import FncallApiSettings
 
     class CountingRpc(FncallRpc):  # the real client, counting the messages it sends
         messages = 0
@@ -201,5 +203,5 @@ async def test_a_pool_grows_for_calls_of_a_bundle_waiting_in_the_node(amqp_url, 
         results = await rpc.call_bundle("bash", [bash_job("sleep 0.4") for _ in range(8)], timeout_s=60)
     finally:
         await rpc.close()
-    assert all(r["verdict"] == "accepted" for r in results)
+    assert all(r.verdict == "accepted" for r in results)
     assert pool.size > 1

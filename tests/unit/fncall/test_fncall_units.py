@@ -6,11 +6,12 @@ import pytest
 from pydantic import ValidationError
 
 from corral_api.fncall import sandboxfusion as sf
-from corral_api.fncall.schemas import BatchRequest, FncallApiSettings, FncallRequest
+from corral_api.fncall.schemas import BatchRequest, FncallRequest
 from corral_api.fncall.service import FncallService
+from corral_api.fncall.settings import FncallApiSettings
+from corral_common.contracts.fncall import FncallResult, parse_compare, safe_relpath
 from corral_common.errors import BadRequest, PayloadTooLarge
-from corral_node_agent.fncall.executor import safe_relpath
-from corral_node_agent.fncall.judge import outputs_match, parse_compare
+from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.pool import RuntimePool
 
 
@@ -64,9 +65,9 @@ def test_build_job_checks_runtime_files_and_size():
     service = _service(max_call_payload_mb=1)
     job = service.build_job(FncallRequest(runtime="cpp", code="int main(){}", tests=[{"stdin": "1"}, {"stdin": "2"}],
                                           files={"data/in.txt": "aGk="}))
-    assert job["runtime"] == "cpp" and [c["stdin"] for c in job["cases"]] == ["1", "2"]
-    assert job["files"] == {"data/in.txt": "aGk="}
-    assert service.build_job(FncallRequest(runtime="python", code="x", stdin="5"))["cases"] == [{"stdin": "5"}]
+    assert job.runtime == "cpp" and [c.stdin for c in job.cases] == ["1", "2"]
+    assert job.files == {"data/in.txt": "aGk="}
+    assert service.build_job(FncallRequest(runtime="python", code="x", stdin="5")).to_wire()["cases"] == [{"stdin": "5"}]
     with pytest.raises(BadRequest) as exc:
         service.build_job(FncallRequest(runtime="ruby", code="puts 1"))
     assert exc.value.code == "unknown_runtime" and "python" in exc.value.message
@@ -111,22 +112,26 @@ def test_sandboxfusion_request_mapping():
                                                      "fetch_files": ["out.txt"]}
 
 
+def _result(fields: dict) -> FncallResult:
+    return FncallResult.model_validate({"call_id": "c1", "runtime": "python", **fields})
+
+
 def test_sandboxfusion_response_mapping():
-    ok = sf.from_fncall({"verdict": "accepted", "node_id": "n1", "files": {"o": "eA=="},
+    ok = sf.from_fncall(_result({"verdict": "accepted", "node_id": "n1", "files": {"o": "eA=="},
                          "cases": [{"verdict": "accepted", "exit_code": 0, "stdout": "1\n", "stderr": "",
-                                    "wall_ms": 12.0, "time_ms": 10.0}]})
+                                    "wall_ms": 12.0, "time_ms": 10.0}]}))
     assert ok.status == sf.RunStatus.Success and ok.run_result.stdout == "1\n" and ok.compile_result is None
     assert ok.run_result.execution_time == pytest.approx(0.012) and ok.files == {"o": "eA=="}
-    ce = sf.from_fncall({"verdict": "compile_error", "compile": {"verdict": "compile_error", "exit_code": 1,
-                                                                 "stderr": "error"}, "cases": []})
+    ce = sf.from_fncall(_result({"verdict": "compile_error", "compile": {"verdict": "compile_error", "exit_code": 1,
+                                                                         "stderr": "error"}, "cases": []}))
     assert ce.status == sf.RunStatus.Failed and ce.run_result is None and ce.compile_result.return_code == 1
-    tle = sf.from_fncall({"verdict": "time_limit_exceeded",
-                          "cases": [{"verdict": "time_limit_exceeded", "exit_code": None}]})
+    tle = sf.from_fncall(_result({"verdict": "time_limit_exceeded",
+                                  "cases": [{"verdict": "time_limit_exceeded", "exit_code": None}]}))
     assert tle.status == sf.RunStatus.Failed
     assert tle.run_result.status == sf.CommandRunStatus.TimeLimitExceeded
-    rte = sf.from_fncall({"verdict": "runtime_error", "cases": [{"verdict": "runtime_error", "exit_code": 3}]})
+    rte = sf.from_fncall(_result({"verdict": "runtime_error", "cases": [{"verdict": "runtime_error", "exit_code": 3}]}))
     assert rte.run_result.status == sf.CommandRunStatus.Finished and rte.run_result.return_code == 3
-    err = sf.from_fncall({"verdict": "system_error", "cases": [], "message": "no worker"})
+    err = sf.from_fncall(_result({"verdict": "system_error", "cases": [], "message": "no worker"}))
     assert err.status == sf.RunStatus.SandboxError
 
 
@@ -135,7 +140,7 @@ def test_sandboxfusion_models_match_the_client_package():
     theirs = models.RunCodeRequest(code="print(1)", language="cpp", files={"a": "aGk="})
     ours = sf.RunCodeRequest.model_validate(theirs.dict())
     assert ours.language == "cpp" and ours.files == {"a": "aGk="}
-    ours_resp = sf.from_fncall({"verdict": "accepted", "cases": [{"verdict": "accepted", "exit_code": 0}]})
+    ours_resp = sf.from_fncall(_result({"verdict": "accepted", "cases": [{"verdict": "accepted", "exit_code": 0}]}))
     parsed = models.RunCodeResponse(**ours_resp.model_dump(mode="json"))
     assert parsed.status == models.RunStatus.Success
     assert set(sf.RunCodeResponse.model_fields) == set(models.RunCodeResponse.__fields__)

@@ -1,5 +1,6 @@
 """Public fncall endpoints: one call, batches, runtimes, the SandboxFusion-shaped /run_code,
-and /metrics. The router's lifespan (nested in the app's) connects the RPC client and Redis."""
+and /metrics. The router's lifespan (nested in the app's) connects the RPC client and Redis;
+its settings are ``app.state.settings.fncall`` (the app factory's)."""
 
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -14,16 +15,15 @@ from corral_api.auth.dependencies import current_tenant
 from corral_api.fncall import sandboxfusion as sf
 from corral_api.fncall.rpc import FncallRpc
 from corral_api.fncall.schemas import (
-    RUNTIMES,
     Batch,
     BatchPage,
     BatchRequest,
-    FncallApiSettings,
     FncallRequest,
     FncallResponse,
     RuntimeList,
 )
 from corral_api.fncall.service import FncallService
+from corral_common.contracts.fncall import RUNTIMES
 from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge, Unauthorized
 
 
@@ -52,7 +52,7 @@ async def lifespan(app: FastAPI):
     settings = app.state.settings
     rpc = await FncallRpc(settings.amqp_url, RUNTIMES).connect()
     redis = aioredis.Redis.from_url(settings.redis_url)
-    app.state.fncall = FncallService(rpc, redis, FncallApiSettings())
+    app.state.fncall = FncallService(rpc, redis, settings.fncall)
     try:
         yield
     finally:
@@ -133,10 +133,7 @@ async def _run_code(body: sf.RunCodeRequest, service: FncallService) -> sf.RunCo
                          f"{', '.join(sorted(sf.LANGUAGES))}", loc=["body", "language"], code="unknown_runtime")
     call, extra = sf.to_fncall(body)
     job = service.build_job(call, **extra)
-    raw = await service.run_job(job)
-    if raw.get("cases"):
-        raw["cases"][0].setdefault("stdout", "")
-    return sf.from_fncall(raw)
+    return sf.from_fncall((await service.run_job(job)).result)
 
 
 @router.post("/run_code", response_model=sf.RunCodeResponse, tags=["sandboxfusion"], operation_id="run_code",

@@ -5,23 +5,29 @@ in the queue (per-message TTL), so a worker never runs work nobody waits for.
 
 Batches send their calls in bundles (message ``type`` "bundle", body ``{"jobs": [...]}``,
 one reply ``{"results": [...]}``): per call that is a fraction of the broker's and both ends'
-per-message work. A node runs a bundle's calls on its free workers at once.
+per-message work. A node runs a bundle's calls on its free workers at once. The messages are
+the fncall contract's models (corral_common.contracts.fncall).
 """
 
 import asyncio
-import json
 import uuid
 from contextlib import suppress
-from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 
+from corral_common.contracts.fncall import (
+    BUNDLE,
+    FncallJob,
+    FncallResult,
+    JobBundle,
+    ResultBundle,
+    declare_work_queue,
+    queue_name,
+)
 from corral_common.logging import get_logger
 
 log = get_logger("corral.api.fncall")
-QUEUE_PREFIX = "fncall."
-BUNDLE = "bundle"
 
 
 class RpcTimeout(Exception):
@@ -41,8 +47,8 @@ class FncallRpc:
     async def connect(self) -> "FncallRpc":
         self._connection = await aio_pika.connect_robust(self.amqp_url)
         self._channel = await self._connection.channel(publisher_confirms=False)
-        for runtime in self.runtimes:  # same declaration as the nodes': a burst queues even before any node
-            self._queues[runtime] = await self._channel.declare_queue(QUEUE_PREFIX + runtime, durable=True)
+        for runtime in self.runtimes:
+            self._queues[runtime] = await declare_work_queue(self._channel, runtime)
         self._reply_queue = await self._channel.declare_queue(exclusive=True, auto_delete=True)
         await self._reply_queue.consume(self._on_reply, no_ack=True)
         return self
@@ -59,27 +65,23 @@ class FncallRpc:
         fut = self._pending.get(message.correlation_id or "")
         if fut is None or fut.done():
             return  # the caller gave up
-        try:
-            fut.set_result(json.loads(message.body))
-        except ValueError as exc:
-            fut.set_exception(exc)
+        fut.set_result(message.body)
 
-    async def call(self, runtime: str, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    async def call(self, runtime: str, job: FncallJob, timeout_s: float) -> FncallResult:
         """One call: the worker's result."""
-        return await self._request(runtime, json.dumps(job).encode(), job.get("call_id") or uuid.uuid4().hex,
-                                   timeout_s)
+        body = await self._request(runtime, job.body(), job.call_id or uuid.uuid4().hex, timeout_s)
+        return FncallResult.model_validate_json(body)
 
-    async def call_bundle(self, runtime: str, jobs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
+    async def call_bundle(self, runtime: str, jobs: list[FncallJob], timeout_s: float) -> list[FncallResult]:
         """Several calls in one message: their results, in the same order."""
-        reply = await self._request(runtime, json.dumps({"jobs": jobs}).encode(), uuid.uuid4().hex, timeout_s,
-                                    kind=BUNDLE)
-        results = reply.get("results")
-        if not isinstance(results, list) or len(results) != len(jobs):
-            raise ValueError(f"a bundle of {len(jobs)} calls was answered with {reply!r:.200}")
+        reply = await self._request(runtime, JobBundle(jobs=jobs).body(), uuid.uuid4().hex, timeout_s, kind=BUNDLE)
+        results = ResultBundle.model_validate_json(reply).results
+        if len(results) != len(jobs):
+            raise ValueError(f"a bundle of {len(jobs)} calls was answered with {len(results)} results")
         return results
 
     async def _request(self, runtime: str, body: bytes, correlation_id: str, timeout_s: float,
-                       kind: str | None = None) -> dict[str, Any]:
+                       kind: str | None = None) -> bytes:
         assert self._channel is not None and self._reply_queue is not None, "connect() first"
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = fut
@@ -88,7 +90,7 @@ class FncallRpc:
                 aio_pika.Message(body=body, content_type="application/json", type=kind,
                                  correlation_id=correlation_id, reply_to=self._reply_queue.name,
                                  expiration=timeout_s),
-                routing_key=QUEUE_PREFIX + runtime)
+                routing_key=queue_name(runtime))
             try:
                 return await asyncio.wait_for(fut, timeout_s)
             except (TimeoutError, asyncio.TimeoutError):

@@ -15,7 +15,8 @@ from enum import Enum
 
 from pydantic import BaseModel, Field
 
-from corral_api.fncall.schemas import FncallRequest, Verdict
+from corral_api.fncall.schemas import FncallRequest
+from corral_common.contracts.fncall import CaseResult, CompileResult, FncallResult, Verdict
 
 LANGUAGES = {"python": "python", "python3": "python", "cpp": "cpp", "c": "c", "bash": "bash"}
 MEMORY_MB = 1024
@@ -74,33 +75,32 @@ def to_fncall(req: RunCodeRequest) -> tuple[FncallRequest, dict]:
     return call, extra
 
 
-def _command(result: dict, *, timed_out: bool) -> CommandRunResult:
-    if result["verdict"] == Verdict.system_error.value:
+def _command(result: CompileResult | CaseResult) -> CommandRunResult:
+    if result.verdict == Verdict.system_error:
         status = CommandRunStatus.Error
-    elif timed_out:
+    elif result.verdict == Verdict.time_limit_exceeded:
         status = CommandRunStatus.TimeLimitExceeded
     else:
         status = CommandRunStatus.Finished
-    return CommandRunResult(status=status, execution_time=round(result.get("wall_ms", 0.0) / 1000, 6),
-                            cpu_time=round(result.get("time_ms", 0.0) / 1000, 6), return_code=result.get("exit_code"),
-                            stdout=result.get("stdout", ""), stderr=result.get("stderr", ""))
+    return CommandRunResult(status=status, execution_time=round(result.wall_ms / 1000, 6),
+                            cpu_time=round(result.time_ms / 1000, 6), return_code=result.exit_code,
+                            stdout=result.stdout, stderr=result.stderr)
 
 
-def from_fncall(result: dict) -> RunCodeResponse:
-    if result["verdict"] == Verdict.system_error.value and not result.get("cases") and not result.get("compile"):
-        return RunCodeResponse(status=RunStatus.SandboxError, message=result.get("message", "system error"))
+def from_fncall(result: FncallResult) -> RunCodeResponse:
+    if result.verdict == Verdict.system_error and not result.cases and not result.compile:
+        return RunCodeResponse(status=RunStatus.SandboxError, message=result.message)
     compile_result = run_result = None
     ok = True
-    if result.get("compile"):
-        c = result["compile"]
-        compile_result = _command(c, timed_out=c["verdict"] == Verdict.time_limit_exceeded.value)
-        ok = c["verdict"] == Verdict.accepted.value
-    if result.get("cases"):
-        case = result["cases"][0]
-        run_result = _command(case, timed_out=case["verdict"] == Verdict.time_limit_exceeded.value)
-        ok = ok and case.get("exit_code") == 0 and case["verdict"] == Verdict.accepted.value
+    if result.compile:
+        compile_result = _command(result.compile)
+        ok = result.compile.verdict == Verdict.accepted
+    if result.cases:
+        case = result.cases[0]
+        run_result = _command(case)
+        ok = ok and case.exit_code == 0 and case.verdict == Verdict.accepted
     else:
         ok = False
     return RunCodeResponse(status=RunStatus.Success if ok else RunStatus.Failed, message="",
                            compile_result=compile_result, run_result=run_result,
-                           executor_pod_name=result.get("node_id") or None, files=result.get("files", {}))
+                           executor_pod_name=result.node_id or None, files=result.files)

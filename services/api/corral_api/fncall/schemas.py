@@ -1,47 +1,15 @@
-"""Public request/response shapes of /v1/fncall (and the settings of the api's fncall side)."""
+"""Public request/response shapes of /v1/fncall. The verdict and the per-run results are the
+wire contract's (corral_common.contracts.fncall), as the workers send them."""
 
-import math
-import re
 from enum import Enum
 
 from pydantic import BaseModel, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-RUNTIMES = ("python", "cpp", "c", "bash")
-COMPILED = ("cpp", "c")
+from corral_common.contracts.fncall import RUNTIMES, CaseResult, CompileResult, Verdict, parse_compare
+
 MAX_CODE_CHARS = 1_000_000
 MAX_CASES = 1000
 MAX_BATCH_CALLS = 10_000
-_FLOAT = re.compile(r"^float:([0-9.eE+-]+)$")
-
-
-class FncallApiSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_FNCALL_", extra="ignore")
-
-    # Largest request body of one call / one batch (checked on Content-Length before reading).
-    max_body_mb: int = 32
-    batch_max_body_mb: int = 256
-    # Largest total of stdin + expected output + files of one call once decoded.
-    max_call_payload_mb: int = 16
-    # How long a call may wait in a work queue for a free worker, on top of its own limits.
-    queue_wait_s: float = 60.0
-    max_wait_s: float = 600.0
-    # Calls of one batch in flight at once (the rest wait in the api, not in the broker).
-    batch_inflight: int = 256
-    # Calls of a batch sent in one AMQP message (fewer for small batches; 1 = one message per call).
-    batch_bundle: int = 8
-    batch_ttl_s: int = 3600
-
-
-class Verdict(str, Enum):
-    accepted = "accepted"
-    wrong_answer = "wrong_answer"
-    time_limit_exceeded = "time_limit_exceeded"
-    memory_limit_exceeded = "memory_limit_exceeded"
-    output_limit_exceeded = "output_limit_exceeded"
-    runtime_error = "runtime_error"
-    compile_error = "compile_error"
-    system_error = "system_error"
 
 
 class TestCase(BaseModel):
@@ -67,17 +35,8 @@ class FncallRequest(BaseModel):
     @field_validator("compare")
     @classmethod
     def _compare(cls, value: str) -> str:
-        if value in ("exact", "tokens"):
-            return value
-        m = _FLOAT.match(value)
-        if m:
-            try:
-                eps = float(m.group(1))
-            except ValueError:
-                eps = -1.0
-            if eps >= 0 and math.isfinite(eps):
-                return value
-        raise ValueError("must be exact, tokens or float:<eps> such as float:1e-6")
+        parse_compare(value)
+        return value
 
     @field_validator("tests")
     @classmethod
@@ -85,26 +44,6 @@ class FncallRequest(BaseModel):
         if value is not None and not value:
             raise ValueError("give at least one case, or omit tests for a single run")
         return value
-
-
-class CaseResult(BaseModel):
-    verdict: Verdict
-    exit_code: int | None = None
-    signal: int | None = None
-    stdout: str = Field("", description="Capped at output_limit_kb")
-    stderr: str = Field("", description="Capped at 64 KiB")
-    time_ms: float = Field(0.0, description="CPU time (user + sys) of every process of the run")
-    wall_ms: float = 0.0
-    memory_kb: int = Field(0, description="Peak memory of the run")
-
-
-class CompileResult(BaseModel):
-    verdict: Verdict
-    exit_code: int | None = None
-    stdout: str = ""
-    stderr: str = ""
-    time_ms: float = 0.0
-    wall_ms: float = 0.0
 
 
 class FncallResponse(BaseModel):

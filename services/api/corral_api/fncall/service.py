@@ -10,42 +10,52 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
 from corral_api.fncall import metrics
 from corral_api.fncall.rpc import FncallRpc, RpcTimeout
 from corral_api.fncall.schemas import (
-    COMPILED,
-    RUNTIMES,
     Batch,
     BatchItem,
     BatchPage,
     BatchStatus,
-    FncallApiSettings,
     FncallRequest,
     FncallResponse,
     RuntimeInfo,
+)
+from corral_api.fncall.settings import FncallApiSettings
+from corral_common.contracts.fncall import (
+    COMPILED,
+    RUNTIMES,
+    FncallJob,
+    FncallResult,
+    JobCase,
     Verdict,
+    safe_relpath,
 )
 from corral_common.errors import BadRequest, NotFound, PayloadTooLarge, ServiceUnavailable
 from corral_common.logging import get_logger
 
 log = get_logger("corral.api.fncall")
 COMPILE_TIMEOUT_MS = 10_000
-WALL_FACTOR, WALL_EXTRA_MS = 2.0, 500  # the workers' wall-clock limit per case (see executor.py)
+MAX_FILE_PATH = 255  # characters of a file's relative path (the api's limit; the workers take any)
 
 
 def _batch_key(batch_id: str) -> str:
     return f"fncall:batch:{batch_id}"
 
 
-def safe_relpath(name: str) -> str:
-    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
-    if not parts or name.startswith("/") or ".." in parts or "\0" in name or len(name) > 255:
-        raise ValueError(name)
-    return "/".join(parts)
+class Answer(NamedTuple):
+    """A worker's result and how long the api took to get it (queueing included)."""
+
+    result: FncallResult
+    latency_ms: float
+
+
+def _unanswered(job: FncallJob, message: str) -> FncallResult:
+    return FncallResult(call_id=job.call_id, runtime=job.runtime, verdict=Verdict.system_error, message=message)
 
 
 class FncallService:
@@ -63,7 +73,8 @@ class FncallService:
 
     # -- validation -----------------------------------------------------------------------------
 
-    def build_job(self, req: FncallRequest, *, loc: list[str | int] | None = None, **extra: Any) -> dict[str, Any]:
+    def build_job(self, req: FncallRequest, *, loc: list[str | int] | None = None, **extra: Any) -> FncallJob:
+        """The job for a validated request; ``extra`` sets further job fields (SandboxFusion's)."""
         loc = loc or ["body"]
         if req.runtime not in RUNTIMES:
             raise BadRequest(f"unknown runtime {req.runtime!r}; available: {', '.join(RUNTIMES)}",
@@ -74,34 +85,34 @@ class FncallService:
         files = {}
         for name, content in req.files.items():
             try:
+                if len(name) > MAX_FILE_PATH:
+                    raise ValueError(name)
                 rel = safe_relpath(name)
                 payload += len(base64.b64decode(content, validate=True))
             except (ValueError, binascii.Error):
                 raise BadRequest(f"file {name!r}: the name must be a relative path inside the working dir and the "
                                  "content base64", loc=[*loc, "files", name]) from None
             files[rel] = content
-        cases = [c.model_dump() for c in req.tests] if req.tests is not None else [{"stdin": req.stdin or ""}]
-        payload += sum(len(c["stdin"]) + len(c.get("expected_stdout") or "") for c in cases)
+        if req.tests is not None:
+            cases = [JobCase(stdin=c.stdin, expected_stdout=c.expected_stdout) for c in req.tests]
+        else:
+            cases = [JobCase(stdin=req.stdin or "")]  # a single run: nothing to judge, not even sent
+        payload += sum(len(c.stdin) + len(c.expected_stdout or "") for c in cases)
         if payload > self.settings.max_call_payload_mb * 1024 * 1024:
             raise PayloadTooLarge(f"code + files + stdin + expected output exceed {self.settings.max_call_payload_mb} MB",
                                   loc=loc)
-        return {"call_id": uuid.uuid4().hex, "runtime": req.runtime, "code": req.code, "files": files,
-                "cases": cases, "time_limit_ms": req.time_limit_ms, "memory_limit_mb": req.memory_limit_mb,
-                "output_limit_kb": req.output_limit_kb, "compare": req.compare,
-                "compile_timeout_ms": COMPILE_TIMEOUT_MS, "stop_on_failure": req.stop_on_failure, **extra}
+        fields = {"call_id": uuid.uuid4().hex, "runtime": req.runtime, "code": req.code, "files": files,
+                  "cases": cases, "time_limit_ms": req.time_limit_ms, "memory_limit_mb": req.memory_limit_mb,
+                  "output_limit_kb": req.output_limit_kb, "compare": req.compare,
+                  "compile_timeout_ms": COMPILE_TIMEOUT_MS, "stop_on_failure": req.stop_on_failure, **extra}
+        return FncallJob(**fields)
 
-    @staticmethod
-    def _own_s(job: dict[str, Any]) -> float:
-        """The longest a worker may take for this call (compile + every case at its wall limit)."""
-        wall_ms = job.get("wall_limit_ms") or job["time_limit_ms"] * WALL_FACTOR + WALL_EXTRA_MS
-        return ((job["compile_timeout_ms"] if job["runtime"] in COMPILED else 0) + wall_ms * len(job["cases"])) / 1000
+    def timeout_for(self, job: FncallJob) -> float:
+        return min(self.settings.max_wait_s, self.settings.queue_wait_s + job.longest_run_s())
 
-    def timeout_for(self, job: dict[str, Any]) -> float:
-        return min(self.settings.max_wait_s, self.settings.queue_wait_s + self._own_s(job))
-
-    def bundle_timeout(self, jobs: list[dict[str, Any]]) -> float:
+    def bundle_timeout(self, jobs: list[FncallJob]) -> float:
         """As if the bundle's calls ran one after the other (a node with one free worker)."""
-        return min(self.settings.max_wait_s, self.settings.queue_wait_s + sum(self._own_s(j) for j in jobs))
+        return min(self.settings.max_wait_s, self.settings.queue_wait_s + sum(j.longest_run_s() for j in jobs))
 
     def bundle_size(self, calls: int) -> int:
         """Calls per AMQP message in a batch: up to ``batch_bundle``, fewer for a small batch so
@@ -110,24 +121,22 @@ class FncallService:
 
     # -- one call -------------------------------------------------------------------------------
 
-    async def run_job(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Publish and await the worker's raw result (a system_error result if none came)."""
-        runtime = job["runtime"]
+    async def run_job(self, job: FncallJob) -> Answer:
+        """Publish and await the worker's result (a system_error result if none came)."""
+        runtime = job.runtime
         started = time.monotonic()
         metrics.IN_FLIGHT.labels(runtime=runtime).inc()
         try:
             result = await self.rpc.call(runtime, job, self.timeout_for(job))
         except RpcTimeout as exc:
-            result = {"call_id": job["call_id"], "runtime": runtime, "verdict": Verdict.system_error.value,
-                      "cases": [], "message": f"{exc} (is a node with fncall workers for {runtime!r} up?)"}
+            result = _unanswered(job, f"{exc} (is a node with fncall workers for {runtime!r} up?)")
         finally:
             metrics.IN_FLIGHT.labels(runtime=runtime).dec()
-        self._record(runtime, result, time.monotonic() - started)
-        return result
+        return self._record(runtime, result, time.monotonic() - started)
 
-    async def run_bundle(self, runtime: str, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Several calls of one runtime in one message (a batch's); each call's raw result.
-        Their ``latency_ms`` is the bundle's."""
+    async def run_bundle(self, runtime: str, jobs: list[FncallJob]) -> list[Answer]:
+        """Several calls of one runtime in one message (a batch's); each call's result.
+        Their latency is the bundle's."""
         if len(jobs) == 1:
             return [await self.run_job(jobs[0])]
         started = time.monotonic()
@@ -135,36 +144,32 @@ class FncallService:
         try:
             results = await self.rpc.call_bundle(runtime, jobs, self.bundle_timeout(jobs))
         except RpcTimeout as exc:
-            results = [{"call_id": job["call_id"], "runtime": runtime, "verdict": Verdict.system_error.value,
-                        "cases": [], "message": f"{exc} (is a node with fncall workers for {runtime!r} up?)"}
-                       for job in jobs]
+            results = [_unanswered(job, f"{exc} (is a node with fncall workers for {runtime!r} up?)") for job in jobs]
         finally:
             metrics.IN_FLIGHT.labels(runtime=runtime).dec(len(jobs))
         elapsed = time.monotonic() - started
-        for result in results:
-            self._record(runtime, result, elapsed)
-        return results
+        return [self._record(runtime, result, elapsed) for result in results]
 
-    def _record(self, runtime: str, result: dict[str, Any], elapsed: float) -> None:
-        result["latency_ms"] = round(elapsed * 1000, 3)
+    def _record(self, runtime: str, result: FncallResult, elapsed: float) -> Answer:
         metrics.LATENCY.labels(runtime=runtime).observe(elapsed)
-        metrics.CALLS.labels(runtime=runtime, verdict=result.get("verdict", "system_error")).inc()
+        metrics.CALLS.labels(runtime=runtime, verdict=result.verdict.value).inc()
         self._rates[runtime].add()
+        return Answer(result, round(elapsed * 1000, 3))
 
     @staticmethod
-    def to_response(result: dict[str, Any]) -> FncallResponse:
-        return FncallResponse(id=result["call_id"], runtime=result["runtime"], verdict=result["verdict"],
-                              compile=result.get("compile"), cases=result.get("cases", []),
-                              node_id=result.get("node_id", ""), latency_ms=result.get("latency_ms", 0.0),
-                              message=result.get("message", ""))
+    def to_response(answer: Answer) -> FncallResponse:
+        result = answer.result
+        return FncallResponse(id=result.call_id, runtime=result.runtime, verdict=result.verdict,
+                              compile=result.compile, cases=result.cases, node_id=result.node_id,
+                              latency_ms=answer.latency_ms, message=result.message)
 
     async def call(self, req: FncallRequest) -> FncallResponse:
         job = self.build_job(req)
-        result = await self.run_job(job)
-        if result["verdict"] == Verdict.system_error.value and not result.get("cases") and "no worker" in \
-                result.get("message", ""):
-            raise ServiceUnavailable(result["message"], code="fncall_unavailable")
-        return self.to_response(result)
+        answer = await self.run_job(job)
+        result = answer.result
+        if result.verdict == Verdict.system_error and not result.cases and "no worker" in result.message:
+            raise ServiceUnavailable(result.message, code="fncall_unavailable")
+        return self.to_response(answer)
 
     async def runtimes(self) -> list[RuntimeInfo]:
         try:
@@ -200,30 +205,29 @@ class FncallService:
         metrics.BATCHES.inc()
         return Batch(id=batch_id, status=BatchStatus.running, total=len(jobs), completed=0)
 
-    async def _run_batch(self, batch_id: str, jobs: list[dict[str, Any]]) -> None:
+    async def _run_batch(self, batch_id: str, jobs: list[FncallJob]) -> None:
         key, results_key = _batch_key(batch_id), _batch_key(batch_id) + ":results"
         ttl = self.settings.batch_ttl_s
         size = self.bundle_size(len(jobs))
-        by_runtime: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+        by_runtime: dict[str, list[tuple[int, FncallJob]]] = defaultdict(list)
         for index, job in enumerate(jobs):
-            by_runtime[job["runtime"]].append((index, job))
+            by_runtime[job.runtime].append((index, job))
         bundles = [(runtime, items[i:i + size]) for runtime, items in by_runtime.items()
                    for i in range(0, len(items), size)]
         sem = asyncio.Semaphore(max(1, self.settings.batch_inflight // size))  # bounds the calls in flight
 
-        async def one(runtime: str, items: list[tuple[int, dict[str, Any]]]) -> None:
+        async def one(runtime: str, items: list[tuple[int, FncallJob]]) -> None:
             try:
-                results = await self.run_bundle(runtime, [job for _, job in items])
+                answers = await self.run_bundle(runtime, [job for _, job in items])
             except Exception as exc:  # never lose a slot of the batch
                 log.exception("fncall.batch_call_failed", batch_id=batch_id)
-                results = [{"call_id": job["call_id"], "runtime": job["runtime"], "verdict": "system_error",
-                            "cases": [], "message": f"{type(exc).__name__}: {exc}"} for _, job in items]
+                answers = [Answer(_unanswered(job, f"{type(exc).__name__}: {exc}"), 0.0) for _, job in items]
             finally:
                 sem.release()
-            verdicts = Counter(result["verdict"] for result in results)
+            verdicts = Counter(answer.result.verdict.value for answer in answers)
             async with self.redis.pipeline(transaction=True) as pipe:  # one round trip per bundle
-                pipe.rpush(results_key, *(json.dumps({"index": index, "result": self.to_response(result).model_dump(
-                    mode="json")}) for (index, _), result in zip(items, results)))
+                pipe.rpush(results_key, *(json.dumps({"index": index, "result": self.to_response(answer).model_dump(
+                    mode="json")}) for (index, _), answer in zip(items, answers)))
                 pipe.expire(results_key, ttl)
                 pipe.hincrby(key, "completed", len(items))
                 for verdict, count in verdicts.items():

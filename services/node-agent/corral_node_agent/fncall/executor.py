@@ -25,10 +25,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral_common.contracts.fncall import CaseResult, CompileResult, FncallJob, FncallResult, Verdict, safe_relpath
 from corral_node_agent.cgroups import RunStats, WorkerCgroup
 from corral_node_agent.fncall.judge import outputs_match
-from corral_node_agent.fncall.models import CaseResult, CompileResult, FncallJob, FncallResult, Verdict
-from corral_node_agent.fncall.runtimes import RUNTIMES, Runtime
+from corral_node_agent.fncall.runtimes import RUNTIME_SPECS, Runtime
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 KEEP_STDERR = 64 * 1024  # bytes of stderr returned per run (more is drained, up to the output limit)
@@ -56,8 +56,6 @@ class ExecutorConfig:
     open_files: int = 256
     compile_memory_mb: int = 1024
     compile_pids: int = 128
-    wall_factor: float = 2.0  # wall-clock limit = time_limit * wall_factor + wall_extra_ms
-    wall_extra_ms: int = 500
 
 
 @dataclass
@@ -76,14 +74,6 @@ class RawRun:
 
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
-
-
-def safe_relpath(name: str) -> str:
-    """A file name relative to the working dir; raises ValueError for anything escaping it."""
-    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
-    if not parts or name.startswith("/") or any(p == ".." for p in parts) or "\0" in name:
-        raise ValueError(f"file name {name!r} must be a relative path inside the working dir")
-    return "/".join(parts)
 
 
 class Worker:
@@ -248,11 +238,8 @@ class Worker:
 
     # -- a whole job ------------------------------------------------------------------------
 
-    def _wall_ms(self, time_limit_ms: int, explicit: int | None) -> int:
-        return explicit or int(time_limit_ms * self.config.wall_factor + self.config.wall_extra_ms)
-
     async def run_job(self, job: FncallJob) -> FncallResult:
-        runtime: Runtime = RUNTIMES[job.runtime]
+        runtime: Runtime = RUNTIME_SPECS[job.runtime]
         self.calls += 1
         call_dir = self.scratch / uuid.uuid4().hex[:12]
         result = FncallResult(call_id=job.call_id, runtime=job.runtime, verdict=Verdict.accepted, worker=self.name)
@@ -317,7 +304,7 @@ class Worker:
                         files: list[tuple[str, Path, bool]], bind_dir: Path | None) -> CaseResult:
         run = await self._execute(runtime, stdin=stdin.encode(), memory_mb=job.memory_limit_mb,
                               pids=self.config.pids_max, cpu_ms=job.time_limit_ms,
-                              wall_ms=self._wall_ms(job.time_limit_ms, job.wall_limit_ms),
+                              wall_ms=job.case_wall_ms(),
                               output_limit=job.output_limit_kb * 1024, bind_dir=bind_dir,
                               files=[] if bind_dir is not None else files)
         return judge_run(run, job, expected)

@@ -1,23 +1,9 @@
-"""Output comparison: ``exact``, ``tokens`` or ``float:<eps>``."""
+"""Output comparison: ``exact``, ``tokens`` or ``float:<eps>`` (parsed by the fncall contract's
+``parse_compare``, which the api validates requests with)."""
 
 import math
-import re
 
-_FLOAT = re.compile(r"^float:([0-9.eE+-]+)$")
-
-
-def parse_compare(mode: str) -> tuple[str, float]:
-    if mode in ("exact", "tokens"):
-        return mode, 0.0
-    m = _FLOAT.match(mode)
-    if m:
-        try:
-            eps = float(m.group(1))
-        except ValueError:
-            eps = -1.0
-        if eps >= 0 and math.isfinite(eps):
-            return "float", eps
-    raise ValueError(f"compare must be exact, tokens or float:<eps> (e.g. float:1e-6), not {mode!r}")
+from corral_common.contracts.fncall import parse_compare
 
 
 def _float_equal(got: str, want: str, eps: float) -> bool:

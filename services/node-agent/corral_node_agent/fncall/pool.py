@@ -14,31 +14,27 @@ are waiting, and shrinks by one after ``idle_ticks_to_shrink`` ticks under 25% b
 """
 
 import asyncio
-import json
 import time
 from contextlib import suppress
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 
+from corral_common.contracts.fncall import (
+    BUNDLE,
+    FncallJob,
+    FncallResult,
+    JobBundle,
+    ResultBundle,
+    Verdict,
+    declare_work_queue,
+)
 from corral_common.logging import get_logger
 from corral_node_agent.fncall import metrics
 from corral_node_agent.fncall.executor import ExecutorConfig, Worker
-from corral_node_agent.fncall.models import FncallJob, FncallResult, Verdict
 from corral_node_agent.fncall.zygote import ZygoteWorker
 
 log = get_logger("corral.fncall.pool")
-QUEUE_PREFIX = "fncall."
-BUNDLE = "bundle"  # AMQP message type of several calls in one message (see _on_message)
-
-
-def queue_name(runtime: str) -> str:
-    return f"{QUEUE_PREFIX}{runtime}"
-
-
-async def declare_work_queue(channel: AbstractChannel, runtime: str) -> AbstractQueue:
-    """The api and every node declare it the same way (durable, classic)."""
-    return await channel.declare_queue(queue_name(runtime), durable=True)
 
 
 class RuntimePool:
@@ -145,7 +141,7 @@ class RuntimePool:
         bundle = message.type == BUNDLE
         try:
             if bundle:
-                jobs = [FncallJob.model_validate(j) for j in json.loads(message.body)["jobs"]]
+                jobs = JobBundle.model_validate_json(message.body).jobs
             else:
                 jobs = [FncallJob.model_validate_json(message.body)]
         except Exception as exc:
@@ -153,10 +149,7 @@ class RuntimePool:
             await message.reject(requeue=False)
             return
         results = await asyncio.gather(*(self._run(job) for job in jobs))
-        if bundle:
-            body = json.dumps({"results": [r.model_dump(mode="json") for r in results]}).encode()
-        else:
-            body = results[0].model_dump_json().encode()
+        body = ResultBundle(results=results).body() if bundle else results[0].body()
         try:
             if message.reply_to and self._channel is not None:
                 await self._channel.default_exchange.publish(

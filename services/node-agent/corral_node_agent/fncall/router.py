@@ -1,7 +1,8 @@
 """Node-agent endpoints of the fncall pools (status, Prometheus metrics) and their lifespan.
 
 Included by the node-agent app; the router's lifespan runs inside the app's, so
-``app.state.settings`` (node id, AMQP URL) is there when the pools start.
+``app.state.settings`` (node id, AMQP URL, the nested ``fncall`` settings) is there when the
+pools start.
 """
 
 import hashlib
@@ -17,7 +18,8 @@ from corral_node_agent.fncall.service import FncallPools
 async def lifespan(app: FastAPI):
     settings = app.state.settings
     instance = hashlib.sha1(str(settings.state_dir).encode()).hexdigest()[:6]
-    pools = FncallPools(settings.node_id, settings.amqp_url, instance=instance, layers=app.state.manager.layers)
+    pools = FncallPools(settings.node_id, settings.amqp_url, settings.fncall, instance=instance,
+                        layers=app.state.manager.layers)
     app.state.fncall = pools
     await pools.start()
     try:

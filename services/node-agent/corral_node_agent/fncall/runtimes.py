@@ -3,7 +3,8 @@
 Every runtime here runs on the ``judge`` base (Debian bookworm + python3, gcc, g++; see
 corral_image_service.builders.judge). ``source`` is the file the code is written to in the
 fresh working dir; ``compile`` (if any) produces ``main`` from it once per call; ``run`` is
-executed once per test case.
+executed once per test case. The names, and which of them compile, are the contract's
+(``corral_common.contracts.fncall.RUNTIMES`` / ``COMPILED``): the api accepts calls for those.
 """
 
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ class Runtime:
     environment: str = "judge"
 
 
-RUNTIMES: dict[str, Runtime] = {
+RUNTIME_SPECS: dict[str, Runtime] = {
     "python": Runtime("python", "main.py", ("/usr/bin/python3", "-E", "-s", "main.py")),
     "cpp": Runtime("cpp", "main.cpp", ("./main",),
                    ("/usr/bin/g++", "-O2", "-std=c++17", "-pipe", "-o", "main", "main.cpp")),

@@ -15,9 +15,9 @@ from corral_node_agent import host
 from corral_node_agent.cgroups import CGROUP_ROOT, CONTROLLERS
 from corral_node_agent.fncall.executor import ExecutorConfig, check_host
 from corral_node_agent.fncall.pool import RuntimePool
-from corral_node_agent.fncall.runtimes import RUNTIMES
+from corral_node_agent.fncall.runtimes import RUNTIME_SPECS
 from corral_node_agent.fncall.seccomp import ensure_filter
-from corral_node_agent.fncall.settings import FncallSettings
+from corral_node_agent.fncall.settings import FncallNodeSettings
 from corral_node_agent.layers.cache import ImageUnavailable, LayerCache
 
 log = get_logger("corral.fncall")
@@ -85,7 +85,7 @@ def remove_stale_instances(scratch_root: Path, own: str) -> list[str]:
 
 
 class FncallPools:
-    def __init__(self, node_id: str, amqp_url: str, settings: FncallSettings | None = None, *, instance: str = "",
+    def __init__(self, node_id: str, amqp_url: str, settings: FncallNodeSettings, *, instance: str = "",
                  layers: LayerCache | None = None):
         self.node_id = node_id
         # The runtimes' root filesystem is a Corral environment (image-service layers),
@@ -96,7 +96,7 @@ class FncallPools:
         # dir), so two platforms on one host that both have a "node-1" never share workers.
         self.instance = f"{node_id}-{instance}" if instance else node_id
         self.amqp_url = amqp_url
-        self.settings = settings or FncallSettings()
+        self.settings = settings
         self.pools: dict[str, RuntimePool] = {}
         self.status_message = "starting"
         self._connection: AbstractRobustConnection | None = None
@@ -117,7 +117,7 @@ class FncallPools:
 
     async def _runtime_root(self) -> tuple[Path | None, str]:
         """Mount the runtimes' environment; (root, "") or (None, why not yet)."""
-        environment = RUNTIMES[self.settings.runtime_names[0]].environment if self.settings.runtime_names else "judge"
+        environment = RUNTIME_SPECS[self.settings.runtime_names[0]].environment if self.settings.runtime_names else "judge"
         if self.layers is None:
             return None, "no layer cache"
         try:
@@ -166,7 +166,7 @@ class FncallPools:
                 log.info("fncall.removed_stale_workers", instances=stale)
             self._connection = await aio_pika.connect_robust(self.amqp_url)
             for name in self.settings.runtime_names:
-                if name not in RUNTIMES:
+                if name not in RUNTIME_SPECS:
                     log.warning("fncall.unknown_runtime", runtime=name)
                     continue
                 pool = RuntimePool(name, self.node_id, config, self._connection, min_size=self.settings.pool_min,

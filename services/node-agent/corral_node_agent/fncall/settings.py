@@ -1,20 +1,19 @@
-"""fncall settings of a node-agent (``CORRAL_FNCALL_*``)."""
+"""fncall settings of a node-agent (``CORRAL_FNCALL_*``), nested in ``NodeAgentSettings.fncall``."""
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from corral_common.contracts.fncall import RUNTIMES
+from corral_common.settings import FncallSettingsBase
 
 DEFAULT_CACHE_DIR = "/var/cache/corral/fncall"
 
 
-class FncallSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_FNCALL_", extra="ignore")
-
+class FncallNodeSettings(FncallSettingsBase):
     enabled: bool = True
     # Seccomp filters are compiled and cached here (the judge tree is built here too by
     # scripts/build_fncall_runtime.py, for the image build and the executor tests).
     cache_dir: str = DEFAULT_CACHE_DIR
     # Host tmpfs for per-call compile dirs (one subdir per node and worker).
     scratch_dir: str = "/dev/shm/corral-fncall"
-    runtimes: str = "python,cpp,c,bash"
+    runtimes: str = ",".join(RUNTIMES)
     # Workers per runtime on this node: the pool grows towards max while calls queue up and
     # shrinks back towards min when idle.
     pool_min: int = 2

@@ -32,6 +32,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
+from corral_common.contracts.fncall import FncallJob, FncallResult, Verdict, safe_relpath
 from corral_common.logging import get_logger
 from corral_node_agent.cgroups import WorkerCgroup
 from corral_node_agent.fncall.executor import (
@@ -42,10 +43,8 @@ from corral_node_agent.fncall.executor import (
     Worker,
     add_case,
     judge_run,
-    safe_relpath,
 )
-from corral_node_agent.fncall.models import FncallJob, FncallResult, Verdict
-from corral_node_agent.fncall.runtimes import RUNTIMES
+from corral_node_agent.fncall.runtimes import RUNTIME_SPECS
 
 log = get_logger("corral.fncall.zygote")
 
@@ -180,7 +179,7 @@ class ZygoteWorker(Worker):
         result = FncallResult(call_id=job.call_id, runtime=job.runtime, verdict=Verdict.accepted, worker=self.name)
         try:
             files = [(safe_relpath(name), base64.b64decode(content)) for name, content in job.files.items()]
-            files = [(rel, data) for rel, data in files if rel != RUNTIMES["python"].source]
+            files = [(rel, data) for rel, data in files if rel != RUNTIME_SPECS["python"].source]
             for case in job.cases:
                 run = await self._run_in_zygote(job, files, case.stdin.encode())
                 if not add_case(result, judge_run(run, job, case.expected_stdout), job):
@@ -222,8 +221,8 @@ class ZygoteWorker(Worker):
             for fd in (payload_fd, out_w, err_w):
                 os.close(fd)
         self.zygote_runs += 1
-        wall_ms = job.wall_limit_ms or int(job.time_limit_ms * self.config.wall_factor + self.config.wall_extra_ms)
-        return await self._supervise_zygote_run(control, out_r, err_r, cpu_ms=job.time_limit_ms, wall_ms=wall_ms,
+        return await self._supervise_zygote_run(control, out_r, err_r, cpu_ms=job.time_limit_ms,
+                                                wall_ms=job.case_wall_ms(),
                                                 output_limit=job.output_limit_kb * 1024)
 
     async def _supervise_zygote_run(self, control: socket.socket, out_r: int, err_r: int, *, cpu_ms: int,

@@ -1,0 +1,6 @@
+"""Wire contracts: the messages one Corral service sends and another reads, defined once.
+
+Both sides import the same models, so renaming a field or a verdict is one edit and the
+tests of both services see it. A contract changes compatibly: fields are added with defaults
+(an older peer still parses the message) and never renamed in place.
+"""
