@@ -1,6 +1,6 @@
-"""Screens, input and snapshots: what the `vm` backend adds to the sandbox API."""
+"""Screens, input and snapshots: what the `vm` backend adds to the sandbox API (the api ↔
+node-agent data path; the public snapshot record is the api's, corral_api.snapshots.schemas)."""
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
@@ -49,16 +49,20 @@ class InputRequest(BaseModel):
     events: list[InputEvent] = Field(min_length=1, max_length=256)
 
 
-class Snapshot(BaseModel):
-    """A running VM's memory and disk state, saved on its node's disk."""
 
-    id: str
-    sandbox_id: str
-    node_id: str
-    backend: str
-    environment: str
-    disk_image: str | None = None
-    memory_mb: int
-    cpu: float
-    size_bytes: int = 0
-    created_at: datetime
+class InputSent(BaseModel):
+    """A node-agent's answer to ``POST /v1/sandboxes/{id}/input``."""
+
+    sent: int  # events sent to the screen, all of the request's
+
+
+class SnapshotRequest(BaseModel):
+    """Body of a node-agent's ``POST /v1/sandboxes/{id}/snapshot``: the api names the snapshot."""
+
+    snapshot_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class SnapshotSaved(BaseModel):
+    """A node-agent's answer to a snapshot request: the state is on its disk."""
+
+    size_bytes: int

@@ -1,13 +1,16 @@
 """Event names and payloads on the ``corral`` topic exchange.
 
-Routing keys:
-- ``sandbox.requested``          api → scheduler (a new sandbox to place)
-- ``node.<node_id>.place``       scheduler → that node's agent (start it)
-- ``node.<node_id>.stop``        api → that node's agent (stop it)
-- ``sandbox.<state>``            whoever made the transition → anyone (api records terminal ones)
+Routing keys (made by the helpers below, never spelled out elsewhere):
+- ``sandbox.requested``          api → scheduler (a new sandbox to place): ``SANDBOX_REQUESTED_KEY``
+- ``node.<node_id>.place``       scheduler → that node's agent (start it): ``node_routing_key``
+- ``node.<node_id>.stop``        api → that node's agent (stop it): ``node_routing_key``
+- ``sandbox.<state>``            whoever made the transition → anyone (api records terminal ones):
+                                 ``state_routing_key``
 """
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Literal
 from uuid import uuid4
 
 from pydantic import BaseModel, Field
@@ -16,9 +19,26 @@ from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
 
 EXCHANGE = "corral"
 
+SANDBOX_REQUESTED_KEY = "sandbox.requested"
+NodeAction = Literal["place", "stop"]
 
-def node_routing_key(node_id: str, action: str) -> str:
+
+def state_routing_key(state: SandboxState) -> str:
+    return f"sandbox.{state.value}"
+
+
+def state_routing_keys(states: Iterable[SandboxState]) -> list[str]:
+    return [state_routing_key(state) for state in states]
+
+
+def node_routing_key(node_id: str, action: NodeAction) -> str:
     return f"node.{node_id}.{action}"
+
+
+def node_queue_name(node_id: str, action: NodeAction) -> str:
+    """The durable queue a node consumes ``action`` from; named as its routing key (renaming
+    it would strand the messages waiting in the old queue)."""
+    return node_routing_key(node_id, action)
 
 
 def _now() -> datetime:

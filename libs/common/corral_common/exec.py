@@ -43,3 +43,10 @@ class FileInfo(BaseModel):
     size: int
     mode: int
     mtime: float
+
+
+class FileWritten(BaseModel):
+    """A node-agent's answer to an upload (``PUT /v1/sandboxes/{id}/files``)."""
+
+    path: str
+    size: int  # bytes written

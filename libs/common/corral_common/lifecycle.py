@@ -3,7 +3,7 @@
 from typing import Any
 
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxStateChanged
+from corral_common.events import SandboxStateChanged, state_routing_key
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState, Usage
 from corral_common.state import StateStore
@@ -25,7 +25,7 @@ async def transition(store: StateStore, bus: EventBus, sandbox_id: str, target: 
         await store.release(sandbox_id)
     # Terminal events feed the SQL history, so they wait for the broker's confirm. The others
     # only wake waiters (who re-read Redis anyway), so they skip that round trip.
-    await bus.publish(f"sandbox.{target.value}", SandboxStateChanged(
+    await bus.publish(state_routing_key(target), SandboxStateChanged(
         sandbox_id=sandbox_id, tenant=tenant, state=target, reason=reason, node_id=node_id or recorded_node,
         usage=usage,
     ), confirm=terminal)

@@ -28,7 +28,7 @@ from corral_api.snapshots.router import router as snapshots_router
 from corral_api.snapshots.service import SnapshotService
 from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
-from corral_common.events import SandboxStateChanged
+from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
 from corral_common.sandboxes import SandboxState
@@ -56,7 +56,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         waiters = StateWaiters()
         images = httpx.AsyncClient(base_url=settings.image_service_url, timeout=10.0)
         node_client = NodeClient(settings.internal_token)
-        await bus.subscribe([f"sandbox.{state.value}" for state in SandboxState], SandboxStateChanged, waiters.on_event)
+        await bus.subscribe(state_routing_keys(SandboxState), SandboxStateChanged, waiters.on_event)
         await bus.consume(RECORDS_QUEUE, TERMINAL_KEYS, SandboxStateChanged, TerminalRecorder(store, history).handle)
         app.state.settings = settings
         app.state.api_keys = api_keys

@@ -3,11 +3,12 @@
 import asyncio
 
 from corral_api.sandboxes.repository import HistoryRepository
-from corral_common.events import SandboxStateChanged
+from corral_common.events import SandboxStateChanged, state_routing_keys
+from corral_common.sandboxes import TERMINAL_STATES
 from corral_common.state import StateStore
 
 RECORDS_QUEUE = "api.records"
-TERMINAL_KEYS = ["sandbox.terminated", "sandbox.failed"]
+TERMINAL_KEYS = state_routing_keys(sorted(TERMINAL_STATES))
 
 
 class TerminalRecorder:

@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
-from corral_common.events import SandboxPlace, SandboxStop, node_routing_key
+from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
 from corral_common.logging import configure_logging
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
@@ -47,10 +47,10 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
         await events.heartbeat_once()
         await events.reconcile()
         node = settings.node_id
-        await bus.consume(f"node.{node}.place", [node_routing_key(node, "place")], SandboxPlace, events.on_place,
-                          prefetch=32)
-        await bus.consume(f"node.{node}.stop", [node_routing_key(node, "stop")], SandboxStop, events.on_stop,
-                          prefetch=64)
+        await bus.consume(node_queue_name(node, "place"), [node_routing_key(node, "place")], SandboxPlace,
+                          events.on_place, prefetch=32)
+        await bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
+                          events.on_stop, prefetch=64)
         heartbeat = asyncio.create_task(events.heartbeat_forever())
         try:
             yield

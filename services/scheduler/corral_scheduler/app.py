@@ -7,7 +7,7 @@ from fastapi import FastAPI
 
 from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
-from corral_common.events import SandboxRequested
+from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested
 from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
 from corral_common.state import StateStore
@@ -31,7 +31,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
         bus = await EventBus(settings.amqp_url).connect()
         placer = Placer(store, bus, settings)
         reaper = NodeReaper(store, bus, settings.node_heartbeat_timeout_s, settings.reaper_interval_s)
-        await bus.consume(REQUESTS_QUEUE, ["sandbox.requested"], SandboxRequested, placer.handle,
+        await bus.consume(REQUESTS_QUEUE, [SANDBOX_REQUESTED_KEY], SandboxRequested, placer.handle,
                           prefetch=settings.placement_prefetch)
         reaper_task = asyncio.create_task(reaper.run())
         # Jobs (many sandboxes per request) queue in Redis and are admitted by fair share.

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 from corral_api.sandboxes.node_client import NodeClient
 from corral_api.sandboxes.service import SandboxService
-from corral_common.display import InputRequest
+from corral_common.display import InputRequest, InputSent
 from corral_common.errors import BadRequest
-from corral_common.exec import ExecRequest, ExecResult, FileInfo
+from corral_common.exec import ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.sandboxes import SandboxState
 from corral_common.state import SandboxRecord
 
@@ -43,7 +43,7 @@ class SandboxDataPath:
                          mode: int = 0o644) -> int:
         response = await self.nodes.request("PUT", await self._url(tenant, sandbox_id, "files"),
                                             params={"path": path, "mode": f"{mode:o}"}, content=content)
-        return int(response.json().get("size", 0))
+        return FileWritten.model_validate_json(response.content).size
 
     async def open_file(self, tenant: str, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         _, body = await self.nodes.stream("GET", await self._url(tenant, sandbox_id, "files"), params={"path": path})
@@ -72,4 +72,4 @@ class SandboxDataPath:
         response = await self.nodes.request("POST", await self._url(tenant, sandbox_id, "input"),
                                             content=body.model_dump_json(),
                                             headers={"content-type": "application/json"})
-        return int(response.json().get("sent", len(body.events)))
+        return InputSent.model_validate_json(response.content).sent

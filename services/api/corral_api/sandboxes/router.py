@@ -10,8 +10,9 @@ from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
 from corral_api.sandboxes.service import SandboxService
+from corral_api.snapshots.schemas import Snapshot
 from corral_api.snapshots.service import SnapshotService, to_schema
-from corral_common.display import InputRequest, Snapshot
+from corral_common.display import InputRequest
 from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState

@@ -3,7 +3,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
-from corral_common.display import Snapshot
 from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
 from corral_common.state import SandboxRecord
 
@@ -75,7 +74,3 @@ class Sandbox(BaseModel):
 
 class SandboxList(BaseModel):
     items: list[Sandbox]
-
-
-class SnapshotList(BaseModel):
-    items: list[Snapshot]

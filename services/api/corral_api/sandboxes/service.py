@@ -13,7 +13,7 @@ from corral_api.snapshots.restore import restored_spec
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
 from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
-from corral_common.events import SandboxRequested, SandboxStop, node_routing_key
+from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested, SandboxStop, node_routing_key
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxSpec, SandboxState
 from corral_common.state import NodeInfo, SandboxRecord, StateStore
@@ -80,8 +80,8 @@ class SandboxService:
         sandbox_id = f"sb-{secrets.token_hex(8)}"
         record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)
         try:
-            await self.bus.publish("sandbox.requested", SandboxRequested(sandbox_id=sandbox_id, tenant=tenant, spec=spec,
-                                                                         node_id=required_node))
+            await self.bus.publish(SANDBOX_REQUESTED_KEY, SandboxRequested(sandbox_id=sandbox_id, tenant=tenant,
+                                                                           spec=spec, node_id=required_node))
         except Exception as exc:
             await self.store.transition(sandbox_id, SandboxState.failed, reason="request_not_queued")
             raise ServiceUnavailable("could not queue the request; nothing was started") from exc

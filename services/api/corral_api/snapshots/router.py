@@ -6,9 +6,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 
 from corral_api.auth.dependencies import current_tenant
-from corral_api.sandboxes.schemas import SnapshotList
+from corral_api.snapshots.schemas import Snapshot, SnapshotList
 from corral_api.snapshots.service import SnapshotService, to_schema
-from corral_common.display import Snapshot
 from corral_common.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/snapshots", tags=["snapshots"], responses=ERROR_RESPONSES)

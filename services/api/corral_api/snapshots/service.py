@@ -14,7 +14,8 @@ from corral_api.sandboxes.node_client import NodeClient
 from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.models import SnapshotRow
 from corral_api.snapshots.repository import SnapshotRepository
-from corral_common.display import Snapshot
+from corral_api.snapshots.schemas import Snapshot
+from corral_common.display import SnapshotRequest, SnapshotSaved
 from corral_common.errors import CorralError, NotFound
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxState
@@ -41,11 +42,12 @@ class SnapshotService:
         record, node = await self.sandboxes.node_for(tenant, sandbox_id, _LIVE)
         snapshot_id = f"snap-{secrets.token_hex(8)}"
         response = await self.nodes.request("POST", f"{node.url}/v1/sandboxes/{sandbox_id}/snapshot",
-                                            json={"snapshot_id": snapshot_id})
+                                            json=SnapshotRequest(snapshot_id=snapshot_id).model_dump())
+        saved = SnapshotSaved.model_validate_json(response.content)
         spec = record.spec
         row = SnapshotRow(id=snapshot_id, tenant=tenant, sandbox_id=sandbox_id, node_id=node.node_id,
                           backend=spec.backend, environment=spec.environment, disk_image=spec.disk_image,
-                          memory_mb=spec.memory_mb, cpu=spec.cpu, size_bytes=int(response.json().get("size_bytes", 0)),
+                          memory_mb=spec.memory_mb, cpu=spec.cpu, size_bytes=saved.size_bytes,
                           spec=spec.model_dump(mode="json"), created_at=datetime.now(UTC))
         await asyncio.to_thread(self.repository.add, row)
         log.info("snapshot.created", snapshot_id=snapshot_id, sandbox_id=sandbox_id, node_id=node.node_id,

@@ -3,15 +3,16 @@
     POST /exec                 ExecRequest → ExecResult
     POST /exec/stream          ExecRequest → application/x-ndjson, one ExecChunk per line:
                                stdout/stderr pieces as produced, then one `exit` chunk
-    PUT  /files?path=P&mode=M  raw body (streamed) → {"path", "size"}; parent dirs created;
+    PUT  /files?path=P&mode=M  raw body (streamed) → FileWritten {"path", "size"}; parent dirs created;
                                mode is octal text, default 644
     GET  /files?path=P         a regular file → its bytes (application/octet-stream);
                                a directory → JSON list of FileInfo (lstat, links not followed)
     POST /pause, POST /resume  freeze / thaw every process (cgroup freezer via crun; QMP
                                stop/cont for VMs); running ⇄ paused in the record → {"state"}
     GET  /screen               the screen as image/png (vm backend)
-    POST /input                InputRequest (keys, text, mouse) → {"sent": n} (vm backend)
-    POST /snapshot             {"snapshot_id"} → {"size_bytes"}: state saved on this node
+    POST /input                InputRequest (keys, text, mouse) → InputSent {"sent": n} (vm backend)
+    POST /snapshot             SnapshotRequest {"snapshot_id"} → SnapshotSaved {"size_bytes"}: state
+                               saved on this node
     DELETE /v1/snapshots/{id}?backend=K   remove a saved snapshot (idempotent) → 204
 
 Kinds that cannot do something (a container has no screen) answer 409
@@ -27,11 +28,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field
 
-from corral_common.display import InputRequest
+from corral_common.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
 from corral_common.errors import BadRequest
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.internal import require_internal_token
 
 from .service import SandboxManager
@@ -58,10 +58,6 @@ async def resume(sandbox_id: str, request: Request) -> dict:
     return {"state": (await request.app.state.events.resume(sandbox_id)).value}
 
 
-class SnapshotRequest(BaseModel):
-    snapshot_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
 @router.get("/screen", summary="The screen as a PNG", response_class=Response,
             responses={200: {"content": {"image/png": {}}}})
 async def screen(sandbox_id: str, manager: Manager) -> Response:
@@ -69,14 +65,14 @@ async def screen(sandbox_id: str, manager: Manager) -> Response:
 
 
 @router.post("/input", summary="Send key presses, text and mouse events, in order")
-async def send_input(sandbox_id: str, body: InputRequest, manager: Manager) -> dict:
+async def send_input(sandbox_id: str, body: InputRequest, manager: Manager) -> InputSent:
     await manager.send_input(sandbox_id, body.events)
-    return {"sent": len(body.events)}
+    return InputSent(sent=len(body.events))
 
 
 @router.post("/snapshot", summary="Save the sandbox's state on this node (it keeps running)")
-async def snapshot(sandbox_id: str, body: SnapshotRequest, manager: Manager) -> dict:
-    return {"size_bytes": await manager.snapshot(sandbox_id, body.snapshot_id)}
+async def snapshot(sandbox_id: str, body: SnapshotRequest, manager: Manager) -> SnapshotSaved:
+    return SnapshotSaved(size_bytes=await manager.snapshot(sandbox_id, body.snapshot_id))
 
 
 @router.post("/exec", response_model=ExecResult, summary="Run a command and wait for it")
@@ -122,9 +118,9 @@ def _parse_mode(mode: str) -> int:
 
 @router.put("/files", summary="Upload a file (raw body)")
 async def put_file(sandbox_id: str, request: Request, manager: Manager,
-                   path: str = Query(..., max_length=4096), mode: str = Query("644", max_length=4)) -> dict:
+                   path: str = Query(..., max_length=4096), mode: str = Query("644", max_length=4)) -> FileWritten:
     size = await manager.write_file(sandbox_id, path, request.stream(), _parse_mode(mode))
-    return {"path": path, "size": size}
+    return FileWritten(path=path, size=size)
 
 
 @router.get("/files", summary="Download a file, or list a directory",
