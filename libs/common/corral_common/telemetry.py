@@ -1,9 +1,12 @@
-"""OpenTelemetry setup and trace-context propagation through AMQP headers.
+"""OpenTelemetry setup and trace-context propagation through AMQP headers, and a rate window
+for calls-per-second gauges.
 
 One trace spans api → scheduler → node-agent: the publisher injects the W3C context into
 the message headers and the consumer starts its span as a child of it.
 """
 
+import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -60,3 +63,20 @@ def consume_span(name: str, headers: Mapping[str, Any] | None, **attributes: Any
             yield span
     finally:
         context.detach(token)
+
+
+class RateWindow:
+    """Events per second over a sliding window (for the calls/s gauges)."""
+
+    def __init__(self, window_s: float = 10.0):
+        self.window_s = window_s
+        self._times: deque[float] = deque()
+
+    def add(self, now: float | None = None) -> None:
+        self._times.append(now if now is not None else time.monotonic())
+
+    def rate(self, now: float | None = None) -> float:
+        now = now if now is not None else time.monotonic()
+        while self._times and self._times[0] < now - self.window_s:
+            self._times.popleft()
+        return len(self._times) / self.window_s

@@ -164,3 +164,12 @@ def test_sdk_body_and_fncall_many_empty():
     body = fncall_body("python", "print(1)", tests=[{"stdin": "1", "expected_stdout": "1\n"}], compare="tokens")
     assert body["tests"] == [{"stdin": "1", "expected_stdout": "1\n"}] and "stdin" not in body
     assert asyncio.run(fncall_many([], url="http://127.0.0.1:1", api_key="k")) == []
+
+
+def test_rate_window_counts_the_last_window_only():
+    from corral_common.telemetry import RateWindow
+
+    rate = RateWindow(window_s=10.0)
+    for t in (0.0, 1.0, 9.0, 11.0):
+        rate.add(now=t)
+    assert rate.rate(now=11.0) == 0.3  # the event at 0.0 is out of the window

@@ -1,8 +1,5 @@
 """Prometheus metrics of the api's fncall side (served on the api's /metrics)."""
 
-import time
-from collections import deque
-
 from prometheus_client import Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 1.5, 2.5, 5, 10, 30,
@@ -18,18 +15,3 @@ CALLS_PER_SECOND = Gauge("corral_fncall_api_calls_per_second", "Calls answered p
                          ["runtime"])
 IN_FLIGHT = Gauge("corral_fncall_api_in_flight", "Calls published and not answered yet", ["runtime"])
 BATCHES = Counter("corral_fncall_api_batches_total", "Batches accepted")
-
-
-class RateWindow:
-    def __init__(self, window_s: float = 10.0):
-        self.window_s = window_s
-        self._times: deque[float] = deque()
-
-    def add(self) -> None:
-        self._times.append(time.monotonic())
-
-    def rate(self) -> float:
-        cutoff = time.monotonic() - self.window_s
-        while self._times and self._times[0] < cutoff:
-            self._times.popleft()
-        return len(self._times) / self.window_s

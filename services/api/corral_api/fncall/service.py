@@ -37,6 +37,7 @@ from corral_common.contracts.fncall import (
 )
 from corral_common.errors import BadRequest, NotFound, PayloadTooLarge, ServiceUnavailable
 from corral_common.logging import get_logger
+from corral_common.telemetry import RateWindow
 
 log = get_logger("corral.api.fncall")
 COMPILE_TIMEOUT_MS = 10_000
@@ -63,7 +64,7 @@ class FncallService:
         self.rpc = rpc
         self.redis = redis
         self.settings = settings
-        self._rates: dict[str, metrics.RateWindow] = defaultdict(metrics.RateWindow)
+        self._rates: dict[str, RateWindow] = defaultdict(RateWindow)
         self._batches: set[asyncio.Task] = set()
 
     async def close(self) -> None:

@@ -1,8 +1,5 @@
 """Prometheus metrics of the warm pools (served on the node-agent's /metrics)."""
 
-import time
-from collections import deque
-
 from prometheus_client import Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -17,20 +14,3 @@ CALLS_PER_SECOND = Gauge("corral_fncall_calls_per_second", "Calls finished per s
                          ["node", "runtime"])
 CALL_SECONDS = Histogram("corral_fncall_call_seconds", "Time a worker spent on a call (compile + all cases)",
                          ["node", "runtime"], buckets=LATENCY_BUCKETS)
-
-
-class RateWindow:
-    """Events per second over a sliding window (for the calls/s gauge)."""
-
-    def __init__(self, window_s: float = 10.0):
-        self.window_s = window_s
-        self._times: deque[float] = deque()
-
-    def add(self, now: float | None = None) -> None:
-        self._times.append(now if now is not None else time.monotonic())
-
-    def rate(self, now: float | None = None) -> float:
-        now = now if now is not None else time.monotonic()
-        while self._times and self._times[0] < now - self.window_s:
-            self._times.popleft()
-        return len(self._times) / self.window_s

@@ -30,6 +30,7 @@ from corral_common.contracts.fncall import (
     declare_work_queue,
 )
 from corral_common.logging import get_logger
+from corral_common.telemetry import RateWindow
 from corral_node_agent.fncall import metrics
 from corral_node_agent.fncall.executor import ExecutorConfig, Worker
 from corral_node_agent.fncall.zygote import ZygoteWorker
@@ -63,7 +64,7 @@ class RuntimePool:
         self._channel: AbstractChannel | None = None
         self._queue: AbstractQueue | None = None
         self._scaler: asyncio.Task | None = None
-        self._rate = metrics.RateWindow()
+        self._rate = RateWindow()
         self._labels = {"node": node_id, "runtime": runtime}
 
     # -- workers ------------------------------------------------------------------------------
