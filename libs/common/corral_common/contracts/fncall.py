@@ -101,7 +101,8 @@ class FncallJob(BaseModel):
     call_id: str
     runtime: str
     code: str
-    files: dict[str, str] = {}  # relative path -> base64 content
+    # (Mutable defaults as factories: a plain [] or {} default is deep-copied per instance, slower.)
+    files: dict[str, str] = Field(default_factory=dict)  # relative path -> base64 content
     cases: list[JobCase] = Field(default_factory=lambda: [JobCase()])
     time_limit_ms: int = 2000  # cpu time per case (every process of the run)
     memory_limit_mb: int = 256
@@ -110,7 +111,7 @@ class FncallJob(BaseModel):
     compile_timeout_ms: int = 10000
     stop_on_failure: bool = False
     wall_limit_ms: int | None = None  # default: wall_limit_ms(time_limit_ms)
-    fetch_files: list[str] = []  # SandboxFusion: files read back after the (last) run
+    fetch_files: list[str] = Field(default_factory=list)  # SandboxFusion: files read back after the (last) run
 
     def to_wire(self) -> dict[str, Any]:
         """The message body as a JSON object: the fields the sender set."""
@@ -154,10 +155,10 @@ class FncallResult(BaseModel):
     runtime: str
     verdict: Verdict  # accepted, or the first failing case's (compile_error when the compile failed)
     compile: CompileResult | None = None
-    cases: list[CaseResult] = []
+    cases: list[CaseResult] = Field(default_factory=list)
     node_id: str = ""
     worker: str = ""
-    files: dict[str, str] = {}  # fetched files, base64
+    files: dict[str, str] = Field(default_factory=dict)  # fetched files, base64
     message: str = ""
 
     def body(self) -> bytes:
