@@ -67,7 +67,8 @@ def test_build_job_checks_runtime_files_and_size():
                                           files={"data/in.txt": "aGk="}))
     assert job.runtime == "cpp" and [c.stdin for c in job.cases] == ["1", "2"]
     assert job.files == {"data/in.txt": "aGk="}
-    assert service.build_job(FncallRequest(runtime="python", code="x", stdin="5")).to_wire()["cases"] == [{"stdin": "5"}]
+    single = service.build_job(FncallRequest(runtime="python", code="x", stdin="5"))
+    assert single.to_wire()["cases"] == [{"stdin": "5"}]
     with pytest.raises(BadRequest) as exc:
         service.build_job(FncallRequest(runtime="ruby", code="puts 1"))
     assert exc.value.code == "unknown_runtime" and "python" in exc.value.message

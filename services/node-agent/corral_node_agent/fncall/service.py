@@ -117,7 +117,8 @@ class FncallPools:
 
     async def _runtime_root(self) -> tuple[Path | None, str]:
         """Mount the runtimes' environment; (root, "") or (None, why not yet)."""
-        environment = RUNTIME_SPECS[self.settings.runtime_names[0]].environment if self.settings.runtime_names else "judge"
+        names = self.settings.runtime_names
+        environment = RUNTIME_SPECS[names[0]].environment if names else "judge"
         if self.layers is None:
             return None, "no layer cache"
         try:
