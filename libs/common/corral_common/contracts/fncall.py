@@ -6,11 +6,12 @@ The api publishes one call, a ``FncallJob``, on the durable work queue ``fncall.
 travel in bundles: AMQP message ``type`` ``bundle`` (``BUNDLE``), body a ``JobBundle``
 ``{"jobs": [...]}``, answered by one ``ResultBundle`` ``{"results": [...]}`` in the same order.
 
-Every message is made by its model's ``body()`` and read with ``model_validate_json``. A
-job's body holds only the fields the api set (``FncallJob.to_wire``); the node fills the same
-defaults for the rest. The api's timeouts and the workers' limits come from the same
-``wall_limit_ms`` and ``FncallJob.longest_run_s``, so the api never gives up on a call a
-worker may still be running within its limits.
+Every message is made by its model's ``body()`` and read with ``model_validate_json``; the
+bytes are those the two services sent before this module existed (pinned by
+tests/unit/fncall/test_fncall_contract.py), so either side can be upgraded first. A job's body
+holds only the fields the api set (``FncallJob.to_wire``); the node fills the same defaults
+for the rest. The workers' limits and the api's deadline for a call come from the same
+``wall_limit_ms`` / ``FncallJob.longest_run_s``.
 
 The verdict and result models are also the public ``/v1/fncall`` response's parts: their
 class names, field descriptions and the absence of class docstrings are part of the OpenAPI
