@@ -228,7 +228,8 @@ def _method(name: str, owner: type, op: _Operation, flavor: str) -> Callable[...
 class Flavored:
     """Base of the SDK classes; ``self._corral`` (a Corral or AsyncCorral) carries the transport."""
 
-    _corral: Any
+    def __init__(self, corral: Any):
+        self._corral = corral
 
     @property
     def _transport(self) -> Any:

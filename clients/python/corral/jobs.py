@@ -23,7 +23,7 @@ _ENDED = ("terminated", "failed", "expired")
 
 class _JobOps(Flavored):
     def __init__(self, corral: Any, info: dict[str, Any]):
-        self._corral = corral
+        super().__init__(corral)
         self.info = info
 
     @property
@@ -91,9 +91,6 @@ class AsyncJob(_JobOps, flavor="async"):
 
 class _JobsOps(Flavored):
     _job: type[_JobOps]  # what this flavour returns
-
-    def __init__(self, corral: Any):
-        self._corral = corral
 
     @operation
     def create(self, environment: str, *, count: int, weight: float = 1.0, priority: int = 0,

@@ -131,7 +131,7 @@ class _RolloutOps(Flavored):
     """A rollout and its step cursor; ``Rollout`` (sync) and ``AsyncRollout`` run these operations."""
 
     def __init__(self, corral: Any, info: RolloutInfo, retry_timeout: float = 600.0):
-        self._corral = corral
+        super().__init__(corral)
         self.info = info
         self.cursor = 0  # the index the next step call sends
         self.committed = info.step_count  # steps the server had when attached / last refreshed
@@ -236,9 +236,6 @@ class AsyncRollout(_RolloutOps, flavor="async"):
 
 class _RolloutsOps(Flavored):
     _rollout: type[_RolloutOps]  # what this flavour returns
-
-    def __init__(self, corral: Any):
-        self._corral = corral
 
     @operation
     def create(self, environment: str | None = None, *, job_id: str, sandbox_id: str | None = None,

@@ -7,7 +7,8 @@ manager protocol is written per flavour.
 """
 
 import builtins
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Iterable
+from typing import Any, Self
 
 from corral import _calls as calls
 from corral._common import ExecChunk, click_event, create_body, exec_body, key_event, move_event, text_event
@@ -16,9 +17,6 @@ from corral.errors import SandboxFailed
 from corral_client.models import ExecResult, FileInfo, Snapshot
 from corral_client.models import Sandbox as SandboxInfo
 
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
 
 def _reason(info: SandboxInfo) -> str | None:
     return info.reason if isinstance(info.reason, str) else None
@@ -26,7 +24,7 @@ def _reason(info: SandboxInfo) -> str | None:
 
 class _SandboxOps(Flavored):
     def __init__(self, corral: Any, info: SandboxInfo):
-        self._corral = corral
+        super().__init__(corral)
         self.info = info
 
     @property
@@ -150,9 +148,6 @@ class AsyncSandbox(_SandboxOps, flavor="async"):
 class _SandboxesOps(Flavored):
     _sandbox: type[_SandboxOps]  # what this flavour returns
 
-    def __init__(self, corral: Any):
-        self._corral = corral
-
     def _create(self, environment: str | None = None, *, wait: bool = True, wait_timeout: float = 120.0,
                 **spec: Any) -> Op[Any]:
         """Create a sandbox; with ``wait`` (default) return once it runs, raising SandboxFailed if it cannot.
@@ -192,7 +187,7 @@ class _SandboxesOps(Flavored):
         return [self._sandbox(self._corral, info) for info in (yield calls.delete_sandboxes(labels))]
 
     @operation
-    def delete_many(self, sandboxes: "Iterable[_SandboxOps]", *, concurrency: int = 32) -> Op[None]:
+    def delete_many(self, sandboxes: Iterable[_SandboxOps], *, concurrency: int = 32) -> Op[None]:
         """Delete these sandboxes (without waiting for each to stop), ``concurrency`` requests in flight."""
         yield Concurrently([sandbox._delete(wait=False) for sandbox in sandboxes], concurrency)
 

@@ -7,17 +7,12 @@
 ``Snapshots`` (sync) and ``AsyncSnapshots`` are the operations of ``_SnapshotsOps``.
 """
 
-from typing import Any
-
 from corral import _calls as calls
 from corral._transport import Flavored, operation
 from corral_client.models import Snapshot
 
 
 class _SnapshotsOps(Flavored):
-    def __init__(self, corral: Any):
-        self._corral = corral
-
     @operation
     def list(self, sandbox_id: str | None = None) -> calls.Call[list[Snapshot]]:
         """This tenant's snapshots, oldest first (optionally only those of one sandbox)."""
