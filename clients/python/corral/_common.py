@@ -5,6 +5,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
+from corral_client import AuthenticatedClient
 from corral_client.models import ExecRequest, ExecResult, SandboxCreate
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -16,6 +19,12 @@ def resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
     if not api_key:
         raise ValueError("an API key is required: Corral(url, api_key) or CORRAL_API_KEY")
     return url.rstrip("/"), api_key
+
+
+def connect(url: str | None, api_key: str | None, timeout: float) -> AuthenticatedClient:
+    """The generated client ``Corral`` and ``AsyncCorral`` send through (its httpx clients carry the key)."""
+    url, api_key = resolve(url, api_key)
+    return AuthenticatedClient(base_url=url, token=api_key, timeout=httpx.Timeout(timeout, connect=10.0))
 
 
 def create_body(environment: str | None = None, *, backend: str | None = None, isolation: str | None = None,

@@ -1,3 +1,12 @@
+"""The SDK's errors, and ``raise_for``: the one mapping from an error answer to ``CorralError``.
+
+Every call (``corral._calls.Call.result``, the streaming transports) goes through ``raise_for``
+before its answer is parsed, so a 4xx/5xx is always a ``CorralError`` with the api's code,
+message and details, and an answer that is not the api's JSON error (a proxy's 502 page)
+becomes code ``error`` with the start of its text.
+"""
+
+import json
 from typing import Any
 
 
@@ -25,8 +34,6 @@ class SandboxFailed(CorralError):
 def raise_for(status: int, content: bytes) -> None:
     if status < 400:
         return
-    import json
-
     try:
         error = json.loads(content).get("error", {})
         raise CorralError(status, error.get("code", "error"), error.get("message", ""), error.get("details"))

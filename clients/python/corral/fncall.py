@@ -14,16 +14,19 @@ memory_kb}], ...). ``fncall_many(..., batch=True)`` sends one ``/v1/fncall/batch
 instead of one request per call and waits for all of it.
 """
 
-import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
 
+from corral import _calls
 from corral._common import resolve
-from corral.errors import CorralError, raise_for
+from corral._transport import AsyncTransport, Concurrently, Op, SyncTransport
+from corral.errors import CorralError
 
 __all__ = ["fncall", "fncall_many", "fncall_body"]
+
+_BATCH_SIZE = 10_000  # the api's most calls per /v1/fncall/batch request and per result page
 
 
 def fncall_body(runtime: str, code: str, *, tests: Iterable[Mapping[str, Any]] | None = None,
@@ -48,10 +51,6 @@ def _target(client: Any, url: str | None, api_key: str | None) -> tuple[str, str
     return resolve(url, api_key)
 
 
-def _raise_for(resp: httpx.Response) -> None:
-    raise_for(resp.status_code, resp.content)
-
-
 def fncall(runtime: str, code: str, *, tests: Iterable[Mapping[str, Any]] | None = None, stdin: str | None = None,
            files: Mapping[str, str] | None = None, time_limit_ms: int = 2000, memory_limit_mb: int = 256,
            output_limit_kb: int = 1024, compare: str = "exact", stop_on_failure: bool = False,
@@ -62,10 +61,9 @@ def fncall(runtime: str, code: str, *, tests: Iterable[Mapping[str, Any]] | None
     body = fncall_body(runtime, code, tests=tests, stdin=stdin, files=files, time_limit_ms=time_limit_ms,
                        memory_limit_mb=memory_limit_mb, output_limit_kb=output_limit_kb, compare=compare,
                        stop_on_failure=stop_on_failure)
-    resp = httpx.post(f"{base}/v1/fncall", json=body, headers={"Authorization": f"Bearer {key}"},
-                      timeout=httpx.Timeout(timeout, connect=10.0))
-    _raise_for(resp)
-    return resp.json()
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"},
+                      timeout=httpx.Timeout(timeout, connect=10.0)) as http:
+        return SyncTransport(lambda: http).run(_calls.fncall(body))
 
 
 async def fncall_many(calls: Iterable[Mapping[str, Any]], *, concurrency: int = 32, batch: bool = False,
@@ -86,31 +84,18 @@ async def fncall_many(calls: Iterable[Mapping[str, Any]], *, concurrency: int = 
     limits = httpx.Limits(max_connections=max(1, concurrency), max_keepalive_connections=max(1, concurrency))
     async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits,
                                  timeout=httpx.Timeout(timeout, connect=10.0)) as http:
-        if batch:
-            return await _via_batches(http, bodies, timeout)
-        sem = asyncio.Semaphore(max(1, concurrency))
-
-        async def one(body: dict[str, Any]) -> dict[str, Any]:
-            async with sem:
-                resp = await http.post("/v1/fncall", json=body)
-                _raise_for(resp)
-                return resp.json()
-
-        return list(await asyncio.gather(*(one(b) for b in bodies)))
+        return await AsyncTransport(lambda: http).run(_many(bodies, concurrency, batch, timeout))
 
 
-async def _via_batches(http: httpx.AsyncClient, bodies: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
+def _many(bodies: list[dict[str, Any]], concurrency: int, batch: bool, timeout: float) -> Op[list[dict[str, Any]]]:
+    if not batch:
+        return (yield Concurrently([_calls.fncall(body) for body in bodies], concurrency))
     results: list[dict[str, Any] | None] = [None] * len(bodies)
-    for start in range(0, len(bodies), 10_000):
-        chunk = bodies[start:start + 10_000]
-        resp = await http.post("/v1/fncall/batch", json={"calls": chunk})
-        _raise_for(resp)
-        batch_id, offset = resp.json()["id"], 0
+    for start in range(0, len(bodies), _BATCH_SIZE):
+        chunk = bodies[start:start + _BATCH_SIZE]
+        batch_id, offset = (yield _calls.create_fncall_batch(chunk))["id"], 0
         while offset < len(chunk):
-            resp = await http.get(f"/v1/fncall/batch/{batch_id}",
-                                  params={"offset": offset, "limit": 10_000, "wait": "true", "timeout": min(timeout, 3600)})
-            _raise_for(resp)
-            page = resp.json()
+            page = yield _calls.get_fncall_batch(batch_id, offset=offset, limit=_BATCH_SIZE, timeout=min(timeout, 3600))
             for item in page["results"]:
                 results[start + item["index"]] = item["result"]
             offset = page["next_offset"]

@@ -6,23 +6,24 @@
         print(job.counts)              # {"terminated": 1000}
         corral.sandboxes.list(labels={"job": job.id})
         job.delete()                   # terminates whatever still runs or waits
+
+``AsyncCorral.jobs`` is the same with ``await`` (``Jobs``/``Job`` and ``AsyncJobs``/``AsyncJob``
+are the operations of ``_JobsOps``/``_JobOps``, see ``corral._transport``).
 """
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
+from corral import _calls as calls
 from corral._common import create_body
-from corral.errors import raise_for
-
-if TYPE_CHECKING:
-    from corral.client import Corral
+from corral._transport import Flavored, Op, Sleep, operation
 
 _ENDED = ("terminated", "failed", "expired")
 
 
-class Job:
-    def __init__(self, corral: "Corral", info: dict[str, Any]):
-        self._corral = corral
+class _JobOps(Flavored):
+    def __init__(self, corral: Any, info: dict[str, Any]):
+        super().__init__(corral)
         self.info = info
 
     @property
@@ -38,18 +39,22 @@ class Job:
         return sum(self.counts.get(state, 0) for state in _ENDED)
 
     def __repr__(self) -> str:
-        return f"Job({self.id!r}, count={self.info['count']}, counts={self.counts})"
+        return f"{type(self).__name__}({self.id!r}, count={self.info['count']}, counts={self.counts})"
 
-    def refresh(self) -> "Job":
-        self.info = self._corral.jobs._request("GET", f"/v1/jobs/{self.id}")
+    def _refresh(self) -> Op[Self]:
+        self.info = yield calls.get_job(self.id)
         return self
 
-    def delete(self) -> "Job":
-        self.info = self._corral.jobs._request("DELETE", f"/v1/jobs/{self.id}")
+    refresh = operation(_refresh)
+
+    @operation
+    def delete(self) -> Op[Self]:
+        self.info = yield calls.delete_job(self.id)
         return self
 
+    @operation
     def wait(self, until: str = "ended", timeout: float = 3600.0, poll_s: float = 1.0,
-             progress: bool = False) -> "Job":
+             progress: bool = False) -> Op[Self]:
         """Until every sandbox ended (``until="ended"``) or at least ran (``"running"``)."""
         bar = None
         if progress:
@@ -61,7 +66,7 @@ class Job:
         deadline = time.monotonic() + timeout
         try:
             while True:
-                self.refresh()
+                yield from self._refresh()
                 done = self.ended if until == "ended" else self.ended + self.counts.get("running", 0) \
                     + self.counts.get("paused", 0) + self.counts.get("stopping", 0)
                 if bar is not None:
@@ -70,29 +75,42 @@ class Job:
                     return self
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"job {self.id}: {self.counts} after {timeout}s")
-                time.sleep(poll_s)
+                yield Sleep(poll_s)
         finally:
             if bar is not None:
                 bar.close()
 
 
-class Jobs:
-    def __init__(self, corral: "Corral"):
-        self._corral = corral
+class Job(_JobOps, flavor="sync"):
+    pass
 
-    def _request(self, method: str, url: str, **kw: Any) -> dict[str, Any]:
-        response = self._corral.http.request(method, url, **kw)
-        raise_for(response.status_code, response.content)
-        return response.json()
 
+class AsyncJob(_JobOps, flavor="async"):
+    pass
+
+
+class _JobsOps(Flavored):
+    _job: type[_JobOps]  # what this flavour returns
+
+    @operation
     def create(self, environment: str, *, count: int, weight: float = 1.0, priority: int = 0,
-               labels: dict[str, str] | None = None, **spec: Any) -> Job:
+               labels: dict[str, str] | None = None, **spec: Any) -> Op[Any]:
         body = {"spec": create_body(environment, **spec).to_dict(), "count": count, "weight": weight,
                 "priority": priority, "labels": labels or {}}
-        return Job(self._corral, self._request("POST", "/v1/jobs", json=body))
+        return self._job(self._corral, (yield calls.create_job(body)))
 
-    def get(self, job_id: str) -> Job:
-        return Job(self._corral, self._request("GET", f"/v1/jobs/{job_id}"))
+    @operation
+    def get(self, job_id: str) -> Op[Any]:
+        return self._job(self._corral, (yield calls.get_job(job_id)))
 
-    def delete(self, job_id: str) -> Job:
-        return Job(self._corral, self._request("DELETE", f"/v1/jobs/{job_id}"))
+    @operation
+    def delete(self, job_id: str) -> Op[Any]:
+        return self._job(self._corral, (yield calls.delete_job(job_id)))
+
+
+class Jobs(_JobsOps, flavor="sync"):
+    _job = Job
+
+
+class AsyncJobs(_JobsOps, flavor="async"):
+    _job = AsyncJob

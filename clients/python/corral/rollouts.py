@@ -24,23 +24,20 @@ replay); one the api lost while running raises ``StepInterrupted``. Either way t
 has moved past it.
 """
 
-import asyncio
 import base64
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import httpx
 
+from corral import _calls as calls
 from corral._common import create_body, exec_body
-from corral.errors import CorralError, SandboxFailed, raise_for
+from corral._transport import Flavored, Op, Sleep, operation
+from corral.errors import CorralError, SandboxFailed
 from corral_client.models import ExecResult, FileInfo
 from corral_client.models import Rollout as RolloutInfo
-
-if TYPE_CHECKING:
-    from corral.aio import AsyncCorral
-    from corral.client import Corral
 
 # Transport failures and these statuses are retried: re-sending a step is always safe.
 RETRY_STATUSES = frozenset({502, 503, 504})
@@ -130,8 +127,11 @@ def _check_created(info: RolloutInfo, wait: bool) -> None:
         raise SandboxFailed(info.sandbox_id, state, None)
 
 
-class _RolloutBase:
-    def __init__(self, info: RolloutInfo, retry_timeout: float):
+class _RolloutOps(Flavored):
+    """A rollout and its step cursor; ``Rollout`` (sync) and ``AsyncRollout`` run these operations."""
+
+    def __init__(self, corral: Any, info: RolloutInfo, retry_timeout: float = 600.0):
+        super().__init__(corral)
         self.info = info
         self.cursor = 0  # the index the next step call sends
         self.committed = info.step_count  # steps the server had when attached / last refreshed
@@ -157,190 +157,110 @@ class _RolloutBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id!r}, cursor={self.cursor}, committed={self.committed})"
 
-    def _body(self, action: str, args: dict[str, Any]) -> dict[str, Any]:
-        return {"index": self.cursor, "action": action, "args": args}
-
-    def _accept(self, response: httpx.Response) -> StepResult:
-        raise_for(response.status_code, response.content)
-        step = StepResult.from_dict(response.json())
+    def _step(self, action: str, args: dict[str, Any]) -> Op[StepResult]:
+        """Send the step at the cursor; retried on transport errors and 502/503/504 (safe: the
+        server executes an index once). Raises StepFailed / StepInterrupted for such steps."""
+        body = {"index": self.cursor, "action": action, "args": args}
+        deadline = time.monotonic() + self.retry_timeout
+        delay = 0.2
+        while True:
+            try:
+                raw = yield calls.rollout_step(self.id, body)
+                break
+            except CorralError as error:
+                if error.status not in RETRY_STATUSES or time.monotonic() > deadline:
+                    raise
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+            yield Sleep(delay)
+            delay = min(delay * 2, 5.0)
+        step = StepResult.from_dict(raw)
         self.cursor = step.index + 1
         self.committed = max(self.committed, self.cursor)
         self.replayed += step.replayed
         return step.check()
 
+    step = operation(_step)
 
-class Rollout(_RolloutBase):
-    def __init__(self, corral: "Corral", info: RolloutInfo, retry_timeout: float = 600.0):
-        super().__init__(info, retry_timeout)
-        self._corral = corral
-
-    def step(self, action: str, args: dict[str, Any]) -> StepResult:
-        """Send the step at the cursor; retried on transport errors and 502/503/504 (safe: the
-        server executes an index once). Raises StepFailed / StepInterrupted for such steps."""
-        body = self._body(action, args)
-        deadline = time.monotonic() + self.retry_timeout
-        delay = 0.2
-        while True:
-            try:
-                response = self._corral.http.post(f"/v1/rollouts/{self.id}/steps", json=body)
-                if response.status_code not in RETRY_STATUSES or time.monotonic() > deadline:
-                    return self._accept(response)
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    def exec(self, cmd: list[str] | str, **kwargs: Any) -> ExecResult:
+    @operation
+    def exec(self, cmd: list[str] | str, **kwargs: Any) -> Op[ExecResult]:
         """A command step; kwargs as Sandbox.exec (cwd, env, stdin, timeout_s, output_limit, user)."""
-        return ExecResult.from_dict(self.step("exec", exec_body(cmd, **kwargs).to_dict()).observation or {})
+        step = yield from self._step("exec", exec_body(cmd, **kwargs).to_dict())
+        return ExecResult.from_dict(step.observation or {})
 
-    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        self.step("write_file", _write_args(path, data, mode))
+    @operation
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> Op[None]:
+        yield from self._step("write_file", _write_args(path, data, mode))
 
-    def read_file(self, path: str, max_bytes: int = 1024 * 1024) -> bytes:
-        return _file_bytes(self.step("read_file", {"path": path, "max_bytes": max_bytes}).observation or {})
+    @operation
+    def read_file(self, path: str, max_bytes: int = 1024 * 1024) -> Op[bytes]:
+        step = yield from self._step("read_file", {"path": path, "max_bytes": max_bytes})
+        return _file_bytes(step.observation or {})
 
-    def list_files(self, path: str = ".") -> list[FileInfo]:
-        observation = self.step("list_files", {"path": path}).observation or {}
+    @operation
+    def list_files(self, path: str = ".") -> Op[list[FileInfo]]:
+        observation = (yield from self._step("list_files", {"path": path})).observation or {}
         return [FileInfo.from_dict(entry) for entry in observation.get("entries", [])]
 
-    def refresh(self) -> "Rollout":
-        response = self._corral.http.get(f"/v1/rollouts/{self.id}")
-        raise_for(response.status_code, response.content)
-        self.info = RolloutInfo.from_dict(response.json())
+    @operation
+    def refresh(self) -> Op[Self]:
+        self.info = RolloutInfo.from_dict((yield calls.get_rollout(self.id)))
         self.committed = self.info.step_count
         return self
 
-    def trajectory(self) -> list[StepResult]:
+    @operation
+    def trajectory(self) -> Op[list[StepResult]]:
         """Every committed (or executing) step, in order, with observations and timings."""
-        response = self._corral.http.get(f"/v1/rollouts/{self.id}")
-        raise_for(response.status_code, response.content)
-        raw = response.json()
+        raw = yield calls.get_rollout(self.id)
         self.info = RolloutInfo.from_dict(raw)
         return [StepResult.from_dict(s) for s in raw.get("steps") or []]
 
+    @operation
     def finish(self, reward: float | None = None, info: dict[str, Any] | None = None,
-               keep_sandbox: bool | None = None) -> "Rollout":
+               keep_sandbox: bool | None = None) -> Op[Self]:
         body: dict[str, Any] = {"reward": reward, "info": info or {}}
         if keep_sandbox is not None:
             body["keep_sandbox"] = keep_sandbox
-        response = self._corral.http.post(f"/v1/rollouts/{self.id}/finish", json=body)
-        raise_for(response.status_code, response.content)
-        self.info = RolloutInfo.from_dict(response.json())
+        self.info = yield calls.finish_rollout(self.id, body)
         return self
 
 
-class Rollouts:
-    def __init__(self, corral: "Corral"):
-        self._corral = corral
+class Rollout(_RolloutOps, flavor="sync"):
+    pass
 
+
+class AsyncRollout(_RolloutOps, flavor="async"):
+    pass
+
+
+class _RolloutsOps(Flavored):
+    _rollout: type[_RolloutOps]  # what this flavour returns
+
+    @operation
     def create(self, environment: str | None = None, *, job_id: str, sandbox_id: str | None = None,
                metadata: dict[str, Any] | None = None, idle_pause_s: float | None = None, ttl_s: float | None = None,
-               wait: bool = True, wait_timeout: float = 120.0, **spec: Any) -> Rollout:
+               wait: bool = True, wait_timeout: float = 120.0, **spec: Any) -> Op[Any]:
         """A rollout on a new sandbox (``environment`` + spec as sandboxes.create) or an existing one."""
         body = _create_json(environment, job_id, sandbox_id, metadata, idle_pause_s, ttl_s, spec)
-        response = self._corral.http.post("/v1/rollouts", json=body, params={"wait": wait, "timeout": wait_timeout})
-        raise_for(response.status_code, response.content)
-        info = RolloutInfo.from_dict(response.json())
+        info = yield calls.create_rollout(body, wait=wait, timeout=wait_timeout)
         _check_created(info, wait)
-        return Rollout(self._corral, info)
+        return self._rollout(self._corral, info)
 
-    def attach(self, rollout_id: str) -> Rollout:
+    @operation
+    def attach(self, rollout_id: str) -> Op[Any]:
         """Resume a rollout from another process: the cursor starts at 0, so re-running the
         agent loop fast-forwards through the committed steps."""
-        response = self._corral.http.get(f"/v1/rollouts/{rollout_id}")
-        raise_for(response.status_code, response.content)
-        return Rollout(self._corral, RolloutInfo.from_dict(response.json()))
+        return self._rollout(self._corral, RolloutInfo.from_dict((yield calls.get_rollout(rollout_id))))
 
-    def list(self, job_id: str | None = None, status: str | None = None) -> list[Rollout]:
-        params = {k: v for k, v in {"job_id": job_id, "status": status}.items() if v is not None}
-        response = self._corral.http.get("/v1/rollouts", params=params)
-        raise_for(response.status_code, response.content)
-        return [Rollout(self._corral, RolloutInfo.from_dict(item)) for item in response.json()["items"]]
+    @operation
+    def list(self, job_id: str | None = None, status: str | None = None) -> Op[list[Any]]:
+        return [self._rollout(self._corral, info) for info in (yield calls.list_rollouts(job_id, status))]
 
 
-class AsyncRollout(_RolloutBase):
-    def __init__(self, corral: "AsyncCorral", info: RolloutInfo, retry_timeout: float = 600.0):
-        super().__init__(info, retry_timeout)
-        self._corral = corral
-
-    async def step(self, action: str, args: dict[str, Any]) -> StepResult:
-        body = self._body(action, args)
-        deadline = time.monotonic() + self.retry_timeout
-        delay = 0.2
-        while True:
-            try:
-                response = await self._corral.http.post(f"/v1/rollouts/{self.id}/steps", json=body)
-                if response.status_code not in RETRY_STATUSES or time.monotonic() > deadline:
-                    return self._accept(response)
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    async def exec(self, cmd: list[str] | str, **kwargs: Any) -> ExecResult:
-        return ExecResult.from_dict((await self.step("exec", exec_body(cmd, **kwargs).to_dict())).observation or {})
-
-    async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        await self.step("write_file", _write_args(path, data, mode))
-
-    async def read_file(self, path: str, max_bytes: int = 1024 * 1024) -> bytes:
-        return _file_bytes((await self.step("read_file", {"path": path, "max_bytes": max_bytes})).observation or {})
-
-    async def list_files(self, path: str = ".") -> list[FileInfo]:
-        observation = (await self.step("list_files", {"path": path})).observation or {}
-        return [FileInfo.from_dict(entry) for entry in observation.get("entries", [])]
-
-    async def refresh(self) -> "AsyncRollout":
-        response = await self._corral.http.get(f"/v1/rollouts/{self.id}")
-        raise_for(response.status_code, response.content)
-        self.info = RolloutInfo.from_dict(response.json())
-        self.committed = self.info.step_count
-        return self
-
-    async def trajectory(self) -> list[StepResult]:
-        response = await self._corral.http.get(f"/v1/rollouts/{self.id}")
-        raise_for(response.status_code, response.content)
-        raw = response.json()
-        self.info = RolloutInfo.from_dict(raw)
-        return [StepResult.from_dict(s) for s in raw.get("steps") or []]
-
-    async def finish(self, reward: float | None = None, info: dict[str, Any] | None = None,
-                     keep_sandbox: bool | None = None) -> "AsyncRollout":
-        body: dict[str, Any] = {"reward": reward, "info": info or {}}
-        if keep_sandbox is not None:
-            body["keep_sandbox"] = keep_sandbox
-        response = await self._corral.http.post(f"/v1/rollouts/{self.id}/finish", json=body)
-        raise_for(response.status_code, response.content)
-        self.info = RolloutInfo.from_dict(response.json())
-        return self
+class Rollouts(_RolloutsOps, flavor="sync"):
+    _rollout = Rollout
 
 
-class AsyncRollouts:
-    def __init__(self, corral: "AsyncCorral"):
-        self._corral = corral
-
-    async def create(self, environment: str | None = None, *, job_id: str, sandbox_id: str | None = None,
-                     metadata: dict[str, Any] | None = None, idle_pause_s: float | None = None,
-                     ttl_s: float | None = None, wait: bool = True, wait_timeout: float = 120.0,
-                     **spec: Any) -> AsyncRollout:
-        body = _create_json(environment, job_id, sandbox_id, metadata, idle_pause_s, ttl_s, spec)
-        response = await self._corral.http.post("/v1/rollouts", json=body,
-                                                params={"wait": wait, "timeout": wait_timeout})
-        raise_for(response.status_code, response.content)
-        info = RolloutInfo.from_dict(response.json())
-        _check_created(info, wait)
-        return AsyncRollout(self._corral, info)
-
-    async def attach(self, rollout_id: str) -> AsyncRollout:
-        response = await self._corral.http.get(f"/v1/rollouts/{rollout_id}")
-        raise_for(response.status_code, response.content)
-        return AsyncRollout(self._corral, RolloutInfo.from_dict(response.json()))
-
-    async def list(self, job_id: str | None = None, status: str | None = None) -> list[AsyncRollout]:
-        params = {k: v for k, v in {"job_id": job_id, "status": status}.items() if v is not None}
-        response = await self._corral.http.get("/v1/rollouts", params=params)
-        raise_for(response.status_code, response.content)
-        return [AsyncRollout(self._corral, RolloutInfo.from_dict(item)) for item in response.json()["items"]]
+class AsyncRollouts(_RolloutsOps, flavor="async"):
+    _rollout = AsyncRollout

@@ -1,0 +1,200 @@
+"""``corral.sandboxes`` and the ``Sandbox`` it returns, written once for both flavours.
+
+``Sandbox`` / ``Sandboxes`` (sync, ``Corral``) and ``AsyncSandbox`` / ``AsyncSandboxes``
+(``AsyncCorral``, every method awaited) are the operations of ``_SandboxOps`` /
+``_SandboxesOps`` run by the two transports (see ``corral._transport``); only the context
+manager protocol is written per flavour.
+"""
+
+import builtins
+from collections.abc import Iterable
+from typing import Any, Self
+
+from corral import _calls as calls
+from corral._common import ExecChunk, click_event, create_body, exec_body, key_event, move_event, text_event
+from corral._transport import Concurrently, Flavored, Op, operation, streaming
+from corral.errors import SandboxFailed
+from corral_client.models import ExecResult, FileInfo, Snapshot
+from corral_client.models import Sandbox as SandboxInfo
+
+
+def _reason(info: SandboxInfo) -> str | None:
+    return info.reason if isinstance(info.reason, str) else None
+
+
+class _SandboxOps(Flavored):
+    def __init__(self, corral: Any, info: SandboxInfo):
+        super().__init__(corral)
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def state(self) -> str:
+        return str(self.info.state)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.id!r}, state={self.state!r})"
+
+    @operation
+    def refresh(self) -> Op[Self]:
+        self.info = yield calls.get_sandbox(self.id)
+        return self
+
+    def _wait(self, state: str = "running", timeout: float = 120.0) -> Op[Self]:
+        self.info = yield calls.get_sandbox(self.id, wait_for=state, timeout=timeout)
+        if state == "running" and self.state != "running":
+            raise SandboxFailed(self.id, self.state, _reason(self.info))
+        return self
+
+    wait = operation(_wait)
+
+    @operation
+    def exec(self, cmd: list[str] | str, **kwargs: Any) -> calls.Call[ExecResult]:
+        """Run a command; kwargs: cwd, env, stdin, timeout_s, output_limit, user."""
+        return calls.exec_command(self.id, exec_body(cmd, **kwargs))
+
+    @streaming
+    def exec_stream(self, cmd: list[str] | str, **kwargs: Any) -> calls.Call[ExecChunk]:
+        """Yield output chunks as they are produced; the last chunk has type ``exit`` and the result."""
+        return calls.exec_command_stream(self.id, exec_body(cmd, **kwargs))
+
+    @operation
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> calls.Call[None]:
+        return calls.write_file(self.id, path, data, mode)
+
+    @operation
+    def read_file(self, path: str) -> calls.Call[bytes]:
+        return calls.read_file(self.id, path)
+
+    @operation
+    def list_files(self, path: str = ".") -> calls.Call[list[FileInfo]]:
+        return calls.list_files(self.id, path)
+
+    @operation
+    def pause(self) -> Op[Self]:
+        """Freeze every process (cgroup freezer); exec/files answer 409 until ``resume``."""
+        self.info = yield calls.pause_sandbox(self.id)
+        return self
+
+    @operation
+    def resume(self) -> Op[Self]:
+        self.info = yield calls.resume_sandbox(self.id)
+        return self
+
+    # ---- screen, input and snapshots (`vm` sandboxes; `microvm` snapshots too) --------------
+
+    @operation
+    def screenshot(self) -> calls.Call[bytes]:
+        """The screen as PNG bytes. Containers and microVMs have none (409 unsupported_by_backend)."""
+        return calls.get_screen(self.id)
+
+    @operation
+    def send_input(self, events: Any) -> calls.Call[int]:
+        """Send input events in order (dicts as made by corral._common.key_event/text_event/
+        move_event/click_event, or corral_client models); returns how many were sent."""
+        return calls.send_input(self.id, events)
+
+    @operation
+    def type_text(self, text: str) -> calls.Call[int]:
+        """Type text as a US keyboard would."""
+        return calls.send_input(self.id, [text_event(text)])
+
+    @operation
+    def press(self, *keys: str) -> calls.Call[int]:
+        """Press keys together (a chord), e.g. press("ctrl", "c"); QEMU key names."""
+        return calls.send_input(self.id, [key_event(*keys)])
+
+    @operation
+    def move_mouse(self, x: int, y: int) -> calls.Call[int]:
+        return calls.send_input(self.id, [move_event(x, y)])
+
+    @operation
+    def click(self, x: int | None = None, y: int | None = None, button: str = "left") -> calls.Call[int]:
+        """Click ``button``, at (x, y) when given, else where the pointer is."""
+        return calls.send_input(self.id, [click_event(x, y, button)])
+
+    @operation
+    def snapshot(self) -> calls.Call[Snapshot]:
+        """Save the VM's state on its node (it keeps running); restore it with
+        ``corral.sandboxes.create(from_snapshot=snapshot.id)``."""
+        return calls.snapshot_sandbox(self.id)
+
+    def _delete(self, wait: bool = True, timeout: float = 60.0) -> Op[Self]:
+        self.info = yield calls.delete_sandbox(self.id, wait=wait, timeout=timeout)
+        return self
+
+    delete = operation(_delete)
+
+
+class Sandbox(_SandboxOps, flavor="sync"):
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.delete(wait=False)
+
+
+class AsyncSandbox(_SandboxOps, flavor="async"):
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.delete(wait=False)
+
+
+class _SandboxesOps(Flavored):
+    _sandbox: type[_SandboxOps]  # what this flavour returns
+
+    def _create(self, environment: str | None = None, *, wait: bool = True, wait_timeout: float = 120.0,
+                **spec: Any) -> Op[Any]:
+        """Create a sandbox; with ``wait`` (default) return once it runs, raising SandboxFailed if it cannot.
+
+        spec: backend ("auto" | "container" | "microvm" | "vm"), isolation ("container" | "vm"),
+        display (a screen: picks vm), disk_image (boot a disk image instead of an environment),
+        from_snapshot (restore a snapshot id; kind, image, cpu and memory come from it), cpu,
+        memory_mb, disk_mb, timeout_s, pids_limit, env, labels.
+        """
+        waiting: dict[str, Any] = {"wait_for": "running", "timeout": wait_timeout} if wait else {}
+        info = yield calls.create_sandbox(create_body(environment, **spec), **waiting)
+        sandbox = self._sandbox(self._corral, info)
+        if wait and sandbox.state != "running":
+            if sandbox.state in ("failed", "terminated"):
+                raise SandboxFailed(sandbox.id, sandbox.state, _reason(info))
+            yield from sandbox._wait("running", wait_timeout)
+        return sandbox
+
+    create = operation(_create)
+
+    @operation
+    def create_many(self, environment: str, count: int, *, concurrency: int = 32, **kwargs: Any) -> Op[list[Any]]:
+        """Create ``count`` sandboxes with at most ``concurrency`` requests in flight."""
+        return (yield Concurrently([self._create(environment, **kwargs) for _ in range(count)], concurrency))
+
+    @operation
+    def get(self, sandbox_id: str) -> Op[Any]:
+        return self._sandbox(self._corral, (yield calls.get_sandbox(sandbox_id)))
+
+    @operation
+    def list(self, labels: dict[str, str] | None = None, state: str | None = None) -> Op[list[Any]]:
+        return [self._sandbox(self._corral, info) for info in (yield calls.list_sandboxes(labels, state))]
+
+    @operation
+    def delete(self, labels: dict[str, str]) -> Op[builtins.list[Any]]:  # `list` here is the method above
+        """Delete every live sandbox matching all ``labels`` (at least one); returns them."""
+        return [self._sandbox(self._corral, info) for info in (yield calls.delete_sandboxes(labels))]
+
+    @operation
+    def delete_many(self, sandboxes: Iterable[_SandboxOps], *, concurrency: int = 32) -> Op[None]:
+        """Delete these sandboxes (without waiting for each to stop), ``concurrency`` requests in flight."""
+        yield Concurrently([sandbox._delete(wait=False) for sandbox in sandboxes], concurrency)
+
+
+class Sandboxes(_SandboxesOps, flavor="sync"):
+    _sandbox = Sandbox
+
+
+class AsyncSandboxes(_SandboxesOps, flavor="async"):
+    _sandbox = AsyncSandbox
