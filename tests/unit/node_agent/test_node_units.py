@@ -11,7 +11,13 @@ from corral_common.errors import BadRequest, NotFound
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent.backends import fs, oci
 from corral_node_agent.backends.output import CappedPipe
-from corral_node_agent.layers import EnvironmentNotFound, ImageUnavailable, LayerCache
+from corral_node_agent.backends.base import ExitReason
+from corral_node_agent.backends.fake import FakeBackend
+from corral_node_agent.backends.types import RootFs
+from corral_node_agent.errors import EnvironmentNotFound, ImageUnavailable, StartFailed
+from corral_node_agent.http_errors import http_error
+from corral_node_agent.layers import LayerCache
+from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
 
 # ---- settings -------------------------------------------------------------------------
@@ -253,7 +259,7 @@ async def test_layer_hash_mismatch_and_missing(tmp_path):
         await cache.ensure([{"digest": "md5:abc"}])
     with pytest.raises(EnvironmentNotFound) as exc:
         await cache.resolve_environment("nope")
-    assert exc.value.status_code == 404
+    assert http_error(exc.value).status_code == 404
     await cache.aclose()
 
 
@@ -280,44 +286,20 @@ class _FakeLayers:
         self.refs -= 1
 
 
-class _FakeBackend:
-    on_exit = None
-
-    def __init__(self, fail: Exception | None = None):
-        self.fail, self.started, self.stopped = fail, [], []
-
-    def layer_format_for(self, spec):
-        return "mounts"
-
-    def describe(self, sid):
-        return {}
-
-    async def start(self, sid, spec, lowers):
-        await asyncio.sleep(0.01)
-        if self.fail:
-            raise self.fail
-        self.started.append((sid, lowers))
-
-    async def stop(self, sid):
-        from corral_common.sandboxes import Usage
-
-        self.stopped.append(sid)
-        return Usage(wall_time_s=1.0)
-
-
 @pytest.mark.asyncio
 async def test_manager_create_idempotent_and_lower_order():
-    from corral_node_agent.sandboxes.service import SandboxManager
-
-    layers, backend = _FakeLayers(), _FakeBackend()
+    now = [0.0]
+    layers, backend = _FakeLayers(), FakeBackend(clock=lambda: now[0])
     m = SandboxManager(backend, layers)
     spec = SandboxSpec(environment="e", cpu=2, memory_mb=512)
     await asyncio.gather(m.create("s1", spec), m.create("s1", spec))
-    assert backend.started == [("s1", ["/mnt/toolkit", "/mnt/base"])]  # top layer first
+    assert [call for call in backend.calls if call[0] == "start"] == [("start", "s1")]
+    assert backend.sandboxes["s1"].rootfs == RootFs(["/mnt/toolkit", "/mnt/base"])  # top layer first
     assert m.count() == 1 and m.used_capacity()["cpu"] == 2 and layers.refs == 1
     seen = []
     m.on_exit(lambda sid, reason, usage: seen.append((sid, reason)))
-    await backend.on_exit("s1", "oom_killed", None)
+    now[0] = 1.0
+    await backend.end("s1", ExitReason.oom_killed)
     assert seen == [("s1", "oom_killed")] and m.count() == 0 and layers.refs == 0
     with pytest.raises(NotFound):
         await m.exec("s1", None)
@@ -327,29 +309,27 @@ async def test_manager_create_idempotent_and_lower_order():
 @pytest.mark.asyncio
 async def test_manager_create_failures_are_typed():
     from corral_common.sandboxes import FailureReason
-    from corral_node_agent.sandboxes.service import SandboxCreateError, SandboxManager
 
-    m = SandboxManager(_FakeBackend(), _FakeLayers(fail=EnvironmentNotFound("no env")))
-    with pytest.raises(SandboxCreateError) as exc:
+    m = SandboxManager(FakeBackend(), _FakeLayers(fail=EnvironmentNotFound("no env")))
+    with pytest.raises(StartFailed) as exc:
         await m.create("s1", SandboxSpec(environment="e"))
     assert exc.value.reason == FailureReason.image_unavailable and m.count() == 0
     layers = _FakeLayers()
-    m = SandboxManager(_FakeBackend(fail=RuntimeError("crun broke")), layers)
-    with pytest.raises(SandboxCreateError) as exc:
+    backend = FakeBackend()
+    backend.fail_start = RuntimeError("crun broke")
+    m = SandboxManager(backend, layers)
+    with pytest.raises(StartFailed) as exc:
         await m.create("s1", SandboxSpec(environment="e"))
     assert exc.value.reason == FailureReason.start_failed and layers.refs == 0 and m.count() == 0
 
 
 @pytest.mark.asyncio
 async def test_layer_fault_fails_only_the_sandboxes_on_that_layer():
-    from corral_node_agent.backends.base import ExitReason
-    from corral_node_agent.sandboxes.service import SandboxManager
-
     class _TwoEnvLayers(_FakeLayers):
         async def resolve_environment(self, name):
             return [{"digest": "sha256:" + name * 64}]
 
-    layers, backend = _TwoEnvLayers(), _FakeBackend()
+    layers, backend = _TwoEnvLayers(), FakeBackend()
     m = SandboxManager(backend, layers)
     await m.create("on-a", SandboxSpec(environment="a"))
     await m.create("on-b", SandboxSpec(environment="b"))
@@ -365,4 +345,4 @@ async def test_layer_fault_fails_only_the_sandboxes_on_that_layer():
         callback("sha256:" + "a" * 64, "image-service unreachable")
     await asyncio.wait_for(ended.wait(), 5)
     assert seen == [("on-a", ExitReason.image_unavailable)]
-    assert backend.stopped == ["on-a"] and m.ids() == ["on-b"]
+    assert [call for call in backend.calls if call[0] == "stop"] == [("stop", "on-a")] and m.ids() == ["on-b"]

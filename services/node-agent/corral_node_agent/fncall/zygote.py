@@ -34,6 +34,7 @@ from pathlib import Path
 
 from corral_common.logging import get_logger
 from corral_node_agent.cgroups import WorkerCgroup
+from corral_node_agent.errors import RuntimeFailure
 from corral_node_agent.fncall.executor import (
     FILE_SIZE_LIMIT,
     KEEP_STDERR,
@@ -60,8 +61,8 @@ CPU_POLL_S = 0.02
 SETUP_FAILED = 125  # exit status of a run whose setup (before the user code) failed
 
 
-class ZygoteUnavailable(Exception):
-    pass
+class ZygoteUnavailable(RuntimeFailure):
+    """The zygote did not start or stopped answering (the worker falls back to cold starts)."""
 
 
 class ZygoteWorker(Worker):
