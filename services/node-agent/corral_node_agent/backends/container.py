@@ -36,6 +36,8 @@ from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec, Usage
 
 from .. import host
+from ..cgroups.base import Cgroup, CgroupDriver, RunStats
+from ..cgroups.detect import cgroup_driver
 from ..settings import NodeAgentSettings
 from . import fs, oci
 from .base import ExitReason, FileData, SandboxBackend
@@ -56,78 +58,12 @@ class SandboxStartError(CorralError):
     code = "start_failed"
 
 
-class CgroupV1:
-    """Paths of one cgroup in every v1 hierarchy mounted in our namespace."""
-
-    def __init__(self) -> None:
-        self.hierarchies: dict[str, str] = {}  # controller (or name=) -> mount point
-        with open("/proc/self/mountinfo") as fh:
-            for line in fh:
-                pre, _, post = line.partition(" - ")
-                fstype, _src, opts = post.split()[:3]
-                if fstype != "cgroup":
-                    continue
-                mnt = pre.split()[4]
-                for opt in opts.split(","):
-                    if opt in ("rw", "ro") or "=" in opt and not opt.startswith("name="):
-                        continue
-                    self.hierarchies.setdefault(opt, mnt)
-        # With the cgroup2 mount hidden, crun still writes a `cgroup.procs` *regular file*
-        # into the now-plain tmpfs directory /sys/fs/cgroup/unified<path>. That tmpfs is the
-        # host's, so the litter would outlive us: it is removed like a cgroup.
-        self.stray_root: str | None = None
-        if os.path.isdir(host.CGROUP_UNIFIED) and not host.is_mountpoint(host.CGROUP_UNIFIED):
-            self.stray_root = host.CGROUP_UNIFIED
-
-    def path(self, controller: str, cgroup: str) -> str | None:
-        mnt = self.hierarchies.get(controller)
-        return f"{mnt}{cgroup}" if mnt else None
-
-    def read(self, controller: str, cgroup: str, name: str) -> str | None:
-        p = self.path(controller, cgroup)
-        try:
-            with open(f"{p}/{name}") as fh:
-                return fh.read()
-        except (OSError, TypeError):
-            return None
-
-    def oom_kills(self, cgroup: str) -> int:
-        text = self.read("memory", cgroup, "memory.oom_control") or ""
-        for line in text.splitlines():
-            key, _, val = line.partition(" ")
-            if key == "oom_kill":
-                return int(val)
-        return 0
-
-    def remove(self, cgroup: str) -> None:
-        """rmdir the cgroup in every hierarchy (children first); missing/busy is ignored."""
-        for mnt in set(self.hierarchies.values()):
-            base = f"{mnt}{cgroup}"
-            if not os.path.isdir(base):
-                continue
-            for dirpath, _dirs, _files in sorted(os.walk(base), key=lambda t: len(t[0]), reverse=True):
-                try:
-                    os.rmdir(dirpath)
-                except OSError:
-                    pass
-        if self.stray_root and cgroup.strip("/"):
-            shutil.rmtree(f"{self.stray_root}{cgroup}", ignore_errors=True)
-
-    def remove_if_empty(self, cgroup: str) -> None:
-        roots = set(self.hierarchies.values()) | ({self.stray_root} if self.stray_root else set())
-        for mnt in roots:
-            try:
-                os.rmdir(f"{mnt}{cgroup}")
-            except OSError:
-                pass
-
-
 @dataclass
 class _Sandbox:
     id: str
     spec: SandboxSpec
     dir: str
-    cgroup: str
+    cgroup: Cgroup  # crun creates it (config.json cgroupsPath); the agent reads and removes it
     started: float = field(default_factory=time.monotonic)
     pid: int = 0
     pidfd: int = -1
@@ -161,16 +97,19 @@ class ContainerBackend(SandboxBackend):
         self._finished: OrderedDict[str, Usage] = OrderedDict()
         self._starting = 0
         self._tasks: set[asyncio.Task] = set()
-        self._cg: CgroupV1 | None = None
+        self._cg: CgroupDriver | None = None
         os.makedirs(self.crun_root, mode=0o700, exist_ok=True)
         os.makedirs(self.sandboxes_dir, mode=0o700, exist_ok=True)
 
     @property
-    def cgroups(self) -> CgroupV1:
+    def cgroups(self) -> CgroupDriver:
         # Read lazily: the mount namespace may be entered after construction.
         if self._cg is None:
-            self._cg = CgroupV1()
+            self._cg = cgroup_driver()
         return self._cg
+
+    def _cgroup(self, sandbox_id: str) -> Cgroup:
+        return self.cgroups.cgroup(oci.cgroup_path(self.settings.node_id, sandbox_id))
 
     # ---- crun ---------------------------------------------------------------------------
 
@@ -200,7 +139,7 @@ class ContainerBackend(SandboxBackend):
         if not lower_dirs:
             raise SandboxStartError("no root filesystem layers")
         sb = _Sandbox(id=sandbox_id, spec=spec, dir=f"{self.sandboxes_dir}/{sandbox_id}",
-                      cgroup=oci.cgroup_path(self.settings.node_id, sandbox_id))
+                      cgroup=self._cgroup(sandbox_id))
         self._sandboxes[sandbox_id] = sb
         self._finished.pop(sandbox_id, None)
         self._starting += 1
@@ -239,10 +178,8 @@ class ContainerBackend(SandboxBackend):
         if not os.path.lexists(home):
             os.makedirs(home, 0o755, exist_ok=True)
             os.chown(home, self.uid, self.gid)
-        swap = self.cgroups.path("memory", "") is not None and os.path.exists(
-            f"{self.cgroups.path('memory', '')}/memory.memsw.limit_in_bytes")
         config = oci.build_config(sb.id, sb.spec, node_id=self.settings.node_id, uid=self.uid, gid=self.gid,
-                                  with_swap_limit=swap)
+                                  with_swap_limit=self.cgroups.swap_limit)
         with open(f"{sb.dir}/config.json", "w") as fh:
             json.dump(config, fh)
         # What a restarted agent needs to re-adopt the sandbox (spec, wall-clock start).
@@ -286,7 +223,7 @@ class ContainerBackend(SandboxBackend):
         self._unwatch(sb)
         if sb.stopping:
             return
-        reason = ExitReason.oom_killed if self.cgroups.oom_kills(sb.cgroup) > 0 else ExitReason.exited
+        reason = ExitReason.oom_killed if self._oom_kills(sb) > 0 else ExitReason.exited
         self._spawn(self._end_on_own(sb, reason))
 
     def _timeout_fired(self, sandbox_id: str) -> None:
@@ -346,18 +283,12 @@ class ContainerBackend(SandboxBackend):
     async def _settle_frozen(self, sb: _Sandbox, timeout_s: float = 2.0) -> None:
         """On cgroup v1, `crun pause` may return while the freezer still says FREEZING (a task
         was busy); writing FROZEN again retries, as the kernel documents. Wait until it holds."""
-        path = self.cgroups.path("freezer", sb.cgroup)
-        if path is None:
-            return
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                with open(f"{path}/freezer.state") as fh:  # noqa: ASYNC230 - a cgroup file
-                    if fh.read().strip() == "FROZEN":
-                        return
-                with open(f"{path}/freezer.state", "w") as fh:  # noqa: ASYNC230
-                    fh.write("FROZEN")
-            except OSError:
+                if sb.cgroup.freeze():
+                    return
+            except OSError:  # no freezer hierarchy, or the cgroup is gone
                 return
             await asyncio.sleep(0.01)
         log.warning("sandbox_freeze_incomplete", sandbox_id=sb.id)
@@ -371,15 +302,23 @@ class ContainerBackend(SandboxBackend):
             sb.paused = False
         log.info("sandbox_resumed", sandbox_id=sandbox_id)
 
+    @staticmethod
+    def _oom_kills(sb: _Sandbox) -> int:
+        try:
+            return sb.cgroup.oom_kills()
+        except OSError:  # not created (a failed start) or already removed
+            return 0
+
     def _read_usage(self, sb: _Sandbox) -> Usage:
-        cg = self.cgroups
-        cpu_ns = cg.read("cpuacct", sb.cgroup, "cpuacct.usage")
-        peak = cg.read("memory", sb.cgroup, "memory.max_usage_in_bytes")
+        try:
+            stats = sb.cgroup.stats()
+        except OSError:  # not created (a failed start) or already removed
+            stats = RunStats()
         return Usage(
-            cpu_seconds=int(cpu_ns) / 1e9 if cpu_ns else 0.0,
-            peak_memory_bytes=int(peak) if peak else 0,
+            cpu_seconds=stats.cpu_ns / 1e9,
+            peak_memory_bytes=stats.peak_memory_bytes,
             wall_time_s=round(time.monotonic() - sb.started, 3),
-            oom_kills=cg.oom_kills(sb.cgroup),
+            oom_kills=stats.oom_kills,
         )
 
     def usage(self, sandbox_id: str) -> Usage:
@@ -411,7 +350,7 @@ class ContainerBackend(SandboxBackend):
         if not any(m.startswith(sb.dir + "/") or m == sb.dir for m in host.mountpoints()):
             # Only ever rm -rf a tree with nothing mounted below it.
             shutil.rmtree(sb.dir, ignore_errors=True)
-        self.cgroups.remove(sb.cgroup)
+        sb.cgroup.remove()
         sb.usage = usage
         self._sandboxes.pop(sb.id, None)
         self._finished[sb.id] = usage
@@ -425,8 +364,8 @@ class ContainerBackend(SandboxBackend):
         # mkdir(parent) and mkdir(leaf) would fail that start, hence "only when idle".
         if self._sandboxes or self._starting:
             return
-        self.cgroups.remove_if_empty(f"/corral/{self.settings.node_id}")
-        self.cgroups.remove_if_empty("/corral")
+        self.cgroups.cgroup(f"/corral/{self.settings.node_id}").remove_if_empty()
+        self.cgroups.cgroup("/corral").remove_if_empty()
 
     async def _crun_containers(self) -> dict[str, dict]:
         """Containers in our crun root: id -> crun's state (pid, status)."""
@@ -452,7 +391,7 @@ class ContainerBackend(SandboxBackend):
                 continue
             await self._crun_call("kill", cid, "KILL", check=False)
             await self._crun_call("delete", "--force", cid, check=False)
-            self.cgroups.remove(oci.cgroup_path(self.settings.node_id, cid))
+            self._cgroup(cid).remove()
         for name in os.listdir(self.sandboxes_dir):
             path = f"{self.sandboxes_dir}/{name}"
             if name in self._sandboxes:
@@ -462,7 +401,7 @@ class ContainerBackend(SandboxBackend):
                 continue
             host.umount_tree(path)
             shutil.rmtree(path, ignore_errors=True)
-            self.cgroups.remove(oci.cgroup_path(self.settings.node_id, name))
+            self._cgroup(name).remove()
         self._prune_parent_cgroups()
         return adopted
 
@@ -483,7 +422,7 @@ class ContainerBackend(SandboxBackend):
             log.warning("sandbox_adopt_failed", sandbox_id=sandbox_id, error=str(exc))
             return False
         elapsed = max(0.0, time.time() - started_at)
-        sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, cgroup=oci.cgroup_path(self.settings.node_id, sandbox_id),
+        sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, cgroup=self._cgroup(sandbox_id),
                       started=time.monotonic() - elapsed, pid=pid, pidfd=pidfd,
                       paused=state.get("status") == "paused", adopted=True)
         self._sandboxes[sandbox_id] = sb
@@ -565,7 +504,7 @@ class ContainerBackend(SandboxBackend):
         with open(pj, "w") as fh:  # noqa: ASYNC230
             json.dump(proc_spec, fh)
 
-        oom_before = self.cgroups.oom_kills(sb.cgroup)
+        oom_before = self._oom_kills(sb)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         t0 = time.monotonic()
@@ -616,7 +555,7 @@ class ContainerBackend(SandboxBackend):
                 except OSError:
                     pass
         rc = proc.returncode
-        oom = self.cgroups.oom_kills(sb.cgroup) > oom_before
+        oom = self._oom_kills(sb) > oom_before
         return ExecResult(
             exit_code=None if timed_out else (128 - rc if rc is not None and rc < 0 else rc),
             stdout=pipes[0].text(), stderr=pipes[1].text(),
