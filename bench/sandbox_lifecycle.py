@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 
-# Same PID 1 as the node-agent's sandboxes (corral_node_agent/backends/oci.py INIT_ARGS).
+# Same PID 1 as the node-agent's sandboxes (corral_node_agent/backends/container/oci.py INIT_ARGS).
 INIT_ARGS = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
 CGROUP_PARENT = "/corral-bench"
 
