@@ -15,7 +15,8 @@ from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent import host
 from corral_node_agent.backends.base import ExitReason
-from corral_node_agent.backends.container import CgroupV1, ContainerBackend
+from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.cgroups.v1 import V1Driver
 from corral_node_agent.settings import NodeAgentSettings
 from tests.polling import until
 
@@ -110,13 +111,13 @@ async def test_memory_limit_oom(backend, base_layer):
 
 async def test_fork_bomb_hits_pids_limit(backend, base_layer):
     sid = await started(backend, base_layer, pids_limit=32)
-    cg = CgroupV1()
+    pids_dir = V1Driver().cgroup(f"/corral/{backend.settings.node_id}/{sid}").dirs["pids"]
     await backend.exec(sid, run("b() { b | b & }; b", timeout_s=2))
-    current = int(cg.read("pids", f"/corral/{backend.settings.node_id}/{sid}", "pids.current"))
+    current = int((pids_dir / "pids.current").read_text())
     assert current <= 32
     usage = await backend.stop(sid)
     assert usage.wall_time_s > 0
-    assert not os.path.exists(cg.path("pids", f"/corral/{backend.settings.node_id}/{sid}"))
+    assert not os.path.exists(pids_dir)
 
 
 async def test_disk_cap(backend, base_layer):
@@ -198,8 +199,8 @@ async def test_stop_leaves_nothing(backend, base_layer):
     assert usage.wall_time_s > 0 and usage.peak_memory_bytes > 0
     assert not any(m.startswith(bundle) for m in host.mountpoints())
     assert not os.path.exists(bundle)
-    cg = CgroupV1()
-    for mnt in set(cg.hierarchies.values()) | {cg.stray_root}:
+    cg = V1Driver()
+    for mnt in set(cg.mounts.values()) | {cg.stray_root}:
         assert not os.path.exists(f"{mnt}/corral/{backend.settings.node_id}/{sid}"), mnt
     assert await backend.stop(sid) == usage  # idempotent
     assert (await backend.stop("never-existed")).cpu_seconds == 0
@@ -279,7 +280,7 @@ async def wait_until(probe, expected, timeout_s: float = 10.0) -> bool:
 async def test_pause_freezes_resume_thaws_and_stop_while_paused_is_clean(backend, base_layer):
     sid = await started(backend, base_layer)
     await backend.exec(sid, run("(while true; do date +%s%N >> /tmp/ticks; sleep 0.05; done) &"))
-    freezer = CgroupV1().path("freezer", f"/corral/{backend.settings.node_id}/{sid}")
+    freezer = V1Driver().cgroup(f"/corral/{backend.settings.node_id}/{sid}").dirs["freezer"]
     await backend.pause(sid)
     await backend.pause(sid)  # idempotent
     assert Path(f"{freezer}/freezer.state").read_text().strip() == "FROZEN"

@@ -9,7 +9,8 @@ import pytest
 
 from corral_common.errors import BadRequest, NotFound
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent.backends import fs, oci
+from corral_node_agent.backends import paths
+from corral_node_agent.backends.container import files, oci
 from corral_node_agent.backends.output import CappedPipe
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.fake import FakeBackend
@@ -97,13 +98,13 @@ def test_exec_process_spec_root_and_env_override():
     ("/", []),
 ])
 def test_split_path(path, parts):
-    assert fs.split_path(path) == parts
+    assert paths.split_path(path) == parts
 
 
 @pytest.mark.parametrize("path", ["", "..", "../etc", "/a/../b", "a/..", "a\0b", "x" * 5000, "/" + "y" * 300])
 def test_split_path_rejects(path):
     with pytest.raises(BadRequest) as exc:
-        fs.split_path(path)
+        paths.split_path(path)
     assert exc.value.loc == ["query", "path"]
 
 
@@ -124,21 +125,21 @@ def rootfs(tmp_path):
 
 
 def test_fs_read_refuses_symlinks_and_specials(rootfs, tmp_path):
-    fd, size = fs.open_read(rootfs, "/etc/motd")
+    fd, size = files.open_read(rootfs, "/etc/motd")
     assert os.read(fd, 100) == b"welcome" and size == 7
     os.close(fd)
     for p in ("secret", "out/secret", "motd", "fifo", "/home"):
         with pytest.raises(BadRequest):
-            fs.open_read(rootfs, p)
+            files.open_read(rootfs, p)
     with pytest.raises(NotFound):
-        fs.open_read(rootfs, "missing")
+        files.open_read(rootfs, "missing")
     with pytest.raises(NotFound):
-        fs.open_read(rootfs, "nodir/x")
+        files.open_read(rootfs, "nodir/x")
 
 
 def test_fs_write_creates_parents_and_refuses_escape(rootfs, tmp_path):
     uid, gid = os.getuid(), os.getgid()
-    fd, _name, dfd = fs.open_write(rootfs, "a/b/c.txt", uid=uid, gid=gid, mode=0o4755)
+    fd, _name, dfd = files.open_write(rootfs, "a/b/c.txt", uid=uid, gid=gid, mode=0o4755)
     os.write(fd, b"x")
     os.close(fd)
     os.close(dfd)
@@ -146,19 +147,19 @@ def test_fs_write_creates_parents_and_refuses_escape(rootfs, tmp_path):
     assert st.st_mode & 0o7777 == 0o755  # setuid stripped
     for p in ("out/new", "secret", "fifo"):
         with pytest.raises(BadRequest):
-            fs.open_write(rootfs, p, uid=uid, gid=gid)
+            files.open_write(rootfs, p, uid=uid, gid=gid)
     assert not (tmp_path / "outside/new").exists()
     assert (tmp_path / "outside/secret").read_text() == "host"
 
 
 def test_fs_list_and_stat(rootfs):
-    entries = {e.name: e for e in fs.list_dir(rootfs, "/home/user")}
+    entries = {e.name: e for e in files.list_dir(rootfs, "/home/user")}
     assert entries["out"].type == "symlink" and entries["fifo"].type == "other"
     assert entries["motd"].path == "/home/user/motd"
-    assert fs.stat_path(rootfs, "/etc").type == "dir"
-    assert [e.name for e in fs.list_dir(rootfs, "/")] == ["etc", "home"]
+    assert files.stat_path(rootfs, "/etc").type == "dir"
+    assert [e.name for e in files.list_dir(rootfs, "/")] == ["etc", "home"]
     with pytest.raises(BadRequest):
-        fs.list_dir(rootfs, "out")
+        files.list_dir(rootfs, "out")
 
 
 # ---- output capping -------------------------------------------------------------------

@@ -25,7 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral_node_agent.cgroups import RunStats, WorkerCgroup
+from corral_node_agent.cgroups.base import Cgroup, RunStats
+from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.models import CaseResult, CompileResult, FncallJob, FncallResult, Verdict
 from corral_node_agent.fncall.runtimes import RUNTIMES, Runtime
@@ -71,7 +72,7 @@ class RawRun:
     cpu_killed: bool = False
     output_exceeded: bool = False
     system_error: str = ""
-    stats: RunStats = field(default_factory=lambda: RunStats(0.0, 0, False, False))
+    stats: RunStats = field(default_factory=RunStats)
 
 
 def _decode(data: bytes) -> str:
@@ -92,7 +93,7 @@ class Worker:
     def __init__(self, config: ExecutorConfig, name: str, cgroup_group: str):
         self.config = config
         self.name = name
-        self.cgroup = WorkerCgroup(cgroup_group).create()
+        self.cgroup = cgroup_driver().cgroup(cgroup_group).create()
         self.scratch = config.scratch_dir / name
         self.calls = 0
 
@@ -137,7 +138,7 @@ class Worker:
     async def _spawn(self, argv: tuple[str, ...] | list[str], *, stdin: bytes | None, memory_bytes: int,
                      cpu_s: int | str,
                      bind_dir: Path | None = None, files: list[tuple[str, Path, bool]] = (),
-                     extra_fds: list[int] = (), cgroup: WorkerCgroup | None = None, seccomp: bool = True,
+                     extra_fds: list[int] = (), cgroup: Cgroup | None = None, seccomp: bool = True,
                      caps: tuple[str, ...] = (), output: int = asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
         """Start a sandboxed process tree in this worker's cgroup (or ``cgroup``; limits already set)."""
         fds: list[int] = []
@@ -389,7 +390,7 @@ def check_host(config: ExecutorConfig) -> str:
     """Empty when this host can run fncall jobs, else why not."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed"
-    if not WorkerCgroup.available():
+    if not cgroup_driver().available():
         return "needs root and cgroup v1 memory, pids and cpuacct controllers"
     if not (config.rootfs / "usr").is_dir():
         return f"no runtime root filesystem at {config.rootfs}"

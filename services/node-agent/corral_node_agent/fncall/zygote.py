@@ -33,7 +33,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from corral_common.logging import get_logger
-from corral_node_agent.cgroups import WorkerCgroup
+from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import RuntimeFailure
 from corral_node_agent.fncall.executor import (
     FILE_SIZE_LIMIT,
@@ -68,7 +68,7 @@ class ZygoteUnavailable(RuntimeFailure):
 class ZygoteWorker(Worker):
     def __init__(self, config: ExecutorConfig, name: str, cgroup_group: str):
         super().__init__(config, name, cgroup_group)
-        self.zygote_cgroup = WorkerCgroup(f"{cgroup_group}.zygote").create()
+        self.zygote_cgroup = cgroup_driver().cgroup(f"{cgroup_group}.zygote").create()
         self._proc: asyncio.subprocess.Process | None = None
         self._control: socket.socket | None = None
         self._starting: asyncio.Task | None = None

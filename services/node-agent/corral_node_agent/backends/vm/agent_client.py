@@ -4,8 +4,8 @@ virtio-serial port. Requests are multiplexed by id, so any number of execs and f
 transfers run at once.
 
 Errors mirror the container backend's for the same situation (paths go through the same
-fs.split_path checks; errno answers map like fs does host-side), so a caller cannot tell
-a VM sandbox from a container by its errors.
+paths.split_path checks; errno answers map through the same paths.os_error), so a caller
+cannot tell a VM sandbox from a container by its errors.
 """
 
 import asyncio
@@ -20,7 +20,7 @@ from typing import Any
 
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
-from corral_node_agent.backends import fs
+from corral_node_agent.backends import paths
 from corral_node_agent.backends.vm.protocol import (
     MARKER,
     MAX_FRAME,
@@ -338,23 +338,23 @@ class GuestAgentClient:
     # ---- files ----------------------------------------------------------------------------
 
     async def stat(self, path: str) -> FileInfo:
-        parts = fs.split_path(path)
+        parts = paths.split_path(path)
         msg = await self._call({"op": "stat", "parts": parts}, parts)
         name = parts[-1] if parts else "/"
-        return FileInfo(name=name, path=fs.sandbox_path(parts), **msg["info"])
+        return FileInfo(name=name, path=paths.sandbox_path(parts), **msg["info"])
 
     async def list_dir(self, path: str) -> list[FileInfo]:
-        parts = fs.split_path(path)
+        parts = paths.split_path(path)
         msg = await self._call({"op": "list", "parts": parts}, parts)
-        base = fs.sandbox_path(parts).rstrip("/")
+        base = paths.sandbox_path(parts).rstrip("/")
         entries = sorted(msg["entries"], key=lambda e: e["name"])
         return [FileInfo(path=f"{base}/{e['name']}", **e) for e in entries]
 
     async def open_file(self, path: str) -> tuple[int, AsyncIterator[bytes]]:
         """(size, chunks); errors (missing file, a directory...) are raised here, before any byte."""
-        parts = fs.split_path(path)
+        parts = paths.split_path(path)
         if not parts:
-            raise BadInput("/: is a directory", loc=fs.LOC)
+            raise BadInput("/: is a directory", loc=paths.LOC)
         rid, queue = await self._request({"op": "read", "parts": parts, "window": READ_WINDOW})
         try:
             first = await self._next(queue, _REQUEST_TIMEOUT_S)
@@ -401,9 +401,9 @@ class GuestAgentClient:
     async def write_file(self, path: str, data: bytes | AsyncIterator[bytes], mode: int = 0o644) -> int:
         """Create or replace a file (parent dirs are created, owned by the sandbox user);
         returns the bytes written. A failed upload leaves no file behind."""
-        parts = fs.split_path(path)
+        parts = paths.split_path(path)
         if not parts:
-            raise BadInput("/: is a directory", loc=fs.LOC)
+            raise BadInput("/: is a directory", loc=paths.LOC)
         rid, queue = await self._request({"op": "write_open", "parts": parts, "mode": mode & 0o777})
         written = 0
         finished = False
@@ -457,12 +457,12 @@ def _error(msg: dict[str, Any], parts: list[str] | None) -> Exception:
         return TooLarge("sandbox disk is full (disk_mb)", loc=["body"])
     at = msg.get("at")
     if parts is not None and at is not None:
-        mapped = fs._os_error(OSError(err, text), parts[:int(at)])
+        mapped = paths.os_error(OSError(err, text), parts[:int(at)])
         if isinstance(mapped, NodeAgentError):
             return mapped
-        where = fs.sandbox_path(parts[:int(at)])
+        where = paths.sandbox_path(parts[:int(at)])
         if err in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
-            return BadInput(f"{where}: {text}", loc=fs.LOC)
+            return BadInput(f"{where}: {text}", loc=paths.LOC)
         return GuestAgentError(f"{where}: {text}")
     if err == errno_mod.EINVAL:
         return BadInput(text)

@@ -45,6 +45,8 @@ from corral_node_agent.backends.vm.qemu import (
     detect_accelerator,
     guest_lowers,
 )
+from corral_node_agent.cgroups.base import Cgroup
+from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import (
     AlreadyExists,
     BadInput,
@@ -81,7 +83,7 @@ class _Vm:
     config: MachineConfig
     transport: ImageTransport
     agent: Any = None  # GuestAgentClient; None for user disk images (no Corral agent inside)
-    cgroup: Any = None
+    cgroup: Cgroup | None = None
     started: float = field(default_factory=time.monotonic)
     paused: bool = False
     stopping: bool = False
@@ -139,13 +141,12 @@ class QemuBackend(SandboxBackend):
             raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
         return vm.agent
 
-    def _cgroup(self, sandbox_id: str) -> Any:
-        # cgroup v1 memory/pids/cpuacct per VM, the same helper the fncall workers use.
-        from ...cgroups import WorkerCgroup
-
-        if not WorkerCgroup.available():
+    def _cgroup(self, sandbox_id: str) -> Cgroup | None:
+        # memory/pids/cpu accounting per VM, the same cgroups the fncall workers get.
+        driver = cgroup_driver()
+        if not driver.available():
             return None
-        return WorkerCgroup(f"corral-vm/{self.settings.node_id}/{sandbox_id}").create()
+        return driver.cgroup(f"corral-vm/{self.settings.node_id}/{sandbox_id}").create()
 
     async def _connect_agent(self, vm: _Vm, timeout_s: float) -> Any:
         # The spec's env applies to every command; output and upload caps as for containers.
@@ -177,7 +178,8 @@ class QemuBackend(SandboxBackend):
             raise
         cgroup = self._cgroup(sandbox_id)
         if cgroup is not None:
-            cgroup.arm((spec.memory_mb + self.settings.vm_memory_overhead_mb) * 1024 * 1024, QEMU_PIDS_LIMIT)
+            cgroup.set_limits((spec.memory_mb + self.settings.vm_memory_overhead_mb) * 1024 * 1024, QEMU_PIDS_LIMIT)
+            cgroup.reset_counters()
         machine = QemuMachine(self.settings.qemu, config,
                               cgroup_procs=cgroup.procs_files() if cgroup else None)
         vm = _Vm(sandbox_id=sandbox_id, spec=spec, directory=directory, machine=machine, config=config,
@@ -418,9 +420,9 @@ class QemuBackend(SandboxBackend):
         if vm.cgroup is not None:
             with contextlib.suppress(OSError):
                 stats = vm.cgroup.stats()
-                usage.cpu_seconds = stats.cpu_ms / 1000
-                usage.peak_memory_bytes = stats.peak_memory_kb * 1024
-                usage.oom_kills = int(stats.oom_killed)
+                usage.cpu_seconds = stats.cpu_ns / 1e9
+                usage.peak_memory_bytes = stats.peak_memory_bytes
+                usage.oom_kills = stats.oom_kills
         return usage
 
     def usage(self, sandbox_id: str) -> Usage:

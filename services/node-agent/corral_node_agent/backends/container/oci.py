@@ -7,8 +7,8 @@ no network, cgroup limits, an unprivileged user without capabilities.
 from typing import Any
 
 from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.paths import HOME
 
-HOME = "/home/user"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CPU_PERIOD = 100_000
 
