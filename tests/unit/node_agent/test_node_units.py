@@ -7,15 +7,14 @@ import os
 import httpx
 import pytest
 
-from corral_common.errors import BadRequest, NotFound
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent.backends import paths
-from corral_node_agent.backends.container import files, oci
-from corral_node_agent.backends.output import CappedPipe
 from corral_node_agent.backends.base import ExitReason
+from corral_node_agent.backends.container import files, oci
 from corral_node_agent.backends.fake import FakeBackend
+from corral_node_agent.backends.output import CappedPipe
 from corral_node_agent.backends.types import RootFs
-from corral_node_agent.errors import EnvironmentNotFound, ImageUnavailable, StartFailed
+from corral_node_agent.errors import BadInput, EnvironmentNotFound, ImageUnavailable, NotFound, StartFailed
 from corral_node_agent.http_errors import http_error
 from corral_node_agent.layers import LayerCache
 from corral_node_agent.sandboxes.service import SandboxManager
@@ -103,7 +102,7 @@ def test_split_path(path, parts):
 
 @pytest.mark.parametrize("path", ["", "..", "../etc", "/a/../b", "a/..", "a\0b", "x" * 5000, "/" + "y" * 300])
 def test_split_path_rejects(path):
-    with pytest.raises(BadRequest) as exc:
+    with pytest.raises(BadInput) as exc:
         paths.split_path(path)
     assert exc.value.loc == ["query", "path"]
 
@@ -129,7 +128,7 @@ def test_fs_read_refuses_symlinks_and_specials(rootfs, tmp_path):
     assert os.read(fd, 100) == b"welcome" and size == 7
     os.close(fd)
     for p in ("secret", "out/secret", "motd", "fifo", "/home"):
-        with pytest.raises(BadRequest):
+        with pytest.raises(BadInput):
             files.open_read(rootfs, p)
     with pytest.raises(NotFound):
         files.open_read(rootfs, "missing")
@@ -146,7 +145,7 @@ def test_fs_write_creates_parents_and_refuses_escape(rootfs, tmp_path):
     st = os.stat(f"{rootfs}/home/user/a/b/c.txt")
     assert st.st_mode & 0o7777 == 0o755  # setuid stripped
     for p in ("out/new", "secret", "fifo"):
-        with pytest.raises(BadRequest):
+        with pytest.raises(BadInput):
             files.open_write(rootfs, p, uid=uid, gid=gid)
     assert not (tmp_path / "outside/new").exists()
     assert (tmp_path / "outside/secret").read_text() == "host"
@@ -158,7 +157,7 @@ def test_fs_list_and_stat(rootfs):
     assert entries["motd"].path == "/home/user/motd"
     assert files.stat_path(rootfs, "/etc").type == "dir"
     assert [e.name for e in files.list_dir(rootfs, "/")] == ["etc", "home"]
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadInput):
         files.list_dir(rootfs, "out")
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.sandboxes import SandboxSpec, Usage
-from corral_node_agent.backends import fs
+from corral_node_agent.backends import paths
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.types import LayerFormat, RootFs
 from corral_node_agent.errors import AlreadyExists, BadInput, NotFound, SandboxPaused
@@ -180,7 +180,7 @@ class FakeBackend(SandboxBackend):
 
     def _path(self, sandbox_id: str, path: str) -> tuple[FakeSandbox, str]:
         sb = self._get(sandbox_id)
-        return sb, fs.sandbox_path(fs.split_path(path))
+        return sb, paths.sandbox_path(paths.split_path(path))
 
     @staticmethod
     def _is_dir(sb: FakeSandbox, where: str) -> bool:
@@ -190,15 +190,15 @@ class FakeBackend(SandboxBackend):
     def _file(self, sandbox_id: str, path: str) -> tuple[str, _File]:
         sb, where = self._path(sandbox_id, path)
         if self._is_dir(sb, where):
-            raise BadInput(f"{where}: is a directory", loc=fs.LOC)
+            raise BadInput(f"{where}: is a directory", loc=paths.LOC)
         if where not in sb.files:
-            raise NotFound(f"{where}: no such file or directory", loc=fs.LOC)
+            raise NotFound(f"{where}: no such file or directory", loc=paths.LOC)
         return where, sb.files[where]
 
     async def write_file(self, sandbox_id: str, path: str, data: FileData, mode: int = 0o644) -> int:
         sb, where = self._path(sandbox_id, path)
         if self._is_dir(sb, where):
-            raise BadInput(f"{where}: is a directory", loc=fs.LOC)
+            raise BadInput(f"{where}: is a directory", loc=paths.LOC)
         body = data if isinstance(data, bytes) else b"".join([chunk async for chunk in data])
         sb.files[where] = _File(bytes(body), mode & 0o777)
         return len(body)
@@ -226,8 +226,8 @@ class FakeBackend(SandboxBackend):
         sb, where = self._path(sandbox_id, path)
         if not self._is_dir(sb, where):
             if where in sb.files:
-                raise BadInput(f"{where}: not a directory (or a symbolic link)", loc=fs.LOC)
-            raise NotFound(f"{where}: no such file or directory", loc=fs.LOC)
+                raise BadInput(f"{where}: not a directory (or a symbolic link)", loc=paths.LOC)
+            raise NotFound(f"{where}: no such file or directory", loc=paths.LOC)
         base = where.rstrip("/")
         names = sorted({p[len(base) + 1:].split("/", 1)[0] for p in sb.files if p.startswith(base + "/")})
         return [await self.stat(sandbox_id, f"{base}/{name}") for name in names]

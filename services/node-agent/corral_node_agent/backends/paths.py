@@ -9,7 +9,7 @@ apart by their errors.
 
 import errno
 
-from corral_common.errors import BadRequest, NotFound
+from corral_node_agent.errors import BadInput, NotFound
 
 HOME = "/home/user"  # the sandbox user's home: the working dir of commands, base of relative paths
 LOC = ["query", "path"]
@@ -18,11 +18,11 @@ LOC = ["query", "path"]
 def split_path(path: str) -> list[str]:
     """Sandbox path → components below the sandbox root. Relative paths start at HOME."""
     if not isinstance(path, str) or path == "":
-        raise BadRequest("path is required", loc=LOC)
+        raise BadInput("path is required", loc=LOC)
     if "\0" in path:
-        raise BadRequest("path contains a NUL byte", loc=LOC)
+        raise BadInput("path contains a NUL byte", loc=LOC)
     if len(path) > 4096:
-        raise BadRequest("path is too long", loc=LOC)
+        raise BadInput("path is too long", loc=LOC)
     if not path.startswith("/"):
         path = f"{HOME}/{path}"
     parts = []
@@ -30,9 +30,9 @@ def split_path(path: str) -> list[str]:
         if comp in ("", "."):
             continue
         if comp == "..":
-            raise BadRequest("path must not contain '..'", loc=LOC)
+            raise BadInput("path must not contain '..'", loc=LOC)
         if len(comp.encode()) > 255:
-            raise BadRequest("path component is too long", loc=LOC)
+            raise BadInput("path component is too long", loc=LOC)
         parts.append(comp)
     return parts
 
@@ -46,11 +46,11 @@ def os_error(exc: OSError, parts: list[str]) -> Exception:
     if exc.errno == errno.ENOENT:
         return NotFound(f"{where}: no such file or directory", loc=LOC)
     if exc.errno == errno.ELOOP:
-        return BadRequest(f"{where}: symbolic links are not followed", loc=LOC)
+        return BadInput(f"{where}: symbolic links are not followed", loc=LOC)
     if exc.errno == errno.ENOTDIR:
-        return BadRequest(f"{where}: not a directory (or a symbolic link)", loc=LOC)
+        return BadInput(f"{where}: not a directory (or a symbolic link)", loc=LOC)
     if exc.errno == errno.EISDIR:
-        return BadRequest(f"{where}: is a directory", loc=LOC)
+        return BadInput(f"{where}: is a directory", loc=LOC)
     if exc.errno == errno.ENXIO:
-        return BadRequest(f"{where}: not a regular file", loc=LOC)
+        return BadInput(f"{where}: not a regular file", loc=LOC)
     return exc

@@ -13,12 +13,12 @@ from aio_pika.abc import AbstractRobustConnection
 from corral_common.logging import get_logger
 from corral_node_agent import host
 from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.fncall.executor import ExecutorConfig, check_host
 from corral_node_agent.fncall.pool import RuntimePool
 from corral_node_agent.fncall.runtimes import RUNTIMES
 from corral_node_agent.fncall.seccomp import ensure_filter
 from corral_node_agent.fncall.settings import FncallSettings
-from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.layers.cache import LayerCache
 
 log = get_logger("corral.fncall")

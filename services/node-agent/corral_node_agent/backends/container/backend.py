@@ -13,32 +13,34 @@ import os
 import re
 import shutil
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from corral_common.errors import BadRequest, Conflict, CorralError, NotFound
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec, Usage
 from corral_node_agent import host
-from corral_node_agent.backends.base import ExitReason, FileData, SandboxBackend
+from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.container import bundle, files, oci
 from corral_node_agent.backends.container import exec as container_exec
 from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunError
+from corral_node_agent.backends.types import RootFs
 from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
 from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.errors import (
+    AlreadyExists,
+    BadInput,
+    NodeAgentError,
+    NotFound,
+    RuntimeFailure,
+    SandboxPaused,
+    StartFailed,
+)
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
 
 SANDBOX_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_FINISHED_KEEP = 1024
-
-
-class SandboxStartError(CorralError):
-    status_code = 500
-    code = "start_failed"
 
 
 @dataclass
@@ -68,6 +70,8 @@ class _Sandbox:
 
 
 class ContainerBackend(SandboxBackend):
+    capabilities = frozenset({Capability.pause, Capability.adopt})
+
     def __init__(self, settings: NodeAgentSettings):
         self.settings = settings
         self.state_dir = os.path.abspath(settings.state_dir)
@@ -78,7 +82,7 @@ class ContainerBackend(SandboxBackend):
         self.gid = settings.sandbox_gid
         self.on_exit = None
         self._sandboxes: dict[str, _Sandbox] = {}
-        self._finished: OrderedDict[str, Usage] = OrderedDict()
+        self._finished = FinishedUsage()
         self._starting = 0
         self._tasks: set[asyncio.Task] = set()
         self._cg: CgroupDriver | None = None
@@ -100,13 +104,13 @@ class ContainerBackend(SandboxBackend):
     def list_running(self) -> list[str]:
         return [sid for sid, sb in self._sandboxes.items() if not sb.stopping]
 
-    async def start(self, sandbox_id: str, spec: SandboxSpec, lower_dirs: list[str]) -> None:
+    async def start(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:
         if not SANDBOX_ID_RE.match(sandbox_id):
-            raise BadRequest(f"invalid sandbox id {sandbox_id!r}", loc=["path", "sandbox_id"])
+            raise BadInput(f"invalid sandbox id {sandbox_id!r}", loc=["path", "sandbox_id"])
         if sandbox_id in self._sandboxes:
-            raise Conflict(f"sandbox {sandbox_id} already exists")
-        if not lower_dirs:
-            raise SandboxStartError("no root filesystem layers")
+            raise AlreadyExists(f"sandbox {sandbox_id} already exists")
+        if not rootfs.layers:
+            raise StartFailed("no root filesystem layers")
         sb = _Sandbox(id=sandbox_id, spec=spec, dir=f"{self.sandboxes_dir}/{sandbox_id}",
                       cgroup=self._cgroup(sandbox_id))
         self._sandboxes[sandbox_id] = sb
@@ -115,14 +119,14 @@ class ContainerBackend(SandboxBackend):
         try:
             async with sb.lock:
                 try:
-                    self._prepare_bundle(sb, lower_dirs)
+                    self._prepare_bundle(sb, rootfs.layers)
                     await self._run_init(sb)
                 except Exception as exc:
                     await self._teardown(sb, kill=True)
                     self._finished.pop(sandbox_id, None)
-                    if isinstance(exc, CorralError):
-                        raise
-                    raise SandboxStartError(f"sandbox {sandbox_id} failed to start: {exc}") from exc
+                    if isinstance(exc, NodeAgentError) and not isinstance(exc, RuntimeFailure):
+                        raise  # it says what went wrong
+                    raise StartFailed(f"sandbox {sandbox_id} failed to start: {exc}") from exc
         finally:
             self._starting -= 1
         loop = asyncio.get_running_loop()
@@ -140,12 +144,12 @@ class ContainerBackend(SandboxBackend):
             await self.crun.run_detached(sb.id, sb.dir, pid_file=bundle.init_pid_file(sb.dir),
                                          log_path=bundle.run_log(sb.dir))
         except CrunError as exc:
-            raise SandboxStartError(str(exc)) from None
+            raise StartFailed(str(exc)) from None
         sb.pid = bundle.read_init_pid(sb.dir)
         try:
             sb.pidfd = os.pidfd_open(sb.pid)
         except ProcessLookupError:
-            raise SandboxStartError("sandbox init exited immediately") from None
+            raise StartFailed("sandbox init exited immediately") from None
         asyncio.get_running_loop().add_reader(sb.pidfd, self._init_exited, sb.id)
 
     def _unwatch(self, sb: _Sandbox) -> None:
@@ -193,13 +197,7 @@ class ContainerBackend(SandboxBackend):
                 return  # someone called stop() meanwhile: it reports, not us
             usage = await self._teardown(sb, kill=True)
         log.info("sandbox_ended", sandbox_id=sb.id, reason=str(reason))
-        if self.on_exit is not None:
-            try:
-                res = self.on_exit(sb.id, reason, usage)
-                if asyncio.iscoroutine(res):
-                    await res
-            except Exception:
-                log.exception("on_exit_callback_failed", sandbox_id=sb.id)
+        await self._report_exit(sb.id, reason, usage)
 
     async def stop(self, sandbox_id: str) -> Usage:
         sb = self._sandboxes.get(sandbox_id)
@@ -292,9 +290,7 @@ class ContainerBackend(SandboxBackend):
         sb.cgroup.remove()
         sb.usage = usage
         self._sandboxes.pop(sb.id, None)
-        self._finished[sb.id] = usage
-        while len(self._finished) > _FINISHED_KEEP:
-            self._finished.popitem(last=False)
+        self._finished.add(sb.id, usage)
         self._prune_parent_cgroups()
         return usage
 
@@ -358,7 +354,7 @@ class ContainerBackend(SandboxBackend):
         return True
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:
-        return self._sandboxes[sandbox_id].spec
+        return self._get(sandbox_id).spec
 
     def is_paused(self, sandbox_id: str) -> bool:
         sb = self._sandboxes.get(sandbox_id)
@@ -383,7 +379,7 @@ class ContainerBackend(SandboxBackend):
     async def _exec(self, sandbox_id: str, req: ExecRequest, on_data: container_exec.OnData | None) -> ExecResult:
         sb = self._get(sandbox_id)
         if sb.paused:
-            raise Conflict(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"], code="sandbox_paused")
+            raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
         process = container_exec.process_for(req, sb.spec.env, uid=self.uid, gid=self.gid)
         oom_before = self._oom_kills(sb)
         result = await container_exec.run(self.crun, sb.id, bundle.exec_dir(sb.dir), process, req,

@@ -9,9 +9,11 @@ import json
 import os
 from dataclasses import dataclass
 
+from corral_node_agent.errors import RuntimeFailure
 
-class CrunError(RuntimeError):
-    pass
+
+class CrunError(RuntimeFailure):
+    """A crun call that had to succeed failed (its output says why)."""
 
 
 @dataclass(frozen=True)

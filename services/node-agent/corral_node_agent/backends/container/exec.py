@@ -14,8 +14,8 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from corral_common.errors import BadRequest
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult
+from corral_node_agent.backends.commands import checked_argv
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.container.crun import Crun
 from corral_node_agent.backends.output import CappedPipe
@@ -28,20 +28,8 @@ OnData = Callable[[str, str], None]  # (stream name, text) as output arrives
 
 
 def process_for(req: ExecRequest, spec_env: dict[str, str], *, uid: int, gid: int) -> dict[str, Any]:
-    """The OCI process of an exec request (BadRequest for what crun would choke on)."""
-    if isinstance(req.cmd, str):
-        argv = ["/bin/sh", "-c", req.cmd]
-    else:
-        argv = list(req.cmd)
-    if not argv or not argv[0]:
-        raise BadRequest("cmd must not be empty", loc=["body", "cmd"])
-    if any("\0" in a for a in argv):
-        raise BadRequest("cmd must not contain NUL bytes", loc=["body", "cmd"])
-    for k, v in req.env.items():
-        if not k or "=" in k or "\0" in k or "\0" in v:
-            raise BadRequest(f"invalid environment variable {k!r}", loc=["body", "env", k])
-    if req.cwd is not None and "\0" in req.cwd:
-        raise BadRequest("cwd must not contain NUL bytes", loc=["body", "cwd"])
+    """The OCI process of an exec request (BadInput for what crun would choke on)."""
+    argv = checked_argv(req, req.env)
     root = req.user == "root"
     proc_spec = oci.process_spec(argv, uid=uid, gid=gid, root=root,
                                  env=oci.build_env(spec_env, req.env), cwd=req.cwd or oci.HOME)

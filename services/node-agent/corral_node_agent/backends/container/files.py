@@ -13,10 +13,10 @@ import stat
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
-from corral_common.errors import BadRequest, NotFound, PayloadTooLarge
 from corral_common.exec import FileInfo
 from corral_node_agent.backends.base import FileData
 from corral_node_agent.backends.paths import LOC, os_error, sandbox_path, split_path
+from corral_node_agent.errors import BadInput, NotFound, TooLarge
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -56,7 +56,7 @@ def open_read(rootfs: str, path: str) -> tuple[int, int]:
     """Open a regular file for reading; returns (fd, size). The caller closes fd."""
     parts = split_path(path)
     if not parts:
-        raise BadRequest("/: is a directory", loc=LOC)
+        raise BadInput("/: is a directory", loc=LOC)
     with open_parent(rootfs, parts) as dfd:
         try:
             fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
@@ -66,7 +66,7 @@ def open_read(rootfs: str, path: str) -> tuple[int, int]:
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         kind = "is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise BadRequest(f"{sandbox_path(parts)}: {kind}", loc=LOC)
+        raise BadInput(f"{sandbox_path(parts)}: {kind}", loc=LOC)
     os.set_blocking(fd, True)
     return fd, st.st_size
 
@@ -77,7 +77,7 @@ def open_write(rootfs: str, path: str, *, uid: int, gid: int, mode: int = 0o644)
     belong to uid:gid; an existing file keeps its owner."""
     parts = split_path(path)
     if not parts:
-        raise BadRequest("/: is a directory", loc=LOC)
+        raise BadInput("/: is a directory", loc=LOC)
     mode &= 0o777  # never setuid/setgid/sticky from an upload
     with open_parent(rootfs, parts, create=True, uid=uid, gid=gid) as dfd:
         name = parts[-1]
@@ -91,7 +91,7 @@ def open_write(rootfs: str, path: str, *, uid: int, gid: int, mode: int = 0o644)
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
                     os.close(fd)
-                    raise BadRequest(f"{sandbox_path(parts)}: not a regular file", loc=LOC) from None
+                    raise BadInput(f"{sandbox_path(parts)}: not a regular file", loc=LOC) from None
                 os.ftruncate(fd, 0)
         except OSError as exc:
             raise os_error(exc, parts) from None
@@ -149,7 +149,7 @@ def list_dir(rootfs: str, path: str) -> list[FileInfo]:
 
 async def write(rootfs: str, path: str, data: FileData, *, uid: int, gid: int, mode: int, cap: int) -> int:
     """Write an upload (bytes or chunks) to path; more than ``cap`` bytes or a full disk is
-    PayloadTooLarge, and a failed upload leaves no file behind."""
+    TooLarge, and a failed upload leaves no file behind."""
     fd, name, dfd = await asyncio.to_thread(open_write, rootfs, path, uid=uid, gid=gid, mode=mode)
     written = 0
     ok = False
@@ -175,7 +175,7 @@ async def write(rootfs: str, path: str, data: FileData, *, uid: int, gid: int, m
 
 def _write_chunk(fd: int, chunk: bytes, written: int, cap: int) -> int:
     if written + len(chunk) > cap:
-        raise PayloadTooLarge(f"upload exceeds {cap} bytes", loc=["body"])
+        raise TooLarge(f"upload exceeds {cap} bytes", loc=["body"])
     view = memoryview(chunk)
     try:
         while view:
@@ -183,7 +183,7 @@ def _write_chunk(fd: int, chunk: bytes, written: int, cap: int) -> int:
             view = view[n:]
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise PayloadTooLarge("sandbox disk is full (disk_mb)", loc=["body"]) from None
+            raise TooLarge("sandbox disk is full (disk_mb)", loc=["body"]) from None
         raise
     return written + len(chunk)
 

@@ -21,6 +21,7 @@ from typing import Any
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 from corral_node_agent.backends import paths
+from corral_node_agent.backends.commands import checked_argv
 from corral_node_agent.backends.vm.protocol import (
     MARKER,
     MAX_FRAME,
@@ -270,17 +271,8 @@ class GuestAgentClient:
     # ---- exec -----------------------------------------------------------------------------
 
     def _exec_message(self, req: ExecRequest) -> dict[str, Any]:
-        argv = ["/bin/sh", "-c", req.cmd] if isinstance(req.cmd, str) else list(req.cmd)
-        if not argv or not argv[0]:
-            raise BadInput("cmd must not be empty", loc=["body", "cmd"])
-        if any("\0" in a for a in argv):
-            raise BadInput("cmd must not contain NUL bytes", loc=["body", "cmd"])
         env = {**self.default_env, **req.env}
-        for k, v in env.items():
-            if not k or "=" in k or "\0" in k or "\0" in v:
-                raise BadInput(f"invalid environment variable {k!r}", loc=["body", "env", k])
-        if req.cwd is not None and "\0" in req.cwd:
-            raise BadInput("cwd must not contain NUL bytes", loc=["body", "cwd"])
+        argv = checked_argv(req, env)
         limit = req.output_limit if self.output_limit_bytes is None else min(req.output_limit,
                                                                              self.output_limit_bytes)
         message: dict[str, Any] = {"op": "exec", "argv": argv, "cwd": req.cwd, "env": env,
