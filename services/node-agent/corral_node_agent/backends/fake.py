@@ -5,9 +5,10 @@ and QEMU.
 
 Nothing runs: exec records the request and succeeds with no output, files live in a dict
 (paths checked by the same rules as the real backends), a snapshot is a copy of that dict.
-Its knobs are plain attributes: ``fail_start`` (raised by the next starts), ``screen``
-(what screenshot() returns), ``calls`` (every call, as ``(method, id)``) and ``clock``
-(for usage's wall time). ``end()`` makes a sandbox end on its own.
+A sandbox ends on its own after ``spec.timeout_s`` (real time), or when a test calls
+``end()``. The knobs are plain attributes: ``fail_start`` (raised by the next starts),
+``screen`` (what screenshot() returns), ``calls`` (the calls made, as ``(method, id)``) and
+``clock`` (usage's wall time).
 """
 
 import asyncio
@@ -41,6 +42,7 @@ class FakeSandbox:
     started: float
     paused: bool = False
     files: dict[str, _File] = field(default_factory=dict)  # sandbox path -> file
+    timer: asyncio.TimerHandle | None = None
 
 
 class FakeBackend(SandboxBackend):
@@ -59,6 +61,7 @@ class FakeBackend(SandboxBackend):
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.snapshots: dict[str, dict[str, _File]] = {}
         self._finished = FinishedUsage()
+        self._tasks: set[asyncio.Task] = set()
 
     def _get(self, sandbox_id: str) -> FakeSandbox:
         sb = self.sandboxes.get(sandbox_id)
@@ -86,11 +89,19 @@ class FakeBackend(SandboxBackend):
                 raise NotFound(f"snapshot {spec.from_snapshot} is not on this node", loc=["body", "from_snapshot"])
             files = dict(self.snapshots[spec.from_snapshot])
         self._finished.pop(sandbox_id, None)
-        self.sandboxes[sandbox_id] = FakeSandbox(spec=spec, rootfs=rootfs, started=self.clock(), files=files)
+        sb = self.sandboxes[sandbox_id] = FakeSandbox(spec=spec, rootfs=rootfs, started=self.clock(), files=files)
+        sb.timer = asyncio.get_running_loop().call_later(spec.timeout_s, self._timeout_fired, sandbox_id)
+
+    def _timeout_fired(self, sandbox_id: str) -> None:
+        task = asyncio.ensure_future(self.end(sandbox_id, ExitReason.timeout))
+        self._tasks.add(task)  # tasks are only weakly held
+        task.add_done_callback(self._tasks.discard)
 
     def _teardown(self, sandbox_id: str) -> Usage:
         usage = self.usage(sandbox_id)
-        del self.sandboxes[sandbox_id]
+        sb = self.sandboxes.pop(sandbox_id)
+        if sb.timer is not None:
+            sb.timer.cancel()
         self._finished.add(sandbox_id, usage)
         return usage
 
