@@ -1,6 +1,7 @@
 """What each runtime is told a sandbox may do, pinned: the container's config.json, fncall's
-bwrap arguments and host uid, QEMU's uid. Written before isolation/ existed, so that moving
-the decisions there provably changed none of them."""
+bwrap arguments and host uid, QEMU's uid. Written before isolation/ existed (only the
+render_* helpers changed since), so moving the decisions there provably changed none of them;
+then the policy itself."""
 
 import copy
 from pathlib import Path
@@ -11,6 +12,9 @@ from corral_common.sandboxes import SandboxSpec
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.vm.backend import MicroVmBackend
 from corral_node_agent.fncall.executor import ExecutorConfig, Worker
+from corral_node_agent.isolation.policy import VM_PIDS_LIMIT, fncall_run_policy, policy_for
+from corral_node_agent.isolation.seccomp import DEFAULT_FILTER, DENIED, NO_FILTER
+from corral_node_agent.isolation.userns import VmUidPool
 from corral_node_agent.settings import NodeAgentSettings
 
 INIT = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
@@ -57,8 +61,8 @@ def _settings(tmp_path, **kw) -> NodeAgentSettings:
 
 
 def render_config(sandbox_id: str, spec: SandboxSpec, settings: NodeAgentSettings, swap: bool) -> dict:
-    return oci.build_config(sandbox_id, spec, node_id=settings.node_id, uid=settings.sandbox_uid,
-                            gid=settings.sandbox_gid, with_swap_limit=swap)
+    return oci.build_config(sandbox_id, policy_for(spec, settings), env=spec.env, node_id=settings.node_id,
+                            with_swap_limit=swap)
 
 
 def test_default_spec_config_json(tmp_path):
@@ -78,8 +82,9 @@ def test_custom_spec_config_json(tmp_path):
     assert render_config("x" * 100, spec, _settings(tmp_path, sandbox_user="2000:3000"), False) == want
 
 
-def test_exec_process_json():
-    root = oci.process_spec(["id"], uid=1000, gid=1000, env=oci.build_env({"A": "1"}, {"B": "2"}), root=True)
+def test_exec_process_json(tmp_path):
+    identity = policy_for(SandboxSpec(environment="e"), _settings(tmp_path)).identity
+    root = oci.process_spec(["id"], identity, env=oci.build_env({"A": "1"}, {"B": "2"}), root=True)
     caps = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID", "CAP_SETUID",
             "CAP_NET_BIND_SERVICE"]
     assert root == {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["id"],
@@ -87,7 +92,7 @@ def test_exec_process_json():
                     "capabilities": {"bounding": caps, "effective": caps, "permitted": caps, "inheritable": [],
                                      "ambient": caps},
                     "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}], "noNewPrivileges": True}
-    user = oci.process_spec(["id"], uid=1000, gid=1000, env=[], cwd="/tmp")
+    user = oci.process_spec(["id"], identity, env=[], cwd="/tmp")
     assert user["user"] == {"uid": 1000, "gid": 1000, "additionalGids": [1000]} and user["capabilities"] == NO_CAPS
 
 
@@ -104,10 +109,14 @@ def _config() -> ExecutorConfig:
     return ExecutorConfig(rootfs=ROOTFS, scratch_dir=Path("/dev/shm/x"), seccomp_path=Path("/c/s.bpf"))
 
 
-def render_bwrap(argv, **kw) -> list[str]:
+def _worker() -> Worker:
     worker = Worker.__new__(Worker)  # no cgroup: only the argument rendering
     worker.config = _config()
-    return worker._bwrap_argv(argv, **kw)
+    return worker
+
+
+def render_bwrap(argv, *, memory_bytes: int, **kw) -> list[str]:
+    return _worker()._bwrap_argv(argv, fncall_run_policy(memory_bytes >> 20, 64), **kw)
 
 
 def test_bwrap_cold_run_with_files():
@@ -137,8 +146,15 @@ def test_bwrap_zygote_gets_caps_and_no_filter():
                    "--", "/usr/bin/python3", "-"]
 
 
+class _Cgroup:
+    def procs_files(self) -> list[str]:
+        return ["m/cgroup.procs", "p/cgroup.procs", "c/cgroup.procs"]
+
+
 def test_fncall_runs_as_nobody_on_the_host():
-    assert _config().outside_uid == 65534
+    argv = _worker()._launch_argv(["bwrap"], fncall_run_policy(256, 64), cpu_s=3, cgroup=_Cgroup())
+    assert argv[4:] == ["m/cgroup.procs", "p/cgroup.procs", "c/cgroup.procs", "3", str(64 * 1024 * 1024 // 512),
+                        "256", str(256 * 1024), "65534", "bwrap"]
 
 
 # ---- VMs: the uid QEMU drops to ------------------------------------------------------------
@@ -146,10 +162,9 @@ def test_fncall_runs_as_nobody_on_the_host():
 
 def qemu_uids(settings: NodeAgentSettings, n: int) -> list[int | None]:
     """The uids the first n VMs get (none released in between)."""
-    backend = MicroVmBackend(settings)
-    if settings.vm_uid_base < 0:
-        return [None] * n
-    return [backend._uid_base + backend._free_slots.pop() for _ in range(n)]
+    uids = MicroVmBackend(settings).uids
+    slots = [uids.acquire() for _ in range(n)]
+    return [None if slot is None else uids.uid(slot) for slot in slots]
 
 
 @pytest.mark.parametrize("base,want", [
@@ -159,3 +174,42 @@ def qemu_uids(settings: NodeAgentSettings, n: int) -> list[int | None]:
 ])
 def test_qemu_uid(tmp_path, base, want):
     assert qemu_uids(_settings(tmp_path, vm_uid_base=base), 3) == want
+
+
+# ---- the policy ---------------------------------------------------------------------------
+
+
+def test_container_and_vm_policies(tmp_path):
+    settings = _settings(tmp_path, vm_memory_overhead_mb=100)
+    container = policy_for(SandboxSpec(environment="e", memory_mb=64, disk_mb=32, pids_limit=16, cpu=2), settings)
+    assert (container.identity.uid, container.identity.host_uid) == (1000, 1000)
+    assert container.syscalls == NO_FILTER  # no seccomp for containers yet: today's behaviour
+    assert (container.limits.memory_bytes, container.limits.pids, container.limits.cpu) == (64 << 20, 16, 2)
+    assert container.disk.size_mb == 32 and container.egress.mode == "none"
+    vm = policy_for(SandboxSpec(environment="e", backend="microvm", memory_mb=64, pids_limit=16), settings)
+    assert vm.identity.host_uid is None  # a uid of its own, from the VM uid pool
+    assert (vm.limits.memory_bytes, vm.limits.pids) == (164 << 20, VM_PIDS_LIMIT)  # QEMU's overhead and threads
+
+
+def test_fncall_run_policy():
+    policy = fncall_run_policy(128, 32)
+    assert policy.syscalls == DEFAULT_FILTER and policy.syscalls.denied == DENIED
+    assert policy.disk.size_bytes == policy.limits.memory_bytes == 128 << 20 and policy.limits.pids == 32
+    assert (policy.identity.uid, policy.identity.host_uid) == (1000, 65534)
+
+
+def test_seccomp_renders_the_same_list_for_oci():
+    assert NO_FILTER.to_oci() is None
+    oci_seccomp = DEFAULT_FILTER.to_oci()
+    assert oci_seccomp == {"defaultAction": "SCMP_ACT_ALLOW",
+                           "syscalls": [{"names": list(DENIED), "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}
+    assert {"mount", "ptrace", "bpf", "unshare"} <= set(DENIED)
+
+
+def test_vm_uid_pool_reuses_released_and_claims_adopted_slots(tmp_path):
+    pool = VmUidPool(_settings(tmp_path, vm_uid_base=5000))
+    assert [pool.acquire(), pool.acquire()] == [0, 1]
+    pool.claim(2)  # adopted from the previous agent run
+    assert pool.acquire() == 3
+    pool.release(0)
+    assert pool.acquire() == 0 and pool.uid(3) == 5003

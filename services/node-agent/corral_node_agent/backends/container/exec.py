@@ -18,7 +18,8 @@ from corral_common.errors import BadRequest
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.container.crun import Crun
-from corral_node_agent.backends.output import CappedPipe
+from corral_node_agent.isolation.userns import Identity
+from corral_node_agent.output import CappedPipe
 
 # After the command exits, how long to keep draining output a background child may still
 # hold open (we do not wait for such children: the call returns when the command does).
@@ -27,7 +28,7 @@ _DRAIN_GRACE_S = 0.2
 OnData = Callable[[str, str], None]  # (stream name, text) as output arrives
 
 
-def process_for(req: ExecRequest, spec_env: dict[str, str], *, uid: int, gid: int) -> dict[str, Any]:
+def process_for(req: ExecRequest, spec_env: dict[str, str], identity: Identity) -> dict[str, Any]:
     """The OCI process of an exec request (BadRequest for what crun would choke on)."""
     if isinstance(req.cmd, str):
         argv = ["/bin/sh", "-c", req.cmd]
@@ -43,7 +44,7 @@ def process_for(req: ExecRequest, spec_env: dict[str, str], *, uid: int, gid: in
     if req.cwd is not None and "\0" in req.cwd:
         raise BadRequest("cwd must not contain NUL bytes", loc=["body", "cwd"])
     root = req.user == "root"
-    proc_spec = oci.process_spec(argv, uid=uid, gid=gid, root=root,
+    proc_spec = oci.process_spec(argv, identity, root=root,
                                  env=oci.build_env(spec_env, req.env), cwd=req.cwd or oci.HOME)
     if proc_spec["cwd"] and not proc_spec["cwd"].startswith("/"):
         proc_spec["cwd"] = f"{oci.HOME}/{proc_spec['cwd']}"
