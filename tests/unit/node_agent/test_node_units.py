@@ -12,11 +12,13 @@ from corral_node_agent.backends import paths
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.container import files, oci
 from corral_node_agent.backends.fake import FakeBackend
-from corral_node_agent.backends.output import CappedPipe
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.errors import BadInput, EnvironmentNotFound, ImageUnavailable, NotFound, StartFailed
 from corral_node_agent.http_errors import http_error
+from corral_node_agent.isolation.policy import policy_for
+from corral_node_agent.isolation.userns import container_identity
 from corral_node_agent.layers import LayerCache
+from corral_node_agent.output import CappedPipe
 from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -60,7 +62,8 @@ def test_settings_defaults_and_overrides(monkeypatch):
 
 def test_config_json():
     spec = SandboxSpec(environment="e", cpu=1.5, memory_mb=300, pids_limit=77, env={"A": "1"})
-    cfg = oci.build_config("sb-1", spec, node_id="n1", uid=1000, gid=1000)
+    policy = policy_for(spec, NodeAgentSettings(node_id="n1", state_dir="/x"))
+    cfg = oci.build_config("sb-1", policy, env=spec.env, node_id="n1")
     assert cfg["hostname"] == "sb-1" and cfg["root"] == {"path": "rootfs", "readonly": False}
     lin = cfg["linux"]
     assert lin["cgroupsPath"] == "/corral/n1/sb-1"
@@ -77,12 +80,13 @@ def test_config_json():
     assert any(e.startswith("PATH=") for e in proc["env"])
     assert proc["rlimits"] == [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}]
     assert "/proc/kcore" in lin["maskedPaths"] and "/proc/sys" in lin["readonlyPaths"]
-    assert "swap" not in oci.build_config("s", spec, node_id="n", uid=1, gid=1, with_swap_limit=False)[
+    assert "swap" not in oci.build_config("s", policy, env={}, node_id="n", with_swap_limit=False)[
         "linux"]["resources"]["memory"]
 
 
 def test_exec_process_spec_root_and_env_override():
-    p = oci.process_spec(["id"], uid=1000, gid=1000, env=oci.build_env({"A": "1"}, {"A": "2"}), root=True)
+    identity = container_identity(NodeAgentSettings(state_dir="/x"))
+    p = oci.process_spec(["id"], identity, env=oci.build_env({"A": "1"}, {"A": "2"}), root=True)
     assert p["user"] == {"uid": 0, "gid": 0} and "CAP_DAC_OVERRIDE" in p["capabilities"]["effective"]
     assert "A=2" in p["env"] and "A=1" not in p["env"]
 

@@ -17,8 +17,8 @@ from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.fncall.executor import ExecutorConfig, check_host
 from corral_node_agent.fncall.pool import RuntimePool
 from corral_node_agent.fncall.runtimes import RUNTIMES
-from corral_node_agent.fncall.seccomp import ensure_filter
 from corral_node_agent.fncall.settings import FncallSettings
+from corral_node_agent.isolation.policy import FNCALL_SYSCALLS
 from corral_node_agent.layers.cache import LayerCache
 
 log = get_logger("corral.fncall")
@@ -96,7 +96,7 @@ class FncallPools:
     def config(self, rootfs: Path) -> ExecutorConfig:
         s = self.settings
         return ExecutorConfig(rootfs=rootfs, scratch_dir=Path(s.scratch_dir) / self.instance,
-                              seccomp_path=ensure_filter(Path(s.cache_dir) / "seccomp"), pids_max=s.pids_max,
+                              seccomp_path=FNCALL_SYSCALLS.to_bpf(Path(s.cache_dir) / "seccomp"), pids_max=s.pids_max,
                               compile_memory_mb=s.compile_memory_mb)
 
     async def start(self) -> None:

@@ -36,6 +36,7 @@ from corral_node_agent.errors import (
     SandboxPaused,
     StartFailed,
 )
+from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
@@ -48,6 +49,7 @@ class _Sandbox:
     id: str
     spec: SandboxSpec
     dir: str
+    policy: SandboxPolicy
     cgroup: Cgroup  # crun creates it (config.json cgroupsPath); the agent reads and removes it
     started: float = field(default_factory=time.monotonic)
     pid: int = 0
@@ -78,8 +80,6 @@ class ContainerBackend(SandboxBackend):
         self.crun_root = f"{self.state_dir}/crun"
         self.crun = Crun(settings.crun, self.crun_root)
         self.sandboxes_dir = f"{self.state_dir}/sandboxes"
-        self.uid = settings.sandbox_uid
-        self.gid = settings.sandbox_gid
         self.on_exit = None
         self._sandboxes: dict[str, _Sandbox] = {}
         self._finished = FinishedUsage()
@@ -112,7 +112,7 @@ class ContainerBackend(SandboxBackend):
         if not rootfs.layers:
             raise StartFailed("no root filesystem layers")
         sb = _Sandbox(id=sandbox_id, spec=spec, dir=f"{self.sandboxes_dir}/{sandbox_id}",
-                      cgroup=self._cgroup(sandbox_id))
+                      policy=policy_for(spec, self.settings), cgroup=self._cgroup(sandbox_id))
         self._sandboxes[sandbox_id] = sb
         self._finished.pop(sandbox_id, None)
         self._starting += 1
@@ -135,9 +135,11 @@ class ContainerBackend(SandboxBackend):
                  ms=round((time.monotonic() - sb.started) * 1000, 1))
 
     def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str]) -> None:
-        config = oci.build_config(sb.id, sb.spec, node_id=self.settings.node_id, uid=self.uid, gid=self.gid,
+        config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
                                   with_swap_limit=self.cgroups.swap_limit)
-        bundle.create(sb.dir, sb.spec, lower_dirs, config, uid=self.uid, gid=self.gid)
+        identity = sb.policy.identity
+        bundle.create(sb.dir, sb.spec, lower_dirs, config, disk_mb=sb.policy.disk.size_mb, uid=identity.host_uid,
+                      gid=identity.host_gid)
 
     async def _run_init(self, sb: _Sandbox) -> None:
         try:
@@ -343,7 +345,8 @@ class ContainerBackend(SandboxBackend):
             log.warning("sandbox_adopt_failed", sandbox_id=sandbox_id, error=str(exc))
             return False
         elapsed = max(0.0, time.time() - started_at)
-        sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, cgroup=self._cgroup(sandbox_id),
+        sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, policy=policy_for(spec, self.settings),
+                      cgroup=self._cgroup(sandbox_id),
                       started=time.monotonic() - elapsed, pid=pid, pidfd=pidfd,
                       paused=state.status == "paused", adopted=True)
         self._sandboxes[sandbox_id] = sb
@@ -380,7 +383,7 @@ class ContainerBackend(SandboxBackend):
         sb = self._get(sandbox_id)
         if sb.paused:
             raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
-        process = container_exec.process_for(req, sb.spec.env, uid=self.uid, gid=self.gid)
+        process = container_exec.process_for(req, sb.spec.env, sb.policy.identity)
         oom_before = self._oom_kills(sb)
         result = await container_exec.run(self.crun, sb.id, bundle.exec_dir(sb.dir), process, req,
                                           output_limit=min(req.output_limit, self.settings.output_limit_bytes),
@@ -392,7 +395,8 @@ class ContainerBackend(SandboxBackend):
 
     async def write_file(self, sandbox_id: str, path: str, data: FileData, mode: int = 0o644) -> int:
         sb = self._get(sandbox_id)
-        return await files.write(sb.rootfs, path, data, uid=self.uid, gid=self.gid, mode=mode,
+        identity = sb.policy.identity
+        return await files.write(sb.rootfs, path, data, uid=identity.host_uid, gid=identity.host_gid, mode=mode,
                                  cap=self.settings.max_upload_bytes)
 
     async def open_file(self, sandbox_id: str, path: str) -> tuple[int, AsyncIterator[bytes]]:

@@ -44,8 +44,9 @@ def exec_dir(directory: str) -> str:
 
 
 def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dict[str, Any], *,
-           uid: int, gid: int) -> None:
-    """Mount the sandbox's root (tmpfs upper over the layers) and write its config and metadata."""
+           disk_mb: int, uid: int, gid: int) -> None:
+    """Mount the sandbox's root (a tmpfs of disk_mb over the layers; HOME owned by uid:gid)
+    and write its config and metadata."""
     if os.path.exists(directory):
         # Leftover from a crashed attempt with the same id: never reuse its state.
         host.umount_tree(directory)
@@ -55,7 +56,7 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
     rootfs = f"{directory}/rootfs"
     os.mkdir(upper, 0o700)
     os.mkdir(rootfs, 0o755)
-    host.mount_tmpfs(upper, spec.disk_mb, 0o755)
+    host.mount_tmpfs(upper, disk_mb, 0o755)
     os.mkdir(f"{upper}/upper", 0o755)
     os.mkdir(f"{upper}/work", 0o700)
     host.mount_overlay(lower_dirs, f"{upper}/upper", f"{upper}/work", rootfs)

@@ -18,7 +18,8 @@ from corral_common.exec import ExecChunk, ExecRequest, ExecResult
 from corral_node_agent.backends.commands import checked_argv
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.container.crun import Crun
-from corral_node_agent.backends.output import CappedPipe
+from corral_node_agent.isolation.userns import Identity
+from corral_node_agent.output import CappedPipe
 
 # After the command exits, how long to keep draining output a background child may still
 # hold open (we do not wait for such children: the call returns when the command does).
@@ -27,11 +28,11 @@ _DRAIN_GRACE_S = 0.2
 OnData = Callable[[str, str], None]  # (stream name, text) as output arrives
 
 
-def process_for(req: ExecRequest, spec_env: dict[str, str], *, uid: int, gid: int) -> dict[str, Any]:
+def process_for(req: ExecRequest, spec_env: dict[str, str], identity: Identity) -> dict[str, Any]:
     """The OCI process of an exec request (BadInput for what crun would choke on)."""
     argv = checked_argv(req, req.env)
     root = req.user == "root"
-    proc_spec = oci.process_spec(argv, uid=uid, gid=gid, root=root,
+    proc_spec = oci.process_spec(argv, identity, root=root,
                                  env=oci.build_env(spec_env, req.env), cwd=req.cwd or oci.HOME)
     if proc_spec["cwd"] and not proc_spec["cwd"].startswith("/"):
         proc_spec["cwd"] = f"{oci.HOME}/{proc_spec['cwd']}"

@@ -20,7 +20,6 @@ import shutil
 import struct
 import subprocess
 import time
-import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,13 +57,12 @@ from corral_node_agent.errors import (
     Unavailable,
     Unsupported,
 )
+from corral_node_agent.isolation.policy import policy_for
+from corral_node_agent.isolation.userns import VmUidPool
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
 
-# QEMU's own threads (I/O workers, vCPUs, RCU...) count against the cgroup's pids limit.
-QEMU_PIDS_LIMIT = 512
-VM_UID_SLOTS = 10_000
 STATE_FILE = "state.bin"
 META_FILE = "snapshot.json"
 SNAPSHOT_FORMAT = 1
@@ -112,11 +110,7 @@ class QemuBackend(SandboxBackend):
         self.snapshots_dir = os.path.join(settings.state_dir, "snapshots")
         self._vms: dict[str, _Vm] = {}
         self._finished = FinishedUsage()
-        base = settings.vm_uid_base
-        if base == 0:
-            base = 2_000_000 + (zlib.crc32(settings.node_id.encode()) % 1000) * VM_UID_SLOTS
-        self._uid_base = base
-        self._free_slots = list(range(VM_UID_SLOTS - 1, -1, -1))
+        self.uids = VmUidPool(settings)
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -163,22 +157,23 @@ class QemuBackend(SandboxBackend):
         directory = os.path.join(self.root, sandbox_id)
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory, mode=0o700)
-        slot = self._free_slots.pop() if self.settings.vm_uid_base >= 0 and self._free_slots else None
+        policy = policy_for(spec, self.settings)
+        slot = self.uids.acquire() if policy.identity.host_uid is None else None
         try:
             config, transport = self._config(sandbox_id, spec, rootfs, directory)
             if slot is not None:
-                uid = self._uid_base + slot
+                uid = self.uids.uid(slot)
                 config.run_as = f"{uid}:{uid}"
                 # QEMU writes screenshots here after dropping to its uid; nobody else can enter.
                 os.chown(directory, uid, uid)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             if slot is not None:
-                self._free_slots.append(slot)
+                self.uids.release(slot)
             raise
         cgroup = self._cgroup(sandbox_id)
         if cgroup is not None:
-            cgroup.set_limits((spec.memory_mb + self.settings.vm_memory_overhead_mb) * 1024 * 1024, QEMU_PIDS_LIMIT)
+            cgroup.set_limits(policy.limits.memory_bytes, policy.limits.pids)
             cgroup.reset_counters()
         machine = QemuMachine(self.settings.qemu, config,
                               cgroup_procs=cgroup.procs_files() if cgroup else None)
@@ -403,7 +398,7 @@ class QemuBackend(SandboxBackend):
             await asyncio.to_thread(vm.cgroup.remove)
         shutil.rmtree(vm.directory, ignore_errors=True)
         if vm.uid_slot is not None:
-            self._free_slots.append(vm.uid_slot)
+            self.uids.release(vm.uid_slot)
             vm.uid_slot = None
 
     async def stop(self, sandbox_id: str) -> Usage:
@@ -486,8 +481,8 @@ class QemuBackend(SandboxBackend):
         config = MachineConfig(**cfg)
         cgroup = self._cgroup(sandbox_id)  # same path: the running QEMU is already in it
         slot = record.get("uid_slot")
-        if slot is not None and slot in self._free_slots:
-            self._free_slots.remove(slot)
+        if slot is not None:
+            self.uids.claim(slot)
         vm = _Vm(sandbox_id=sandbox_id, spec=SandboxSpec.model_validate(record["spec"]), directory=directory,
                  machine=QemuMachine(self.settings.qemu, config), config=config,
                  transport=ImageTransport(record["transport"]),
@@ -501,7 +496,7 @@ class QemuBackend(SandboxBackend):
         except BaseException:
             await vm.machine.close_channels()
             if slot is not None:
-                self._free_slots.append(slot)
+                self.uids.release(slot)
             raise
         self._vms[sandbox_id] = vm
         self._supervise(vm)
