@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 
-# Same PID 1 as the node-agent's sandboxes (corral_node_agent/backends/oci.py INIT_ARGS).
+# Same PID 1 as the node-agent's sandboxes (corral_node_agent/backends/container/oci.py INIT_ARGS).
 INIT_ARGS = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
 CGROUP_PARENT = "/corral-bench"
 
@@ -87,34 +87,10 @@ def _libc_mount():
     return mount, umount
 
 
-def _cgroup_mounts() -> list[str]:
-    mnts = []
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            pre, _, post = line.partition(" - ")
-            if post.split()[0] in ("cgroup", "cgroup2"):
-                mnts.append(pre.split()[4])
-    # crun litters a plain dir tree under the (now unmounted) unified dir too.
-    if os.path.isdir("/sys/fs/cgroup/unified"):
-        mnts.append("/sys/fs/cgroup/unified")
-    return mnts
-
-
-def _rm_cgroups() -> None:
-    for mnt in set(_cgroup_mounts()):
-        base = f"{mnt}{CGROUP_PARENT}"
-        if not os.path.isdir(base):
-            continue
-        for dirpath, _d, _f in sorted(os.walk(base), key=lambda t: len(t[0]), reverse=True):
-            try:
-                os.rmdir(dirpath)
-            except OSError:
-                if mnt.endswith("/unified"):
-                    shutil.rmtree(dirpath, ignore_errors=True)
-
-
 def floor_worker(n: int, concurrency: int, work: str) -> dict:
     """Runs inside `unshare -m` with /sys/fs/cgroup/unified unmounted; prints JSON."""
+    from corral_node_agent.cgroups.detect import cgroup_driver
+
     crun = shutil.which("crun") or "crun"
     w = Path(work)
     rootfs, crun_root = w / "rootfs", w / "crun"
@@ -215,7 +191,8 @@ def floor_worker(n: int, concurrency: int, work: str) -> dict:
         for cid in list(live):
             subprocess.call([crun, "--root", str(crun_root), "delete", "--force", cid],
                             stdin=devnull, stdout=devnull, stderr=devnull)
-        _rm_cgroups()
+        # Every hierarchy, and the litter crun leaves under the unmounted cgroup2 dir.
+        cgroup_driver().cgroup(CGROUP_PARENT).remove()
     return res
 
 

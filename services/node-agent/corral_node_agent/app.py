@@ -7,13 +7,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from corral_common.amqp import EventBus
-from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
 from corral_common.logging import configure_logging
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
+from corral_node_agent.http_errors import install_node_error_handlers
 from corral_node_agent.layers.cache import LayerCache
 from corral_node_agent.sandboxes.router import router as sandboxes_router
 from corral_node_agent.sandboxes.router import snapshots_router
@@ -60,7 +60,7 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
             await store.close()
 
     app = FastAPI(title=f"Corral node-agent {settings.node_id}", lifespan=lifespan)
-    install_error_handlers(app)
+    install_node_error_handlers(app)
     instrument_app(app)
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)

@@ -42,11 +42,11 @@ def judge_rootfs() -> Path:
 @pytest.fixture(scope="session")
 def executor_config(judge_rootfs, tmp_path_factory):
     from corral_node_agent.fncall.executor import ExecutorConfig
-    from corral_node_agent.fncall.seccomp import ensure_filter
+    from corral_node_agent.isolation.policy import FNCALL_SYSCALLS
 
     scratch = Path("/dev/shm") / f"corral-fncall-test-{uuid.uuid4().hex[:8]}"
     yield ExecutorConfig(rootfs=judge_rootfs, scratch_dir=scratch,
-                         seccomp_path=ensure_filter(tmp_path_factory.mktemp("seccomp")))
+                         seccomp_path=FNCALL_SYSCALLS.to_bpf(tmp_path_factory.mktemp("seccomp")))
     shutil.rmtree(scratch, ignore_errors=True)
 
 

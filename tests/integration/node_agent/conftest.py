@@ -12,20 +12,9 @@ import uuid
 
 import pytest
 
-SKIP_REASON = ""
-if os.geteuid() != 0:
-    SKIP_REASON = "container integration tests need root"
-else:
-    missing = [t for t in ("crun", "mkfs.erofs", "busybox") if shutil.which(t) is None]
-    if missing:
-        SKIP_REASON = f"missing tools: {', '.join(missing)}"
-if not SKIP_REASON:
-    from corral_node_agent import host
+from tests.sandbox_host import container_skip_reason
 
-    try:
-        host.enter_private_mount_namespace()
-    except OSError as exc:
-        SKIP_REASON = f"cannot enter a private mount namespace: {exc}"
+SKIP_REASON = container_skip_reason()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -22,7 +22,8 @@ import pytest
 
 from corral_image_service.builders import build_busybox
 from corral_node_agent import host
-from corral_node_agent.layers import DiskImageNotFound, ImageUnavailable, LayerCache
+from corral_node_agent.errors import DiskImageNotFound, ImageUnavailable
+from corral_node_agent.layers import LayerCache
 from corral_node_agent.layers.dax import DAX_ALIGN, sidecar_path
 
 pytestmark = [

@@ -1,22 +1,23 @@
-"""The worker cgroup's control files on the real cgroup v1 hierarchy (root)."""
+"""A node-created cgroup's control files on the real cgroup v1 hierarchy (root)."""
 
 import subprocess
 import uuid
 
 import pytest
 
-from corral_node_agent.cgroups import WorkerCgroup
+from corral_node_agent.cgroups.detect import cgroup_driver
 
 
 @pytest.fixture
 def cgroup():
-    if not WorkerCgroup.available():
+    driver = cgroup_driver()
+    if not driver.available():
         pytest.skip("needs root and cgroup v1 memory, pids and cpuacct")
-    group = WorkerCgroup(f"corral-fncall/test-cg-{uuid.uuid4().hex[:8]}/w").create()
+    parent = driver.cgroup(f"corral-fncall/test-cg-{uuid.uuid4().hex[:8]}")
+    group = driver.cgroup(f"{parent.path}/w").create()
     yield group
-    group.remove()
-    for d in group.dirs.values():
-        d.parent.rmdir()
+    parent.remove()
+    assert not any(d.exists() for d in group.dirs.values())
 
 
 def test_pids_sees_a_process_that_joined_right_after_a_read(cgroup):
@@ -44,3 +45,53 @@ def test_limits_are_written_once_and_counters_reset_every_run(cgroup):
     assert int(limit.read_text()) == 32 * 1024 * 1024
     assert (cgroup.dirs["pids"] / "pids.max").read_text().strip() == "8"
     assert cgroup.stats().cpu_ms == 0.0
+
+
+def _run_in(cgroup, script: str) -> subprocess.CompletedProcess:
+    """Run ``script`` with sh in ``cgroup`` (it joins before anything else runs)."""
+    join = " ".join(f'echo $$ > "{f}";' for f in cgroup.procs_files())
+    return subprocess.run(["sh", "-c", f"{join} {script}"], capture_output=True, timeout=60)
+
+
+def test_oom_kill_is_counted_and_reclaim_is_not(cgroup, tmp_path):
+    """One answer to "was it OOM-killed?": the oom_kill counter. Filling the limit with page
+    cache the kernel reclaims is not an OOM kill."""
+    big = tmp_path / "big"
+    subprocess.run(["dd", "if=/dev/zero", f"of={big}", "bs=1M", "count=96", "oflag=direct"], check=True,
+                   capture_output=True)
+    cgroup.prepare(32 * 1024 * 1024, 16)
+    assert _run_in(cgroup, f"cat {big} > /dev/null").returncode == 0
+    assert cgroup.stats().peak_memory_bytes > 24 * 1024 * 1024  # at the limit
+    assert cgroup.oom_kills() == 0 and not cgroup.stats().oom_killed
+    assert _run_in(cgroup, "exec python3 -c 'b = b\"x\" * (64 << 20)'").returncode == -9
+    stats = cgroup.stats()
+    assert stats.oom_kills == 1 and stats.oom_killed
+    cgroup.prepare(32 * 1024 * 1024, 16)  # counted per run
+    assert cgroup.oom_kills() == 0
+
+
+def test_remove_kills_the_processes_of_every_child(cgroup):
+    child = cgroup.driver.cgroup(f"{cgroup.path}/child").create()
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        for f in child.procs_files():
+            with open(f, "w") as fh:
+                fh.write(str(proc.pid))
+        assert cgroup.populated() and not cgroup.pids()
+        cgroup.remove()
+        assert proc.wait(timeout=5) == -9
+        assert not any(d.exists() for d in child.dirs.values())
+    finally:
+        proc.kill()
+
+
+def test_freeze_and_thaw(cgroup):
+    freezer = cgroup.driver.cgroup(cgroup.path)  # the node creates no freezer cgroup of its own
+    freezer.dirs["freezer"].mkdir(parents=True)
+    try:
+        assert any(freezer.freeze() for _ in range(50))  # an empty cgroup freezes at once
+        assert (freezer.dirs["freezer"] / "freezer.state").read_text().strip() == "FROZEN"
+        freezer.thaw()
+        assert (freezer.dirs["freezer"] / "freezer.state").read_text().strip() == "THAWED"
+    finally:
+        freezer.close()

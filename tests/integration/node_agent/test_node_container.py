@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from corral_common.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent import host
 from corral_node_agent.backends.base import ExitReason
-from corral_node_agent.backends.container import CgroupV1, ContainerBackend
+from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.backends.types import RootFs
+from corral_node_agent.cgroups.v1 import V1Driver
+from corral_node_agent.errors import BadInput, Conflict, NotFound, TooLarge
 from corral_node_agent.settings import NodeAgentSettings
 from tests.polling import until
 
@@ -38,7 +40,7 @@ async def started(backend, base_layer, **spec) -> str:
     spec.setdefault("memory_mb", 128)
     spec.setdefault("disk_mb", 64)
     spec.setdefault("pids_limit", 64)
-    await backend.start(sid, SandboxSpec(environment="busybox", **spec), [base_layer])
+    await backend.start(sid, SandboxSpec(environment="busybox", **spec), RootFs([base_layer]))
     return sid
 
 
@@ -110,20 +112,20 @@ async def test_memory_limit_oom(backend, base_layer):
 
 async def test_fork_bomb_hits_pids_limit(backend, base_layer):
     sid = await started(backend, base_layer, pids_limit=32)
-    cg = CgroupV1()
+    pids_dir = V1Driver().cgroup(f"/corral/{backend.settings.node_id}/{sid}").dirs["pids"]
     await backend.exec(sid, run("b() { b | b & }; b", timeout_s=2))
-    current = int(cg.read("pids", f"/corral/{backend.settings.node_id}/{sid}", "pids.current"))
+    current = int((pids_dir / "pids.current").read_text())
     assert current <= 32
     usage = await backend.stop(sid)
     assert usage.wall_time_s > 0
-    assert not os.path.exists(cg.path("pids", f"/corral/{backend.settings.node_id}/{sid}"))
+    assert not os.path.exists(pids_dir)
 
 
 async def test_disk_cap(backend, base_layer):
     sid = await started(backend, base_layer, disk_mb=16, memory_mb=256)
     r = await backend.exec(sid, run("dd if=/dev/zero of=/home/user/big bs=1M count=64"))
     assert r.exit_code != 0 and "No space left on device" in r.stderr
-    with pytest.raises(PayloadTooLarge):
+    with pytest.raises(TooLarge):
         await backend.write_file(sid, "more", b"x" * (2 << 20))
     assert (await backend.exec(sid, run("test -e more"))).exit_code != 0
 
@@ -149,9 +151,9 @@ async def test_files_roundtrip(backend, base_layer):
     assert entries["made.txt"].path == "/home/user/made.txt"
     with pytest.raises(NotFound):
         await backend.read_file(sid, "nope")
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadInput):
         await backend.read_file(sid, "dir")
-    with pytest.raises(PayloadTooLarge):
+    with pytest.raises(TooLarge):
         await backend.write_file(sid, "huge", b"x" * ((4 << 20) + 1))
 
 
@@ -164,19 +166,19 @@ async def test_symlink_escape_refused(backend, base_layer, state_dir):
     await backend.exec(sid, run(f"ln -s / rootlink; ln -s {secret} secret; ln -s /etc etclink"))
     for path in ("secret", f"rootlink{secret}", "etclink/passwd", "../user/x", "/home/user/../../etc/passwd",
                  "a\0b"):
-        with pytest.raises(BadRequest) as exc:
+        with pytest.raises(BadInput) as exc:
             await backend.read_file(sid, path)
         assert exc.value.loc == ["query", "path"]
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadInput):
         await backend.write_file(sid, f"rootlink{tmp_path}/planted", b"x")
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadInput):
         await backend.write_file(sid, "secret", b"overwritten")
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadInput):
         await backend.list_dir(sid, "rootlink")
     assert not (tmp_path / "planted").exists()
     assert secret.read_text() == "host only"
     await backend.exec(sid, run("mkfifo fifo"))
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadInput):
         await asyncio.wait_for(backend.read_file(sid, "fifo"), 2)
 
 
@@ -198,8 +200,8 @@ async def test_stop_leaves_nothing(backend, base_layer):
     assert usage.wall_time_s > 0 and usage.peak_memory_bytes > 0
     assert not any(m.startswith(bundle) for m in host.mountpoints())
     assert not os.path.exists(bundle)
-    cg = CgroupV1()
-    for mnt in set(cg.hierarchies.values()) | {cg.stray_root}:
+    cg = V1Driver()
+    for mnt in set(cg.mounts.values()) | {cg.stray_root}:
         assert not os.path.exists(f"{mnt}/corral/{backend.settings.node_id}/{sid}"), mnt
     assert await backend.stop(sid) == usage  # idempotent
     assert (await backend.stop("never-existed")).cpu_seconds == 0
@@ -248,7 +250,7 @@ async def test_abandoned_stream_kills_command(backend, base_layer):
 
 async def test_long_id_and_concurrent_execs(backend, base_layer):
     sid = "x" * 100
-    await backend.start(sid, SandboxSpec(environment="busybox", memory_mb=128, disk_mb=32), [base_layer])
+    await backend.start(sid, SandboxSpec(environment="busybox", memory_mb=128, disk_mb=32), RootFs([base_layer]))
     results = await asyncio.gather(*(backend.exec(sid, run(f"echo {i}")) for i in range(20)))
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(20)]
     assert (await backend.exec(sid, run("hostname"))).stdout == "x" * 63 + "\n"
@@ -256,9 +258,9 @@ async def test_long_id_and_concurrent_execs(backend, base_layer):
 
 async def test_exec_rejects_bad_env(backend, base_layer):
     sid = await started(backend, base_layer)
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadInput):
         await backend.exec(sid, run("true", env={"A=B": "x"}))
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadInput):
         await backend.exec(sid, run(["echo", "a\0b"]))
 
 
@@ -279,7 +281,7 @@ async def wait_until(probe, expected, timeout_s: float = 10.0) -> bool:
 async def test_pause_freezes_resume_thaws_and_stop_while_paused_is_clean(backend, base_layer):
     sid = await started(backend, base_layer)
     await backend.exec(sid, run("(while true; do date +%s%N >> /tmp/ticks; sleep 0.05; done) &"))
-    freezer = CgroupV1().path("freezer", f"/corral/{backend.settings.node_id}/{sid}")
+    freezer = V1Driver().cgroup(f"/corral/{backend.settings.node_id}/{sid}").dirs["freezer"]
     await backend.pause(sid)
     await backend.pause(sid)  # idempotent
     assert Path(f"{freezer}/freezer.state").read_text().strip() == "FROZEN"

@@ -20,7 +20,8 @@ import pytest
 from corral_image_service.chunks.store import LocalChunkStore, chunk_blob
 from corral_image_service.layers.erofs import mkfs_erofs
 from corral_node_agent import host
-from corral_node_agent.layers import ImageUnavailable, LayerCache
+from corral_node_agent.errors import ImageUnavailable
+from corral_node_agent.layers import LayerCache
 from corral_node_agent.layers import cache as cache_mod
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")

@@ -13,13 +13,14 @@ import pytest
 import pytest_asyncio
 from fastapi import FastAPI
 
-from corral_common.errors import install_error_handlers
 from corral_common.sandboxes import FailureReason, SandboxSpec
 from corral_node_agent import host
 from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.errors import StartFailed
+from corral_node_agent.http_errors import install_node_error_handlers
 from corral_node_agent.layers import LayerCache
 from corral_node_agent.sandboxes.router import router
-from corral_node_agent.sandboxes.service import SandboxCreateError, SandboxManager
+from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
 
 pytestmark = pytest.mark.asyncio
@@ -50,7 +51,7 @@ async def node(state_dir, node_id, erofs_image):
     manager = SandboxManager(ContainerBackend(settings), layers)
     await manager.start()
     app = FastAPI()
-    install_error_handlers(app)
+    install_node_error_handlers(app)
     app.include_router(router)
     app.state.manager = manager
     app.state.settings = settings
@@ -114,7 +115,7 @@ async def test_create_exec_files_delete(node):
 
 async def test_unknown_environment_is_image_unavailable(node):
     manager, _client, _hits = node
-    with pytest.raises(SandboxCreateError) as exc:
+    with pytest.raises(StartFailed) as exc:
         await manager.create("m3", SandboxSpec(environment="nope"))
     assert exc.value.reason == FailureReason.image_unavailable
     assert manager.count() == 0

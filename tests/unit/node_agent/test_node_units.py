@@ -7,11 +7,19 @@ import os
 import httpx
 import pytest
 
-from corral_common.errors import BadRequest, NotFound
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent.backends import fs, oci
-from corral_node_agent.backends.output import CappedPipe
-from corral_node_agent.layers import EnvironmentNotFound, ImageUnavailable, LayerCache
+from corral_node_agent.backends import paths
+from corral_node_agent.backends.base import ExitReason
+from corral_node_agent.backends.container import files, oci
+from corral_node_agent.backends.fake import FakeBackend
+from corral_node_agent.backends.types import RootFs
+from corral_node_agent.errors import BadInput, EnvironmentNotFound, ImageUnavailable, NotFound, StartFailed
+from corral_node_agent.http_errors import http_error
+from corral_node_agent.isolation.policy import policy_for
+from corral_node_agent.isolation.userns import container_identity
+from corral_node_agent.layers import LayerCache
+from corral_node_agent.output import CappedPipe
+from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
 
 # ---- settings -------------------------------------------------------------------------
@@ -54,7 +62,8 @@ def test_settings_defaults_and_overrides(monkeypatch):
 
 def test_config_json():
     spec = SandboxSpec(environment="e", cpu=1.5, memory_mb=300, pids_limit=77, env={"A": "1"})
-    cfg = oci.build_config("sb-1", spec, node_id="n1", uid=1000, gid=1000)
+    policy = policy_for(spec, NodeAgentSettings(node_id="n1", state_dir="/x"))
+    cfg = oci.build_config("sb-1", policy, env=spec.env, node_id="n1")
     assert cfg["hostname"] == "sb-1" and cfg["root"] == {"path": "rootfs", "readonly": False}
     lin = cfg["linux"]
     assert lin["cgroupsPath"] == "/corral/n1/sb-1"
@@ -71,12 +80,13 @@ def test_config_json():
     assert any(e.startswith("PATH=") for e in proc["env"])
     assert proc["rlimits"] == [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}]
     assert "/proc/kcore" in lin["maskedPaths"] and "/proc/sys" in lin["readonlyPaths"]
-    assert "swap" not in oci.build_config("s", spec, node_id="n", uid=1, gid=1, with_swap_limit=False)[
+    assert "swap" not in oci.build_config("s", policy, env={}, node_id="n", with_swap_limit=False)[
         "linux"]["resources"]["memory"]
 
 
 def test_exec_process_spec_root_and_env_override():
-    p = oci.process_spec(["id"], uid=1000, gid=1000, env=oci.build_env({"A": "1"}, {"A": "2"}), root=True)
+    identity = container_identity(NodeAgentSettings(state_dir="/x"))
+    p = oci.process_spec(["id"], identity, env=oci.build_env({"A": "1"}, {"A": "2"}), root=True)
     assert p["user"] == {"uid": 0, "gid": 0} and "CAP_DAC_OVERRIDE" in p["capabilities"]["effective"]
     assert "A=2" in p["env"] and "A=1" not in p["env"]
 
@@ -91,13 +101,13 @@ def test_exec_process_spec_root_and_env_override():
     ("/", []),
 ])
 def test_split_path(path, parts):
-    assert fs.split_path(path) == parts
+    assert paths.split_path(path) == parts
 
 
 @pytest.mark.parametrize("path", ["", "..", "../etc", "/a/../b", "a/..", "a\0b", "x" * 5000, "/" + "y" * 300])
 def test_split_path_rejects(path):
-    with pytest.raises(BadRequest) as exc:
-        fs.split_path(path)
+    with pytest.raises(BadInput) as exc:
+        paths.split_path(path)
     assert exc.value.loc == ["query", "path"]
 
 
@@ -118,41 +128,41 @@ def rootfs(tmp_path):
 
 
 def test_fs_read_refuses_symlinks_and_specials(rootfs, tmp_path):
-    fd, size = fs.open_read(rootfs, "/etc/motd")
+    fd, size = files.open_read(rootfs, "/etc/motd")
     assert os.read(fd, 100) == b"welcome" and size == 7
     os.close(fd)
     for p in ("secret", "out/secret", "motd", "fifo", "/home"):
-        with pytest.raises(BadRequest):
-            fs.open_read(rootfs, p)
+        with pytest.raises(BadInput):
+            files.open_read(rootfs, p)
     with pytest.raises(NotFound):
-        fs.open_read(rootfs, "missing")
+        files.open_read(rootfs, "missing")
     with pytest.raises(NotFound):
-        fs.open_read(rootfs, "nodir/x")
+        files.open_read(rootfs, "nodir/x")
 
 
 def test_fs_write_creates_parents_and_refuses_escape(rootfs, tmp_path):
     uid, gid = os.getuid(), os.getgid()
-    fd, _name, dfd = fs.open_write(rootfs, "a/b/c.txt", uid=uid, gid=gid, mode=0o4755)
+    fd, _name, dfd = files.open_write(rootfs, "a/b/c.txt", uid=uid, gid=gid, mode=0o4755)
     os.write(fd, b"x")
     os.close(fd)
     os.close(dfd)
     st = os.stat(f"{rootfs}/home/user/a/b/c.txt")
     assert st.st_mode & 0o7777 == 0o755  # setuid stripped
     for p in ("out/new", "secret", "fifo"):
-        with pytest.raises(BadRequest):
-            fs.open_write(rootfs, p, uid=uid, gid=gid)
+        with pytest.raises(BadInput):
+            files.open_write(rootfs, p, uid=uid, gid=gid)
     assert not (tmp_path / "outside/new").exists()
     assert (tmp_path / "outside/secret").read_text() == "host"
 
 
 def test_fs_list_and_stat(rootfs):
-    entries = {e.name: e for e in fs.list_dir(rootfs, "/home/user")}
+    entries = {e.name: e for e in files.list_dir(rootfs, "/home/user")}
     assert entries["out"].type == "symlink" and entries["fifo"].type == "other"
     assert entries["motd"].path == "/home/user/motd"
-    assert fs.stat_path(rootfs, "/etc").type == "dir"
-    assert [e.name for e in fs.list_dir(rootfs, "/")] == ["etc", "home"]
-    with pytest.raises(BadRequest):
-        fs.list_dir(rootfs, "out")
+    assert files.stat_path(rootfs, "/etc").type == "dir"
+    assert [e.name for e in files.list_dir(rootfs, "/")] == ["etc", "home"]
+    with pytest.raises(BadInput):
+        files.list_dir(rootfs, "out")
 
 
 # ---- output capping -------------------------------------------------------------------
@@ -253,7 +263,7 @@ async def test_layer_hash_mismatch_and_missing(tmp_path):
         await cache.ensure([{"digest": "md5:abc"}])
     with pytest.raises(EnvironmentNotFound) as exc:
         await cache.resolve_environment("nope")
-    assert exc.value.status_code == 404
+    assert http_error(exc.value).status_code == 404
     await cache.aclose()
 
 
@@ -280,44 +290,20 @@ class _FakeLayers:
         self.refs -= 1
 
 
-class _FakeBackend:
-    on_exit = None
-
-    def __init__(self, fail: Exception | None = None):
-        self.fail, self.started, self.stopped = fail, [], []
-
-    def layer_format_for(self, spec):
-        return "mounts"
-
-    def describe(self, sid):
-        return {}
-
-    async def start(self, sid, spec, lowers):
-        await asyncio.sleep(0.01)
-        if self.fail:
-            raise self.fail
-        self.started.append((sid, lowers))
-
-    async def stop(self, sid):
-        from corral_common.sandboxes import Usage
-
-        self.stopped.append(sid)
-        return Usage(wall_time_s=1.0)
-
-
 @pytest.mark.asyncio
 async def test_manager_create_idempotent_and_lower_order():
-    from corral_node_agent.sandboxes.service import SandboxManager
-
-    layers, backend = _FakeLayers(), _FakeBackend()
+    now = [0.0]
+    layers, backend = _FakeLayers(), FakeBackend(clock=lambda: now[0])
     m = SandboxManager(backend, layers)
     spec = SandboxSpec(environment="e", cpu=2, memory_mb=512)
     await asyncio.gather(m.create("s1", spec), m.create("s1", spec))
-    assert backend.started == [("s1", ["/mnt/toolkit", "/mnt/base"])]  # top layer first
+    assert [call for call in backend.calls if call[0] == "start"] == [("start", "s1")]
+    assert backend.sandboxes["s1"].rootfs == RootFs(["/mnt/toolkit", "/mnt/base"])  # top layer first
     assert m.count() == 1 and m.used_capacity()["cpu"] == 2 and layers.refs == 1
     seen = []
     m.on_exit(lambda sid, reason, usage: seen.append((sid, reason)))
-    await backend.on_exit("s1", "oom_killed", None)
+    now[0] = 1.0
+    await backend.end("s1", ExitReason.oom_killed)
     assert seen == [("s1", "oom_killed")] and m.count() == 0 and layers.refs == 0
     with pytest.raises(NotFound):
         await m.exec("s1", None)
@@ -327,29 +313,27 @@ async def test_manager_create_idempotent_and_lower_order():
 @pytest.mark.asyncio
 async def test_manager_create_failures_are_typed():
     from corral_common.sandboxes import FailureReason
-    from corral_node_agent.sandboxes.service import SandboxCreateError, SandboxManager
 
-    m = SandboxManager(_FakeBackend(), _FakeLayers(fail=EnvironmentNotFound("no env")))
-    with pytest.raises(SandboxCreateError) as exc:
+    m = SandboxManager(FakeBackend(), _FakeLayers(fail=EnvironmentNotFound("no env")))
+    with pytest.raises(StartFailed) as exc:
         await m.create("s1", SandboxSpec(environment="e"))
     assert exc.value.reason == FailureReason.image_unavailable and m.count() == 0
     layers = _FakeLayers()
-    m = SandboxManager(_FakeBackend(fail=RuntimeError("crun broke")), layers)
-    with pytest.raises(SandboxCreateError) as exc:
+    backend = FakeBackend()
+    backend.fail_start = RuntimeError("crun broke")
+    m = SandboxManager(backend, layers)
+    with pytest.raises(StartFailed) as exc:
         await m.create("s1", SandboxSpec(environment="e"))
     assert exc.value.reason == FailureReason.start_failed and layers.refs == 0 and m.count() == 0
 
 
 @pytest.mark.asyncio
 async def test_layer_fault_fails_only_the_sandboxes_on_that_layer():
-    from corral_node_agent.backends.base import ExitReason
-    from corral_node_agent.sandboxes.service import SandboxManager
-
     class _TwoEnvLayers(_FakeLayers):
         async def resolve_environment(self, name):
             return [{"digest": "sha256:" + name * 64}]
 
-    layers, backend = _TwoEnvLayers(), _FakeBackend()
+    layers, backend = _TwoEnvLayers(), FakeBackend()
     m = SandboxManager(backend, layers)
     await m.create("on-a", SandboxSpec(environment="a"))
     await m.create("on-b", SandboxSpec(environment="b"))
@@ -365,4 +349,4 @@ async def test_layer_fault_fails_only_the_sandboxes_on_that_layer():
         callback("sha256:" + "a" * 64, "image-service unreachable")
     await asyncio.wait_for(ended.wait(), 5)
     assert seen == [("on-a", ExitReason.image_unavailable)]
-    assert backend.stopped == ["on-a"] and m.ids() == ["on-b"]
+    assert [call for call in backend.calls if call[0] == "stop"] == [("stop", "on-a")] and m.ids() == ["on-b"]

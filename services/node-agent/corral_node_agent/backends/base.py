@@ -1,17 +1,35 @@
-"""The interface every sandbox runtime implements (containers today, microVMs later).
+"""The interface every sandbox runtime implements: crun containers, QEMU microVMs and VMs.
 
 Modelled on SWE-ReX deployments: start/stop a runtime, then run commands and move files
-through it. A backend knows nothing about images: the caller hands it ready lower dirs.
+through it. A backend knows nothing about images: the caller hands it a ready ``RootFs``.
+
+The contract (checked against every backend, the shipped ``FakeBackend`` included, by
+tests/contract/test_backend_contract.py):
+
+- errors are ``corral_node_agent.errors``, never HTTP ones; the same situation raises the
+  same error in every backend: an id already in use → ``AlreadyExists``; exec (or a VM's
+  file access) while paused → ``SandboxPaused``; exec, files or usage() of an unknown id →
+  ``NotFound``; stop() of an unknown id → an empty ``Usage`` (stop is idempotent);
+- a sandbox that ends on its own is torn down first, then reported once through
+  ``on_exit``; a callback that raises is logged, never propagated into the backend;
+- optional features are declared in ``capabilities``; the manager checks them and raises
+  ``Unsupported`` for the rest, and so does each backend's default method.
 """
 
 import abc
+import asyncio
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import StrEnum
 
 from corral_common.display import InputEvent
-from corral_common.errors import Conflict
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec, Usage
+from corral_node_agent.backends.types import LayerFormat, RootFs
+from corral_node_agent.errors import Unsupported
+
+log = get_logger(__name__)
 
 
 class ExitReason(StrEnum):
@@ -27,32 +45,64 @@ class ExitReason(StrEnum):
     guest_unresponsive = "guest_unresponsive"
 
 
+class Capability(StrEnum):
+    """An optional part of the interface; a backend lists the ones it implements."""
+
+    pause = "pause"  # pause(), resume(); is_paused() may say True
+    screen = "screen"  # screenshot(), send_input()
+    snapshot = "snapshot"  # snapshot(), delete_snapshot(); start() of a spec with from_snapshot
+    # cleanup_orphans(adopt=True) takes over the sandboxes a previous agent run left alive; spec_of().
+    adopt = "adopt"
+
+
+_LACKING = {Capability.pause: "cannot be paused", Capability.screen: "have no display",
+            Capability.snapshot: "cannot be snapshotted", Capability.adopt: "cannot be adopted"}
+
 # Called once per sandbox that ended on its own (init died, or timeout_s elapsed), after the
 # backend has already torn it down; stop() afterwards is a no-op returning the same usage.
 ExitCallback = Callable[[str, ExitReason, Usage], Awaitable[None] | None]
 
 FileData = bytes | AsyncIterator[bytes]
 
+# How many ended sandboxes' usage a backend remembers for stop()/usage() after the end.
+FINISHED_KEEP = 1024
 
-class Unsupported(Conflict):
-    """The sandbox's kind cannot do this (a container has no screen...)."""
 
-    code = "unsupported_by_backend"
+class FinishedUsage(OrderedDict[str, Usage]):
+    """The usage of the sandboxes that ended lately (the oldest forgotten first)."""
+
+    def add(self, sandbox_id: str, usage: Usage) -> None:
+        self[sandbox_id] = usage
+        while len(self) > FINISHED_KEEP:
+            self.popitem(last=False)
 
 
 class SandboxBackend(abc.ABC):
     on_exit: ExitCallback | None = None
-    # What start() gets as lower_dirs: "mounts" = mounted layer dirs (containers);
-    # "files" = layer image files, top first (VMs attach them as disks);
-    # "dax_files" = uncompressed, 2 MiB-aligned layer files a guest can map with DAX.
-    layer_format: str = "mounts"
+    # What start() gets as RootFs.layers.
+    layer_format: LayerFormat = LayerFormat.mounts
+    capabilities: frozenset[Capability] = frozenset()
 
-    def layer_format_for(self, spec: SandboxSpec) -> str:
-        return self.layer_format
+    def unsupported(self, capability: Capability) -> Unsupported:
+        """The error for using a capability this backend lacks."""
+        return Unsupported(f"{type(self).__name__} sandboxes {_LACKING[capability]}")
+
+    async def _report_exit(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> None:
+        """Tell on_exit that a sandbox ended on its own (call after its teardown). A failing
+        callback is logged: it must not break the backend's own supervision."""
+        if self.on_exit is None:
+            return
+        try:
+            res = self.on_exit(sandbox_id, reason, usage)
+            if asyncio.iscoroutine(res):
+                await res
+        except Exception:
+            log.exception("on_exit_callback_failed", sandbox_id=sandbox_id)
 
     @abc.abstractmethod
-    async def start(self, sandbox_id: str, spec: SandboxSpec, lower_dirs: list[str]) -> None:
-        """Start a sandbox whose root is an overlay of lower_dirs (top first)."""
+    async def start(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:
+        """Start a sandbox on rootfs; AlreadyExists when the id is in use, StartFailed when it
+        cannot start (nothing is left behind then)."""
 
     @abc.abstractmethod
     async def stop(self, sandbox_id: str) -> Usage:
@@ -83,51 +133,55 @@ class SandboxBackend(abc.ABC):
     async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]: ...
 
     @abc.abstractmethod
-    def usage(self, sandbox_id: str) -> Usage: ...
+    def usage(self, sandbox_id: str) -> Usage:
+        """Resources used so far (or in total, once ended); NotFound for an unknown id."""
 
-    async def pause(self, sandbox_id: str) -> None:
-        """Freeze every process of the sandbox (memory and files stay); idempotent."""
-        raise NotImplementedError(f"{type(self).__name__} cannot pause")
-
-    async def resume(self, sandbox_id: str) -> None:
-        """Thaw a paused sandbox; idempotent."""
-        raise NotImplementedError(f"{type(self).__name__} cannot resume")
+    @abc.abstractmethod
+    def list_running(self) -> list[str]: ...
 
     def describe(self, sandbox_id: str) -> dict[str, str]:
         """How this sandbox runs, for its record (accelerator, image transport...)."""
         return {}
 
-    async def screenshot(self, sandbox_id: str) -> bytes:
-        """The screen as a PNG."""
-        raise Unsupported(f"{type(self).__name__} sandboxes have no display")
-
-    async def send_input(self, sandbox_id: str, events: list[InputEvent]) -> None:
-        raise Unsupported(f"{type(self).__name__} sandboxes have no display")
-
-    async def snapshot(self, sandbox_id: str, snapshot_id: str) -> int:
-        """Save the running sandbox under snapshot_id on this node; returns its size in bytes.
-        The sandbox keeps running. start() with spec.from_snapshot restores it."""
-        raise Unsupported(f"{type(self).__name__} sandboxes cannot be snapshotted")
-
-    async def delete_snapshot(self, snapshot_id: str) -> None:
-        raise Unsupported(f"{type(self).__name__} sandboxes cannot be snapshotted")
-
-    @abc.abstractmethod
-    def list_running(self) -> list[str]: ...
-
     async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
-        """Remove what a previous run of the agent left behind; with ``adopt``, take over
-        the sandboxes still alive instead and return their ids."""
+        """Remove what a previous run of the agent left behind; with ``adopt`` (Capability.adopt),
+        take over the sandboxes still alive instead and return their ids."""
         return []
-
-    def spec_of(self, sandbox_id: str) -> SandboxSpec:
-        """The spec of a sandbox this backend runs (needed for adopted ones)."""
-        raise NotImplementedError
-
-    def is_paused(self, sandbox_id: str) -> bool:
-        return False
 
     async def close(self) -> None:
         """Stop every sandbox (agent shutdown)."""
         for sid in self.list_running():
             await self.stop(sid)
+
+    # ---- optional: see capabilities ---------------------------------------------------
+
+    async def pause(self, sandbox_id: str) -> None:
+        """Freeze every process of the sandbox (memory and files stay); idempotent."""
+        raise self.unsupported(Capability.pause)
+
+    async def resume(self, sandbox_id: str) -> None:
+        """Thaw a paused sandbox; idempotent."""
+        raise self.unsupported(Capability.pause)
+
+    def is_paused(self, sandbox_id: str) -> bool:
+        return False
+
+    async def screenshot(self, sandbox_id: str) -> bytes:
+        """The screen as a PNG."""
+        raise self.unsupported(Capability.screen)
+
+    async def send_input(self, sandbox_id: str, events: list[InputEvent]) -> None:
+        raise self.unsupported(Capability.screen)
+
+    async def snapshot(self, sandbox_id: str, snapshot_id: str) -> int:
+        """Save the running sandbox under snapshot_id on this node; returns its size in bytes.
+        The sandbox keeps running. start() with spec.from_snapshot restores it."""
+        raise self.unsupported(Capability.snapshot)
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """NotFound when this node has no such snapshot."""
+        raise self.unsupported(Capability.snapshot)
+
+    def spec_of(self, sandbox_id: str) -> SandboxSpec:
+        """The spec of a sandbox this backend runs (needed for adopted ones)."""
+        raise self.unsupported(Capability.adopt)

@@ -9,13 +9,13 @@ from collections import defaultdict
 
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
-from corral_common.errors import Conflict, NotFound
 from corral_common.events import SandboxPlace, SandboxStop
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, Usage
 from corral_common.state import StateStore
 from corral_node_agent.backends.base import ExitReason
-from corral_node_agent.sandboxes.service import SandboxCreateError, SandboxManager
+from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
+from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger("corral.node_agent.events")
@@ -63,7 +63,7 @@ class NodeEvents:
             return
         try:
             await self.manager.create(sandbox_id, event.spec)
-        except SandboxCreateError as exc:
+        except StartFailed as exc:
             log.warning("sandbox.start_failed", sandbox_id=sandbox_id, reason=exc.reason.value, error=exc.message)
             await self._transition(sandbox_id, SandboxState.failed, reason=exc.reason.value)
             return
@@ -100,14 +100,12 @@ class NodeEvents:
                 await self.manager.pause(sandbox_id)  # idempotent: makes sure it is frozen
                 return record.state
             if record.state is not SandboxState.running:
-                raise Conflict(f"sandbox {sandbox_id} is {record.state.value}", loc=["path", "sandbox_id"],
-                               code="sandbox_not_running")
+                raise SandboxNotRunning(f"sandbox {sandbox_id} is {record.state.value}", loc=["path", "sandbox_id"])
             await self.manager.pause(sandbox_id)
             if not await self._transition(sandbox_id, SandboxState.paused):
                 await self.manager.resume(sandbox_id)  # stopped or failed meanwhile: undo
                 record = await self._local_record(sandbox_id)
-                raise Conflict(f"sandbox {sandbox_id} is {record.state.value}", loc=["path", "sandbox_id"],
-                               code="sandbox_not_running")
+                raise SandboxNotRunning(f"sandbox {sandbox_id} is {record.state.value}", loc=["path", "sandbox_id"])
             return SandboxState.paused
 
     async def resume(self, sandbox_id: str) -> SandboxState:
@@ -115,8 +113,7 @@ class NodeEvents:
         async with self._locks[sandbox_id]:
             record = await self._local_record(sandbox_id)
             if record.state not in (SandboxState.paused, SandboxState.running):
-                raise Conflict(f"sandbox {sandbox_id} is {record.state.value}", loc=["path", "sandbox_id"],
-                               code="sandbox_not_running")
+                raise SandboxNotRunning(f"sandbox {sandbox_id} is {record.state.value}", loc=["path", "sandbox_id"])
             await self.manager.resume(sandbox_id)
             if record.state is SandboxState.paused:
                 await self._transition(sandbox_id, SandboxState.running)

@@ -7,10 +7,13 @@ Each run (the compile, and every case) is its own ``bwrap`` process tree:
   environment, uid 1000 inside and an unprivileged uid (``nobody``) outside;
 - a fresh size-limited tmpfs as the working dir ``/work`` (the code and files copied in) and
   another as ``/tmp``: nothing a run writes survives it;
-- a seccomp filter (``seccomp.py``), rlimits (cpu seconds, file size, open files, core), and
-  the worker's cgroup (memory+swap, pids, cpu accounting) reset before the run;
+- a seccomp filter (isolation/seccomp.py), rlimits (cpu seconds, file size, open files, core),
+  and the worker's cgroup (memory+swap, pids, cpu accounting) reset before the run;
 - stdout/stderr read with caps (over the limit: killed, output_limit_exceeded), and a
   wall-clock timer that kills everything left in the cgroup.
+
+What a run may do (ids, syscall filter, tmpfs sizes, no network, limits) is
+`isolation.policy.fncall_run_policy`; this module renders it as bwrap arguments.
 
 A fresh process tree per run is what makes "nothing carries over" hold by construction: no
 file, environment variable, background process or imported module outlives its run.
@@ -26,9 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral_common.contracts.fncall import CaseResult, CompileResult, FncallJob, FncallResult, Verdict, safe_relpath
-from corral_node_agent.cgroups import RunStats, WorkerCgroup
+from corral_node_agent.cgroups.base import Cgroup, RunStats
+from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS, Runtime
+from corral_node_agent.isolation.policy import SandboxPolicy, fncall_run_policy
+from corral_node_agent.isolation.userns import FNCALL_IDENTITY
+from corral_node_agent.output import CappedPipe
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 KEEP_STDERR = 64 * 1024  # bytes of stderr returned per run (more is drained, up to the output limit)
@@ -50,8 +57,7 @@ exec /usr/bin/setpriv --reuid="$uid" --regid="$uid" --clear-groups -- "$@"
 class ExecutorConfig:
     rootfs: Path
     scratch_dir: Path  # host dir (a tmpfs such as /dev/shm) for per-call compile dirs
-    seccomp_path: Path
-    outside_uid: int = 65534  # the uid bwrap runs as on the host
+    seccomp_path: Path  # the policy's syscall filter, compiled (SyscallFilter.to_bpf)
     pids_max: int = 64
     open_files: int = 256
     compile_memory_mb: int = 1024
@@ -69,7 +75,7 @@ class RawRun:
     cpu_killed: bool = False
     output_exceeded: bool = False
     system_error: str = ""
-    stats: RunStats = field(default_factory=lambda: RunStats(0.0, 0, False, False))
+    stats: RunStats = field(default_factory=RunStats)
 
 
 def _decode(data: bytes) -> str:
@@ -82,7 +88,7 @@ class Worker:
     def __init__(self, config: ExecutorConfig, name: str, cgroup_group: str):
         self.config = config
         self.name = name
-        self.cgroup = WorkerCgroup(cgroup_group).create()
+        self.cgroup = cgroup_driver().cgroup(cgroup_group).create()
         self.scratch = config.scratch_dir / name
         self.calls = 0
 
@@ -95,15 +101,16 @@ class Worker:
 
     # -- one sandboxed process tree ---------------------------------------------------------
 
-    def _bwrap_argv(self, argv: tuple[str, ...] | list[str], *, memory_bytes: int, bind_dir: Path | None,
+    def _bwrap_argv(self, argv: tuple[str, ...] | list[str], policy: SandboxPolicy, *, bind_dir: Path | None,
                     files: list[tuple[str, int, bool]], seccomp_fd: int | None,
                     caps: tuple[str, ...] = ()) -> list[str]:
+        tmpfs_size = str(policy.disk.size_bytes)
         cmd = ["bwrap", "--ro-bind", str(self.config.rootfs), "/", "--proc", "/proc", "--dev", "/dev",
-               "--size", str(memory_bytes), "--tmpfs", "/tmp"]
+               "--size", tmpfs_size, "--tmpfs", "/tmp"]
         if bind_dir is not None:
             cmd += ["--bind", str(bind_dir), "/work"]
         else:
-            cmd += ["--size", str(memory_bytes), "--perms", "0755", "--tmpfs", "/work"]
+            cmd += ["--size", tmpfs_size, "--perms", "0755", "--tmpfs", "/work"]
             made: set[str] = set()
             for rel, fd, executable in files:
                 parent = rel.rpartition("/")[0]
@@ -115,20 +122,30 @@ class Worker:
                             cmd += ["--perms", "0755", "--dir", f"/work/{sub}"]
                             made.add(sub)
                 cmd += ["--perms", "0755" if executable else "0644", "--file", str(fd), f"/work/{rel}"]
+        # --unshare-all: a new network namespace too (egress "none"), and a user namespace in
+        # which the run has the policy's ids.
         cmd += ["--chdir", "/work", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
                 "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work", "--setenv", "TMPDIR", "/tmp",
-                "--setenv", "LANG", "C.UTF-8", "--uid", "1000", "--gid", "1000", "--hostname", "corral"]
+                "--setenv", "LANG", "C.UTF-8", "--uid", str(policy.identity.uid), "--gid", str(policy.identity.gid),
+                "--hostname", "corral"]
         for cap in caps:  # capabilities inside the sandbox's user namespace (the zygote's, see zygote.py)
             cmd += ["--cap-add", cap]
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
         return [*cmd, "--", *argv]
 
-    async def _spawn(self, argv: tuple[str, ...] | list[str], *, stdin: bytes | None, memory_bytes: int,
-                     cpu_s: int | str,
+    def _launch_argv(self, cmd: list[str], policy: SandboxPolicy, *, cpu_s: int | str, cgroup: Cgroup) -> list[str]:
+        """``cmd`` (bwrap) started through LAUNCH: in ``cgroup``, with the rlimits, as the
+        policy's host uid."""
+        limits = [str(cpu_s), str(FILE_SIZE_LIMIT // 512), str(self.config.open_files),
+                  str(policy.limits.memory_bytes // 1024), str(policy.identity.host_uid)]
+        return ["/bin/sh", "-c", LAUNCH, "sh", *cgroup.procs_files(), *limits, *cmd]
+
+    async def _spawn(self, argv: tuple[str, ...] | list[str], policy: SandboxPolicy, *, stdin: bytes | None,
+                     cpu_s: int | str, stdout: int, stderr: int,
                      bind_dir: Path | None = None, files: list[tuple[str, Path, bool]] = (),
-                     extra_fds: list[int] = (), cgroup: WorkerCgroup | None = None, seccomp: bool = True,
-                     caps: tuple[str, ...] = (), output: int = asyncio.subprocess.PIPE) -> asyncio.subprocess.Process:
+                     extra_fds: list[int] = (), cgroup: Cgroup | None = None, seccomp: bool = True,
+                     caps: tuple[str, ...] = ()) -> asyncio.subprocess.Process:
         """Start a sandboxed process tree in this worker's cgroup (or ``cgroup``; limits already set)."""
         fds: list[int] = []
         try:
@@ -148,68 +165,66 @@ class Worker:
                 fd = os.open(path, os.O_RDONLY)
                 fds.append(fd)
                 file_fds.append((rel, fd, executable))
-            cmd = self._bwrap_argv(argv, memory_bytes=memory_bytes, bind_dir=bind_dir, files=file_fds,
-                                   seccomp_fd=seccomp_fd, caps=caps)
-            limits = [str(cpu_s), str(FILE_SIZE_LIMIT // 512), str(self.config.open_files), str(memory_bytes // 1024),
-                      str(self.config.outside_uid)]
+            cmd = self._bwrap_argv(argv, policy, bind_dir=bind_dir, files=file_fds, seccomp_fd=seccomp_fd, caps=caps)
             return await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", LAUNCH, "sh", *(cgroup or self.cgroup).procs_files(), *limits, *cmd,
+                *self._launch_argv(cmd, policy, cpu_s=cpu_s, cgroup=cgroup or self.cgroup),
                 stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,
-                stdout=output, stderr=output,
+                stdout=stdout, stderr=stderr,
                 pass_fds=[fd for fd in fds if fd != stdin_fd] + list(extra_fds), close_fds=True)
         finally:
             for fd in fds:
                 os.close(fd)
 
-    async def _supervise(self, proc: asyncio.subprocess.Process, *, cpu_ms: int, wall_ms: int,
-                         output_limit: int) -> RawRun:
-        """Drain capped output, enforce cpu time (whole tree) and wall clock, collect stats."""
-        run = RawRun()
-        started = time.monotonic()
+    def _capped_output(self, run: RawRun, out_r: int, err_r: int, output_limit: int) -> list[CappedPipe]:
+        """Readers of a run's stdout (kept up to the output limit) and stderr (up to
+        KEEP_STDERR); more than the limit on either kills the run: output_limit_exceeded."""
 
         def overflow() -> None:
             if not run.output_exceeded:
                 run.output_exceeded = True
                 self.cgroup.kill_all()
 
-        async def drain(stream: asyncio.StreamReader, keep: int) -> bytes:
-            buf = bytearray()
-            total = 0
-            while True:
-                chunk = await stream.read(65536)
-                if not chunk:
-                    break
-                total += len(chunk)
-                if len(buf) < keep:
-                    buf += chunk[: keep - len(buf)]
-                if total > output_limit:
-                    overflow()
-                    break
-            return bytes(buf)
+        return [CappedPipe(out_r, output_limit, "stdout", on_overflow=overflow),
+                CappedPipe(err_r, output_limit, "stderr", keep=min(KEEP_STDERR, output_limit), on_overflow=overflow)]
 
-        async def watch_cpu() -> None:  # cpu time of the whole tree (all processes), not just wall time
-            while True:
-                await asyncio.sleep(CPU_POLL_S)
-                if self.cgroup.cpu_ms() > cpu_ms:
-                    run.cpu_killed = True
-                    self.cgroup.kill_all()
-                    return
+    async def _watch_cpu(self, run: RawRun, cpu_ms: int) -> None:
+        """Kill the run once the cpu time of all its processes (not just wall time) passes cpu_ms."""
+        while True:
+            await asyncio.sleep(CPU_POLL_S)
+            if self.cgroup.cpu_ms() > cpu_ms:
+                run.cpu_killed = True
+                self.cgroup.kill_all()
+                return
 
-        out_task = asyncio.create_task(drain(proc.stdout, output_limit))
-        err_task = asyncio.create_task(drain(proc.stderr, min(KEEP_STDERR, output_limit)))
-        cpu_task = asyncio.create_task(watch_cpu())
+    @staticmethod
+    async def _collect_output(run: RawRun, pipes: list[CappedPipe]) -> None:
+        """Once nothing holds the pipes open any more (the cgroup is empty): the kept output."""
+        await asyncio.gather(*(p.done for p in pipes))
+        run.stdout, run.stderr = pipes[0].data(), pipes[1].data()
+
+    async def _supervise(self, proc: asyncio.subprocess.Process, out_r: int, err_r: int, *, cpu_ms: int,
+                         wall_ms: int, output_limit: int) -> RawRun:
+        """Drain capped output, enforce cpu time (whole tree) and wall clock, collect stats."""
+        run = RawRun()
+        started = time.monotonic()
+        pipes = self._capped_output(run, out_r, err_r, output_limit)
         try:
-            await asyncio.wait_for(proc.wait(), wall_ms / 1000)
-        except (TimeoutError, asyncio.TimeoutError):
-            run.wall_killed = True
+            cpu_task = asyncio.create_task(self._watch_cpu(run, cpu_ms))
+            try:
+                await asyncio.wait_for(proc.wait(), wall_ms / 1000)
+            except (TimeoutError, asyncio.TimeoutError):
+                run.wall_killed = True
+                self.cgroup.kill_all()
+                await proc.wait()
+            finally:
+                cpu_task.cancel()
+            run.wall_ms = (time.monotonic() - started) * 1000
+            # The pipes close when the last process holding them is gone: kill stragglers first.
             self.cgroup.kill_all()
-            await proc.wait()
+            await self._collect_output(run, pipes)
         finally:
-            cpu_task.cancel()
-        run.wall_ms = (time.monotonic() - started) * 1000
-        # The pipes close when the last process holding them is gone: kill stragglers first.
-        self.cgroup.kill_all()
-        run.stdout, run.stderr = await asyncio.gather(out_task, err_task)
+            for p in pipes:
+                p.close()
         run.stats = self.cgroup.stats()
         rc = proc.returncode
         if rc is not None and rc < 0:
@@ -226,15 +241,22 @@ class Worker:
                    cpu_ms: int, wall_ms: int, output_limit: int, bind_dir: Path | None = None,
                    files: list[tuple[str, Path, bool]] = ()) -> RawRun:
         """A cold run: a new sandbox started for this run alone."""
-        memory_bytes = memory_mb * 1024 * 1024
-        self.cgroup.prepare(memory_bytes, pids)
+        policy = fncall_run_policy(memory_mb, pids)
+        self.cgroup.prepare(policy.limits.memory_bytes, policy.limits.pids)
         cpu_s = max(1, -(-cpu_ms // 1000) + 1)  # backstop only; the verdict uses the cgroup's cpu time
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
-            proc = await self._spawn(argv, stdin=stdin, memory_bytes=memory_bytes, cpu_s=cpu_s, bind_dir=bind_dir,
-                                     files=files)
+            proc = await self._spawn(argv, policy, stdin=stdin, cpu_s=cpu_s, stdout=out_w, stderr=err_w,
+                                     bind_dir=bind_dir, files=files)
         except OSError as exc:
+            os.close(out_r)
+            os.close(err_r)
             return RawRun(system_error=f"cannot start the sandbox: {exc}")
-        return await self._supervise(proc, cpu_ms=cpu_ms, wall_ms=wall_ms, output_limit=output_limit)
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        return await self._supervise(proc, out_r, err_r, cpu_ms=cpu_ms, wall_ms=wall_ms, output_limit=output_limit)
 
     # -- a whole job ------------------------------------------------------------------------
 
@@ -245,7 +267,7 @@ class Worker:
         result = FncallResult(call_id=job.call_id, runtime=job.runtime, verdict=Verdict.accepted, worker=self.name)
         try:
             call_dir.mkdir(parents=True)
-            os.chown(call_dir, self.config.outside_uid, self.config.outside_uid)
+            os.chown(call_dir, FNCALL_IDENTITY.host_uid, FNCALL_IDENTITY.host_gid)
             (call_dir / runtime.source).write_text(job.code)
             for name, content in job.files.items():
                 path = call_dir / safe_relpath(name)
@@ -253,7 +275,7 @@ class Worker:
                 path.write_bytes(base64.b64decode(content))
             if runtime.compile:
                 for p in [call_dir, *call_dir.rglob("*")]:
-                    os.chown(p, self.config.outside_uid, self.config.outside_uid, follow_symlinks=False)
+                    os.chown(p, FNCALL_IDENTITY.host_uid, FNCALL_IDENTITY.host_gid, follow_symlinks=False)
                 result.compile = await self._compile(runtime, job, call_dir)
                 if result.compile.verdict != Verdict.accepted:
                     result.verdict = result.compile.verdict
@@ -269,7 +291,7 @@ class Worker:
                     fetch_dir = self.scratch / (call_dir.name + "-run")
                     shutil.copytree(call_dir, fetch_dir)
                     for p in [fetch_dir, *fetch_dir.rglob("*")]:
-                        os.chown(p, self.config.outside_uid, self.config.outside_uid, follow_symlinks=False)
+                        os.chown(p, FNCALL_IDENTITY.host_uid, FNCALL_IDENTITY.host_gid, follow_symlinks=False)
                 case_result = await self._run_case(runtime, job, case.stdin, case.expected_stdout, files, fetch_dir)
                 if fetch_dir is not None:
                     result.files = _fetch(fetch_dir, job.fetch_files)
@@ -376,7 +398,7 @@ def check_host(config: ExecutorConfig) -> str:
     """Empty when this host can run fncall jobs, else why not."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed"
-    if not WorkerCgroup.available():
+    if not cgroup_driver().available():
         return "needs root and cgroup v1 memory, pids and cpuacct controllers"
     if not (config.rootfs / "usr").is_dir():
         return f"no runtime root filesystem at {config.rootfs}"

@@ -12,32 +12,26 @@ from aio_pika.abc import AbstractRobustConnection
 
 from corral_common.logging import get_logger
 from corral_node_agent import host
-from corral_node_agent.cgroups import CGROUP_ROOT, CONTROLLERS
+from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.fncall.executor import ExecutorConfig, check_host
 from corral_node_agent.fncall.pool import RuntimePool
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS
-from corral_node_agent.fncall.seccomp import ensure_filter
 from corral_node_agent.fncall.settings import FncallNodeSettings
-from corral_node_agent.layers.cache import ImageUnavailable, LayerCache
+from corral_node_agent.isolation.policy import FNCALL_SYSCALLS
+from corral_node_agent.layers.cache import LayerCache
 
 log = get_logger("corral.fncall")
 
 # Where each node-agent instance binds its runtimes' root filesystem (world-traversable).
 RUNTIME_ROOT_DIR = Path("/run/corral-fncall")
 OWNER_FILE = ".owner-pid"  # in an instance's scratch dir: the agent that runs its workers
+CGROUP_PREFIX = "corral-fncall"  # an instance's worker cgroups: corral-fncall/<instance>/<worker>
 
 
 def remove_node_cgroups(node_id: str) -> None:
     """Drop the worker cgroups a previous agent with this node id left (processes included)."""
-    from corral_node_agent.cgroups import WorkerCgroup
-
-    base = CGROUP_ROOT / "pids" / "corral-fncall" / node_id
-    names = [p.name for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
-    for name in names:
-        WorkerCgroup(f"corral-fncall/{node_id}/{name}").remove()
-    for controller in CONTROLLERS:
-        with suppress(OSError):
-            (CGROUP_ROOT / controller / "corral-fncall" / node_id).rmdir()
+    cgroup_driver().cgroup(f"{CGROUP_PREFIX}/{node_id}").remove()
 
 
 def _alive(pid: int) -> bool:
@@ -51,10 +45,7 @@ def _alive(pid: int) -> bool:
 
 
 def _has_processes(instance: str) -> bool:
-    base = CGROUP_ROOT / "pids" / "corral-fncall" / instance
-    if not base.is_dir():
-        return False
-    return any((d / "cgroup.procs").read_text().strip() for d in base.iterdir() if d.is_dir())
+    return cgroup_driver().cgroup(f"{CGROUP_PREFIX}/{instance}").populated()
 
 
 def remove_stale_instances(scratch_root: Path, own: str) -> list[str]:
@@ -105,7 +96,7 @@ class FncallPools:
     def config(self, rootfs: Path) -> ExecutorConfig:
         s = self.settings
         return ExecutorConfig(rootfs=rootfs, scratch_dir=Path(s.scratch_dir) / self.instance,
-                              seccomp_path=ensure_filter(Path(s.cache_dir) / "seccomp"), pids_max=s.pids_max,
+                              seccomp_path=FNCALL_SYSCALLS.to_bpf(Path(s.cache_dir) / "seccomp"), pids_max=s.pids_max,
                               compile_memory_mb=s.compile_memory_mb)
 
     async def start(self) -> None:
@@ -175,7 +166,7 @@ class FncallPools:
                                    warm=self.settings.warm_python and name == "python",
                                    scale_interval_s=self.settings.scale_interval_s,
                                    idle_ticks_to_shrink=self.settings.idle_ticks_to_shrink,
-                                   cgroup_prefix=f"corral-fncall/{self.instance}")
+                                   cgroup_prefix=f"{CGROUP_PREFIX}/{self.instance}")
                 await pool.start()
                 self.pools[name] = pool
             self.status_message = "ready"

@@ -34,10 +34,10 @@ from pathlib import Path
 
 from corral_common.contracts.fncall import FncallJob, FncallResult, Verdict, safe_relpath
 from corral_common.logging import get_logger
-from corral_node_agent.cgroups import WorkerCgroup
+from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.errors import RuntimeFailure
 from corral_node_agent.fncall.executor import (
     FILE_SIZE_LIMIT,
-    KEEP_STDERR,
     ExecutorConfig,
     RawRun,
     Worker,
@@ -45,6 +45,7 @@ from corral_node_agent.fncall.executor import (
     judge_run,
 )
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS
+from corral_node_agent.isolation.policy import fncall_run_policy
 
 log = get_logger("corral.fncall.zygote")
 
@@ -55,18 +56,17 @@ ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
 START_TIMEOUT_S = 20.0
 RETRY_START_S = 30.0  # after a zygote failed to start
 REPLY_GRACE_S = 2.0  # after killing a run: how long the zygote may take to report it
-CPU_POLL_S = 0.02
 SETUP_FAILED = 125  # exit status of a run whose setup (before the user code) failed
 
 
-class ZygoteUnavailable(Exception):
-    pass
+class ZygoteUnavailable(RuntimeFailure):
+    """The zygote did not start or stopped answering (the worker falls back to cold starts)."""
 
 
 class ZygoteWorker(Worker):
     def __init__(self, config: ExecutorConfig, name: str, cgroup_group: str):
         super().__init__(config, name, cgroup_group)
-        self.zygote_cgroup = WorkerCgroup(f"{cgroup_group}.zygote").create()
+        self.zygote_cgroup = cgroup_driver().cgroup(f"{cgroup_group}.zygote").create()
         self._proc: asyncio.subprocess.Process | None = None
         self._control: socket.socket | None = None
         self._starting: asyncio.Task | None = None
@@ -104,14 +104,16 @@ class ZygoteWorker(Worker):
             # Opened by root here, so the unprivileged child may write its own pid (0) into them.
             passed += [os.open(f, os.O_WRONLY | os.O_CLOEXEC) for f in self.cgroup.procs_files()]
             self.scratch.mkdir(parents=True, exist_ok=True)
-            memory = ZYGOTE_MEMORY_MB * 1024 * 1024
-            self.zygote_cgroup.prepare(memory, ZYGOTE_PIDS)
+            policy = fncall_run_policy(ZYGOTE_MEMORY_MB, ZYGOTE_PIDS)
+            self.zygote_cgroup.prepare(policy.limits.memory_bytes, policy.limits.pids)
             log_fd = os.open(self.scratch / "zygote.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 # The program comes on stdin (a memfd): as -c it would fill every `ps` line.
+                # No --seccomp: the zygote's children install the filter themselves, after their mounts.
                 proc = await self._spawn(("/usr/bin/python3", "-E", "-s", "-S", "-", *(str(fd) for fd in passed)),
-                                         stdin=ZYGOTE_SOURCE.encode(), memory_bytes=memory, cpu_s="unlimited", extra_fds=passed,
-                                         cgroup=self.zygote_cgroup, seccomp=False, caps=ZYGOTE_CAPS, output=log_fd)
+                                         policy, stdin=ZYGOTE_SOURCE.encode(), cpu_s="unlimited", stdout=log_fd,
+                                         stderr=log_fd, extra_fds=passed, cgroup=self.zygote_cgroup, seccomp=False,
+                                         caps=ZYGOTE_CAPS)
             finally:  # the zygote has its copies now; an exit of it must show as EOF on parent
                 os.close(log_fd)
                 child.close()
@@ -196,13 +198,13 @@ class ZygoteWorker(Worker):
             if not await self._ready():
                 return RawRun(system_error="the python zygote is not running")
             control = self._control
-        memory_bytes = job.memory_limit_mb * 1024 * 1024
-        self.cgroup.prepare(memory_bytes, self.config.pids_max, known_empty=self._emptied)
+        policy = fncall_run_policy(job.memory_limit_mb, self.config.pids_max)
+        self.cgroup.prepare(policy.limits.memory_bytes, policy.limits.pids, known_empty=self._emptied)
         self._emptied = False
         payload = marshal.dumps({
-            "code": job.code, "files": files, "stdin": stdin, "tmpfs_bytes": memory_bytes,
+            "code": job.code, "files": files, "stdin": stdin, "tmpfs_bytes": policy.disk.size_bytes,
             "cpu_s": max(1, -(-job.time_limit_ms // 1000) + 1),  # backstop; the verdict uses the cgroup's cpu time
-            "fsize": FILE_SIZE_LIMIT, "nofile": self.config.open_files, "stack": memory_bytes})
+            "fsize": FILE_SIZE_LIMIT, "nofile": self.config.open_files, "stack": policy.limits.memory_bytes})
         payload_fd = os.memfd_create("job", os.MFD_CLOEXEC)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -230,38 +232,26 @@ class ZygoteWorker(Worker):
         loop = asyncio.get_running_loop()
         run = RawRun()
         started = time.monotonic()
-
-        def overflow() -> None:
-            if not run.output_exceeded:
-                run.output_exceeded = True
-                self.cgroup.kill_all()
-
-        out_task = asyncio.ensure_future(_drain(loop, out_r, output_limit, output_limit, overflow))
-        err_task = asyncio.ensure_future(_drain(loop, err_r, min(KEEP_STDERR, output_limit), output_limit, overflow))
-
-        async def watch_cpu() -> None:  # cpu time of the whole run (all its processes)
-            while True:
-                await asyncio.sleep(CPU_POLL_S)
-                if self.cgroup.cpu_ms() > cpu_ms:
-                    run.cpu_killed = True
-                    self.cgroup.kill_all()
-                    return
-
-        cpu_task = asyncio.ensure_future(watch_cpu())
-        reply = b""
+        pipes = self._capped_output(run, out_r, err_r, output_limit)
         try:
+            cpu_task = asyncio.ensure_future(self._watch_cpu(run, cpu_ms))
+            reply = b""
             try:
-                reply = await asyncio.wait_for(loop.sock_recv(control, 16), wall_ms / 1000)
-            except (TimeoutError, asyncio.TimeoutError):
-                run.wall_killed = True
-                self.cgroup.kill_all()
-                with suppress(TimeoutError, asyncio.TimeoutError):
-                    reply = await asyncio.wait_for(loop.sock_recv(control, 16), REPLY_GRACE_S)
+                try:
+                    reply = await asyncio.wait_for(loop.sock_recv(control, 16), wall_ms / 1000)
+                except (TimeoutError, asyncio.TimeoutError):
+                    run.wall_killed = True
+                    self.cgroup.kill_all()
+                    with suppress(TimeoutError, asyncio.TimeoutError):
+                        reply = await asyncio.wait_for(loop.sock_recv(control, 16), REPLY_GRACE_S)
+            finally:
+                cpu_task.cancel()
+            run.wall_ms = (time.monotonic() - started) * 1000
+            self._emptied = self.cgroup.kill_all()  # the pipes close when the last process holding them is gone
+            await self._collect_output(run, pipes)
         finally:
-            cpu_task.cancel()
-        run.wall_ms = (time.monotonic() - started) * 1000
-        self._emptied = self.cgroup.kill_all()  # the pipes close when the last process holding them is gone
-        run.stdout, run.stderr = await asyncio.gather(out_task, err_task)
+            for p in pipes:
+                p.close()
         run.stats = self.cgroup.stats()
         if len(reply) != 4:  # the zygote died (or hangs): replace it
             self._stop_zygote()
@@ -279,45 +269,3 @@ class ZygoteWorker(Worker):
             run.system_error = run.stderr.splitlines()[0].decode(errors="replace")
         return run
 
-
-async def _drain(loop: asyncio.AbstractEventLoop, fd: int, keep: int, limit: int, overflow) -> bytes:
-    """Read a pipe to EOF without a transport (cheaper per run), keeping ``keep`` bytes and
-    calling ``overflow`` once more than ``limit`` came through."""
-    os.set_blocking(fd, False)
-    buf = bytearray()
-    total = 0
-    done = loop.create_future()
-
-    def readable() -> None:
-        nonlocal total
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                chunk = b""
-                if not done.done():
-                    done.set_exception(exc)
-            if not chunk:
-                loop.remove_reader(fd)
-                if not done.done():
-                    done.set_result(None)
-                return
-            total += len(chunk)
-            if len(buf) < keep:
-                buf.extend(chunk[: keep - len(buf)])
-            if total > limit:
-                overflow()
-                loop.remove_reader(fd)
-                if not done.done():
-                    done.set_result(None)
-                return
-
-    loop.add_reader(fd, readable)
-    try:
-        await done
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
-    return bytes(buf)

@@ -1,3 +1,3 @@
-from .cache import DiskImageNotFound, EnvironmentNotFound, ImageUnavailable, LayerCache
+from .cache import LayerCache
 
-__all__ = ["DiskImageNotFound", "EnvironmentNotFound", "ImageUnavailable", "LayerCache"]
+__all__ = ["LayerCache"]

@@ -39,9 +39,9 @@ from urllib.parse import quote
 import httpx
 
 from corral_common.disk_images import DISK_IMAGE_FORMATS, DiskImageRefused, inspect_disk_image
-from corral_common.errors import CorralError, NotFound
 from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_common.logging import get_logger
+from corral_node_agent.errors import DiskImageNotFound, EnvironmentNotFound, ImageUnavailable
 
 from .. import host
 from .chunks import ChunkCache, ChunkIndex, ChunkUnavailable
@@ -64,23 +64,6 @@ def _node_settings() -> Any:
         return NodeAgentSettings()
     except Exception:  # noqa: BLE001 - unrelated bad settings must not break the defaults
         return NodeAgentSettings.model_construct()
-
-
-class ImageUnavailable(CorralError):
-    """The environment or one of its layers cannot be obtained (→ failed(image_unavailable))."""
-
-    status_code = 502
-    code = "image_unavailable"
-
-
-class EnvironmentNotFound(ImageUnavailable, NotFound):
-    status_code = 404
-    code = "environment_not_found"
-
-
-class DiskImageNotFound(ImageUnavailable, NotFound):
-    status_code = 404
-    code = "disk_image_not_found"
 
 
 def _digest_of(layer: Mapping[str, Any] | Any) -> str:

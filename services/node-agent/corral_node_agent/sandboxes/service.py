@@ -5,15 +5,17 @@ methods; it learns about sandboxes that ended on their own through on_exit callb
 
 One manager drives several backends, one per sandbox kind (``container`` always;
 ``microvm`` and ``vm`` where QEMU is available). A sandbox's kind is ``spec.backend``
-(already resolved from ``auto`` by the spec). What a backend's ``start`` gets as
-``lower_dirs`` depends on its ``layer_format_for(spec)``:
+(already resolved from ``auto`` by the spec). A backend's ``start`` gets a ``RootFs``
+whose layers (top first) are in the backend's ``layer_format``:
 
-- ``mounts``: mounted layer directories, top first (``LayerCache.acquire``);
-- ``files`` / ``dax_files``: layer image files, top first (``LayerCache.acquire_files``);
-- with ``spec.disk_image``, the last entry is the boot disk as ``"<format>:<path>"``
-  (format ``qcow2`` or ``raw``, from ``LayerCache.acquire_disk_image``).
+- ``mounts``: mounted layer directories (``LayerCache.acquire``);
+- ``files`` / ``dax_files``: layer image files (``LayerCache.acquire_files``);
+- with ``spec.disk_image``, its ``boot_disk`` too (``LayerCache.acquire_disk_image``).
 
 Everything acquired for a sandbox is released once, when it is deleted or ends on its own.
+
+Optional operations (pause, screen, snapshots, adoption) are asked of a backend only when it
+lists the capability; otherwise the answer is ``Unsupported``, whichever backend it is.
 """
 
 import asyncio
@@ -22,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral_common.display import InputEvent
-from corral_common.errors import CorralError, NotFound, ServiceUnavailable
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 from corral_common.sandboxes import (
@@ -33,30 +34,15 @@ from corral_common.sandboxes import (
     Usage,
     reserved_memory_mb,
 )
-
-from ..backends.base import ExitReason, FileData, SandboxBackend, Unsupported
-from ..layers.cache import ImageUnavailable, LayerCache
-from ..settings import NodeAgentSettings
+from corral_node_agent.backends.base import Capability, ExitReason, FileData, SandboxBackend
+from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs
+from corral_node_agent.errors import ImageUnavailable, NodeAgentError, NotFound, StartFailed, Unavailable
+from corral_node_agent.layers.cache import LayerCache
+from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
 
 ExitListener = Callable[[str, ExitReason, Usage], Awaitable[None] | None]
-
-
-class SandboxCreateError(CorralError):
-    """create() failed; `reason` is what the sandbox's failed state should say."""
-
-    status_code = 500
-    code = "start_failed"
-
-    def __init__(self, message: str, reason: FailureReason, **kw: Any):
-        super().__init__(message, code=str(reason), **kw)
-        self.reason = reason
-
-
-def boot_disk_entry(path: str, disk_format: str) -> str:
-    """How a disk image is passed to a backend's start(), as the last lower_dirs entry."""
-    return f"{disk_format}:{path}"
 
 
 @dataclass
@@ -64,8 +50,8 @@ class _Entry:
     spec: SandboxSpec
     kind: str = "container"
     layers: list[dict[str, Any]] = field(default_factory=list)
-    # How the layers were acquired ("mounts", "files", "dax_files"): release the same way.
-    layer_format: str = "mounts"
+    # How the layers were acquired: release the same way.
+    layer_format: LayerFormat = LayerFormat.mounts
     disk_image: str | None = None
     runtime: dict[str, str] = field(default_factory=dict)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -118,7 +104,7 @@ class SandboxManager:
         self.layers.cleanup_orphans()
         adopted_all: list[str] = []
         for kind, backend in self.backends.items():
-            adopted = await backend.cleanup_orphans(adopt=adopt)
+            adopted = await backend.cleanup_orphans(adopt=adopt and Capability.adopt in backend.capabilities)
             for sid in adopted:
                 # Their layer mounts live on inside the containers' own mount namespaces (a
                 # VM's QEMU keeps its files open), not in ours: nothing is acquired here, so
@@ -152,23 +138,23 @@ class SandboxManager:
                 raise existing.error
             return
         if len(self._entries) >= self.max_sandboxes:
-            raise ServiceUnavailable(f"node is full ({self.max_sandboxes} sandboxes)")
+            raise Unavailable(f"node is full ({self.max_sandboxes} sandboxes)")
         backend = self.backends.get(spec.backend)
         if backend is None:
             # The scheduler only sends a kind a node advertises; this is a stale placement.
-            raise SandboxCreateError(f"this node has no {spec.backend} backend", FailureReason.start_failed)
-        entry = _Entry(spec=spec, kind=spec.backend, layer_format=backend.layer_format_for(spec))
+            raise StartFailed(f"this node has no {spec.backend} backend")
+        entry = _Entry(spec=spec, kind=spec.backend, layer_format=backend.layer_format)
         self._entries[sandbox_id] = entry
         try:
-            lower_dirs = await self._acquire(entry)
+            rootfs = await self._acquire(entry)
             try:
                 # A from_snapshot spec starts like any other: the backend restores the saved
                 # state on top of the same layers.
-                await backend.start(sandbox_id, spec, lower_dirs)
+                await backend.start(sandbox_id, spec, rootfs)
             except Exception as exc:
                 await self._release(entry)
-                msg = exc.message if isinstance(exc, CorralError) else str(exc)
-                raise SandboxCreateError(msg, FailureReason.start_failed) from exc
+                msg = exc.message if isinstance(exc, NodeAgentError) else str(exc)
+                raise StartFailed(msg) from exc
             try:
                 entry.runtime = {str(k): str(v) for k, v in backend.describe(sandbox_id).items()}
             except Exception:
@@ -180,41 +166,42 @@ class SandboxManager:
         finally:
             entry.ready.set()
 
-    async def _acquire(self, entry: _Entry) -> list[str]:
-        """Layers (and the boot disk) in the form the sandbox's backend wants, top first."""
+    async def _acquire(self, entry: _Entry) -> RootFs:
+        """Layers (top first, in the form the sandbox's backend wants) and the boot disk."""
         spec = entry.spec
-        lower_dirs: list[str] = []
+        lower: list[str] = []
+        boot_disk = None
         try:
             if spec.environment:
                 layers = await self.layers.resolve_environment(spec.environment)
-                if entry.layer_format == "mounts":
+                if entry.layer_format is LayerFormat.mounts:
                     acquired = await self.layers.acquire(layers)
                 else:
-                    acquired = await self.layers.acquire_files(layers, dax=entry.layer_format == "dax_files")
+                    acquired = await self.layers.acquire_files(layers, dax=entry.layer_format is LayerFormat.dax_files)
                 entry.layers = layers
                 # image-service lists base first; overlays and guests want the top layer first.
-                lower_dirs = list(reversed(acquired))
+                lower = list(reversed(acquired))
             if spec.disk_image:
                 path, disk_format = await self.layers.acquire_disk_image(spec.disk_image)
                 entry.disk_image = spec.disk_image
-                lower_dirs.append(boot_disk_entry(path, disk_format))
+                boot_disk = BootDisk(path=path, format=DiskFormat(disk_format))
         except ImageUnavailable as exc:
             await self._release(entry)
-            raise SandboxCreateError(exc.message, FailureReason.image_unavailable) from exc
+            raise StartFailed(exc.message, FailureReason.image_unavailable) from exc
         except BaseException:
             await self._release(entry)
             raise
-        return lower_dirs
+        return RootFs(layers=lower, boot_disk=boot_disk)
 
     async def _release(self, entry: _Entry) -> None:
         """Give back what _acquire took; safe to call twice."""
         layers, entry.layers = entry.layers, []
         disk_image, entry.disk_image = entry.disk_image, None
         if layers:
-            if entry.layer_format == "mounts":
+            if entry.layer_format is LayerFormat.mounts:
                 await self.layers.release(layers)
             else:
-                await self.layers.release_files(layers, dax=entry.layer_format == "dax_files")
+                await self.layers.release_files(layers, dax=entry.layer_format is LayerFormat.dax_files)
         if disk_image:
             await self.layers.release_disk_image(disk_image)
 
@@ -287,28 +274,31 @@ class SandboxManager:
             raise NotFound(f"sandbox {sandbox_id} not found on this node", loc=["path", "sandbox_id"])
         return entry
 
-    async def pause(self, sandbox_id: str) -> None:
+    def _capable(self, sandbox_id: str, capability: Capability) -> SandboxBackend:
+        """The sandbox's backend, which must list capability (Unsupported otherwise)."""
         self._require(sandbox_id)
-        await self._backend_of(sandbox_id).pause(sandbox_id)
+        backend = self._backend_of(sandbox_id)
+        if capability not in backend.capabilities:
+            raise backend.unsupported(capability)
+        return backend
+
+    async def pause(self, sandbox_id: str) -> None:
+        await self._capable(sandbox_id, Capability.pause).pause(sandbox_id)
 
     async def resume(self, sandbox_id: str) -> None:
-        self._require(sandbox_id)
-        await self._backend_of(sandbox_id).resume(sandbox_id)
+        await self._capable(sandbox_id, Capability.pause).resume(sandbox_id)
 
     # ---- screens and snapshots ------------------------------------------------------------
 
     async def screenshot(self, sandbox_id: str) -> bytes:
-        self._require(sandbox_id)
-        return await self._backend_of(sandbox_id).screenshot(sandbox_id)
+        return await self._capable(sandbox_id, Capability.screen).screenshot(sandbox_id)
 
     async def send_input(self, sandbox_id: str, events: list[InputEvent]) -> None:
-        self._require(sandbox_id)
-        await self._backend_of(sandbox_id).send_input(sandbox_id, events)
+        await self._capable(sandbox_id, Capability.screen).send_input(sandbox_id, events)
 
     async def snapshot(self, sandbox_id: str, snapshot_id: str) -> int:
         """Save the sandbox's state on this node's disk; returns the size in bytes."""
-        self._require(sandbox_id)
-        return await self._backend_of(sandbox_id).snapshot(sandbox_id, snapshot_id)
+        return await self._capable(sandbox_id, Capability.snapshot).snapshot(sandbox_id, snapshot_id)
 
     async def delete_snapshot(self, snapshot_id: str, kind: str | None = None) -> None:
         """Remove a saved snapshot of backend ``kind`` (404 when it is not on this node).
@@ -318,13 +308,16 @@ class SandboxManager:
         if kind is not None:
             backend = self.backends.get(kind)
             if backend is not None:
+                if Capability.snapshot not in backend.capabilities:
+                    raise backend.unsupported(Capability.snapshot)
                 await backend.delete_snapshot(snapshot_id)
             return
         for backend in self.backends.values():
-            try:
-                await backend.delete_snapshot(snapshot_id)
-            except (Unsupported, NotFound):
-                continue
+            if Capability.snapshot in backend.capabilities:
+                try:
+                    await backend.delete_snapshot(snapshot_id)
+                except NotFound:
+                    continue
 
     # ---- data path ----------------------------------------------------------------------
 
@@ -359,8 +352,8 @@ class SandboxManager:
 
 def build_backends(settings: NodeAgentSettings) -> dict[str, SandboxBackend]:
     """crun containers always; QEMU microVMs and VMs where QEMU is installed."""
-    from ..backends.container import ContainerBackend
-    from ..backends.vm.backend import FullVmBackend, MicroVmBackend, qemu_available
+    from corral_node_agent.backends.container import ContainerBackend
+    from corral_node_agent.backends.vm.backend import FullVmBackend, MicroVmBackend, qemu_available
 
     backends: dict[str, SandboxBackend] = {"container": ContainerBackend(settings)}
     if qemu_available(settings):

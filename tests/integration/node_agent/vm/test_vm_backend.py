@@ -15,12 +15,13 @@ import uuid
 import pytest
 
 from corral_common.display import KeyPress, TypeText
-from corral_common.errors import BadRequest, Conflict, NotFound
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
 from corral_image_service.builders.busybox import build_busybox
-from corral_node_agent.backends.base import ExitReason, Unsupported
+from corral_node_agent.backends.base import ExitReason
+from corral_node_agent.backends.types import BootDisk, DiskFormat, RootFs
 from corral_node_agent.backends.vm.qemu import PMEM_ALIGN
+from corral_node_agent.errors import BadInput, Conflict, NotFound, Unsupported
 from corral_node_agent.settings import NodeAgentSettings
 from tests.polling import until
 
@@ -88,7 +89,7 @@ async def test_microvm_exec_files_pause_snapshot_restore_and_delete(work_dir, gu
     backend.on_exit = exits
     sid, restored = "vm-" + uuid.uuid4().hex[:8], "vm-" + uuid.uuid4().hex[:8]
     snap = "snap-" + uuid.uuid4().hex[:8]
-    await backend.start(sid, _spec("microvm", env={"GREETING": "hi"}), [layers["blk"]])
+    await backend.start(sid, _spec("microvm", env={"GREETING": "hi"}), RootFs([layers["blk"]]))
     try:
         info = backend.describe(sid)
         assert info["machine"] == "microvm" and info["image_transport"] == "virtio-blk"
@@ -128,7 +129,7 @@ async def test_microvm_exec_files_pause_snapshot_restore_and_delete(work_dir, gu
         # Snapshot keeps files and running processes; the source keeps running.
         size = await backend.snapshot(sid, snap)
         assert size > 1024 * 1024
-        await backend.start(restored, _spec("microvm", from_snapshot=snap), [layers["blk"]])
+        await backend.start(restored, _spec("microvm", from_snapshot=snap), RootFs([layers["blk"]]))
         assert await backend.read_file(restored, "/home/user/notes.txt") == b"hello vm\n"
         after = int(await backend.read_file(restored, "/tmp/count"))
         await until(lambda: _count_above(backend, restored, after), what="restored counter to advance")
@@ -158,7 +159,7 @@ async def test_vm_maps_layers_with_dax_and_its_screen_changes_when_typing(work_d
 
     backend = FullVmBackend(_settings(work_dir, guestkit_dir))
     sid = "vm-" + uuid.uuid4().hex[:8]
-    await backend.start(sid, _spec("vm", display=True), [layers["dax"]])
+    await backend.start(sid, _spec("vm", display=True), RootFs([layers["dax"]]))
     try:
         assert backend.describe(sid)["image_transport"] == "virtio-pmem+dax"
         res = await backend.exec(sid, ExecRequest(cmd="cat /etc/corral-layer /.corral/layers"))
@@ -173,7 +174,7 @@ async def test_vm_maps_layers_with_dax_and_its_screen_changes_when_typing(work_d
         await backend.send_input(sid, [TypeText(text="touch /tmp/typed-on-screen"), KeyPress(keys=["ret"])])
         await until(lambda: _exists(backend, sid, "/tmp/typed-on-screen"), what="the typed command to run")
         after = await until(lambda: _changed_screen(backend, sid, before), what="the screen to change")
-        with pytest.raises(BadRequest, match="input refused"):  # a 400, not a QEMU error
+        with pytest.raises(BadInput, match="input refused"):  # a 400, not a QEMU error
             await backend.send_input(sid, [KeyPress(keys=["no-such-key"])])
         assert after[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
@@ -205,8 +206,8 @@ async def test_guest_panic_and_hang_are_reported_and_the_node_stays_healthy(work
     exits = Exits()
     backend.on_exit = exits
     panics, hangs = "vm-" + uuid.uuid4().hex[:8], "vm-" + uuid.uuid4().hex[:8]
-    await asyncio.gather(backend.start(panics, _spec("microvm"), [layers["blk"]]),
-                         backend.start(hangs, _spec("microvm"), [layers["blk"]]))
+    await asyncio.gather(backend.start(panics, _spec("microvm"), RootFs([layers["blk"]])),
+                         backend.start(hangs, _spec("microvm"), RootFs([layers["blk"]])))
     try:
         panic_dir = os.path.join(backend.root, panics)
         crash = asyncio.ensure_future(backend.exec(panics, ExecRequest(cmd="echo c > /proc/sysrq-trigger", user="root")))
@@ -256,7 +257,7 @@ async def test_vm_boots_a_user_disk_image_through_a_private_overlay(work_dir, gu
     before = open(image, "rb").read()
     backend = FullVmBackend(_settings(work_dir, guestkit_dir))
     sid = "vm-" + uuid.uuid4().hex[:8]
-    await backend.start(sid, SandboxSpec(disk_image="user-disk:1", memory_mb=128), [f"raw:{image}"])
+    await backend.start(sid, SandboxSpec(disk_image="user-disk:1", memory_mb=128), RootFs(boot_disk=BootDisk(image, DiskFormat.raw)))
     try:
         info = backend.describe(sid)
         assert (info["machine"], info["image_transport"], info["agent"]) == ("q35", "disk-image", "none")
@@ -278,12 +279,13 @@ PREVIOUS_AGENT = """
 import asyncio, sys
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.types import RootFs
 from corral_node_agent.backends.vm.backend import MicroVmBackend
 from corral_node_agent.settings import NodeAgentSettings
 
 async def main(state_dir, guestkit_dir, node_id, sid, layer):
     backend = MicroVmBackend(NodeAgentSettings(node_id=node_id, state_dir=state_dir, guestkit_dir=guestkit_dir))
-    await backend.start(sid, SandboxSpec(environment="busybox", backend="microvm", memory_mb=256), [layer])
+    await backend.start(sid, SandboxSpec(environment="busybox", backend="microvm", memory_mb=256), RootFs([layer]))
     await backend.write_file(sid, "/home/user/before-restart.txt", b"written by the previous agent")
     print("READY", flush=True)
     await asyncio.sleep(3600)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from corral_common.errors import BadRequest, NotFound
 from corral_common.exec import ExecRequest
 from corral_node_agent.backends.vm import guestkit
-from corral_node_agent.backends.vm.agent_client import GuestAgentClient, GuestAgentLost
+from corral_node_agent.backends.vm.agent_client import GuestAgentClient
 from corral_node_agent.backends.vm.protocol import MARKER
+from corral_node_agent.errors import BadInput, GuestLost, NotFound
 from corral_node_agent.settings import NodeAgentSettings
 from tests.polling import until
 
@@ -282,13 +282,13 @@ async def test_file_errors_match_containers(agent):
         await agent.stat("/home/user/missing")
     with pytest.raises(NotFound):
         await agent.list_dir("/nowhere")
-    with pytest.raises(BadRequest, match="is a directory"):
+    with pytest.raises(BadInput, match="is a directory"):
         await agent.open_file("/etc")
-    with pytest.raises(BadRequest, match="not a directory"):
+    with pytest.raises(BadInput, match="not a directory"):
         await agent.list_dir("/etc/passwd")
-    with pytest.raises(BadRequest, match="symbolic links"):
+    with pytest.raises(BadInput, match="symbolic links"):
         await agent.read_file("/bin/sh")
-    with pytest.raises(BadRequest, match=r"\.\."):
+    with pytest.raises(BadInput, match=r"\.\."):
         await agent.read_file("../etc/passwd")
 
 
@@ -301,7 +301,7 @@ async def test_host_disconnect_mid_exec_then_reconnect(microvm):
     assert (await stream.__anext__()).data == "started\n"
     next_chunk = asyncio.ensure_future(stream.__anext__())
     await first.close()
-    with pytest.raises(GuestAgentLost):
+    with pytest.raises(GuestLost):
         await asyncio.wait_for(next_chunk, 5)  # fails at once, never hangs
 
     # A host that vanished halfway through a frame: the next one's marker resyncs the guest.

@@ -12,10 +12,9 @@ import tempfile
 
 import pytest
 
-from corral_common.errors import BadRequest, NotFound, PayloadTooLarge
 from corral_common.exec import ExecRequest
 from corral_node_agent.backends.vm import guestkit
-from corral_node_agent.backends.vm.agent_client import GuestAgentClient, GuestAgentLost, GuestAgentTimeout, _error
+from corral_node_agent.backends.vm.agent_client import GuestAgentClient, _error
 from corral_node_agent.backends.vm.protocol import (
     MARKER,
     MAX_FRAME,
@@ -23,6 +22,8 @@ from corral_node_agent.backends.vm.protocol import (
     ProtocolError,
     encode_frame,
 )
+from corral_node_agent.errors import BadInput, GuestKitMissing, GuestLost, GuestTimeout, NotFound, TooLarge
+from corral_node_agent.http_errors import http_error
 
 # ---- framing --------------------------------------------------------------------------
 
@@ -137,9 +138,9 @@ def test_cpio_writer_output_is_read_back_by_cpio():
 
 
 def test_loading_a_missing_kit_says_how_to_build_it(tmp_path):
-    with pytest.raises(guestkit.GuestKitMissing) as info:
+    with pytest.raises(GuestKitMissing) as info:
         guestkit.GuestKit.load(str(tmp_path))
-    assert info.value.status_code == 503
+    assert http_error(info.value).status_code == 503
     assert f"python -m corral_node_agent guestkit build --out {tmp_path}" in info.value.message
 
 
@@ -148,10 +149,10 @@ def test_errno_answers_map_like_the_container_backend():
     assert isinstance(_error({"errno": errno.ENOENT, "at": 3}, parts), NotFound)
     assert "/home/user/a.txt" in _error({"errno": errno.ENOENT, "at": 3}, parts).message
     assert "/home/user" == _error({"errno": errno.ENOTDIR, "at": 2}, parts).message.split(":")[0]
-    assert isinstance(_error({"errno": errno.ELOOP, "at": 1}, parts), BadRequest)
-    assert isinstance(_error({"errno": errno.EISDIR, "at": 3}, parts), BadRequest)
-    assert isinstance(_error({"errno": errno.ENOSPC}, parts), PayloadTooLarge)
-    assert isinstance(_error({"errno": errno.EINVAL, "message": "bad"}, None), BadRequest)
+    assert isinstance(_error({"errno": errno.ELOOP, "at": 1}, parts), BadInput)
+    assert isinstance(_error({"errno": errno.EISDIR, "at": 3}, parts), BadInput)
+    assert isinstance(_error({"errno": errno.ENOSPC}, parts), TooLarge)
+    assert isinstance(_error({"errno": errno.EINVAL, "message": "bad"}, None), BadInput)
 
 
 # ---- client session logic against a fake guest ----------------------------------------
@@ -250,9 +251,9 @@ async def test_pending_calls_fail_promptly_when_the_client_closes_or_the_guest_g
         call = asyncio.ensure_future(client.exec(ExecRequest(cmd="sleep 1000")))
         await asyncio.sleep(0)
         await client.close()
-        with pytest.raises(GuestAgentLost):
+        with pytest.raises(GuestLost):
             await asyncio.wait_for(call, 2)
-        with pytest.raises(GuestAgentLost):
+        with pytest.raises(GuestLost):
             await client.stat("/x")
 
         client = await GuestAgentClient.connect(path, timeout_s=5)
@@ -264,17 +265,17 @@ async def test_pending_calls_fail_promptly_when_the_client_closes_or_the_guest_g
         await asyncio.wait_for(read_arrived(), 5)
         for w in guest.writers:
             w.close()  # QEMU died
-        with pytest.raises(GuestAgentLost):
+        with pytest.raises(GuestLost):
             await asyncio.wait_for(call, 2)
         await client.close()
 
 
 async def test_connect_times_out_with_a_clear_error(tmp_path):
-    with pytest.raises(GuestAgentTimeout, match="not available"):
+    with pytest.raises(GuestTimeout, match="not available"):
         await GuestAgentClient.connect(str(tmp_path / "nobody.sock"), timeout_s=0.2)
     path = str(tmp_path / "agent.sock")
     async with FakeGuest(path, lambda msg: None):
-        with pytest.raises(GuestAgentTimeout, match="handshake"):
+        with pytest.raises(GuestTimeout, match="handshake"):
             await GuestAgentClient.connect(path, timeout_s=0.5)
 
 
@@ -283,15 +284,15 @@ async def test_bad_requests_are_refused_before_reaching_the_guest(tmp_path):
 
     async with FakeGuest(path, lambda msg: hello_ok(msg) if msg["op"] == "hello" else None) as guest:
         client = await GuestAgentClient.connect(path, timeout_s=5, max_upload_bytes=10)
-        with pytest.raises(BadRequest):
+        with pytest.raises(BadInput):
             await client.exec(ExecRequest(cmd=[]))
-        with pytest.raises(BadRequest):
+        with pytest.raises(BadInput):
             await client.exec(ExecRequest(cmd="x", env={"A=B": "1"}))
-        with pytest.raises(BadRequest, match=r"\.\."):
+        with pytest.raises(BadInput, match=r"\.\."):
             await client.read_file("/etc/../x")
-        with pytest.raises(PayloadTooLarge):
+        with pytest.raises(TooLarge):
             await client.write_file("/big", b"x" * 11)
-        with pytest.raises(PayloadTooLarge, match="stdin"):
+        with pytest.raises(TooLarge, match="stdin"):
             await client.exec(ExecRequest(cmd="cat", stdin="x" * (4 << 20)))
         async def abort_arrived():
             while guest.received[-1]["op"] != "write_abort":

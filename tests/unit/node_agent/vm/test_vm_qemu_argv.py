@@ -3,7 +3,6 @@
 import pytest
 
 from corral_common.display import KeyPress, MouseClick, MouseMove, TypeText
-from corral_common.errors import BadRequest
 from corral_node_agent.backends.vm.input import ABS_MAX, char_qcodes, to_qmp
 from corral_node_agent.backends.vm.qemu import (
     PMEM_ALIGN,
@@ -13,6 +12,7 @@ from corral_node_agent.backends.vm.qemu import (
     detect_accelerator,
     guest_lowers,
 )
+from corral_node_agent.errors import BadInput
 
 
 def _config(machine, tmp_path, **kw):
@@ -74,7 +74,7 @@ def test_typing_text_presses_shift_for_capitals_and_symbols():
     assert char_qcodes("A") == ["shift", "a"]
     assert char_qcodes("!") == ["shift", "1"]
     assert char_qcodes("\n") == ["ret"]
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadInput):
         char_qcodes("é")
 
 

@@ -4,8 +4,8 @@ virtio-serial port. Requests are multiplexed by id, so any number of execs and f
 transfers run at once.
 
 Errors mirror the container backend's for the same situation (paths go through the same
-fs.split_path checks; errno answers map like fs does host-side), so a caller cannot tell
-a VM sandbox from a container by its errors.
+paths.split_path checks; errno answers map through the same paths.os_error), so a caller
+cannot tell a VM sandbox from a container by its errors.
 """
 
 import asyncio
@@ -18,12 +18,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from corral_common.errors import BadRequest, CorralError, PayloadTooLarge
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
-
-from .. import fs
-from .protocol import (
+from corral_node_agent.backends import paths
+from corral_node_agent.backends.commands import checked_argv
+from corral_node_agent.backends.vm.protocol import (
     MARKER,
     MAX_FRAME,
     PROTOCOL_VERSION,
@@ -34,6 +33,7 @@ from .protocol import (
     encode_frame,
     unb64,
 )
+from corral_node_agent.errors import BadInput, GuestAgentError, GuestLost, GuestTimeout, NodeAgentError, TooLarge
 
 log = get_logger(__name__)
 
@@ -48,25 +48,6 @@ _READ_SIZE = 256 << 10
 # Bytes of one file download the guest may send ahead of the reader: a slow consumer (an
 # HTTP client) holds the guest back instead of filling the node-agent's memory.
 READ_WINDOW = 2 << 20
-
-
-class GuestAgentError(CorralError):
-    """The guest agent failed a request in a way that is not the caller's fault."""
-
-    status_code = 500
-    code = "guest_agent_error"
-
-
-class GuestAgentLost(GuestAgentError):
-    """The connection to the guest agent is gone (VM stopped, crashed, or client closed)."""
-
-    status_code = 502
-    code = "guest_agent_lost"
-
-
-class GuestAgentTimeout(GuestAgentLost):
-    status_code = 504
-    code = "guest_agent_timeout"
 
 
 class _Lost:
@@ -101,7 +82,7 @@ class GuestAgentClient:
                       output_limit_bytes: int | None = None,
                       max_upload_bytes: int | None = None) -> "GuestAgentClient":
         """Connect to QEMU's chardev socket (retrying until QEMU listens) and handshake;
-        GuestAgentTimeout if the guest does not answer within timeout_s."""
+        GuestTimeout if the guest does not answer within timeout_s."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
@@ -110,7 +91,7 @@ class GuestAgentClient:
                 break
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 if loop.time() >= deadline:
-                    raise GuestAgentTimeout(f"guest agent socket {socket_path} not available within "
+                    raise GuestTimeout(f"guest agent socket {socket_path} not available within "
                                             f"{timeout_s:g} s ({exc.strerror})") from None
                 await asyncio.sleep(0.02)
         client = cls(reader, writer, env=env, output_limit_bytes=output_limit_bytes,
@@ -152,7 +133,7 @@ class GuestAgentClient:
                 if getter in done:
                     msg = getter.result()
                     if isinstance(msg, _Lost):
-                        raise GuestAgentLost(f"guest agent connection closed during the handshake: {msg.reason}")
+                        raise GuestLost(f"guest agent connection closed during the handshake: {msg.reason}")
                     if msg.get("type") == "ok" and msg.get("session") == session:
                         for old in hello_ids:
                             self._pending.pop(old, None)
@@ -165,7 +146,7 @@ class GuestAgentClient:
                 if readied in done:
                     break  # the agent (re)started: say hello again right away
             if loop.time() >= deadline:
-                raise GuestAgentTimeout("guest agent did not answer the handshake in time (guest still booting, "
+                raise GuestTimeout("guest agent did not answer the handshake in time (guest still booting, "
                                         "or its init failed: see the VM console)")
 
     async def _read_loop(self) -> None:
@@ -206,14 +187,14 @@ class GuestAgentClient:
 
     async def _send(self, data: bytes) -> None:
         if self._lost is not None:
-            raise GuestAgentLost(f"guest agent connection lost: {self._lost}")
+            raise GuestLost(f"guest agent connection lost: {self._lost}")
         self._writer.write(data)
         async with self._drain_lock:
             try:
                 await self._writer.drain()
             except (ConnectionError, OSError) as exc:
                 self._fail_all(f"connection error: {exc}")
-                raise GuestAgentLost(f"guest agent connection lost: {exc}") from None
+                raise GuestLost(f"guest agent connection lost: {exc}") from None
 
     def _send_nowait(self, message: dict[str, Any]) -> None:
         if self._lost is None and not self._writer.is_closing():
@@ -225,7 +206,7 @@ class GuestAgentClient:
             frame = encode_frame({"id": rid, **message})
         except ProtocolError:
             # Only a command's stdin (or env) can get this big: one frame carries it whole.
-            raise PayloadTooLarge(f"request too large for a VM sandbox's agent (max {MAX_FRAME * 3 // 4} bytes "
+            raise TooLarge(f"request too large for a VM sandbox's agent (max {MAX_FRAME * 3 // 4} bytes "
                                   "of stdin): upload a file and redirect from it", loc=["body"]) from None
         queue: asyncio.Queue = asyncio.Queue()
         self._pending[rid] = queue
@@ -240,9 +221,9 @@ class GuestAgentClient:
         try:
             msg = await asyncio.wait_for(queue.get(), timeout_s)
         except TimeoutError:
-            raise GuestAgentTimeout(f"guest agent did not answer within {timeout_s:g} s") from None
+            raise GuestTimeout(f"guest agent did not answer within {timeout_s:g} s") from None
         if isinstance(msg, _Lost):
-            raise GuestAgentLost(f"guest agent connection lost: {msg.reason}")
+            raise GuestLost(f"guest agent connection lost: {msg.reason}")
         return msg
 
     async def _call(self, message: dict[str, Any], parts: list[str] | None = None) -> dict[str, Any]:
@@ -257,7 +238,7 @@ class GuestAgentClient:
         return msg
 
     async def close(self) -> None:
-        """Drop the connection; pending calls fail at once with GuestAgentLost. The guest
+        """Drop the connection; pending calls fail at once with GuestLost. The guest
         keeps running and accepts the next connection."""
         self._fail_all("client closed")
         if self._reader_task is not None and not self._reader_task.done():
@@ -283,24 +264,15 @@ class GuestAgentClient:
         """Sync the guest's disks and power it off (QEMU then exits)."""
         try:
             await self._call({"op": "shutdown"})
-        except GuestAgentLost:
+        except GuestLost:
             pass  # powered off before the answer got out: the outcome we asked for
         await self.close()
 
     # ---- exec -----------------------------------------------------------------------------
 
     def _exec_message(self, req: ExecRequest) -> dict[str, Any]:
-        argv = ["/bin/sh", "-c", req.cmd] if isinstance(req.cmd, str) else list(req.cmd)
-        if not argv or not argv[0]:
-            raise BadRequest("cmd must not be empty", loc=["body", "cmd"])
-        if any("\0" in a for a in argv):
-            raise BadRequest("cmd must not contain NUL bytes", loc=["body", "cmd"])
         env = {**self.default_env, **req.env}
-        for k, v in env.items():
-            if not k or "=" in k or "\0" in k or "\0" in v:
-                raise BadRequest(f"invalid environment variable {k!r}", loc=["body", "env", k])
-        if req.cwd is not None and "\0" in req.cwd:
-            raise BadRequest("cwd must not contain NUL bytes", loc=["body", "cwd"])
+        argv = checked_argv(req, env)
         limit = req.output_limit if self.output_limit_bytes is None else min(req.output_limit,
                                                                              self.output_limit_bytes)
         message: dict[str, Any] = {"op": "exec", "argv": argv, "cwd": req.cwd, "env": env,
@@ -358,23 +330,23 @@ class GuestAgentClient:
     # ---- files ----------------------------------------------------------------------------
 
     async def stat(self, path: str) -> FileInfo:
-        parts = fs.split_path(path)
+        parts = paths.split_path(path)
         msg = await self._call({"op": "stat", "parts": parts}, parts)
         name = parts[-1] if parts else "/"
-        return FileInfo(name=name, path=fs.sandbox_path(parts), **msg["info"])
+        return FileInfo(name=name, path=paths.sandbox_path(parts), **msg["info"])
 
     async def list_dir(self, path: str) -> list[FileInfo]:
-        parts = fs.split_path(path)
+        parts = paths.split_path(path)
         msg = await self._call({"op": "list", "parts": parts}, parts)
-        base = fs.sandbox_path(parts).rstrip("/")
+        base = paths.sandbox_path(parts).rstrip("/")
         entries = sorted(msg["entries"], key=lambda e: e["name"])
         return [FileInfo(path=f"{base}/{e['name']}", **e) for e in entries]
 
     async def open_file(self, path: str) -> tuple[int, AsyncIterator[bytes]]:
         """(size, chunks); errors (missing file, a directory...) are raised here, before any byte."""
-        parts = fs.split_path(path)
+        parts = paths.split_path(path)
         if not parts:
-            raise BadRequest("/: is a directory", loc=fs.LOC)
+            raise BadInput("/: is a directory", loc=paths.LOC)
         rid, queue = await self._request({"op": "read", "parts": parts, "window": READ_WINDOW})
         try:
             first = await self._next(queue, _REQUEST_TIMEOUT_S)
@@ -421,9 +393,9 @@ class GuestAgentClient:
     async def write_file(self, path: str, data: bytes | AsyncIterator[bytes], mode: int = 0o644) -> int:
         """Create or replace a file (parent dirs are created, owned by the sandbox user);
         returns the bytes written. A failed upload leaves no file behind."""
-        parts = fs.split_path(path)
+        parts = paths.split_path(path)
         if not parts:
-            raise BadRequest("/: is a directory", loc=fs.LOC)
+            raise BadInput("/: is a directory", loc=paths.LOC)
         rid, queue = await self._request({"op": "write_open", "parts": parts, "mode": mode & 0o777})
         written = 0
         finished = False
@@ -433,7 +405,7 @@ class GuestAgentClient:
             if not queue.empty():
                 msg = queue.get_nowait()
                 if isinstance(msg, _Lost):
-                    raise GuestAgentLost(f"guest agent connection lost: {msg.reason}")
+                    raise GuestLost(f"guest agent connection lost: {msg.reason}")
                 nonlocal finished
                 finished = True
                 raise _error(msg, parts)
@@ -442,7 +414,7 @@ class GuestAgentClient:
             nonlocal written
             cap = self.max_upload_bytes
             if cap is not None and written + len(chunk) > cap:
-                raise PayloadTooLarge(f"upload exceeds {cap} bytes", loc=["body"])
+                raise TooLarge(f"upload exceeds {cap} bytes", loc=["body"])
             view = memoryview(chunk)
             for off in range(0, len(view), WRITE_CHUNK):
                 early_error()
@@ -474,16 +446,16 @@ def _error(msg: dict[str, Any], parts: list[str] | None) -> Exception:
     err = int(msg.get("errno") or 0)
     text = str(msg.get("message") or os.strerror(err))
     if err in (errno_mod.ENOSPC, errno_mod.EDQUOT):
-        return PayloadTooLarge("sandbox disk is full (disk_mb)", loc=["body"])
+        return TooLarge("sandbox disk is full (disk_mb)", loc=["body"])
     at = msg.get("at")
     if parts is not None and at is not None:
-        mapped = fs._os_error(OSError(err, text), parts[:int(at)])
-        if isinstance(mapped, CorralError):
+        mapped = paths.os_error(OSError(err, text), parts[:int(at)])
+        if isinstance(mapped, NodeAgentError):
             return mapped
-        where = fs.sandbox_path(parts[:int(at)])
+        where = paths.sandbox_path(parts[:int(at)])
         if err in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
-            return BadRequest(f"{where}: {text}", loc=fs.LOC)
+            return BadInput(f"{where}: {text}", loc=paths.LOC)
         return GuestAgentError(f"{where}: {text}")
     if err == errno_mod.EINVAL:
-        return BadRequest(text)
+        return BadInput(text)
     return GuestAgentError(f"guest agent: {text}")

@@ -18,8 +18,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import time
-import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,30 +27,49 @@ from typing import Any
 from qemu.qmp import ExecuteError
 
 from corral_common.display import InputEvent
-from corral_common.errors import BadRequest, Conflict, CorralError, NotFound, ServiceUnavailable
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec, Usage
-
-from ...settings import NodeAgentSettings
-from ..base import ExitReason, FileData, SandboxBackend, Unsupported
-from .input import to_qmp
-from .machine import MachineError, QemuMachine
-from .qemu import LayerDisk, Machine, MachineConfig, detect_accelerator, guest_lowers
+from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
+from corral_node_agent.backends.types import ImageTransport, LayerFormat, RootFs
+from corral_node_agent.backends.vm.agent_client import GuestAgentClient
+from corral_node_agent.backends.vm.guestkit import GuestKit, kernel_cmdline
+from corral_node_agent.backends.vm.input import to_qmp
+from corral_node_agent.backends.vm.machine import MachineError, QemuMachine
+from corral_node_agent.backends.vm.qemu import (
+    LayerDevice,
+    LayerDisk,
+    Machine,
+    MachineConfig,
+    detect_accelerator,
+    guest_lowers,
+)
+from corral_node_agent.cgroups.base import Cgroup
+from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.errors import (
+    AlreadyExists,
+    BadInput,
+    NodeAgentError,
+    NotFound,
+    RuntimeFailure,
+    SandboxPaused,
+    StartFailed,
+    Unavailable,
+    Unsupported,
+)
+from corral_node_agent.isolation.policy import policy_for
+from corral_node_agent.isolation.userns import VmUidPool
+from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
 
-# QEMU's own threads (I/O workers, vCPUs, RCU...) count against the cgroup's pids limit.
-QEMU_PIDS_LIMIT = 512
-VM_UID_SLOTS = 10_000
 STATE_FILE = "state.bin"
 META_FILE = "snapshot.json"
 SNAPSHOT_FORMAT = 1
-
-
-class VmStartError(CorralError):
-    status_code = 500
-    code = "vm_start_failed"
+# How a layer in each format is attached, and what the record then says (vm: until the
+# guest tells whether DAX worked).
+_LAYER_ATTACHMENT = {LayerFormat.files: (LayerDevice.blk, ImageTransport.virtio_blk),
+                     LayerFormat.dax_files: (LayerDevice.pmem, ImageTransport.virtio_pmem_dax)}
 
 
 @dataclass
@@ -60,9 +79,9 @@ class _Vm:
     directory: str
     machine: QemuMachine
     config: MachineConfig
-    transport: str
+    transport: ImageTransport
     agent: Any = None  # GuestAgentClient; None for user disk images (no Corral agent inside)
-    cgroup: Any = None
+    cgroup: Cgroup | None = None
     started: float = field(default_factory=time.monotonic)
     paused: bool = False
     stopping: bool = False
@@ -81,7 +100,8 @@ def _png_size(data: bytes) -> tuple[int, int]:
 class QemuBackend(SandboxBackend):
     kind = "microvm"
     machine_type: Machine = "microvm"
-    layer_format = "files"
+    layer_format = LayerFormat.files
+    capabilities = frozenset({Capability.pause, Capability.snapshot, Capability.adopt})
 
     def __init__(self, settings: NodeAgentSettings):
         self.settings = settings
@@ -89,13 +109,15 @@ class QemuBackend(SandboxBackend):
         self.root = os.path.join(settings.state_dir, "vms")
         self.snapshots_dir = os.path.join(settings.state_dir, "snapshots")
         self._vms: dict[str, _Vm] = {}
-        base = settings.vm_uid_base
-        if base == 0:
-            base = 2_000_000 + (zlib.crc32(settings.node_id.encode()) % 1000) * VM_UID_SLOTS
-        self._uid_base = base
-        self._free_slots = list(range(VM_UID_SLOTS - 1, -1, -1))
+        self._finished = FinishedUsage()
+        self.uids = VmUidPool(settings)
 
     # ---- helpers ------------------------------------------------------------------------
+
+    def unsupported(self, capability: Capability) -> Unsupported:
+        if capability is Capability.screen:
+            return Unsupported(f"{self.kind} sandboxes have no display (use backend 'vm')")
+        return super().unsupported(capability)
 
     def _get(self, sandbox_id: str) -> _Vm:
         vm = self._vms.get(sandbox_id)
@@ -109,20 +131,18 @@ class QemuBackend(SandboxBackend):
             raise Unsupported("this VM boots a user disk image: it has no Corral guest agent, "
                               "use its screen and input instead")
         if vm.paused or vm.agent is None:
-            raise Conflict(f"sandbox {sandbox_id} is paused; resume it first")
+            # The agent cannot answer while the guest is stopped: files wait too (not so for containers).
+            raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
         return vm.agent
 
-    def _cgroup(self, sandbox_id: str) -> Any:
-        # cgroup v1 memory/pids/cpuacct per VM, the same helper the fncall workers use.
-        from ...cgroups import WorkerCgroup
-
-        if not WorkerCgroup.available():
+    def _cgroup(self, sandbox_id: str) -> Cgroup | None:
+        # memory/pids/cpu accounting per VM, the same cgroups the fncall workers get.
+        driver = cgroup_driver()
+        if not driver.available():
             return None
-        return WorkerCgroup(f"corral-vm/{self.settings.node_id}/{sandbox_id}").create()
+        return driver.cgroup(f"corral-vm/{self.settings.node_id}/{sandbox_id}").create()
 
     async def _connect_agent(self, vm: _Vm, timeout_s: float) -> Any:
-        from .agent_client import GuestAgentClient
-
         # The spec's env applies to every command; output and upload caps as for containers.
         return await GuestAgentClient.connect(vm.config.agent_socket or "", timeout_s=timeout_s, env=vm.spec.env,
                                               output_limit_bytes=self.settings.output_limit_bytes,
@@ -130,31 +150,31 @@ class QemuBackend(SandboxBackend):
 
     # ---- lifecycle ----------------------------------------------------------------------
 
-    def _layer_transport(self) -> str:
-        return "blk"
-
-    async def start(self, sandbox_id: str, spec: SandboxSpec, lower_dirs: list[str]) -> None:
+    async def start(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:
         if sandbox_id in self._vms:
-            return
+            raise AlreadyExists(f"sandbox {sandbox_id} already exists")
+        self._finished.pop(sandbox_id, None)
         directory = os.path.join(self.root, sandbox_id)
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory, mode=0o700)
-        slot = self._free_slots.pop() if self.settings.vm_uid_base >= 0 and self._free_slots else None
+        policy = policy_for(spec, self.settings)
+        slot = self.uids.acquire() if policy.identity.host_uid is None else None
         try:
-            config, transport = self._config(sandbox_id, spec, lower_dirs, directory)
+            config, transport = self._config(sandbox_id, spec, rootfs, directory)
             if slot is not None:
-                uid = self._uid_base + slot
+                uid = self.uids.uid(slot)
                 config.run_as = f"{uid}:{uid}"
                 # QEMU writes screenshots here after dropping to its uid; nobody else can enter.
                 os.chown(directory, uid, uid)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             if slot is not None:
-                self._free_slots.append(slot)
+                self.uids.release(slot)
             raise
         cgroup = self._cgroup(sandbox_id)
         if cgroup is not None:
-            cgroup.arm((spec.memory_mb + self.settings.vm_memory_overhead_mb) * 1024 * 1024, QEMU_PIDS_LIMIT)
+            cgroup.set_limits(policy.limits.memory_bytes, policy.limits.pids)
+            cgroup.reset_counters()
         machine = QemuMachine(self.settings.qemu, config,
                               cgroup_procs=cgroup.procs_files() if cgroup else None)
         vm = _Vm(sandbox_id=sandbox_id, spec=spec, directory=directory, machine=machine, config=config,
@@ -166,9 +186,9 @@ class QemuBackend(SandboxBackend):
             console = vm.machine.console_text()
             await self._teardown(vm)
             self._vms.pop(sandbox_id, None)
-            if isinstance(exc, CorralError):
-                raise
-            raise VmStartError(f"{exc}{self._console_hint(console)}") from exc
+            if isinstance(exc, NodeAgentError) and not isinstance(exc, RuntimeFailure):
+                raise  # it says what went wrong; QEMU's own failures get the console's last words
+            raise StartFailed(f"{exc}{self._console_hint(console)}") from exc
         self._save_record(vm)
         self._supervise(vm)
 
@@ -200,8 +220,8 @@ class QemuBackend(SandboxBackend):
         tail = console.strip().splitlines()[-3:]
         return f" (console: {' | '.join(tail)})" if tail else ""
 
-    def _config(self, sandbox_id: str, spec: SandboxSpec, lower_dirs: list[str],
-                directory: str) -> tuple[MachineConfig, str]:
+    def _config(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs,
+                directory: str) -> tuple[MachineConfig, ImageTransport]:
         sockets = {name: os.path.join(directory, f"{name}.sock") for name in ("qmp", "console", "agent")}
         if spec.from_snapshot:
             return self._restore_config(spec.from_snapshot, directory, sockets)
@@ -209,25 +229,18 @@ class QemuBackend(SandboxBackend):
                       accelerator=self.accelerator, qmp_socket=sockets["qmp"], console_socket=sockets["console"],
                       display=self.machine_type == "q35")
         if spec.disk_image:
-            # The manager appends the boot disk as "<format>:<path>" after any layers.
-            if not lower_dirs or ":" not in lower_dirs[-1]:
-                raise VmStartError("no disk image was given to boot")
-            base_format, _, base = lower_dirs[-1].partition(":")
-            if base_format not in ("qcow2", "raw"):
-                raise VmStartError(f"unsupported disk image format {base_format!r}")
+            disk = rootfs.boot_disk
+            if disk is None:
+                raise StartFailed("no disk image was given to boot")
             overlay = os.path.join(directory, "disk.qcow2")
             # Writes land in a per-sandbox overlay; the cached image is shared and never written.
-            import subprocess
-
-            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", base_format, overlay],
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", disk.path, "-F", disk.format, overlay],
                            check=True, capture_output=True)
-            return MachineConfig(**common, boot_disk=overlay, boot_disk_format="qcow2"), "disk-image"
-
-        from .guestkit import GuestKit, kernel_cmdline
+            return MachineConfig(**common, boot_disk=overlay, boot_disk_format="qcow2"), ImageTransport.disk_image
 
         kit = GuestKit.load(self.settings.guestkit_dir)
-        transport = self._layer_transport()
-        layers = [LayerDisk(path=p, transport=transport) for p in reversed(lower_dirs)]  # base first
+        device, transport = _LAYER_ATTACHMENT[self.layer_format]
+        layers = [LayerDisk(path=p, transport=device) for p in reversed(rootfs.layers)]  # base first
         cmdline = kernel_cmdline(lowers=guest_lowers(layers), upper_mb=spec.disk_mb,
                                  hostname=sandbox_id, tty_shell=self.machine_type == "q35",
                                  tcg=self.accelerator == "tcg")
@@ -236,10 +249,10 @@ class QemuBackend(SandboxBackend):
         kernel = kit.display_kernel if common["display"] and kit.display_kernel else kit.kernel
         config = MachineConfig(**common, kernel=kernel, initramfs=kit.initramfs, cmdline=cmdline,
                                agent_socket=sockets["agent"], layers=layers)
-        return config, {"pmem": "virtio-pmem+dax", "blk": "virtio-blk"}[transport]
+        return config, transport
 
     def _restore_config(self, snapshot_id: str, directory: str,
-                        sockets: dict[str, str]) -> tuple[MachineConfig, str]:
+                        sockets: dict[str, str]) -> tuple[MachineConfig, ImageTransport]:
         snap_dir = os.path.join(self.snapshots_dir, snapshot_id)
         try:
             with open(os.path.join(snap_dir, META_FILE)) as fh:
@@ -247,19 +260,19 @@ class QemuBackend(SandboxBackend):
         except FileNotFoundError:
             raise NotFound(f"snapshot {snapshot_id} is not on this node", loc=["body", "from_snapshot"]) from None
         if meta.get("format") != SNAPSHOT_FORMAT or meta["machine"] != self.machine_type:
-            raise VmStartError(f"snapshot {snapshot_id} is not a {self.kind} snapshot of this version")
+            raise StartFailed(f"snapshot {snapshot_id} is not a {self.kind} snapshot of this version")
         cfg = dict(meta["config"])
         cfg["layers"] = [LayerDisk(**layer) for layer in cfg.get("layers", [])]
         for layer in cfg["layers"]:
             if not os.path.exists(layer.path):
-                raise VmStartError(f"layer file {layer.path} of snapshot {snapshot_id} is gone")
+                raise StartFailed(f"layer file {layer.path} of snapshot {snapshot_id} is gone")
         if cfg.get("boot_disk"):
             overlay = os.path.join(directory, "disk.qcow2")
             shutil.copyfile(os.path.join(snap_dir, "disk.qcow2"), overlay)
             cfg["boot_disk"] = overlay
         cfg.update(qmp_socket=sockets["qmp"], console_socket=sockets["console"], accelerator=self.accelerator,
                    agent_socket=sockets["agent"] if cfg.get("agent_socket") else None, incoming="defer")
-        return MachineConfig(**cfg), meta["transport"]
+        return MachineConfig(**cfg), ImageTransport(meta["transport"])
 
     async def _boot(self, vm: _Vm) -> None:
 
@@ -273,11 +286,11 @@ class QemuBackend(SandboxBackend):
             done, _ = await asyncio.wait({connect, died}, return_when=asyncio.FIRST_COMPLETED)
             if connect not in done:
                 connect.cancel()
-                raise VmStartError(f"the VM stopped while booting (qemu exit {died.result()})"
+                raise StartFailed(f"the VM stopped while booting (qemu exit {died.result()})"
                                    f"{self._console_hint(vm.machine.console_text())}")
             died.cancel()
             vm.agent = connect.result()
-            if vm.transport == "virtio-pmem+dax":
+            if vm.transport is ImageTransport.virtio_pmem_dax:
                 vm.transport = await self._pmem_mode(vm)
             if vm.config.display and not vm.config.incoming:
                 await self._wait_for_console_shell(vm)
@@ -299,15 +312,15 @@ class QemuBackend(SandboxBackend):
         log.warning("vm.console_shell_not_ready", sandbox_id=vm.sandbox_id)
 
     @staticmethod
-    async def _pmem_mode(vm: _Vm) -> str:
+    async def _pmem_mode(vm: _Vm) -> ImageTransport:
         """What the guest's init managed: DAX, or pmem without DAX (it falls back, and says
         so in /.corral/layers: "<index> <device> dax|pmem|blk" per layer)."""
         try:
             status = (await vm.agent.read_file("/.corral/layers")).decode()
         except Exception:
-            return "virtio-pmem"
+            return ImageTransport.virtio_pmem
         modes = {line.split()[2] for line in status.splitlines() if len(line.split()) == 3}
-        return "virtio-pmem+dax" if modes == {"dax"} else "virtio-pmem"
+        return ImageTransport.virtio_pmem_dax if modes == {"dax"} else ImageTransport.virtio_pmem
 
     async def _watch(self, vm: _Vm) -> None:
         """The QEMU process ended on its own: the guest powered off, panicked or QEMU died."""
@@ -357,10 +370,14 @@ class QemuBackend(SandboxBackend):
         if vm.stopping:
             return
         usage = await self._stop_vm(vm, cancel_self=True)
-        if self.on_exit is not None:
-            res = self.on_exit(vm.sandbox_id, reason, usage)
-            if asyncio.iscoroutine(res):
-                await res
+        self._forget(vm)
+        await self._report_exit(vm.sandbox_id, reason, usage)
+
+    def _forget(self, vm: _Vm) -> None:
+        """Drop a stopped VM; its usage stays for stop() and usage() after the end."""
+        if self._vms.get(vm.sandbox_id) is vm:
+            del self._vms[vm.sandbox_id]
+            self._finished.add(vm.sandbox_id, vm.usage or Usage())
 
     async def _stop_vm(self, vm: _Vm, cancel_self: bool = False) -> Usage:
         vm.stopping = True
@@ -381,16 +398,16 @@ class QemuBackend(SandboxBackend):
             await asyncio.to_thread(vm.cgroup.remove)
         shutil.rmtree(vm.directory, ignore_errors=True)
         if vm.uid_slot is not None:
-            self._free_slots.append(vm.uid_slot)
+            self.uids.release(vm.uid_slot)
             vm.uid_slot = None
 
     async def stop(self, sandbox_id: str) -> Usage:
         vm = self._vms.get(sandbox_id)
         if vm is None:
-            return Usage()
+            return self._finished.get(sandbox_id, Usage())
         if not vm.stopping:
             await self._stop_vm(vm)
-        self._vms.pop(sandbox_id, None)
+        self._forget(vm)
         return vm.usage or Usage()
 
     def _usage_of(self, vm: _Vm) -> Usage:
@@ -398,15 +415,17 @@ class QemuBackend(SandboxBackend):
         if vm.cgroup is not None:
             with contextlib.suppress(OSError):
                 stats = vm.cgroup.stats()
-                usage.cpu_seconds = stats.cpu_ms / 1000
-                usage.peak_memory_bytes = stats.peak_memory_kb * 1024
-                usage.oom_kills = int(stats.oom_killed)
+                usage.cpu_seconds = stats.cpu_ns / 1e9
+                usage.peak_memory_bytes = stats.peak_memory_bytes
+                usage.oom_kills = stats.oom_kills
         return usage
 
     def usage(self, sandbox_id: str) -> Usage:
         vm = self._vms.get(sandbox_id)
         if vm is None:
-            return Usage()
+            if sandbox_id in self._finished:
+                return self._finished[sandbox_id]
+            raise NotFound(f"sandbox {sandbox_id} not found")
         return vm.usage if vm.usage is not None else self._usage_of(vm)
 
     def list_running(self) -> list[str]:
@@ -456,16 +475,17 @@ class QemuBackend(SandboxBackend):
             record = json.load(fh)
         pid = record["pid"]
         if pid not in _qemu_pids_using(directory):
-            raise VmStartError("its QEMU is gone")
+            raise StartFailed("its QEMU is gone")
         cfg = dict(record["config"])
         cfg["layers"] = [LayerDisk(**layer) for layer in cfg["layers"]]
         config = MachineConfig(**cfg)
         cgroup = self._cgroup(sandbox_id)  # same path: the running QEMU is already in it
         slot = record.get("uid_slot")
-        if slot is not None and slot in self._free_slots:
-            self._free_slots.remove(slot)
+        if slot is not None:
+            self.uids.claim(slot)
         vm = _Vm(sandbox_id=sandbox_id, spec=SandboxSpec.model_validate(record["spec"]), directory=directory,
-                 machine=QemuMachine(self.settings.qemu, config), config=config, transport=record["transport"],
+                 machine=QemuMachine(self.settings.qemu, config), config=config,
+                 transport=ImageTransport(record["transport"]),
                  cgroup=cgroup, uid_slot=slot,
                  started=time.monotonic() - (time.time() - record["started_wall"]))
         try:
@@ -476,7 +496,7 @@ class QemuBackend(SandboxBackend):
         except BaseException:
             await vm.machine.close_channels()
             if slot is not None:
-                self._free_slots.append(slot)
+                self.uids.release(slot)
             raise
         self._vms[sandbox_id] = vm
         self._supervise(vm)
@@ -505,7 +525,7 @@ class QemuBackend(SandboxBackend):
         vm = self._get(sandbox_id)
         snap_dir = os.path.join(self.snapshots_dir, snapshot_id)
         if os.path.exists(snap_dir):
-            raise Conflict(f"snapshot {snapshot_id} exists")
+            raise AlreadyExists(f"snapshot {snapshot_id} exists")
         tmp_dir = snap_dir + ".tmp"
         shutil.rmtree(tmp_dir, ignore_errors=True)
         os.makedirs(tmp_dir, mode=0o700)
@@ -528,7 +548,7 @@ class QemuBackend(SandboxBackend):
             os.rename(tmp_dir, snap_dir)
         except MachineError as exc:
             shutil.rmtree(tmp_dir, ignore_errors=True)
-            raise ServiceUnavailable(f"snapshot failed: {exc}") from exc
+            raise Unavailable(f"snapshot failed: {exc}") from exc
         except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
@@ -549,7 +569,7 @@ class QemuBackend(SandboxBackend):
     async def screenshot(self, sandbox_id: str) -> bytes:
         vm = self._get(sandbox_id)
         if not vm.config.display:
-            raise Unsupported(f"{self.kind} sandboxes have no display (use backend 'vm')")
+            raise self.unsupported(Capability.screen)
         path = os.path.join(vm.directory, "screen.png")
         try:
             await vm.machine.screendump(path)
@@ -564,14 +584,14 @@ class QemuBackend(SandboxBackend):
     async def send_input(self, sandbox_id: str, events: list[InputEvent]) -> None:
         vm = self._get(sandbox_id)
         if not vm.config.display:
-            raise Unsupported(f"{self.kind} sandboxes have no display (use backend 'vm')")
+            raise self.unsupported(Capability.screen)
         if vm.screen == (0, 0) and any(getattr(e, "x", None) is not None for e in events):
             await self.screenshot(sandbox_id)  # learn the resolution to scale pointer positions
         for batch in to_qmp(events, vm.screen):
             try:
                 await vm.machine.send_input(batch)
             except ExecuteError as exc:  # QEMU refuses what it cannot map (an unknown key name)
-                raise BadRequest(f"input refused: {exc}", loc=["body", "events"]) from exc
+                raise BadInput(f"input refused: {exc}", loc=["body", "events"]) from exc
 
     # ---- data path ----------------------------------------------------------------------
 
@@ -617,16 +637,14 @@ def _qemu_pids_using(directory: str) -> list[int]:
 class MicroVmBackend(QemuBackend):
     kind = "microvm"
     machine_type: Machine = "microvm"
-    layer_format = "files"
+    layer_format = LayerFormat.files
 
 
 class FullVmBackend(QemuBackend):
     kind = "vm"
     machine_type: Machine = "q35"
-    layer_format = "dax_files"
-
-    def _layer_transport(self) -> str:
-        return "pmem"
+    layer_format = LayerFormat.dax_files
+    capabilities = QemuBackend.capabilities | {Capability.screen}
 
 
 def qemu_available(settings: NodeAgentSettings) -> bool:

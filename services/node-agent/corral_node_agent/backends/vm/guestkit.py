@@ -24,9 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral_common.errors import ServiceUnavailable
-
-from .protocol import PROTOCOL_VERSION
+from corral_node_agent.backends.vm.protocol import PROTOCOL_VERSION
+from corral_node_agent.errors import GuestKitMissing
 
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 AGENT_SOURCE = GUEST_DIR / "agent.c"
@@ -54,10 +53,6 @@ LZ4_LEGACY_MAGIC = b"\x02\x21\x4c\x18"
 TCG_CMDLINE = ("tsc_early_khz=2300000", "lpj=4600000")
 _LOWER_RE = re.compile(r"^(pmem[0-9]+|vd:[A-Za-z0-9_.-]{1,20})$")
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-class GuestKitMissing(ServiceUnavailable):
-    code = "guest_kit_missing"
 
 
 class GuestKitBuildError(RuntimeError):

@@ -3,7 +3,7 @@
 from typing import Any
 
 from corral_common.display import InputEvent, KeyPress, MouseClick, MouseMove, TypeText
-from corral_common.errors import BadRequest
+from corral_node_agent.errors import BadInput
 
 # QMP absolute axes run 0..0x7fff whatever the screen size.
 ABS_MAX = 0x7FFF
@@ -41,7 +41,7 @@ def char_qcodes(ch: str) -> list[str]:
         return [_NAMED[ch]]
     if ch in _SHIFTED:
         return ["shift", _SHIFTED[ch]]
-    raise BadRequest(f"cannot type {ch!r}: only printable ASCII, newline and tab", loc=["body", "events"])
+    raise BadInput(f"cannot type {ch!r}: only printable ASCII, newline and tab", loc=["body", "events"])
 
 
 def key_name(name: str) -> str:

@@ -15,16 +15,16 @@ from typing import Any
 from qemu.qmp import ConnectError, QMPClient
 
 from corral_common.logging import get_logger
-
-from .qemu import MachineConfig, build_argv
+from corral_node_agent.backends.vm.qemu import MachineConfig, build_argv
+from corral_node_agent.errors import RuntimeFailure
 
 log = get_logger(__name__)
 
 CONSOLE_KEEP_BYTES = 64 * 1024
 
 
-class MachineError(Exception):
-    pass
+class MachineError(RuntimeFailure):
+    """QEMU failed to launch, died, or refused a QMP command."""
 
 
 class QemuMachine:

@@ -12,6 +12,8 @@ import json
 import struct
 from typing import Any
 
+from corral_node_agent.errors import RuntimeFailure
+
 PROTOCOL_VERSION = 1
 MARKER = b"\xff" * 8
 # Bigger frames are a framing error on both sides. The host keeps its own frames (file
@@ -21,7 +23,7 @@ MAX_FRAME = 4 << 20
 WRITE_CHUNK = 192 << 10
 
 
-class ProtocolError(Exception):
+class ProtocolError(RuntimeFailure):
     """The byte stream is not valid protocol (a framing error, not a failed request)."""
 
 

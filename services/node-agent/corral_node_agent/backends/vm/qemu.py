@@ -7,6 +7,7 @@ Corral (bench/vm_backends.py compares the two).
 import math
 import os
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 Machine = Literal["microvm", "q35"]
@@ -36,14 +37,24 @@ def detect_accelerator(preference: str = "auto") -> Accelerator:
     return "kvm" if (" vmx" in flags or " svm" in flags) else "tcg"
 
 
+class LayerDevice(StrEnum):
+    """The device a layer image is attached as (saved in VM records and snapshots: keep the values)."""
+
+    # virtio-pmem mapped from the host file (DAX: one page-cache copy for all VMs).
+    pmem = "pmem"
+    # A read-only virtio-blk disk.
+    blk = "blk"
+
+
 @dataclass
 class LayerDisk:
     """One read-only EROFS layer image handed to the guest."""
 
     path: str
-    # "pmem": virtio-pmem mapped from the host file (DAX: one page-cache copy for all VMs);
-    # "blk": a read-only virtio-blk disk.
-    transport: Literal["pmem", "blk"] = "blk"
+    transport: LayerDevice = LayerDevice.blk
+
+    def __post_init__(self) -> None:
+        self.transport = LayerDevice(self.transport)  # read back from JSON as a plain string
 
 
 @dataclass
@@ -85,7 +96,7 @@ def guest_lowers(layers: list[LayerDisk]) -> list[str]:
     out: list[str] = []
     pmem = 0
     for i, layer in enumerate(layers):
-        if layer.transport == "pmem":
+        if layer.transport is LayerDevice.pmem:
             out.append(f"pmem{pmem}")
             pmem += 1
         else:
@@ -114,7 +125,7 @@ def build_argv(qemu: str, cfg: MachineConfig) -> list[str]:
     else:
         argv += ["-accel", "tcg,tb-size=64", "-cpu", "max"]
 
-    pmem = [layer for layer in cfg.layers if layer.transport == "pmem"]
+    pmem = [layer for layer in cfg.layers if layer.transport is LayerDevice.pmem]
     if pmem and microvm:
         raise ValueError("virtio-pmem needs the q35 machine (QEMU's microvm has no hotplug memory slots)")
     pmem_sizes = [_round_up(os.path.getsize(layer.path), PMEM_ALIGN) for layer in pmem]
@@ -145,7 +156,7 @@ def build_argv(qemu: str, cfg: MachineConfig) -> list[str]:
                  "-device", "virtserialport,chardev=agent,name=corral.agent"]
     pmem_index = 0
     for i, layer in enumerate(cfg.layers):
-        if layer.transport == "pmem":
+        if layer.transport is LayerDevice.pmem:
             size = pmem_sizes[pmem_index]
             argv += ["-object", f"memory-backend-file,id=pm{pmem_index},share=on,readonly=on,"
                                 f"mem-path={layer.path},size={size}",

@@ -1,14 +1,16 @@
 """OCI runtime config (config.json / process.json) for a sandbox, built in Python.
 
 Based on `crun spec` defaults; the differences are what make it a sandbox: writable root,
-no network, cgroup limits, an unprivileged user without capabilities.
+no network, cgroup limits, an unprivileged user without capabilities. What the sandbox may
+do is the policy's (isolation/policy.py): this module only renders it.
 """
 
 from typing import Any
 
-from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.paths import HOME
+from corral_node_agent.isolation.policy import SandboxPolicy
+from corral_node_agent.isolation.userns import Identity
 
-HOME = "/home/user"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CPU_PERIOD = 100_000
 
@@ -17,13 +19,6 @@ CPU_PERIOD = 100_000
 # zombies never pile up against pids_limit. The long sleep keeps idle sandboxes free.
 INIT_ARGS = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
 
-# What a `user: root` exec gets (docker-like, minus anything touching the host); the
-# sandbox user gets none.
-ROOT_CAPS = [
-    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
-    "CAP_SETGID", "CAP_SETUID", "CAP_NET_BIND_SERVICE",
-]
-
 MASKED_PATHS = [
     "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
     "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
@@ -31,7 +26,7 @@ MASKED_PATHS = [
 READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
 
-def _caps(names: list[str]) -> dict[str, list[str]]:
+def _caps(names: tuple[str, ...]) -> dict[str, list[str]]:
     return {k: list(names) for k in ("bounding", "effective", "permitted")} | {"inheritable": [], "ambient": list(names)}
 
 
@@ -41,15 +36,17 @@ def build_env(spec_env: dict[str, str], extra: dict[str, str] | None = None) -> 
 
 
 def process_spec(
-    args: list[str], *, uid: int, gid: int, env: list[str], cwd: str = HOME, root: bool = False
+    args: list[str], identity: Identity, *, env: list[str], cwd: str = HOME, root: bool = False
 ) -> dict[str, Any]:
+    """The sandbox user without capabilities, or (``root``) root with the identity's root capabilities."""
+    uid, gid = identity.uid, identity.gid
     return {
         "terminal": False,
         "user": {"uid": 0, "gid": 0} if root else {"uid": uid, "gid": gid, "additionalGids": [gid]},
         "args": args,
         "env": env,
         "cwd": cwd,
-        "capabilities": _caps(ROOT_CAPS if root else []),
+        "capabilities": _caps(identity.root_capabilities if root else ()),
         "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
         "noNewPrivileges": True,
     }
@@ -60,16 +57,32 @@ def cgroup_path(node_id: str, sandbox_id: str) -> str:
 
 
 def build_config(
-    sandbox_id: str, spec: SandboxSpec, *, node_id: str, uid: int, gid: int, with_swap_limit: bool = True
+    sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True
 ) -> dict[str, Any]:
-    memory = spec.memory_mb * 1024 * 1024
-    mem_res: dict[str, Any] = {"limit": memory}
+    limits = policy.limits
+    mem_res: dict[str, Any] = {"limit": limits.memory_bytes}
     if with_swap_limit:
         # On v1 "swap" is memory+swap: equal to the limit means no swap at all.
-        mem_res["swap"] = memory
+        mem_res["swap"] = limits.memory_bytes
+    resources: dict[str, Any] = {"devices": [{"allow": False, "access": "rwm"}], "memory": mem_res}
+    if limits.cpu is not None:
+        resources["cpu"] = {"quota": int(limits.cpu * CPU_PERIOD), "period": CPU_PERIOD}
+    resources["pids"] = {"limit": limits.pids}
+    linux: dict[str, Any] = {
+        "cgroupsPath": cgroup_path(node_id, sandbox_id),
+        "resources": resources,
+        # Egress "none" (the only one, isolation/network.py): a fresh network namespace holds
+        # only a down `lo`.
+        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+        "maskedPaths": list(MASKED_PATHS),
+        "readonlyPaths": list(READONLY_PATHS),
+    }
+    seccomp = policy.syscalls.to_oci()
+    if seccomp is not None:
+        linux["seccomp"] = seccomp
     return {
         "ociVersion": "1.0.0",
-        "process": process_spec(INIT_ARGS, uid=uid, gid=gid, env=build_env(spec.env)),
+        "process": process_spec(INIT_ARGS, policy.identity, env=build_env(env)),
         "root": {"path": "rootfs", "readonly": False},
         # sethostname(2) takes at most 64 bytes; ids may be longer.
         "hostname": sandbox_id[:63],
@@ -88,17 +101,5 @@ def build_config(
             {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
              "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]},
         ],
-        "linux": {
-            "cgroupsPath": cgroup_path(node_id, sandbox_id),
-            "resources": {
-                "devices": [{"allow": False, "access": "rwm"}],
-                "memory": mem_res,
-                "cpu": {"quota": int(spec.cpu * CPU_PERIOD), "period": CPU_PERIOD},
-                "pids": {"limit": spec.pids_limit},
-            },
-            # A fresh network namespace holds only a down `lo`: no network at all.
-            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
-            "maskedPaths": list(MASKED_PATHS),
-            "readonlyPaths": list(READONLY_PATHS),
-        },
+        "linux": linux,
     }

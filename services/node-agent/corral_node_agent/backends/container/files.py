@@ -6,60 +6,19 @@ agent to a host file), `..` is refused outright, and only regular files are read
 (O_NONBLOCK so a planted FIFO cannot block the agent on open).
 """
 
+import asyncio
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
-from corral_common.errors import BadRequest, NotFound
 from corral_common.exec import FileInfo
+from corral_node_agent.backends.base import FileData
+from corral_node_agent.backends.paths import LOC, os_error, sandbox_path, split_path
+from corral_node_agent.errors import BadInput, NotFound, TooLarge
 
-from .oci import HOME
-
-LOC = ["query", "path"]
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def split_path(path: str) -> list[str]:
-    """Sandbox path → components below the sandbox root. Relative paths start at HOME."""
-    if not isinstance(path, str) or path == "":
-        raise BadRequest("path is required", loc=LOC)
-    if "\0" in path:
-        raise BadRequest("path contains a NUL byte", loc=LOC)
-    if len(path) > 4096:
-        raise BadRequest("path is too long", loc=LOC)
-    if not path.startswith("/"):
-        path = f"{HOME}/{path}"
-    parts = []
-    for comp in path.split("/"):
-        if comp in ("", "."):
-            continue
-        if comp == "..":
-            raise BadRequest("path must not contain '..'", loc=LOC)
-        if len(comp.encode()) > 255:
-            raise BadRequest("path component is too long", loc=LOC)
-        parts.append(comp)
-    return parts
-
-
-def sandbox_path(parts: list[str]) -> str:
-    return "/" + "/".join(parts)
-
-
-def _os_error(exc: OSError, parts: list[str]) -> Exception:
-    where = sandbox_path(parts)
-    if exc.errno == errno.ENOENT:
-        return NotFound(f"{where}: no such file or directory", loc=LOC)
-    if exc.errno == errno.ELOOP:
-        return BadRequest(f"{where}: symbolic links are not followed", loc=LOC)
-    if exc.errno == errno.ENOTDIR:
-        return BadRequest(f"{where}: not a directory (or a symbolic link)", loc=LOC)
-    if exc.errno == errno.EISDIR:
-        return BadRequest(f"{where}: is a directory", loc=LOC)
-    if exc.errno == errno.ENXIO:
-        return BadRequest(f"{where}: not a regular file", loc=LOC)
-    return exc
 
 
 @contextmanager
@@ -83,9 +42,9 @@ def open_parent(rootfs: str, parts: list[str], *, create: bool = False, uid: int
                 try:
                     nfd = os.open(comp, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
-                    raise _os_error(exc, parts[:i + 1]) from None
+                    raise os_error(exc, parts[:i + 1]) from None
             except OSError as exc:
-                raise _os_error(exc, parts[:i + 1]) from None
+                raise os_error(exc, parts[:i + 1]) from None
             os.close(fd)
             fd = nfd
         yield fd
@@ -97,17 +56,17 @@ def open_read(rootfs: str, path: str) -> tuple[int, int]:
     """Open a regular file for reading; returns (fd, size). The caller closes fd."""
     parts = split_path(path)
     if not parts:
-        raise BadRequest("/: is a directory", loc=LOC)
+        raise BadInput("/: is a directory", loc=LOC)
     with open_parent(rootfs, parts) as dfd:
         try:
             fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
         except OSError as exc:
-            raise _os_error(exc, parts) from None
+            raise os_error(exc, parts) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         kind = "is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise BadRequest(f"{sandbox_path(parts)}: {kind}", loc=LOC)
+        raise BadInput(f"{sandbox_path(parts)}: {kind}", loc=LOC)
     os.set_blocking(fd, True)
     return fd, st.st_size
 
@@ -118,7 +77,7 @@ def open_write(rootfs: str, path: str, *, uid: int, gid: int, mode: int = 0o644)
     belong to uid:gid; an existing file keeps its owner."""
     parts = split_path(path)
     if not parts:
-        raise BadRequest("/: is a directory", loc=LOC)
+        raise BadInput("/: is a directory", loc=LOC)
     mode &= 0o777  # never setuid/setgid/sticky from an upload
     with open_parent(rootfs, parts, create=True, uid=uid, gid=gid) as dfd:
         name = parts[-1]
@@ -132,10 +91,10 @@ def open_write(rootfs: str, path: str, *, uid: int, gid: int, mode: int = 0o644)
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
                     os.close(fd)
-                    raise BadRequest(f"{sandbox_path(parts)}: not a regular file", loc=LOC) from None
+                    raise BadInput(f"{sandbox_path(parts)}: not a regular file", loc=LOC) from None
                 os.ftruncate(fd, 0)
         except OSError as exc:
-            raise _os_error(exc, parts) from None
+            raise os_error(exc, parts) from None
         os.fchmod(fd, mode)
         os.set_blocking(fd, True)
         return fd, name, os.dup(dfd)
@@ -162,7 +121,7 @@ def stat_path(rootfs: str, path: str) -> FileInfo:
         try:
             st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
         except OSError as exc:
-            raise _os_error(exc, parts) from None
+            raise os_error(exc, parts) from None
     return _info(parts[-1], sandbox_path(parts), st)
 
 
@@ -183,3 +142,64 @@ def list_dir(rootfs: str, path: str) -> list[FileInfo]:
         return out
     finally:
         os.close(fd)
+
+
+# ---- the backend's file calls (blocking parts in a thread) --------------------------------
+
+
+async def write(rootfs: str, path: str, data: FileData, *, uid: int, gid: int, mode: int, cap: int) -> int:
+    """Write an upload (bytes or chunks) to path; more than ``cap`` bytes or a full disk is
+    TooLarge, and a failed upload leaves no file behind."""
+    fd, name, dfd = await asyncio.to_thread(open_write, rootfs, path, uid=uid, gid=gid, mode=mode)
+    written = 0
+    ok = False
+    try:
+        chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+        if isinstance(chunks, list):
+            for c in chunks:
+                written = _write_chunk(fd, c, written, cap)
+        else:
+            async for c in chunks:
+                written = _write_chunk(fd, c, written, cap)
+        ok = True
+        return written
+    finally:
+        os.close(fd)
+        if not ok:
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except OSError:
+                pass
+        os.close(dfd)
+
+
+def _write_chunk(fd: int, chunk: bytes, written: int, cap: int) -> int:
+    if written + len(chunk) > cap:
+        raise TooLarge(f"upload exceeds {cap} bytes", loc=["body"])
+    view = memoryview(chunk)
+    try:
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise TooLarge("sandbox disk is full (disk_mb)", loc=["body"]) from None
+        raise
+    return written + len(chunk)
+
+
+async def read(rootfs: str, path: str) -> tuple[int, AsyncIterator[bytes]]:
+    """(size, chunks) of a regular file; the file is closed when the chunks are consumed."""
+    fd, size = await asyncio.to_thread(open_read, rootfs, path)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                block = await asyncio.to_thread(os.read, fd, 1 << 20)
+                if not block:
+                    return
+                yield block
+        finally:
+            os.close(fd)
+
+    return size, chunks()

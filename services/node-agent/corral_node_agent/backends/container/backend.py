@@ -1,0 +1,417 @@
+"""Sandboxes as crun containers on a cgroup v1 host: lifecycle, exit watching, adoption.
+
+One container per sandbox, its bundle in {state_dir}/sandboxes/<id>/ (bundle.py has the
+layout), its state in the node's own crun root (crun.py). Commands go through
+``crun exec`` (exec.py); files are read and written host-side in the merged rootfs (files.py).
+
+The agent must run in its own mount namespace (host.enter_private_mount_namespace): crun
+needs the cgroup2 mount hidden, and these mounts must not leak onto the host.
+"""
+
+import asyncio
+import os
+import re
+import shutil
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.logging import get_logger
+from corral_common.sandboxes import SandboxSpec, Usage
+from corral_node_agent import host
+from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
+from corral_node_agent.backends.container import bundle, files, oci
+from corral_node_agent.backends.container import exec as container_exec
+from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunError
+from corral_node_agent.backends.types import RootFs
+from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
+from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.errors import (
+    AlreadyExists,
+    BadInput,
+    NodeAgentError,
+    NotFound,
+    RuntimeFailure,
+    SandboxPaused,
+    StartFailed,
+)
+from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
+from corral_node_agent.settings import NodeAgentSettings
+
+log = get_logger(__name__)
+
+SANDBOX_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass
+class _Sandbox:
+    id: str
+    spec: SandboxSpec
+    dir: str
+    policy: SandboxPolicy
+    cgroup: Cgroup  # crun creates it (config.json cgroupsPath); the agent reads and removes it
+    started: float = field(default_factory=time.monotonic)
+    pid: int = 0
+    pidfd: int = -1
+    timer: asyncio.TimerHandle | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    stopping: bool = False
+    paused: bool = False
+    usage: Usage | None = None
+    # Re-adopted from a previous agent run: that run's mount namespace (and with it the
+    # overlay at dir/rootfs) is gone, but the container keeps its own mount namespace, so
+    # host-side file access goes through its init's root (/proc/<pid>/root).
+    adopted: bool = False
+
+    @property
+    def rootfs(self) -> str:
+        if self.adopted:
+            return f"/proc/{self.pid}/root/"  # trailing slash: O_NOFOLLOW still enters it
+        return f"{self.dir}/rootfs"
+
+
+class ContainerBackend(SandboxBackend):
+    capabilities = frozenset({Capability.pause, Capability.adopt})
+
+    def __init__(self, settings: NodeAgentSettings):
+        self.settings = settings
+        self.state_dir = os.path.abspath(settings.state_dir)
+        self.crun_root = f"{self.state_dir}/crun"
+        self.crun = Crun(settings.crun, self.crun_root)
+        self.sandboxes_dir = f"{self.state_dir}/sandboxes"
+        self.on_exit = None
+        self._sandboxes: dict[str, _Sandbox] = {}
+        self._finished = FinishedUsage()
+        self._starting = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._cg: CgroupDriver | None = None
+        os.makedirs(self.crun_root, mode=0o700, exist_ok=True)
+        os.makedirs(self.sandboxes_dir, mode=0o700, exist_ok=True)
+
+    @property
+    def cgroups(self) -> CgroupDriver:
+        # Read lazily: the mount namespace may be entered after construction.
+        if self._cg is None:
+            self._cg = cgroup_driver()
+        return self._cg
+
+    def _cgroup(self, sandbox_id: str) -> Cgroup:
+        return self.cgroups.cgroup(oci.cgroup_path(self.settings.node_id, sandbox_id))
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def list_running(self) -> list[str]:
+        return [sid for sid, sb in self._sandboxes.items() if not sb.stopping]
+
+    async def start(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:
+        if not SANDBOX_ID_RE.match(sandbox_id):
+            raise BadInput(f"invalid sandbox id {sandbox_id!r}", loc=["path", "sandbox_id"])
+        if sandbox_id in self._sandboxes:
+            raise AlreadyExists(f"sandbox {sandbox_id} already exists")
+        if not rootfs.layers:
+            raise StartFailed("no root filesystem layers")
+        sb = _Sandbox(id=sandbox_id, spec=spec, dir=f"{self.sandboxes_dir}/{sandbox_id}",
+                      policy=policy_for(spec, self.settings), cgroup=self._cgroup(sandbox_id))
+        self._sandboxes[sandbox_id] = sb
+        self._finished.pop(sandbox_id, None)
+        self._starting += 1
+        try:
+            async with sb.lock:
+                try:
+                    self._prepare_bundle(sb, rootfs.layers)
+                    await self._run_init(sb)
+                except Exception as exc:
+                    await self._teardown(sb, kill=True)
+                    self._finished.pop(sandbox_id, None)
+                    if isinstance(exc, NodeAgentError) and not isinstance(exc, RuntimeFailure):
+                        raise  # it says what went wrong
+                    raise StartFailed(f"sandbox {sandbox_id} failed to start: {exc}") from exc
+        finally:
+            self._starting -= 1
+        loop = asyncio.get_running_loop()
+        sb.timer = loop.call_later(spec.timeout_s, self._timeout_fired, sandbox_id)
+        log.info("sandbox_started", sandbox_id=sandbox_id, pid=sb.pid,
+                 ms=round((time.monotonic() - sb.started) * 1000, 1))
+
+    def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str]) -> None:
+        config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
+                                  with_swap_limit=self.cgroups.swap_limit)
+        identity = sb.policy.identity
+        bundle.create(sb.dir, sb.spec, lower_dirs, config, disk_mb=sb.policy.disk.size_mb, uid=identity.host_uid,
+                      gid=identity.host_gid)
+
+    async def _run_init(self, sb: _Sandbox) -> None:
+        try:
+            await self.crun.run_detached(sb.id, sb.dir, pid_file=bundle.init_pid_file(sb.dir),
+                                         log_path=bundle.run_log(sb.dir))
+        except CrunError as exc:
+            raise StartFailed(str(exc)) from None
+        sb.pid = bundle.read_init_pid(sb.dir)
+        try:
+            sb.pidfd = os.pidfd_open(sb.pid)
+        except ProcessLookupError:
+            raise StartFailed("sandbox init exited immediately") from None
+        asyncio.get_running_loop().add_reader(sb.pidfd, self._init_exited, sb.id)
+
+    def _unwatch(self, sb: _Sandbox) -> None:
+        if sb.pidfd >= 0:
+            asyncio.get_running_loop().remove_reader(sb.pidfd)
+            os.close(sb.pidfd)
+            sb.pidfd = -1
+        if sb.timer is not None:
+            sb.timer.cancel()
+            sb.timer = None
+
+    def _init_exited(self, sandbox_id: str) -> None:
+        sb = self._sandboxes.get(sandbox_id)
+        if sb is None:
+            return
+        self._unwatch(sb)
+        if sb.stopping:
+            return
+        reason = ExitReason.oom_killed if self._oom_kills(sb) > 0 else ExitReason.exited
+        self._spawn(self._end_on_own(sb, reason))
+
+    def _timeout_fired(self, sandbox_id: str) -> None:
+        sb = self._sandboxes.get(sandbox_id)
+        if sb is None or sb.stopping:
+            return
+        sb.timer = None
+        self._spawn(self._end_on_own(sb, ExitReason.timeout))
+
+    def _spawn(self, coro) -> None:
+        # Keep a reference (tasks are otherwise only weakly held) and let close() await them.
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Stop every sandbox and wait for exit handling in flight (agent shutdown)."""
+        for sid in list(self._sandboxes):
+            await self.stop(sid)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _end_on_own(self, sb: _Sandbox, reason: ExitReason) -> None:
+        async with sb.lock:
+            if sb.stopping:
+                return  # someone called stop() meanwhile: it reports, not us
+            usage = await self._teardown(sb, kill=True)
+        log.info("sandbox_ended", sandbox_id=sb.id, reason=str(reason))
+        await self._report_exit(sb.id, reason, usage)
+
+    async def stop(self, sandbox_id: str) -> Usage:
+        sb = self._sandboxes.get(sandbox_id)
+        if sb is None:
+            return self._finished.get(sandbox_id, Usage())
+        async with sb.lock:
+            if sb.usage is not None:
+                return sb.usage
+            return await self._teardown(sb, kill=True)
+
+    async def pause(self, sandbox_id: str) -> None:
+        """``crun pause``: the cgroup freezer stops every process; the timeout keeps running."""
+        sb = self._get(sandbox_id)
+        async with sb.lock:
+            if sb.stopping or sb.paused:
+                return
+            await self.crun.pause(sb.id)
+            sb.paused = True
+            await self._settle_frozen(sb)
+        log.info("sandbox_paused", sandbox_id=sandbox_id)
+
+    async def _settle_frozen(self, sb: _Sandbox, timeout_s: float = 2.0) -> None:
+        """On cgroup v1, `crun pause` may return while the freezer still says FREEZING (a task
+        was busy); writing FROZEN again retries, as the kernel documents. Wait until it holds."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if sb.cgroup.freeze():
+                    return
+            except OSError:  # no freezer hierarchy, or the cgroup is gone
+                return
+            await asyncio.sleep(0.01)
+        log.warning("sandbox_freeze_incomplete", sandbox_id=sb.id)
+
+    async def resume(self, sandbox_id: str) -> None:
+        sb = self._get(sandbox_id)
+        async with sb.lock:
+            if sb.stopping or not sb.paused:
+                return
+            await self.crun.resume(sb.id)
+            sb.paused = False
+        log.info("sandbox_resumed", sandbox_id=sandbox_id)
+
+    @staticmethod
+    def _oom_kills(sb: _Sandbox) -> int:
+        try:
+            return sb.cgroup.oom_kills()
+        except OSError:  # not created (a failed start) or already removed
+            return 0
+
+    def _read_usage(self, sb: _Sandbox) -> Usage:
+        try:
+            stats = sb.cgroup.stats()
+        except OSError:  # not created (a failed start) or already removed
+            stats = RunStats()
+        return Usage(
+            cpu_seconds=stats.cpu_ns / 1e9,
+            peak_memory_bytes=stats.peak_memory_bytes,
+            wall_time_s=round(time.monotonic() - sb.started, 3),
+            oom_kills=stats.oom_kills,
+        )
+
+    def usage(self, sandbox_id: str) -> Usage:
+        sb = self._sandboxes.get(sandbox_id)
+        if sb is None:
+            if sandbox_id in self._finished:
+                return self._finished[sandbox_id]
+            raise NotFound(f"sandbox {sandbox_id} not found")
+        return sb.usage or self._read_usage(sb)
+
+    async def _teardown(self, sb: _Sandbox, kill: bool) -> Usage:
+        """Everything stop needs; each step tolerates the previous state being half-built."""
+        sb.stopping = True
+        self._unwatch(sb)
+        usage = self._read_usage(sb)
+        if sb.paused:
+            # A frozen task only dies once thawed: resume first so kill and delete can finish.
+            await self.crun.resume(sb.id, check=False)
+            sb.paused = False
+        if kill:
+            await self.crun.kill(sb.id)
+        rc, out = await self.crun.delete(sb.id)
+        if rc != 0 and "does not exist" not in out and "not found" not in out.lower():
+            log.warning("crun_delete_failed", sandbox_id=sb.id, output=out)
+        try:
+            host.umount_tree(sb.dir)
+        except OSError:
+            log.exception("umount_failed", sandbox_id=sb.id)
+        bundle.delete(sb.dir)
+        sb.cgroup.remove()
+        sb.usage = usage
+        self._sandboxes.pop(sb.id, None)
+        self._finished.add(sb.id, usage)
+        self._prune_parent_cgroups()
+        return usage
+
+    def _prune_parent_cgroups(self) -> None:
+        # crun creates /corral/<node> on each start; removing it while a start is between
+        # mkdir(parent) and mkdir(leaf) would fail that start, hence "only when idle".
+        if self._sandboxes or self._starting:
+            return
+        self.cgroups.cgroup(f"/corral/{self.settings.node_id}").remove_if_empty()
+        self.cgroups.cgroup("/corral").remove_if_empty()
+
+    async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
+        """Clear what a previous run left. With ``adopt``, containers that still run (or are
+        paused) and whose bundle says what they are are taken over instead (returned);
+        everything else in our crun root and under sandboxes/ is deleted."""
+        adopted: list[str] = []
+        for cid, state in (await self.crun.list()).items():
+            if cid in self._sandboxes:
+                continue
+            if adopt and state.status in ("running", "paused") and self._adopt(cid, state):
+                adopted.append(cid)
+                continue
+            await self.crun.kill(cid)
+            await self.crun.delete(cid)
+            self._cgroup(cid).remove()
+        for name in os.listdir(self.sandboxes_dir):
+            path = f"{self.sandboxes_dir}/{name}"
+            if name in self._sandboxes:
+                # Adopted: its mounts live on in the container's own namespace only; the
+                # (dead) previous agent's copies are not in ours, but a crashed cleanup's are.
+                host.umount_tree(path)
+                continue
+            host.umount_tree(path)
+            shutil.rmtree(path, ignore_errors=True)
+            self._cgroup(name).remove()
+        self._prune_parent_cgroups()
+        return adopted
+
+    def _adopt(self, sandbox_id: str, state: CrunContainer) -> bool:
+        """Rebuild the in-memory entry of a container a previous agent run started."""
+        sb_dir = f"{self.sandboxes_dir}/{sandbox_id}"
+        try:
+            meta = bundle.read_meta(sb_dir)
+            spec, started_at = meta.spec, meta.started_at
+            pid = state.pid
+            if pid <= 0:
+                pid = bundle.read_init_pid(sb_dir)
+            pidfd = os.pidfd_open(pid)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("sandbox_adopt_failed", sandbox_id=sandbox_id, error=str(exc))
+            return False
+        elapsed = max(0.0, time.time() - started_at)
+        sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, policy=policy_for(spec, self.settings),
+                      cgroup=self._cgroup(sandbox_id),
+                      started=time.monotonic() - elapsed, pid=pid, pidfd=pidfd,
+                      paused=state.status == "paused", adopted=True)
+        self._sandboxes[sandbox_id] = sb
+        loop = asyncio.get_running_loop()
+        loop.add_reader(pidfd, self._init_exited, sandbox_id)
+        sb.timer = loop.call_later(max(0.0, spec.timeout_s - elapsed), self._timeout_fired, sandbox_id)
+        log.info("sandbox_adopted", sandbox_id=sandbox_id, pid=pid, paused=sb.paused, age_s=round(elapsed, 1))
+        return True
+
+    def spec_of(self, sandbox_id: str) -> SandboxSpec:
+        return self._get(sandbox_id).spec
+
+    def is_paused(self, sandbox_id: str) -> bool:
+        sb = self._sandboxes.get(sandbox_id)
+        return bool(sb and sb.paused)
+
+    # ---- exec ---------------------------------------------------------------------------
+
+    def _get(self, sandbox_id: str) -> _Sandbox:
+        sb = self._sandboxes.get(sandbox_id)
+        if sb is None or sb.stopping:
+            raise NotFound(f"sandbox {sandbox_id} not found or not running")
+        return sb
+
+    async def exec(self, sandbox_id: str, req: ExecRequest) -> ExecResult:
+        return await self._exec(sandbox_id, req, None)
+
+    async def exec_stream(self, sandbox_id: str, req: ExecRequest) -> AsyncIterator[ExecChunk]:
+        self._get(sandbox_id)  # fail before the first chunk
+        async for chunk in container_exec.stream(lambda on_data: self._exec(sandbox_id, req, on_data)):
+            yield chunk
+
+    async def _exec(self, sandbox_id: str, req: ExecRequest, on_data: container_exec.OnData | None) -> ExecResult:
+        sb = self._get(sandbox_id)
+        if sb.paused:
+            raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
+        process = container_exec.process_for(req, sb.spec.env, sb.policy.identity)
+        oom_before = self._oom_kills(sb)
+        result = await container_exec.run(self.crun, sb.id, bundle.exec_dir(sb.dir), process, req,
+                                          output_limit=min(req.output_limit, self.settings.output_limit_bytes),
+                                          on_data=on_data)
+        result.oom_killed = self._oom_kills(sb) > oom_before
+        return result
+
+    # ---- files --------------------------------------------------------------------------
+
+    async def write_file(self, sandbox_id: str, path: str, data: FileData, mode: int = 0o644) -> int:
+        sb = self._get(sandbox_id)
+        identity = sb.policy.identity
+        return await files.write(sb.rootfs, path, data, uid=identity.host_uid, gid=identity.host_gid, mode=mode,
+                                 cap=self.settings.max_upload_bytes)
+
+    async def open_file(self, sandbox_id: str, path: str) -> tuple[int, AsyncIterator[bytes]]:
+        sb = self._get(sandbox_id)
+        return await files.read(sb.rootfs, path)
+
+    async def read_file(self, sandbox_id: str, path: str) -> bytes:
+        _size, chunks = await self.open_file(sandbox_id, path)
+        return b"".join([c async for c in chunks])
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo:
+        sb = self._get(sandbox_id)
+        return await asyncio.to_thread(files.stat_path, sb.rootfs, path)
+
+    async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
+        sb = self._get(sandbox_id)
+        return await asyncio.to_thread(files.list_dir, sb.rootfs, path)
+

@@ -1,0 +1,86 @@
+"""The crun calls the container backend makes, one method each.
+
+Every call runs ``crun --root <state_dir>/crun``: the node's containers live in a crun root
+of their own, so ``list`` sees only them and a restarted agent finds exactly its own.
+"""
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass
+
+from corral_node_agent.errors import RuntimeFailure
+
+
+class CrunError(RuntimeFailure):
+    """A crun call that had to succeed failed (its output says why)."""
+
+
+@dataclass(frozen=True)
+class CrunContainer:
+    id: str
+    status: str  # "running", "paused", "stopped"... or "unknown" (crun could not list it)
+    pid: int = 0
+
+
+class Crun:
+    def __init__(self, binary: str, root: str):
+        self.binary = binary
+        self.root = root
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.binary, "--root", self.root, *args]
+
+    async def _call(self, *args: str, check: bool = True) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            *self.argv(*args), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+        text = out.decode(errors="replace").strip()
+        if check and proc.returncode != 0:
+            raise CrunError(f"crun {args[0]} failed ({proc.returncode}): {text}")
+        return proc.returncode or 0, text
+
+    async def run_detached(self, container_id: str, bundle: str, *, pid_file: str, log_path: str) -> None:
+        """``crun run --detach``: returns once the container's init runs (its pid in pid_file)."""
+        # crun run -d hands its stdio to the container: files only, never a pipe we wait on.
+        with open(log_path, "wb") as err:  # noqa: ASYNC230 - tiny local file
+            proc = await asyncio.create_subprocess_exec(
+                *self.argv("run", "--detach", "--pid-file", pid_file, "--bundle", bundle, container_id),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err)
+            rc = await proc.wait()
+        if rc != 0:
+            with open(log_path, "rb") as fh:  # noqa: ASYNC230
+                msg = fh.read().decode(errors="replace").strip()
+            raise CrunError(f"crun run failed ({rc}): {msg}")
+
+    def exec_argv(self, container_id: str, *, process_file: str, pid_file: str) -> list[str]:
+        """``crun exec`` of a process.json; the caller spawns it with its own stdio."""
+        return self.argv("exec", "--process", process_file, "--pid-file", pid_file, container_id)
+
+    async def pause(self, container_id: str) -> None:
+        await self._call("pause", container_id)
+
+    async def resume(self, container_id: str, *, check: bool = True) -> None:
+        await self._call("resume", container_id, check=check)
+
+    async def kill(self, container_id: str, signal: str = "KILL") -> None:
+        """Best effort: a container already gone is fine."""
+        await self._call("kill", container_id, signal, check=False)
+
+    async def delete(self, container_id: str) -> tuple[int, str]:
+        """``crun delete --force``; (exit code, output) for the caller to judge."""
+        return await self._call("delete", "--force", container_id, check=False)
+
+    async def list(self) -> dict[str, CrunContainer]:
+        """Containers in our crun root. If crun cannot list them, the names in the root
+        (status "unknown"), so a cleanup still finds them."""
+        rc, out = await self._call("list", "--format", "json", check=False)
+        if rc == 0:
+            try:
+                return {c["id"]: CrunContainer(id=c["id"], status=c.get("status", "unknown"), pid=int(c.get("pid") or 0))
+                        for c in json.loads(out or "[]")}
+            except (ValueError, KeyError, TypeError):
+                pass
+        names = os.listdir(self.root) if os.path.isdir(self.root) else []
+        return {name: CrunContainer(id=name, status="unknown") for name in names}

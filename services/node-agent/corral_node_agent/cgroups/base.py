@@ -1,0 +1,141 @@
+"""What the node-agent needs from a cgroup, whatever the cgroup version.
+
+Three runtimes use it: crun containers (crun creates their cgroup; the agent reads usage,
+settles the freezer and removes it), each VM's QEMU and each fncall worker (the agent creates
+those itself, sets the limits before every run and kills what is left after it). A driver per
+cgroup version implements `CgroupDriver` and `Cgroup`; `detect.cgroup_driver()` picks one.
+
+Counters are "since the last `reset_counters()`" (or since the cgroup was created, for a
+container's, which is never reset): a fncall worker runs many process trees in one cgroup.
+"""
+
+import os
+import signal
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Self
+
+
+@dataclass(frozen=True)
+class RunStats:
+    cpu_ns: int = 0
+    peak_memory_bytes: int = 0
+    oom_kills: int = 0  # processes the kernel's OOM killer killed inside the cgroup
+    pids_limited: bool = False  # a fork failed against the pids limit
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.cpu_ns / 1e6
+
+    @property
+    def peak_memory_kb(self) -> int:
+        return self.peak_memory_bytes // 1024
+
+    @property
+    def oom_killed(self) -> bool:
+        return self.oom_kills > 0
+
+
+class Cgroup(ABC):
+    """One cgroup, named by its path below the root of every controller (``/corral/n1/sb-1``)."""
+
+    path: str
+
+    @abstractmethod
+    def create(self) -> Self:
+        """Create it (and its parents) in the controllers the node caps and accounts with."""
+
+    @abstractmethod
+    def set_limits(self, memory_bytes: int, pids: int) -> None:
+        """Cap memory (swap included where the host can) and the number of tasks. Raises
+        OSError when it already uses more memory than the new cap."""
+
+    @abstractmethod
+    def reset_counters(self) -> None:
+        """Peak memory, cpu time, OOM kills and pids-limit hits start from zero."""
+
+    @abstractmethod
+    def stats(self) -> RunStats:
+        """Raises OSError if the cgroup does not exist."""
+
+    @abstractmethod
+    def cpu_ms(self) -> float:
+        """Cpu time of every task (cheap: polled while a run goes on)."""
+
+    @abstractmethod
+    def oom_kills(self) -> int:
+        """How many tasks the OOM killer killed: the one answer to "was it OOM-killed?"."""
+
+    @abstractmethod
+    def procs_files(self) -> list[str]:
+        """The files a process writes its pid to to join the cgroup (one per controller)."""
+
+    @abstractmethod
+    def pids(self) -> list[int]:
+        """Processes in this cgroup itself (not below); [] if it does not exist."""
+
+    @abstractmethod
+    def populated(self) -> bool:
+        """Whether any process is in this cgroup or below."""
+
+    @abstractmethod
+    def freeze(self) -> bool:
+        """Ask for every task to be frozen; True once they all are (call again until then)."""
+
+    @abstractmethod
+    def thaw(self) -> None:
+        pass
+
+    @abstractmethod
+    def remove(self) -> None:
+        """Kill every process in it and below, then delete it and its children; what is
+        missing or still busy is left alone."""
+
+    @abstractmethod
+    def remove_if_empty(self) -> None:
+        """Delete it only if it has neither processes nor children (never kills)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the object holds open (it can be used again afterwards)."""
+
+    def kill_all(self, timeout: float = 2.0) -> bool:
+        """SIGKILL every process in the cgroup and wait until it is empty (False if it is
+        not within ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pids = self.pids()
+            if not pids:
+                return True
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+
+    def prepare(self, memory_bytes: int, pids: int, *, known_empty: bool = False) -> None:
+        """Before starting a process tree in a reused cgroup: empty it (unless the caller
+        emptied it after its last run), set the limits, reset the counters."""
+        if not known_empty:
+            self.kill_all()
+        self.set_limits(memory_bytes, pids)
+        self.reset_counters()
+
+
+class CgroupDriver(ABC):
+    """One cgroup version's view of this host (as seen from the agent's mount namespace)."""
+
+    name: str
+    swap_limit: bool  # set_limits can cap memory+swap, not only memory
+
+    @abstractmethod
+    def available(self) -> bool:
+        """Whether the node can create, cap and account cgroups of its own here."""
+
+    @abstractmethod
+    def cgroup(self, path: str) -> Cgroup:
+        """The cgroup at ``path`` (nothing is created until ``create()``)."""

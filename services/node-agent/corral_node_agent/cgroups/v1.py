@@ -1,0 +1,229 @@
+"""Cgroup v1: every controller is its own hierarchy, found through /proc/self/mountinfo.
+
+The node creates memory, pids and cpuacct cgroups for each fncall worker
+(``corral-fncall/<node>/<worker>``) and each VM's QEMU (``corral-vm/<node>/<sandbox>``);
+crun creates a container's (``/corral/<node>/<sandbox>``) in every hierarchy. The sandboxed
+processes never see these files (bwrap mounts no /sys; a container's /sys/fs/cgroup is
+read-only).
+
+The control files (not ``cgroup.procs``) are opened once and then read/written at offset 0
+(``pread``/``pwrite``): a fncall run touches ~15 of them, and opening a kernfs file costs more
+than the read or write. A limit is only written when it differs from the one already set.
+``cgroup.procs`` is opened afresh every time: v1 keeps a pid list per open file for a second,
+so a re-read of the same fd may miss a process that just joined.
+
+"Was it OOM-killed?" has one answer: ``memory.oom_control``'s ``oom_kill`` counter (Linux
+4.13+). ``memory.failcnt`` is not a fallback: it counts every time usage hit the limit and the
+kernel reclaimed, which a run that fills its page cache does without anything being killed.
+"""
+
+import errno
+import os
+import shutil
+from pathlib import Path
+from typing import Self
+
+from corral_node_agent import host
+from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
+
+MOUNTINFO = "/proc/self/mountinfo"
+CONTROLLERS = ("memory", "pids", "cpuacct")  # what the node creates, caps and joins
+_READ = ("memory", "pids", "cpuacct", "freezer")  # what it reads or writes
+
+
+class V1Driver(CgroupDriver):
+    name = "v1"
+
+    def __init__(self, mountinfo: str = MOUNTINFO) -> None:
+        self.mounts: dict[str, str] = {}  # controller (or name=) -> mount point
+        with open(mountinfo) as fh:
+            for line in fh:
+                pre, _, post = line.partition(" - ")
+                fstype, _src, opts = post.split()[:3]
+                if fstype != "cgroup":
+                    continue
+                mnt = pre.split()[4]
+                for opt in opts.split(","):
+                    if opt in ("rw", "ro") or "=" in opt and not opt.startswith("name="):
+                        continue
+                    self.mounts.setdefault(opt, mnt)
+        # With the cgroup2 mount hidden, crun still writes a `cgroup.procs` *regular file*
+        # into the now-plain tmpfs directory /sys/fs/cgroup/unified<path>. That tmpfs is the
+        # host's, so the litter would outlive us: it is removed like a cgroup.
+        self.stray_root: str | None = None
+        if os.path.isdir(host.CGROUP_UNIFIED) and not host.is_mountpoint(host.CGROUP_UNIFIED):
+            self.stray_root = host.CGROUP_UNIFIED
+        memory = self.mounts.get("memory")
+        self.swap_limit = memory is not None and os.path.exists(f"{memory}/memory.memsw.limit_in_bytes")
+
+    def available(self) -> bool:
+        return all(c in self.mounts for c in CONTROLLERS) and os.geteuid() == 0
+
+    def cgroup(self, path: str) -> "V1Cgroup":
+        return V1Cgroup(self, path)
+
+
+class V1Cgroup(Cgroup):
+    def __init__(self, driver: V1Driver, path: str):
+        self.driver = driver
+        self.path = "/" + path.strip("/")
+        self.dirs = {c: Path(f"{driver.mounts[c]}{self.path}") for c in _READ if c in driver.mounts}
+        self._fds: dict[tuple[str, str, int], int] = {}
+        self._limits: dict[str, int] = {}  # file -> value last written
+        self._baseline = 0  # memory in use when the counters were reset (page cache of earlier runs)
+        self._oom_before = 0
+        self._pids_before = 0
+
+    # ---- control files ------------------------------------------------------------------
+
+    def _fd(self, controller: str, name: str, mode: int) -> int:
+        key = (controller, name, mode)
+        fd = self._fds.get(key)
+        if fd is None:
+            if controller not in self.dirs:
+                raise FileNotFoundError(errno.ENOENT, "no cgroup v1 hierarchy", controller)
+            fd = self._fds[key] = os.open(self.dirs[controller] / name, mode | os.O_CLOEXEC)
+        return fd
+
+    def _read(self, controller: str, name: str) -> str:
+        return os.pread(self._fd(controller, name, os.O_RDONLY), 65536, 0).decode()
+
+    def _write(self, controller: str, name: str, value: int | str) -> None:
+        os.pwrite(self._fd(controller, name, os.O_WRONLY), str(value).encode(), 0)
+
+    def _set_limit(self, controller: str, name: str, value: int) -> None:
+        if self._limits.get(name) != value:
+            self._limits.pop(name, None)  # unknown if the write fails
+            self._write(controller, name, value)
+            self._limits[name] = value
+
+    def _counter(self, controller: str, name: str, key: str) -> int:
+        for line in self._read(controller, name).splitlines():
+            k, _, value = line.partition(" ")
+            if k == key:
+                return int(value)
+        return 0
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._limits.clear()
+
+    # ---- limits and counters ------------------------------------------------------------
+
+    def create(self) -> Self:
+        for c in CONTROLLERS:
+            self.dirs[c].mkdir(parents=True, exist_ok=True)
+        if (self.dirs["memory"] / "memory.swappiness").exists():
+            (self.dirs["memory"] / "memory.swappiness").write_text("0")
+        return self
+
+    def _set_memory(self, limit: int) -> None:
+        files = ["memory.limit_in_bytes"]
+        if self.driver.swap_limit:  # no escape into swap: memory+swap capped at the same value
+            files.append("memory.memsw.limit_in_bytes")
+        try:
+            for f in files:
+                self._set_limit("memory", f, limit)
+        except OSError:  # raising: memsw must be raised first (memsw >= mem at all times)
+            for f in reversed(files):
+                self._set_limit("memory", f, limit)
+
+    def set_limits(self, memory_bytes: int, pids: int) -> None:
+        self._set_memory(memory_bytes)
+        self._set_limit("pids", "pids.max", pids)
+
+    def _memory_file(self, name: str) -> str:
+        # memory+swap where the host accounts swap: that is what the limit caps.
+        return f"memory.memsw.{name}" if self.driver.swap_limit else f"memory.{name}"
+
+    def reset_counters(self) -> None:
+        self._write("memory", "memory.max_usage_in_bytes", 0)
+        if self.driver.swap_limit:
+            self._write("memory", "memory.memsw.max_usage_in_bytes", 0)
+        self._write("cpuacct", "cpuacct.usage", 0)
+        self._baseline = int(self._read("memory", self._memory_file("usage_in_bytes")))
+        self._oom_before = self._oom_kills()
+        self._pids_before = self._pids_max_events()
+
+    def _oom_kills(self) -> int:
+        return self._counter("memory", "memory.oom_control", "oom_kill")
+
+    def _pids_max_events(self) -> int:
+        try:
+            return self._counter("pids", "pids.events", "max")
+        except OSError:
+            return 0
+
+    def oom_kills(self) -> int:
+        return self._oom_kills() - self._oom_before
+
+    def cpu_ms(self) -> float:
+        return int(self._read("cpuacct", "cpuacct.usage")) / 1e6
+
+    def stats(self) -> RunStats:
+        peak = int(self._read("memory", self._memory_file("max_usage_in_bytes")))
+        return RunStats(cpu_ns=int(self._read("cpuacct", "cpuacct.usage")),
+                        peak_memory_bytes=max(0, peak - self._baseline),
+                        oom_kills=self.oom_kills(),
+                        pids_limited=self._pids_max_events() > self._pids_before)
+
+    # ---- processes ----------------------------------------------------------------------
+
+    def procs_files(self) -> list[str]:
+        return [str(self.dirs[c] / "cgroup.procs") for c in CONTROLLERS]
+
+    def pids(self) -> list[int]:
+        try:
+            with open(self.dirs["pids"] / "cgroup.procs") as fh:  # fresh: see the module docstring
+                return [int(p) for p in fh.read().split()]
+        except (FileNotFoundError, KeyError):  # never created (or already removed)
+            return []
+
+    def _subtree(self) -> list["V1Cgroup"]:
+        """This cgroup and every cgroup below it, children first."""
+        base = self.dirs.get("pids")
+        if base is None or not base.is_dir():
+            return [self]
+        below = sorted((d for d, _, _ in os.walk(base) if d != str(base)), key=len, reverse=True)
+        return [*(self.driver.cgroup(self.path + d[len(str(base)):]) for d in below), self]
+
+    def populated(self) -> bool:
+        return any(cg.pids() for cg in self._subtree())
+
+    def freeze(self) -> bool:
+        # v1 may stay FREEZING while a task is busy; writing FROZEN again retries (the
+        # kernel's documented way), hence one step per call.
+        if self._read("freezer", "freezer.state").strip() == "FROZEN":
+            return True
+        self._write("freezer", "freezer.state", "FROZEN")
+        return False
+
+    def thaw(self) -> None:
+        self._write("freezer", "freezer.state", "THAWED")
+
+    def remove(self) -> None:
+        self.close()
+        for cg in self._subtree():
+            cg.kill_all()
+        for mnt in set(self.driver.mounts.values()):
+            base = f"{mnt}{self.path}"
+            if not os.path.isdir(base):
+                continue
+            for dirpath, _dirs, _files in sorted(os.walk(base), key=lambda t: len(t[0]), reverse=True):
+                try:
+                    os.rmdir(dirpath)
+                except OSError:
+                    pass
+        if self.driver.stray_root and self.path != "/":
+            shutil.rmtree(f"{self.driver.stray_root}{self.path}", ignore_errors=True)
+
+    def remove_if_empty(self) -> None:
+        self.close()
+        roots = set(self.driver.mounts.values()) | ({self.driver.stray_root} if self.driver.stray_root else set())
+        for mnt in roots:
+            try:
+                os.rmdir(f"{mnt}{self.path}")
+            except OSError:
+                pass

@@ -1,0 +1,64 @@
+"""What a sandbox may do, decided once: `policy_for(spec, settings)` for sandboxes,
+`fncall_run_policy(...)` for one fncall run.
+
+A `SandboxPolicy` is frozen and made of one part per knob, each defined in its own module:
+`Identity` (userns.py), `SyscallFilter` (seccomp.py), `DiskQuota` (quota.py), `Egress`
+(network.py) and `Limits` (here). Each runtime renders it into its own configuration and
+decides nothing itself: the container backend into config.json (backends/container/oci.py),
+the VM backends into QEMU's uid and cgroup (backends/vm/backend.py), fncall into bwrap
+arguments, its cgroup and the seccomp program (fncall/executor.py, zygote.py). A new knob is
+a new module here and one render step per runtime.
+"""
+
+from dataclasses import dataclass
+
+from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, reserved_memory_mb
+from corral_node_agent.isolation.network import NO_EGRESS, Egress, egress_for
+from corral_node_agent.isolation.quota import MIB, DiskQuota, disk_quota
+from corral_node_agent.isolation.seccomp import DEFAULT_FILTER, NO_FILTER, SyscallFilter
+from corral_node_agent.isolation.userns import FNCALL_IDENTITY, VM_IDENTITY, Identity, container_identity
+from corral_node_agent.settings import NodeAgentSettings
+
+# A VM's cgroup holds QEMU, whose own threads (I/O workers, vCPUs, RCU...) count against
+# the pids limit; the guest's processes do not.
+VM_PIDS_LIMIT = 512
+# Every fncall run's syscall filter (compiled once per node: SyscallFilter.to_bpf).
+FNCALL_SYSCALLS = DEFAULT_FILTER
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int  # memory cgroup limit (memory+swap where the host accounts swap)
+    pids: int
+    cpu: float | None  # cores (CFS quota); None: accounted only (fncall stops runs on cpu time)
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    identity: Identity
+    syscalls: SyscallFilter
+    disk: DiskQuota
+    egress: Egress
+    limits: Limits
+
+
+def policy_for(spec: SandboxSpec, settings: NodeAgentSettings) -> SandboxPolicy:
+    """A container's or a VM's policy (``spec.backend`` is resolved: container/microvm/vm)."""
+    vm = spec.backend in VM_BACKENDS
+    memory_mb = reserved_memory_mb(spec.backend, spec.memory_mb, settings.vm_memory_overhead_mb)
+    return SandboxPolicy(
+        identity=VM_IDENTITY if vm else container_identity(settings),
+        # Containers have no syscall filter yet; VMs have QEMU's own (-sandbox, qemu.py).
+        syscalls=NO_FILTER,
+        disk=disk_quota(spec),
+        egress=egress_for(spec),
+        limits=Limits(memory_bytes=memory_mb * MIB, pids=VM_PIDS_LIMIT if vm else spec.pids_limit, cpu=spec.cpu),
+    )
+
+
+def fncall_run_policy(memory_mb: int, pids: int) -> SandboxPolicy:
+    """One fncall run (a compile, a test case, or a worker's zygote): memory and tasks capped,
+    its tmpfs dirs as large as its memory (they are charged to the same cgroup)."""
+    memory = memory_mb * MIB
+    return SandboxPolicy(identity=FNCALL_IDENTITY, syscalls=FNCALL_SYSCALLS, disk=DiskQuota(size_bytes=memory),
+                         egress=NO_EGRESS, limits=Limits(memory_bytes=memory, pids=pids, cpu=None))
