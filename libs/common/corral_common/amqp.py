@@ -85,7 +85,7 @@ class EventBus:
         async def on_message(message: AbstractIncomingMessage) -> None:
             try:
                 event = model.model_validate_json(message.body)
-            except Exception:  # malformed: nothing will ever handle it, drop it loudly
+            except Exception:  # noqa: BLE001 - malformed: nothing will ever handle it, drop it loudly
                 log.error("event.malformed", queue=queue_name, body=message.body[:200].decode(errors="replace"))
                 await message.reject(requeue=False)
                 return

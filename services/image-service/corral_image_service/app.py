@@ -30,7 +30,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         store = BlobStore(settings.data_dir)
-        Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+        Path(settings.data_dir).mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before serving
         store.ensure_dirs()
         await anyio.to_thread.run_sync(store.clean_tmp)
         chunks = LocalChunkStore(settings.effective_chunk_dir)
