@@ -55,8 +55,8 @@ async def test_one_trace_from_api_to_node_agent(redis_url, amqp_url, tmp_path):
                                            host="127.0.0.1", port=image_port, log_level="warning"))
     images_task = asyncio.create_task(images.serve())
     common = {"redis_url": redis_url, "amqp_url": amqp_url, "image_service_url": images_url}
-    api = create_api(ApiSettings(**common, api_database_url=f"sqlite:///{tmp_path}/api.db",
-                                 api_keys="tracing:tracing-key-1"))
+    api = create_api(ApiSettings(**common, database_url=f"sqlite:///{tmp_path}/api.db",
+                                 keys="tracing:tracing-key-1"))
     scheduler = create_scheduler(SchedulerSettings(**common))
     # Eager layers: image-service shares this test's event loop, so a lazy (FUSE) read issued
     # from that loop could only be answered by the loop it blocks.

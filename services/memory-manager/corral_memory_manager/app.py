@@ -38,5 +38,5 @@ def main() -> None:
     import uvicorn
 
     settings = MemoryManagerSettings()
-    uvicorn.run(create_app(settings), host=settings.memory_manager_host, port=settings.memory_manager_port,
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
                 log_level=settings.log_level.lower(), access_log=False)

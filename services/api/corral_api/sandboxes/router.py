@@ -160,7 +160,7 @@ async def exec_command_stream(sandbox_id: str, body: ExecRequest, tenant: Tenant
 async def write_file(sandbox_id: str, path: FilePath, request: Request, tenant: Tenant, data: Data,
                      mode: Annotated[int, Query(ge=0, le=0o777)] = 0o644) -> Response:
     """Upload a file (raw body). Parent directories are created."""
-    limit = request.app.state.settings.api_max_upload_mb * 1024 * 1024
+    limit = request.app.state.settings.max_upload_mb * 1024 * 1024
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"upload of {declared} bytes exceeds {limit}", loc=["body"])

@@ -44,7 +44,7 @@ class Placer:
                 await self._publish_place(event, record.node_id)
             return True
 
-        timeout = self.settings.node_heartbeat_timeout_s
+        timeout = self.settings.heartbeat_timeout_s
         nodes = await self.store.live_nodes(timeout)
         required = event.node_id or record.required_node
         if required:
