@@ -17,7 +17,7 @@ from corral_common.events import EXCHANGE
 from corral_common.logging import get_logger
 from corral_common.telemetry import consume_span, inject_headers, tracer
 
-log = get_logger("corral.amqp")
+log = get_logger(__name__)
 E = TypeVar("E", bound=BaseModel)
 
 QUORUM_ARGS = {"x-queue-type": "quorum", "x-delivery-limit": 20}

@@ -38,10 +38,10 @@ from corral_common.telemetry import instrument_app, setup_tracing
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
+    configure_logging("api", settings.log_level, settings.log_json)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        configure_logging("api", settings.log_level, settings.log_json)
         setup_tracing("corral-api", settings.otel_exporter_otlp_endpoint)
         database_url = settings.effective_database_url
         if database_url.startswith("sqlite:///"):
@@ -113,6 +113,7 @@ def main() -> None:
     from corral_common.settings import HTTP_KEEP_ALIVE_S
 
     settings = ApiSettings()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+    # log_config=None: uvicorn's own lines go through configure_logging's JSON formatter too.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
                 log_level=settings.log_level.lower(), access_log=False,
                 timeout_keep_alive=HTTP_KEEP_ALIVE_S)

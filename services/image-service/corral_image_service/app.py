@@ -45,7 +45,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
             disk_images=DiskImageService(engine, store, settings.qemu_img),
             build_limiter=anyio.CapacityLimiter(2),
         )
-        log.info("image-service ready", data_dir=settings.data_dir, db=engine.url.render_as_string(hide_password=True))
+        log.info("image_service.ready", data_dir=settings.data_dir, db=engine.url.render_as_string(hide_password=True))
         try:
             yield
         finally:

@@ -22,10 +22,10 @@ REQUESTS_QUEUE = "scheduler.requests"
 
 def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
     settings = settings or SchedulerSettings()
+    configure_logging("scheduler", settings.log_level, settings.log_json)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        configure_logging("scheduler", settings.log_level, settings.log_json)
         setup_tracing("corral-scheduler", settings.otel_exporter_otlp_endpoint)
         store = StateStore.from_url(settings.redis_url)
         bus = await EventBus(settings.amqp_url).connect()
@@ -67,5 +67,6 @@ def main() -> None:
     import uvicorn
 
     settings = SchedulerSettings()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+    # log_config=None: uvicorn's own lines go through configure_logging's JSON formatter too.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
                 log_level=settings.log_level.lower(), access_log=False)

@@ -19,7 +19,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from corral_common.logging import get_logger
 
-log = get_logger("corral.api.fncall")
+log = get_logger(__name__)
 QUEUE_PREFIX = "fncall."
 BUNDLE = "bundle"
 

@@ -32,7 +32,7 @@ from corral_api.fncall.schemas import (
 from corral_common.errors import BadRequest, NotFound, PayloadTooLarge, ServiceUnavailable
 from corral_common.logging import get_logger
 
-log = get_logger("corral.api.fncall")
+log = get_logger(__name__)
 COMPILE_TIMEOUT_MS = 10_000
 WALL_FACTOR, WALL_EXTRA_MS = 2.0, 500  # the workers' wall-clock limit per case (see executor.py)
 

@@ -16,7 +16,7 @@ from corral_common.state import StateStore
 from corral_scheduler.placement.policy import could_ever_fit, rank_nodes
 from corral_scheduler.settings import SchedulerSettings
 
-log = get_logger("corral.scheduler.placement")
+log = get_logger(__name__)
 
 
 class Placer:
