@@ -43,6 +43,9 @@ def _missing() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    """Every e2e test runs on one xdist worker (`--dist loadgroup`, group "e2e"), in collection
+    order; a test marked ``breaks_platform`` leaves the shared platform damaged (a node
+    killed), so it is moved after all the others."""
     here = str(Path(__file__).parent)
     reason = _missing()
     for item in items:
@@ -50,6 +53,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("e2e"))
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    items.sort(key=lambda item: item.get_closest_marker("breaks_platform") is not None)  # stable
 
 
 @pytest.fixture(scope="session")
