@@ -1,6 +1,7 @@
 # Corral: two commands on a fresh Debian/Ubuntu machine, as root:
 #   make up     install what is missing, start everything, build the default base, print how to use it
 #   make test   run the whole test suite (starts the servers it needs)
+# While developing, as any user once the venv exists: make test-unit (no servers, no root), make lint, make check.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -14,7 +15,7 @@ PACKAGES := -e libs/common -e services/api -e services/scheduler -e services/nod
 	-e services/image-service -e services/memory-manager -e clients/python
 PYTEST_ARGS ?= -q -n 2 --dist loadgroup
 
-.PHONY: up down deps venv guestkit test test-locked client client-check bench lint clean
+.PHONY: up down deps venv guestkit test test-locked test-unit client client-check bench lint check clean
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -59,6 +60,10 @@ test-locked:
 	CORRAL_TEST_POSTGRES_URL=$$pg $(PY) -m pytest tests $(PYTEST_ARGS); rc=$$?; \
 	scripts/servers.sh stop $(TEST_STATE)/servers; exit $$rc
 
+# Unit tests only: no servers, no root, no apt, no guest kit; just the Python packages in the venv.
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest tests/unit -q
+
 client: venv
 	$(PY) scripts/generate_client.py
 
@@ -68,8 +73,10 @@ client-check: venv
 bench: venv
 	$(PY) bench/sandbox_lifecycle.py
 
-lint: venv
+lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check libs services clients/python/corral scripts bench tests
+
+check: lint test-unit
 
 clean: down
 	rm -rf $(STATE) $(STATE).json $(TEST_STATE) $(TEST_STATE).urls $(TEST_STATE).pg

@@ -323,11 +323,11 @@ def stop_profilers(procs: list[subprocess.Popen]) -> None:
 
 
 def node_start_ms(state: str) -> dict:
-    """The node-agents' own `sandbox_started ms=` (bundle + overlay + crun run) from their logs."""
+    """The node-agents' own `sandbox.started ms=` (bundle + overlay + crun run) from their logs."""
     vals = []
     for log in Path(state, "logs").glob("node-*.log"):
         for line in log.read_text(errors="replace").splitlines():
-            if '"sandbox_started"' in line:
+            if '"sandbox.started"' in line:
                 try:
                     vals.append(float(json.loads(line)["ms"]))
                 except (ValueError, KeyError):
@@ -475,7 +475,7 @@ def main() -> None:
         print_table(rows)
         ov = result["raw_floor"]["overlay_tmpfs"]
         print(f"\nraw tmpfs+overlay mount p50 {ov['mount']['p50']} ms, umount p50 {ov['umount']['p50']} ms; "
-              f"node-agent sandbox_started p50 {result['corral'].get('node_agent_start_ms', {}).get('p50')} ms; "
+              f"node-agent sandbox.started p50 {result['corral'].get('node_agent_start_ms', {}).get('p50')} ms; "
               f"total {result['total_s']} s")
     else:
         print(json.dumps(result["corral"], indent=2))

@@ -36,8 +36,8 @@ def _env(args: argparse.Namespace, state: Path, redis_url: str, amqp_url: str) -
         "CORRAL_AMQP_URL": amqp_url,
         "CORRAL_IMAGE_SERVICE_URL": f"http://127.0.0.1:{ports['image-service']}",
         "CORRAL_INTERNAL_TOKEN": _secret(state / "internal-token"),
-        "CORRAL_NODE_HEARTBEAT_TIMEOUT_S": str(args.heartbeat_timeout),
-        "CORRAL_NODE_HEARTBEAT_INTERVAL_S": str(max(0.2, args.heartbeat_timeout / 5)),
+        "CORRAL_HEARTBEAT_TIMEOUT_S": str(args.heartbeat_timeout),
+        "CORRAL_HEARTBEAT_INTERVAL_S": str(max(0.2, args.heartbeat_timeout / 5)),
         "CORRAL_LOG_LEVEL": args.log_level,
     })
     return env

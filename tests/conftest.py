@@ -30,7 +30,7 @@ def _docker_answers() -> bool:
 
         docker.from_env(timeout=2).ping()
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure (no package, no socket, no answer) means no Docker
         return False
 
 

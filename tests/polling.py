@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+from collections.abc import Callable
 
 
 async def until(predicate, timeout_s: float = 60.0, what: str = "condition", interval_s: float = 0.05):
@@ -16,3 +17,15 @@ async def until(predicate, timeout_s: float = 60.0, what: str = "condition", int
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         await asyncio.sleep(interval_s)
+
+
+def until_sync(predicate: Callable[[], object], timeout_s: float = 60.0, what: str = "condition",
+               interval_s: float = 0.05):
+    """``until`` for synchronous tests (the e2e ones drive the platform through the blocking SDK)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if value := predicate():
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)

@@ -43,6 +43,9 @@ def _missing() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    """Every e2e test runs on one xdist worker (`--dist loadgroup`, group "e2e"), in collection
+    order; a test marked ``breaks_platform`` leaves the shared platform damaged (a node
+    killed), so it is moved after all the others."""
     here = str(Path(__file__).parent)
     reason = _missing()
     for item in items:
@@ -50,6 +53,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("e2e"))
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    items.sort(key=lambda item: item.get_closest_marker("breaks_platform") is not None)  # stable
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +68,7 @@ def platform(service_urls, tmp_path_factory):
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     base_port = 21000 + 200 * worker
     # A short step lease so a test that kills the api sees its step interrupted quickly.
-    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_ROLLOUT_STEP_LEASE_S="3")
+    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_API_ROLLOUT_STEP_LEASE_S="3")
     # Node-agents enable microvm/vm when QEMU is on PATH; without a guest kit those could not
     # boot, so the platform then runs containers only (a VM request is unschedulable).
     vm_missing = vm_backends_missing()

@@ -16,17 +16,9 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.conftest import HEARTBEAT_TIMEOUT_S, agent_pid, leftovers
+from tests.polling import until_sync
 
 NODE = "node-1"
-
-
-def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _crun_state(platform, sandbox_id: str) -> dict | None:
@@ -52,7 +44,7 @@ def _restart_agent(platform, before_start=None) -> float:
     port = environ["CORRAL_NODE_PORT"]
     os.kill(old, signal.SIGKILL)
     t0 = time.monotonic()
-    wait_until(lambda: not _alive(old), what="agent gone")
+    until_sync(lambda: not _alive(old), timeout_s=20, what="agent gone")
     if before_start is not None:
         before_start()
     log = open(platform["state"] / "logs" / f"{NODE}.log", "ab")  # noqa: SIM115 - handed to the child
@@ -67,7 +59,7 @@ def _restart_agent(platform, before_start=None) -> float:
         except httpx.HTTPError:
             return False
 
-    wait_until(healthy, timeout=30, what="agent back")
+    until_sync(healthy, timeout_s=30, what="agent back")
     return time.monotonic() - t0
 
 
@@ -89,7 +81,7 @@ def test_restarted_node_agent_readopts_running_sandboxes(platform, corral):
     def kill_doomed() -> None:
         # This one's processes die while nobody watches: the new agent must notice.
         os.kill(pids[doomed.id], signal.SIGKILL)
-        wait_until(lambda: not _alive(pids[doomed.id]), what="doomed init gone")
+        until_sync(lambda: not _alive(pids[doomed.id]), timeout_s=20, what="doomed init gone")
 
     away = _restart_agent(platform, before_start=kill_doomed)
     # The scheduler's reaper would fail every sandbox of a node silent for longer.
@@ -113,7 +105,7 @@ def test_restarted_node_agent_readopts_running_sandboxes(platform, corral):
     # The dead one is failed with a reason, and nothing of it is left.
     doomed.wait("terminated", timeout=15)
     assert (doomed.state, doomed.info.reason) == ("failed", "lost_on_restart")
-    wait_until(lambda: not leftovers(platform, NODE, doomed.id), timeout=10, what="doomed cleaned up")
+    until_sync(lambda: not leftovers(platform, NODE, doomed.id), timeout_s=10, what="doomed cleaned up")
 
     # Nothing runs on the node without a live record.
     root = platform["state"] / "nodes" / NODE / "crun"
@@ -127,7 +119,7 @@ def test_restarted_node_agent_readopts_running_sandboxes(platform, corral):
         sb.delete()
         assert sb.state == "terminated"
         assert not leftovers(platform, NODE, sb.id)
-        wait_until(lambda sb=sb: not _alive(pids[sb.id]), timeout=5, what="init gone")
+        until_sync(lambda sb=sb: not _alive(pids[sb.id]), timeout_s=5, what="init gone")
     mounts = [line for p in Path("/proc").glob("[0-9]*/mountinfo") for line in _read(p)
               if any(sb.id in line for sb in (keep, paused, doomed))]
     assert mounts == []

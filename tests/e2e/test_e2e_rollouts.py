@@ -14,18 +14,9 @@ import pytest
 
 from corral import AsyncCorral, CorralError, StepFailed, StepInterrupted
 from tests.e2e.conftest import OTHER_TENANT_KEY
+from tests.polling import until_sync
 
 TRAINER = Path(__file__).with_name("rollout_trainer.py")
-
-
-def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def trainer(platform, rollout_id: str, steps: int, slow: int, block_after: int = -1) -> subprocess.Popen:
@@ -56,8 +47,8 @@ def test_trainer_sigkilled_between_and_mid_step_resumes_exactly_once(corral, pla
     # Trainer B fast-forwards 0-1, runs 2, and is killed while step 3 is executing (its line
     # is written, its sleep is running, its result is not committed).
     b = trainer(platform, rollout.id, steps, slow)
-    wait_until(lambda: [s.status for s in rollout.trajectory()] == ["done"] * 3 + ["pending"]
-               and len(lines(corral, rollout.sandbox_id)) == 4, what="step 3 executing")
+    until_sync(lambda: [s.status for s in rollout.trajectory()] == ["done"] * 3 + ["pending"]
+               and len(lines(corral, rollout.sandbox_id)) == 4, timeout_s=20, what="step 3 executing")
     b.send_signal(signal.SIGKILL)
     b.wait()
     assert [s.status for s in rollout.trajectory()][3] == "pending"  # still running server-side
@@ -159,7 +150,7 @@ def _freezer_state(platform, sandbox) -> str:
 def test_idle_rollout_is_paused_resumed_on_next_step_and_expires(corral, platform):
     rollout = corral.rollouts.create("busybox", job_id="idle", memory_mb=64, idle_pause_s=1, ttl_s=60)
     rollout.exec("echo before > state.txt")
-    wait_until(lambda: rollout.refresh().status == "paused", what="idle pause")
+    until_sync(lambda: rollout.refresh().status == "paused", timeout_s=20, what="idle pause")
     sandbox = corral.sandboxes.get(rollout.sandbox_id)
     assert sandbox.state == "paused" and _freezer_state(platform, sandbox) == "FROZEN"
     with pytest.raises(CorralError) as frozen:
@@ -180,7 +171,7 @@ def test_idle_rollout_is_paused_resumed_on_next_step_and_expires(corral, platfor
     # TTL: an idle rollout is expired and its sandbox released; the log stays.
     short = corral.rollouts.create("busybox", job_id="idle", memory_mb=64, idle_pause_s=0.5, ttl_s=2)
     short.exec("true")
-    wait_until(lambda: short.refresh().status == "expired", timeout=30, what="TTL expiry")
+    until_sync(lambda: short.refresh().status == "expired", timeout_s=30, what="TTL expiry")
     assert corral.sandboxes.get(short.sandbox_id).wait("terminated", timeout=30).state == "terminated"
     assert [s.status for s in short.trajectory()] == ["done"]
     rollout.finish()
@@ -192,8 +183,8 @@ def _restart_api(platform) -> None:
     old = int((run / "api.pid").read_text())
     environ = dict(item.split("=", 1) for item in Path(f"/proc/{old}/environ").read_text().split("\0") if "=" in item)
     os.kill(old, signal.SIGKILL)
-    wait_until(lambda: not Path(f"/proc/{old}").exists() or "Z" in Path(f"/proc/{old}/stat").read_text().split()[2],
-               what="api gone")
+    until_sync(lambda: not Path(f"/proc/{old}").exists() or "Z" in Path(f"/proc/{old}/stat").read_text().split()[2],
+               timeout_s=20, what="api gone")
     log = open(platform["state"] / "logs" / "api.log", "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen([sys.executable, "-m", "corral_api"], env=environ, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True, cwd=platform["state"])
@@ -205,7 +196,7 @@ def _restart_api(platform) -> None:
         except httpx.HTTPError:
             return False
 
-    wait_until(healthy, timeout=30, what="api back")
+    until_sync(healthy, timeout_s=30, what="api back")
 
 
 def test_step_running_when_the_api_dies_is_interrupted_not_rerun(corral, platform):
@@ -215,7 +206,7 @@ def test_step_running_when_the_api_dies_is_interrupted_not_rerun(corral, platfor
     with httpx.Client(base_url=platform["api"], headers={"authorization": f"Bearer {platform['api_key']}"}) as http:
         with pytest.raises(httpx.TimeoutException):
             http.post(f"/v1/rollouts/{rollout.id}/steps", json=slow, timeout=0.5)  # the trainer gives up
-        wait_until(lambda: len(lines(corral, rollout.sandbox_id)) == 2, what="step 1 running")
+        until_sync(lambda: len(lines(corral, rollout.sandbox_id)) == 2, timeout_s=20, what="step 1 running")
         _restart_api(platform)
         answer = http.post(f"/v1/rollouts/{rollout.id}/steps", json=slow, timeout=30).json()
     # The new api cannot know whether the command took effect: interrupted, not run again.
@@ -226,6 +217,6 @@ def test_step_running_when_the_api_dies_is_interrupted_not_rerun(corral, platfor
         replay.exec("echo one >> log.txt; sleep 2")  # index 1: reported again, never re-run
     assert replay.cursor == 2
     replay.exec("echo two >> log.txt")
-    wait_until(lambda: lines(corral, rollout.sandbox_id) == ["zero", "one", "two"], timeout=10, what="log")
+    until_sync(lambda: lines(corral, rollout.sandbox_id) == ["zero", "one", "two"], timeout_s=10, what="log")
     assert [s.status for s in rollout.trajectory()] == ["done", "interrupted", "done"]
     rollout.finish(reward=0.0)

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from corral_common.telemetry import setup_tracing
+from tests.polling import until
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("crun") or not shutil.which("mkfs.erofs"),
@@ -54,16 +55,15 @@ async def test_one_trace_from_api_to_node_agent(redis_url, amqp_url, tmp_path):
                                            host="127.0.0.1", port=image_port, log_level="warning"))
     images_task = asyncio.create_task(images.serve())
     common = {"redis_url": redis_url, "amqp_url": amqp_url, "image_service_url": images_url}
-    api = create_api(ApiSettings(**common, api_database_url=f"sqlite:///{tmp_path}/api.db",
-                                 api_keys="tracing:tracing-key-1"))
+    api = create_api(ApiSettings(**common, database_url=f"sqlite:///{tmp_path}/api.db",
+                                 keys="tracing:tracing-key-1"))
     scheduler = create_scheduler(SchedulerSettings(**common))
     # Eager layers: image-service shares this test's event loop, so a lazy (FUSE) read issued
     # from that loop could only be answered by the loop it blocks.
     node = create_node(NodeAgentSettings(**common, node_id="trace-node", state_dir=str(tmp_path / "node"),
                                          port=free_port(), layer_mode="eager"))
     try:
-        while not images.started:
-            await asyncio.sleep(0.01)
+        await until(lambda: images.started, what="image-service started", interval_s=0.01)
         root = build_busybox(tmp_path / "rootfs")
         async with httpx.AsyncClient(base_url=images_url) as client:
             layer = (await client.post("/v1/layers", params={"kind": "base", "name": "busybox", "version": "1",

@@ -17,7 +17,7 @@ from corral_common.events import EXCHANGE
 from corral_common.logging import get_logger
 from corral_common.telemetry import consume_span, inject_headers, tracer
 
-log = get_logger("corral.amqp")
+log = get_logger(__name__)
 E = TypeVar("E", bound=BaseModel)
 
 QUORUM_ARGS = {"x-queue-type": "quorum", "x-delivery-limit": 20}
@@ -85,7 +85,7 @@ class EventBus:
         async def on_message(message: AbstractIncomingMessage) -> None:
             try:
                 event = model.model_validate_json(message.body)
-            except Exception:  # malformed: nothing will ever handle it, drop it loudly
+            except Exception:  # noqa: BLE001 - malformed: nothing will ever handle it, drop it loudly
                 log.error("event.malformed", queue=queue_name, body=message.body[:200].decode(errors="replace"))
                 await message.reject(requeue=False)
                 return

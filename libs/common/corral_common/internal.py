@@ -7,7 +7,7 @@ from fastapi import Request
 
 from corral_common.errors import Unauthorized
 
-INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"
+INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"  # noqa: S105 - a header name, not a secret
 
 
 async def require_internal_token(request: Request) -> None:

@@ -8,7 +8,7 @@ from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState, Usage
 from corral_common.state import StateStore
 
-log = get_logger("corral.lifecycle")
+log = get_logger(__name__)
 
 
 async def transition(store: StateStore, bus: EventBus, sandbox_id: str, target: SandboxState, *,

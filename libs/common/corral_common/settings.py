@@ -1,43 +1,72 @@
-"""Settings shared by every Corral service.
+"""Settings shared by every Corral service, and the one naming convention they all follow.
 
-All settings come from environment variables with the ``CORRAL_`` prefix (pydantic-settings),
-so one ``.env``-style block configures a whole deployment.
+Every setting is an environment variable. A service's own fields read ``<its prefix><FIELD>``
+(``CORRAL_API_``, ``CORRAL_SCHEDULER_``, ``CORRAL_IMAGE_``, ``CORRAL_MEMORY_MANAGER_``,
+``CORRAL_NODE_``) and carry no prefix in their Python names (``settings.host``, not
+``settings.api_host``). The fields shared by every service (this module's ``CommonSettings``)
+read ``CORRAL_<FIELD>``, so one deployment-wide block configures them all.
+
+Renames keep the old names working: an old environment variable is a further choice in the
+field's ``validation_alias`` (canonical name first, so it wins when both are set), and an old
+keyword argument is listed in ``renamed_fields`` (old name -> field). Aliases are never bare
+field names: those would also match unprefixed environment variables such as ``API_PORT``,
+which Kubernetes sets for a service called ``api``. ``docs/configuration.md`` is generated
+from these models (``scripts/generate_settings_doc.py``).
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 
 class CommonSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore", populate_by_name=True)
+    # Old keyword names still accepted by the constructor: old name -> field name.
+    renamed_fields: ClassVar[dict[str, str]] = {
+        "node_heartbeat_timeout_s": "heartbeat_timeout_s",
+        "node_heartbeat_interval_s": "heartbeat_interval_s",
+    }
 
+    # Sandbox and node state (the source of truth for the control plane).
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # The event bus (topic exchange "corral") and the fncall work queues.
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
     image_service_url: str = "http://127.0.0.1:8002"
     # Shared secret the api presents to node-agents (data path). Empty disables the check (dev).
     internal_token: str = ""
     log_level: str = "INFO"
+    # One JSON object per log line (false: human-readable console lines).
     log_json: bool = True
     # OTLP endpoint for traces; empty means tracing stays in-process (no exporter).
     otel_exporter_otlp_endpoint: str = ""
-    # Seconds without a heartbeat after which a node is considered lost.
-    node_heartbeat_timeout_s: float = 10.0
-    node_heartbeat_interval_s: float = 2.0
+    # Seconds without a heartbeat after which the scheduler's reaper declares a node lost.
+    heartbeat_timeout_s: float = Field(10.0, validation_alias=AliasChoices(
+        "CORRAL_HEARTBEAT_TIMEOUT_S", "CORRAL_NODE_HEARTBEAT_TIMEOUT_S"))
+    # How often a node-agent heartbeats (well under the timeout).
+    heartbeat_interval_s: float = Field(2.0, validation_alias=AliasChoices(
+        "CORRAL_HEARTBEAT_INTERVAL_S", "CORRAL_NODE_HEARTBEAT_INTERVAL_S"))
+
+    def __init__(self, **values: Any) -> None:
+        for old, new in self.renamed_fields.items():
+            if old in values:
+                values.setdefault(new, values.pop(old))
+        super().__init__(**values)
 
 
 class _CommonEnvSource(EnvSettingsSource):
     """``CORRAL_*`` env vars, restricted to the fields of CommonSettings (so another service's
-    ``CORRAL_PORT`` cannot leak into a service with its own prefix)."""
+    ``CORRAL_PORT`` cannot leak into a service with its own prefix). Fields with aliases need
+    no help from here: the service's own source reads aliases without its prefix."""
 
     def __call__(self) -> dict[str, Any]:
         return {k: v for k, v in super().__call__().items() if k in CommonSettings.model_fields}
 
 
 class PrefixedServiceSettings(CommonSettings):
-    """Base for a service whose own fields use a longer prefix (``CORRAL_NODE_``, ...): its
-    shared fields still read the deployment-wide ``CORRAL_*`` names, and
-    ``<PREFIX><FIELD>`` overrides one for this service only."""
+    """Base of every service's settings: its own fields use its prefix (``CORRAL_NODE_``, ...),
+    its shared fields still read the deployment-wide ``CORRAL_*`` names, and
+    ``<PREFIX><FIELD>`` overrides one of those for this service only."""
 
     @classmethod
     def settings_customise_sources(

@@ -38,17 +38,18 @@ from corral_common.telemetry import instrument_app, setup_tracing
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
+    configure_logging("api", settings.log_level, settings.log_json)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        configure_logging("api", settings.log_level, settings.log_json)
         setup_tracing("corral-api", settings.otel_exporter_otlp_endpoint)
-        if settings.database_url.startswith("sqlite:///"):
-            Path(settings.database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        migrate(settings.database_url)
-        engine = make_engine(settings.database_url)
+        database_url = settings.effective_database_url
+        if database_url.startswith("sqlite:///"):
+            Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        migrate(database_url)
+        engine = make_engine(database_url)
         api_keys = ApiKeyService(engine)
-        for tenant, key in parse_bootstrap_keys(settings.api_keys):
+        for tenant, key in parse_bootstrap_keys(settings.keys):
             api_keys.add(tenant, key)
         store = StateStore.from_url(settings.redis_url)
         bus = await EventBus(settings.amqp_url).connect()
@@ -63,13 +64,13 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.node_client = node_client
         snapshot_rows = SnapshotRepository(engine)
         app.state.sandboxes = SandboxService(store, bus, history, waiters, EnvironmentCatalog(images),
-                                             settings.api_max_wait_s, snapshots=snapshot_rows)
+                                             settings.max_wait_s, snapshots=snapshot_rows)
         app.state.data_path = SandboxDataPath(app.state.sandboxes, node_client)
         app.state.snapshots = SnapshotService(snapshot_rows, app.state.sandboxes, node_client)
         app.state.rollouts = RolloutService(
             RolloutRepository(engine), app.state.sandboxes, app.state.data_path,
             idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
-            lease_s=settings.rollout_step_lease_s, max_write_bytes=settings.api_max_upload_mb * 1024 * 1024)
+            lease_s=settings.rollout_step_lease_s, max_write_bytes=settings.max_upload_mb * 1024 * 1024)
         sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
         app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes)
         await app.state.jobs.resume_submissions()
@@ -112,6 +113,7 @@ def main() -> None:
     from corral_common.settings import HTTP_KEEP_ALIVE_S
 
     settings = ApiSettings()
-    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
+    # log_config=None: uvicorn's own lines go through configure_logging's JSON formatter too.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
                 log_level=settings.log_level.lower(), access_log=False,
                 timeout_keep_alive=HTTP_KEEP_ALIVE_S)

@@ -1,32 +1,44 @@
-from pydantic import Field
+"""Settings of the api: its own fields read ``CORRAL_API_*`` (see ``corral_common.settings``)."""
+
+from typing import ClassVar
+
+from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
 from corral_api.fncall.settings import FncallApiSettings
-from corral_common.settings import CommonSettings
+from corral_common.settings import CommonSettings, PrefixedServiceSettings
 
 
-class ApiSettings(CommonSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+class ApiSettings(PrefixedServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_API_", extra="ignore")
+    renamed_fields: ClassVar[dict[str, str]] = {
+        **CommonSettings.renamed_fields, "api_host": "host", "api_port": "port", "api_data_dir": "data_dir",
+        "api_database_url": "database_url", "api_keys": "keys", "api_max_upload_mb": "max_upload_mb",
+        "api_max_wait_s": "max_wait_s"}
 
-    api_host: str = "127.0.0.1"
-    api_port: int = 8000
-    api_data_dir: str = "/var/lib/corral/api"
-    # Empty: sqlite:///{api_data_dir}/api.db. PostgreSQL: postgresql+psycopg://user:pw@host/db
-    api_database_url: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: str = "/var/lib/corral/api"
+    # Empty: sqlite:///{data_dir}/api.db. PostgreSQL: postgresql+psycopg://user:pw@host/db
+    database_url: str = ""
     # Bootstrap keys, "tenant:key,tenant2:key2". Stored hashed in SQL at start.
-    api_keys: str = ""
-    api_max_upload_mb: int = 100
+    keys: str = ""
+    max_upload_mb: int = 100
     # Longest a client may block on ?wait_for=.
-    api_max_wait_s: float = 300.0
+    max_wait_s: float = 300.0
     # Rollouts: pause a rollout's sandbox after this idle time (0: never), release it after
     # this idle time, how often the sweeper looks, and the lease a running step holds.
-    rollout_idle_pause_s: float = 300.0
-    rollout_ttl_s: float = 86400.0
-    rollout_sweep_interval_s: float = 1.0
-    rollout_step_lease_s: float = 10.0
+    rollout_idle_pause_s: float = Field(300.0, validation_alias=AliasChoices(
+        "CORRAL_API_ROLLOUT_IDLE_PAUSE_S", "CORRAL_ROLLOUT_IDLE_PAUSE_S"))
+    rollout_ttl_s: float = Field(86400.0, validation_alias=AliasChoices(
+        "CORRAL_API_ROLLOUT_TTL_S", "CORRAL_ROLLOUT_TTL_S"))
+    rollout_sweep_interval_s: float = Field(1.0, validation_alias=AliasChoices(
+        "CORRAL_API_ROLLOUT_SWEEP_INTERVAL_S", "CORRAL_ROLLOUT_SWEEP_INTERVAL_S"))
+    rollout_step_lease_s: float = Field(10.0, validation_alias=AliasChoices(
+        "CORRAL_API_ROLLOUT_STEP_LEASE_S", "CORRAL_ROLLOUT_STEP_LEASE_S"))
     # fncall calls and batches: CORRAL_FNCALL_* (FncallApiSettings reads its own env names).
     fncall: FncallApiSettings = Field(default_factory=FncallApiSettings)
 
     @property
-    def database_url(self) -> str:
-        return self.api_database_url or f"sqlite:///{self.api_data_dir}/api.db"
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir}/api.db"

@@ -30,7 +30,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         store = BlobStore(settings.data_dir)
-        Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+        Path(settings.data_dir).mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before serving
         store.ensure_dirs()
         await anyio.to_thread.run_sync(store.clean_tmp)
         chunks = LocalChunkStore(settings.effective_chunk_dir)
@@ -45,7 +45,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
             disk_images=DiskImageService(engine, store, settings.qemu_img),
             build_limiter=anyio.CapacityLimiter(2),
         )
-        log.info("image-service ready", data_dir=settings.data_dir, db=engine.url.render_as_string(hide_password=True))
+        log.info("image_service.ready", data_dir=settings.data_dir, db=engine.url.render_as_string(hide_password=True))
         try:
             yield
         finally:

@@ -38,5 +38,6 @@ def main() -> None:
     import uvicorn
 
     settings = MemoryManagerSettings()
-    uvicorn.run(create_app(settings), host=settings.memory_manager_host, port=settings.memory_manager_port,
+    # log_config=None: uvicorn's own lines go through configure_logging's JSON formatter too.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
                 log_level=settings.log_level.lower(), access_log=False)

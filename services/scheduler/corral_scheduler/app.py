@@ -22,15 +22,15 @@ REQUESTS_QUEUE = "scheduler.requests"
 
 def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
     settings = settings or SchedulerSettings()
+    configure_logging("scheduler", settings.log_level, settings.log_json)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        configure_logging("scheduler", settings.log_level, settings.log_json)
         setup_tracing("corral-scheduler", settings.otel_exporter_otlp_endpoint)
         store = StateStore.from_url(settings.redis_url)
         bus = await EventBus(settings.amqp_url).connect()
         placer = Placer(store, bus, settings)
-        reaper = NodeReaper(store, bus, settings.node_heartbeat_timeout_s, settings.reaper_interval_s)
+        reaper = NodeReaper(store, bus, settings.heartbeat_timeout_s, settings.reaper_interval_s)
         await bus.consume(REQUESTS_QUEUE, [SANDBOX_REQUESTED_KEY], SandboxRequested, placer.handle,
                           prefetch=settings.placement_prefetch)
         reaper_task = asyncio.create_task(reaper.run())
@@ -57,7 +57,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
 
     @app.get("/v1/nodes")
     async def nodes() -> list[dict]:
-        live = await app.state.store.live_nodes(settings.node_heartbeat_timeout_s)
+        live = await app.state.store.live_nodes(settings.heartbeat_timeout_s)
         return [vars(n) for n in live]
 
     return app
@@ -67,5 +67,6 @@ def main() -> None:
     import uvicorn
 
     settings = SchedulerSettings()
-    uvicorn.run(create_app(settings), host=settings.scheduler_host, port=settings.scheduler_port,
+    # log_config=None: uvicorn's own lines go through configure_logging's JSON formatter too.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
                 log_level=settings.log_level.lower(), access_log=False)

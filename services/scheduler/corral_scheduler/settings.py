@@ -1,18 +1,27 @@
-from typing import Literal
+"""Settings of the scheduler: its own fields read ``CORRAL_SCHEDULER_*`` (see ``corral_common.settings``)."""
 
+from typing import ClassVar, Literal
+
+from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from corral_common.settings import CommonSettings
+from corral_common.settings import CommonSettings, PrefixedServiceSettings
 
 
-class SchedulerSettings(CommonSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+class SchedulerSettings(PrefixedServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_SCHEDULER_", extra="ignore")
+    renamed_fields: ClassVar[dict[str, str]] = {
+        **CommonSettings.renamed_fields, "scheduler_host": "host", "scheduler_port": "port"}
 
-    scheduler_host: str = "127.0.0.1"
-    scheduler_port: int = 8001
+    host: str = "127.0.0.1"
+    port: int = 8001
     # spread: most free memory first (fewer noisy neighbours); pack: least free first (fewer nodes busy).
-    placement_strategy: Literal["spread", "pack"] = "spread"
+    placement_strategy: Literal["spread", "pack"] = Field("spread", validation_alias=AliasChoices(
+        "CORRAL_SCHEDULER_PLACEMENT_STRATEGY", "CORRAL_PLACEMENT_STRATEGY"))
     # How often a request that found no room looks again, and how many wait at once.
-    placement_retry_s: float = 0.2
-    placement_prefetch: int = 256
-    reaper_interval_s: float = 1.0
+    placement_retry_s: float = Field(0.2, validation_alias=AliasChoices(
+        "CORRAL_SCHEDULER_PLACEMENT_RETRY_S", "CORRAL_PLACEMENT_RETRY_S"))
+    placement_prefetch: int = Field(256, validation_alias=AliasChoices(
+        "CORRAL_SCHEDULER_PLACEMENT_PREFETCH", "CORRAL_PLACEMENT_PREFETCH"))
+    reaper_interval_s: float = Field(1.0, validation_alias=AliasChoices(
+        "CORRAL_SCHEDULER_REAPER_INTERVAL_S", "CORRAL_REAPER_INTERVAL_S"))

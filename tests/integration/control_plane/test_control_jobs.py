@@ -17,6 +17,7 @@ from corral_common.state import StateStore
 from corral_scheduler.jobs.service import JobAdmitter
 from corral_scheduler.placement.service import Placer
 from corral_scheduler.settings import SchedulerSettings
+from tests.polling import until
 
 SLOTS = 20
 PER_JOB = 200
@@ -85,8 +86,7 @@ async def test_two_jobs_share_admissions_by_weight_and_all_complete(redis_url, a
     try:
         # The scheduler dies mid-burst (its task cancelled at whatever await it is in) and a
         # new one takes over from Redis: nothing may be lost or placed twice.
-        while len(node.order) < 100:
-            await asyncio.sleep(0.005)
+        await until(lambda: len(node.order) >= 100, what="100 admissions", interval_s=0.005)
         run.cancel()
         admitter = JobAdmitter(jobs, Placer(store, bus, settings), settings.placement_retry_s)
         run = asyncio.create_task(admitter.run())

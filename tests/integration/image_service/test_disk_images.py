@@ -10,26 +10,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from corral_image_service.app import create_app
-from corral_image_service.settings import ImageServiceSettings
+from tests.integration.image_service.helpers import image_settings
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="needs qemu-img (apt qemu-utils)")
 
 MiB = 1024 * 1024
-
-
-def _settings(data_dir: Path, **kw) -> ImageServiceSettings:
-    return ImageServiceSettings(data_dir=str(data_dir), database_url="", log_json=False, log_level="WARNING", **kw)
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def client(data_dir: Path):
-    with TestClient(create_app(_settings(data_dir))) as c:
-        yield c
 
 
 def qemu_img(*args: str) -> None:
@@ -132,7 +117,7 @@ def test_declared_format_must_match(client, tmp_path):
 
 def test_upload_limit_413(data_dir):
     body = bytes(2 * MiB)
-    with TestClient(create_app(_settings(data_dir, max_disk_image_mb=1))) as c:
+    with TestClient(create_app(image_settings(data_dir, max_disk_image_mb=1))) as c:
         r = upload(c, body, fmt="raw")
         assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
 

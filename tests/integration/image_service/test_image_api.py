@@ -11,49 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from corral_image_service.app import create_app
-from corral_image_service.settings import ImageServiceSettings
-
-
-def _settings(data_dir: Path, **kw) -> ImageServiceSettings:
-    return ImageServiceSettings(data_dir=str(data_dir), database_url="", log_json=False, log_level="WARNING", **kw)
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def client(data_dir: Path):
-    with TestClient(create_app(_settings(data_dir))) as c:
-        yield c
-
-
-def make_tree(root: Path, files: dict[str, str], reverse: bool = False) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o755)
-    for rel, content in sorted(files.items(), reverse=reverse):
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(content)
-    (root / "tmp").mkdir(exist_ok=True)
-    os.chmod(root / "tmp", 0o1777)
-    return root
-
-
-def tar_of(root: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        tf.add(root, arcname=".")
-    return buf.getvalue()
-
-
-FILES = {"bin/hello": "#!/bin/sh\necho hello\n", "etc/os-release": "ID=corral-test\n"}
-
-
-def upload(client: TestClient, body: bytes, *, kind="base", name="base", version="1"):
-    return client.post("/v1/layers", params={"kind": kind, "name": name, "version": version},
-                       content=body, headers={"Content-Type": "application/x-tar"})
+from tests.integration.image_service.helpers import FILES, image_settings, make_tree, tar_of, upload
 
 
 def blob_files(data_dir: Path) -> set[str]:
@@ -166,10 +124,10 @@ def test_gzip_tar_accepted(client, tmp_path):
 def test_source_dir_rules(data_dir, tmp_path):
     tree = make_tree(tmp_path / "t", FILES)
     params = {"kind": "base", "name": "x", "version": "1"}
-    with TestClient(create_app(_settings(data_dir, allow_source_dir=False))) as c:
+    with TestClient(create_app(image_settings(data_dir, allow_source_dir=False))) as c:
         r = c.post("/v1/layers", params={**params, "source_dir": str(tree)})
         assert r.status_code == 403 and r.json()["error"]["code"] == "source_dir_disabled"
-    with TestClient(create_app(_settings(data_dir))) as c:
+    with TestClient(create_app(image_settings(data_dir))) as c:
         for bad in ("relative/path", str(tmp_path / "missing"), str(tree / "bin/hello")):
             r = c.post("/v1/layers", params={**params, "source_dir": bad})
             assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["query", "source_dir"]
@@ -179,7 +137,7 @@ def test_upload_limit_413(data_dir, tmp_path):
     tree = make_tree(tmp_path / "t", FILES)
     (tree / "big").write_bytes(os.urandom(1536 * 1024))
     body = tar_of(tree)
-    with TestClient(create_app(_settings(data_dir, max_upload_mb=1))) as c:
+    with TestClient(create_app(image_settings(data_dir, max_upload_mb=1))) as c:
         r = upload(c, body)
         assert r.status_code == 413
         assert r.json()["error"]["code"] == "payload_too_large"
@@ -290,8 +248,8 @@ def test_blob_download_range_head(client, data_dir, tmp_path):
 
 def test_state_survives_restart(data_dir, tmp_path):
     body = tar_of(make_tree(tmp_path / "t", FILES))
-    with TestClient(create_app(_settings(data_dir))) as c:
+    with TestClient(create_app(image_settings(data_dir))) as c:
         first = upload(c, body).json()
-    with TestClient(create_app(_settings(data_dir))) as c:  # migrations re-run as a no-op
+    with TestClient(create_app(image_settings(data_dir))) as c:  # migrations re-run as a no-op
         assert c.get("/v1/layers/base/1").json() == first
         assert upload(c, body).status_code == 200

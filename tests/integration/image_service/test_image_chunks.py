@@ -1,51 +1,17 @@
 """Chunk store, chunk indexes and the chunk endpoints, against the real app (TestClient)."""
 
 import hashlib
-import io
 import os
-import tarfile
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from corral_image_service.app import create_app
-from corral_image_service.settings import ImageServiceSettings
-
-FILES = {"bin/hello": "#!/bin/sh\necho hello\n", "etc/os-release": "ID=corral-test\n"}
-
-
-def make_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, content in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(content)
-    return root
-
-
-def tar_of(root: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        tf.add(root, arcname=".")
-    return buf.getvalue()
-
-
-def upload(client: TestClient, body: bytes, *, kind="base", name="base", version="1"):
-    return client.post("/v1/layers", params={"kind": kind, "name": name, "version": version},
-                       content=body, headers={"Content-Type": "application/x-tar"})
+from tests.integration.image_service.helpers import FILES, make_tree, tar_of, upload
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def client(data_dir: Path):
-    settings = ImageServiceSettings(data_dir=str(data_dir), database_url="", log_json=False,
-                                    log_level="WARNING", chunk_size_kb=64)
-    with TestClient(create_app(settings)) as c:
-        yield c
+def settings_overrides() -> dict:
+    return {"chunk_size_kb": 64}
 
 
 def _tree_with_data(root: Path, seed: int, n: int = 20) -> Path:

@@ -10,11 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from corral_image_service import cli
-from corral_image_service.app import create_app
-from corral_image_service.settings import ImageServiceSettings
 
 MS_RDONLY = 1
 
@@ -44,18 +41,6 @@ def mounted(blob: Path, target: Path):
         yield target
     finally:
         _libc.umount2(os.fsencode(target.resolve()), 0)
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def client(data_dir: Path):
-    settings = ImageServiceSettings(data_dir=str(data_dir), database_url="", log_json=False, log_level="WARNING")
-    with TestClient(create_app(settings)) as c:
-        yield c
 
 
 def _blob(data_dir: Path, digest: str) -> Path:

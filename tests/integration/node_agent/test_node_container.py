@@ -84,11 +84,11 @@ async def test_timeout_kills_and_sandbox_survives(backend, base_layer):
     assert r.timed_out and r.exit_code is None and "never" not in r.stdout
     assert time.monotonic() - t < 3
 
-    async def survivors() -> str:
-        return (await backend.exec(sid, run("ps -o args | grep -c '^sleep 3[01]' || true"))).stdout.strip()
+    async def gone() -> bool:
+        return (await backend.exec(sid, run("ps -o args | grep -c '^sleep 3[01]' || true"))).stdout.strip() == "0"
 
     # SIGKILLed at once; the sandbox's init reaps them a moment later.
-    assert await wait_until(lambda: survivors(), "0"), "the timed-out command and its children must be gone"
+    await until(gone, 10, "the timed-out command and its children to be gone", 0.02)
 
 
 async def test_yes_is_capped_and_quick(backend, base_layer):
@@ -212,13 +212,13 @@ async def test_stop_leaves_nothing(backend, base_layer):
 async def test_init_death_and_timeout_reported(backend, base_layer):
     sid = await started(backend, base_layer)
     os.kill(backend._sandboxes[sid].pid, signal.SIGKILL)
-    await wait_until(lambda: _count(backend.exits), 1)
+    await until(lambda: len(backend.exits) == 1, 10, "the init's exit", 0.02)
     assert backend.exits[0][:2] == (sid, ExitReason.exited)
     assert sid not in backend.list_running()
     assert not os.path.exists(f"{backend.sandboxes_dir}/{sid}")
 
     sid2 = await started(backend, base_layer, timeout_s=1)
-    await wait_until(lambda: _count(backend.exits), 2)
+    await until(lambda: len(backend.exits) == 2, 10, "the timeout's exit", 0.02)
     assert backend.exits[1][:2] == (sid2, ExitReason.timeout)
     assert await backend.stop(sid2) == backend.exits[1][2]
 
@@ -262,20 +262,6 @@ async def test_exec_rejects_bad_env(backend, base_layer):
         await backend.exec(sid, run("true", env={"A=B": "x"}))
     with pytest.raises(BadInput):
         await backend.exec(sid, run(["echo", "a\0b"]))
-
-
-async def _count(items: list) -> int:
-    return len(items)
-
-
-async def wait_until(probe, expected, timeout_s: float = 10.0) -> bool:
-    """Re-check ``await probe()`` until it equals ``expected`` or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await probe() == expected:
-            return True
-        await asyncio.sleep(0.02)
-    return await probe() == expected
 
 
 async def test_pause_freezes_resume_thaws_and_stop_while_paused_is_clean(backend, base_layer):

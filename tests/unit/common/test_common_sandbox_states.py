@@ -1,7 +1,17 @@
+import re
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
-from corral_common.sandboxes import ALLOWED_TRANSITIONS, TERMINAL_STATES, SandboxSpec, SandboxState, can_transition
+from corral_common.sandboxes import (
+    ALLOWED_TRANSITIONS,
+    TERMINAL_STATES,
+    FailureReason,
+    SandboxSpec,
+    SandboxState,
+    can_transition,
+)
 
 
 def test_happy_path_is_allowed():
@@ -72,3 +82,10 @@ def test_spec_rejects_bad_env_and_labels():
         SandboxSpec(environment="e", labels={"bad key!": "x"})
     spec = SandboxSpec(environment="e", labels={"job": "a", "team.io/x": "1"})
     assert spec.labels["job"] == "a" and spec.network == "none"
+
+
+def test_readme_names_every_state_and_failure_reason():
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    paragraph = readme[readme.index("States: "):].split("\n\n")[0]
+    missing = [v.value for v in [*SandboxState, *FailureReason] if not re.search(rf"\b{v.value}\b", paragraph)]
+    assert not missing, f"README.md's States paragraph lacks {missing}"

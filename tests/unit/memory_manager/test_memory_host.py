@@ -268,7 +268,7 @@ def test_settings_env_names(monkeypatch):
     monkeypatch.setenv("CORRAL_SYS_ROOT", "/host/sys")
     monkeypatch.setenv("CORRAL_PORT", "1")  # another service's setting is ignored
     s = MemoryManagerSettings()
-    assert (s.redis_url, s.node_id, s.memory_manager_host, s.memory_manager_port, s.sys_root, s.proc_root) == (
+    assert (s.redis_url, s.node_id, s.host, s.port, s.sys_root, s.proc_root) == (
         "redis://shared:1/0", "node-7", "0.0.0.0", 9003, "/host/sys", "/proc")
 
 
@@ -276,5 +276,5 @@ def test_settings_defaults(monkeypatch):
     for name in ("CORRAL_NODE_ID", "CORRAL_MEMORY_MANAGER_HOST", "CORRAL_MEMORY_MANAGER_PORT"):
         monkeypatch.delenv(name, raising=False)
     s = MemoryManagerSettings()
-    assert (s.memory_manager_host, s.memory_manager_port, s.node_id) == ("127.0.0.1", 8003, "node-1")
+    assert (s.host, s.port, s.node_id) == ("127.0.0.1", 8003, "node-1")
     assert MemoryManagerSettings(node_id="x").node_id == "x"

@@ -1,3 +1,7 @@
+"""The caller's tenant, from its API key: every public route takes ``tenant: Tenant``."""
+
+from typing import Annotated
+
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -14,3 +18,6 @@ async def current_tenant(request: Request, credentials: HTTPAuthorizationCredent
     if tenant is None:
         raise Unauthorized("invalid API key", loc=["header", "authorization"])
     return tenant
+
+
+Tenant = Annotated[str, Depends(current_tenant)]

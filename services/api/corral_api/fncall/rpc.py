@@ -27,7 +27,7 @@ from corral_common.contracts.fncall import (
 )
 from corral_common.logging import get_logger
 
-log = get_logger("corral.api.fncall")
+log = get_logger(__name__)
 
 
 class RpcTimeout(Exception):

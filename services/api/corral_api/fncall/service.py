@@ -39,7 +39,7 @@ from corral_common.errors import BadRequest, NotFound, PayloadTooLarge, ServiceU
 from corral_common.logging import get_logger
 from corral_common.telemetry import RateWindow
 
-log = get_logger("corral.api.fncall")
+log = get_logger(__name__)
 COMPILE_TIMEOUT_MS = 10_000
 MAX_FILE_PATH = 255  # characters of a file's relative path (the api's limit; the workers take any)
 

@@ -4,14 +4,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from corral_api.auth.dependencies import current_tenant
+from corral_api.auth.dependencies import Tenant
 from corral_api.jobs.schemas import Job, JobCreate
 from corral_api.jobs.service import JobService
 from corral_common.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
-
-Tenant = Annotated[str, Depends(current_tenant)]
 
 
 async def jobs(request: Request) -> JobService:

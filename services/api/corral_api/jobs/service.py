@@ -16,7 +16,7 @@ from corral_common.jobs import JobRecord, JobStore
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec
 
-log = get_logger("corral.api.jobs")
+log = get_logger(__name__)
 
 CHUNK = 500
 

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from corral_api.auth.dependencies import current_tenant
+from corral_api.auth.dependencies import Tenant
 from corral_api.rollouts.schemas import (
     Rollout,
     RolloutCreate,
@@ -18,8 +18,6 @@ from corral_api.rollouts.service import RolloutService
 from corral_common.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"], responses=ERROR_RESPONSES)
-
-Tenant = Annotated[str, Depends(current_tenant)]
 
 
 async def rollouts(request: Request) -> RolloutService:

@@ -40,7 +40,7 @@ from corral_common.exec import ExecRequest
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
 
-log = get_logger("corral.api.rollouts")
+log = get_logger(__name__)
 
 _STARTING = (SandboxState.pending, SandboxState.scheduled, SandboxState.starting)
 

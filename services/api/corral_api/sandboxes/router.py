@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from corral_api.auth.dependencies import current_tenant
+from corral_api.auth.dependencies import Tenant
 from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
@@ -19,7 +19,6 @@ from corral_common.sandboxes import TERMINAL_STATES, SandboxState
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
 
-Tenant = Annotated[str, Depends(current_tenant)]
 WaitFor = Annotated[WaitState | None, Query(description="Block until the sandbox reaches this state (or fails)")]
 WaitTimeout = Annotated[float, Query(gt=0, le=3600, description="Longest wait in seconds")]
 FilePath = Annotated[str, Query(min_length=1, max_length=4096, description="Absolute, or relative to the home dir")]
@@ -161,7 +160,7 @@ async def exec_command_stream(sandbox_id: str, body: ExecRequest, tenant: Tenant
 async def write_file(sandbox_id: str, path: FilePath, request: Request, tenant: Tenant, data: Data,
                      mode: Annotated[int, Query(ge=0, le=0o777)] = 0o644) -> Response:
     """Upload a file (raw body). Parent directories are created."""
-    limit = request.app.state.settings.api_max_upload_mb * 1024 * 1024
+    limit = request.app.state.settings.max_upload_mb * 1024 * 1024
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"upload of {declared} bytes exceeds {limit}", loc=["body"])

@@ -5,14 +5,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from corral_api.auth.dependencies import current_tenant
+from corral_api.auth.dependencies import Tenant
 from corral_api.snapshots.schemas import Snapshot, SnapshotList
 from corral_api.snapshots.service import SnapshotService, to_schema
 from corral_common.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/snapshots", tags=["snapshots"], responses=ERROR_RESPONSES)
-
-Tenant = Annotated[str, Depends(current_tenant)]
 
 
 async def snapshots(request: Request) -> SnapshotService:

@@ -20,7 +20,7 @@ from corral_common.errors import CorralError, NotFound
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxState
 
-log = get_logger("corral.api.snapshots")
+log = get_logger(__name__)
 
 _LIVE = frozenset({SandboxState.running, SandboxState.paused})
 

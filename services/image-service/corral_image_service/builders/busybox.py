@@ -31,7 +31,7 @@ def build_busybox(out_dir: str | Path, *, busybox: str = "/bin/busybox", **_: ob
     for d in ("bin", "sbin", "usr/bin", "usr/sbin", "etc"):
         mkdir(root, d, 0o755)
     shutil.copy2(busybox, root / "bin/busybox")
-    os.chmod(root / "bin/busybox", 0o755)
+    os.chmod(root / "bin/busybox", 0o755)  # noqa: S103 - every sandbox user runs it
     _install_applets(root)
     sandbox_dirs(root)
     write(root, "etc/passwd", "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n")

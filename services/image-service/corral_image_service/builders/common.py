@@ -39,7 +39,7 @@ def ensure_line(root: Path, rel: str, prefix: str, line: str, mode: int = 0o644)
 
 def sandbox_dirs(root: Path) -> None:
     """Directories every Corral sandbox expects, with the modes the runtime relies on."""
-    os.chmod(root, 0o755)
+    os.chmod(root, 0o755)  # noqa: S103 - the sandbox's "/", readable by its non-root user
     mkdir(root, "tmp", 0o1777)
     mkdir(root, "root", 0o700)
     mkdir(root, "home", 0o755)

@@ -51,7 +51,7 @@ def build_judge(out_dir: str | Path | None = None, *, suite: str = "bookworm", m
     # Mount points the fncall sandbox binds over (read-only image, fresh tmpfs per run).
     for d in ("work",):
         (partial / d).mkdir(exist_ok=True)
-        os.chmod(partial / d, 0o755)
+        os.chmod(partial / d, 0o755)  # noqa: S103 - a directory of the sandbox's rootfs
     os.replace(partial, root)
     done.write_text(f"{suite} {mirror} {' '.join(PACKAGES)}\n")
     return root

@@ -44,7 +44,7 @@ async def create_layer(
         if not svc.settings.allow_source_dir:
             raise CorralError("source_dir is disabled on this server (CORRAL_IMAGE_ALLOW_SOURCE_DIR)",
                               loc=["query", "source_dir"], code="source_dir_disabled", status_code=403)
-        if not Path(source_dir).is_absolute() or not Path(source_dir).is_dir():
+        if not Path(source_dir).is_absolute() or not await anyio.Path(source_dir).is_dir():
             raise Unprocessable(f"{source_dir!r} is not an absolute path to a directory",
                                 loc=["query", "source_dir"], code="invalid_source_dir")
         digest, size = await anyio.to_thread.run_sync(svc.layers.build_from_dir, source_dir,

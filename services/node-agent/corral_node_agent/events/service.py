@@ -196,4 +196,4 @@ class NodeEvents:
                 await self.heartbeat_once()
             except Exception:
                 log.exception("node.heartbeat_failed", node_id=self.node_id)
-            await asyncio.sleep(self.settings.node_heartbeat_interval_s)
+            await asyncio.sleep(self.settings.heartbeat_interval_s)

@@ -17,7 +17,7 @@ from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
 from corral_scheduler.placement.service import Placer
 
-log = get_logger("corral.scheduler.jobs")
+log = get_logger(__name__)
 
 
 class JobAdmitter:

@@ -8,7 +8,7 @@ from corral_common.logging import get_logger
 from corral_common.sandboxes import FailureReason, SandboxState
 from corral_common.state import StateStore
 
-log = get_logger("corral.scheduler.nodes")
+log = get_logger(__name__)
 
 
 class NodeReaper:

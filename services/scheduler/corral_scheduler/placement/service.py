@@ -16,7 +16,7 @@ from corral_common.state import StateStore
 from corral_scheduler.placement.policy import could_ever_fit, rank_nodes
 from corral_scheduler.settings import SchedulerSettings
 
-log = get_logger("corral.scheduler.placement")
+log = get_logger(__name__)
 
 
 class Placer:
@@ -26,7 +26,7 @@ class Placer:
         self.settings = settings
 
     async def handle(self, event: SandboxRequested) -> None:
-        while not await self.try_place(event):
+        while not await self.try_place(event):  # noqa: ASYNC110 - room frees in Redis; nothing here to wait on
             await asyncio.sleep(self.settings.placement_retry_s)
 
     async def try_place(self, event: SandboxRequested) -> bool:
@@ -44,7 +44,7 @@ class Placer:
                 await self._publish_place(event, record.node_id)
             return True
 
-        timeout = self.settings.node_heartbeat_timeout_s
+        timeout = self.settings.heartbeat_timeout_s
         nodes = await self.store.live_nodes(timeout)
         required = event.node_id or record.required_node
         if required:

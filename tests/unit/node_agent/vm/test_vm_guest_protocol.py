@@ -24,6 +24,7 @@ from corral_node_agent.backends.vm.protocol import (
 )
 from corral_node_agent.errors import BadInput, GuestKitMissing, GuestLost, GuestTimeout, NotFound, TooLarge
 from corral_node_agent.http_errors import http_error
+from tests.polling import until
 
 # ---- framing --------------------------------------------------------------------------
 
@@ -258,11 +259,7 @@ async def test_pending_calls_fail_promptly_when_the_client_closes_or_the_guest_g
 
         client = await GuestAgentClient.connect(path, timeout_s=5)
         call = asyncio.ensure_future(client.read_file("/x"))
-        async def read_arrived():
-            while not any(m.get("op") == "read" for m in guest.received):
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(read_arrived(), 5)
+        await until(lambda: any(m.get("op") == "read" for m in guest.received), 5, "the read", 0.01)
         for w in guest.writers:
             w.close()  # QEMU died
         with pytest.raises(GuestLost):
@@ -294,11 +291,7 @@ async def test_bad_requests_are_refused_before_reaching_the_guest(tmp_path):
             await client.write_file("/big", b"x" * 11)
         with pytest.raises(TooLarge, match="stdin"):
             await client.exec(ExecRequest(cmd="cat", stdin="x" * (4 << 20)))
-        async def abort_arrived():
-            while guest.received[-1]["op"] != "write_abort":
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(abort_arrived(), 5)
+        await until(lambda: guest.received[-1]["op"] == "write_abort", 5, "the write_abort", 0.01)
         ops = [m["op"] for m in guest.received]
         assert ops[-2:] == ["write_open", "write_abort"]  # the refused upload is removed guest-side
         assert "exec" not in ops and "read" not in ops
@@ -335,11 +328,7 @@ async def test_downloads_are_credited_back_as_the_reader_consumes(tmp_path):
                 assert not acks  # nothing granted before the reader took half a window
         assert taken == size == READ_WINDOW
 
-        async def acked():
-            while not [m for m in guest.received if m["op"] == "read_ack"]:
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(acked(), 5)
+        await until(lambda: [m for m in guest.received if m["op"] == "read_ack"], 5, "a read_ack", 0.01)
         ack = next(m for m in guest.received if m["op"] == "read_ack")
         assert ack["bytes"] == READ_WINDOW // 2
         await client.close()

@@ -1,10 +1,15 @@
-"""Runs last in the e2e group: SIGKILL one node-agent and watch the platform route around it."""
+"""SIGKILL one node-agent and watch the platform route around it. The shared platform keeps
+one node less afterwards, so this runs after every other e2e test (``breaks_platform``)."""
 
 import os
 import signal
 import time
 
+import pytest
+
 from tests.e2e.conftest import HEARTBEAT_TIMEOUT_S, agent_pid
+
+pytestmark = pytest.mark.breaks_platform
 
 
 def test_killed_node_agent_fails_its_sandboxes_and_new_ones_go_elsewhere(platform, corral):
