@@ -33,7 +33,7 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
             watcher.attach_loop(asyncio.get_running_loop())
             asyncio.set_child_watcher(watcher)
         setup_tracing("corral-node-agent", settings.otel_exporter_otlp_endpoint)
-        layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
+        layers = LayerCache(settings.layers())
         # crun containers always; microvm and vm where QEMU is installed.
         manager = SandboxManager(build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
                                  vm_memory_overhead_mb=settings.vm_memory_overhead_mb)
@@ -77,7 +77,7 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
 
 async def cleanup(settings: NodeAgentSettings) -> None:
     """Remove every container, mount and cgroup a (stopped) agent with these settings left."""
-    layers = LayerCache(settings.state_dir, settings.image_service_url)
+    layers = LayerCache(settings.layers())
     await SandboxManager(build_backends(settings), layers).start()
 
 

@@ -18,7 +18,8 @@ from corral_node_agent.fncall.pool import RuntimePool
 from corral_node_agent.fncall.runtimes import RUNTIMES
 from corral_node_agent.fncall.seccomp import ensure_filter
 from corral_node_agent.fncall.settings import FncallSettings
-from corral_node_agent.layers.cache import ImageUnavailable, LayerCache
+from corral_node_agent.layers.cache import LayerCache
+from corral_node_agent.layers.errors import ImageUnavailable
 
 log = get_logger("corral.fncall")
 

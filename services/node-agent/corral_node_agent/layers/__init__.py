@@ -1,3 +1,7 @@
-from .cache import DiskImageNotFound, EnvironmentNotFound, ImageUnavailable, LayerCache
+"""Image layers and disk images on this node: fetched from image-service, cached, mounted for
+containers and handed to VMs as files (``cache.LayerCache`` is the entry point)."""
+
+from corral_node_agent.layers.cache import LayerCache
+from corral_node_agent.layers.errors import DiskImageNotFound, EnvironmentNotFound, ImageUnavailable
 
 __all__ = ["DiskImageNotFound", "EnvironmentNotFound", "ImageUnavailable", "LayerCache"]

@@ -17,10 +17,11 @@ Everything acquired for a sandbox is released once, when it is deleted or ends o
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral_common.contracts.images import EnvironmentLayer
 from corral_common.display import InputEvent
 from corral_common.errors import CorralError, NotFound, ServiceUnavailable
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
@@ -33,9 +34,10 @@ from corral_common.sandboxes import (
     Usage,
     reserved_memory_mb,
 )
+from corral_node_agent.layers.cache import LayerCache
+from corral_node_agent.layers.errors import ImageUnavailable
 
 from ..backends.base import ExitReason, FileData, SandboxBackend, Unsupported
-from ..layers.cache import ImageUnavailable, LayerCache
 from ..settings import NodeAgentSettings
 
 log = get_logger(__name__)
@@ -63,7 +65,7 @@ def boot_disk_entry(path: str, disk_format: str) -> str:
 class _Entry:
     spec: SandboxSpec
     kind: str = "container"
-    layers: list[dict[str, Any]] = field(default_factory=list)
+    layers: Sequence[EnvironmentLayer] = ()
     # How the layers were acquired ("mounts", "files", "dax_files"): release the same way.
     layer_format: str = "mounts"
     disk_image: str | None = None
@@ -208,7 +210,7 @@ class SandboxManager:
 
     async def _release(self, entry: _Entry) -> None:
         """Give back what _acquire took; safe to call twice."""
-        layers, entry.layers = entry.layers, []
+        layers, entry.layers = entry.layers, ()
         disk_image, entry.disk_image = entry.disk_image, None
         if layers:
             if entry.layer_format == "mounts":
@@ -233,7 +235,7 @@ class SandboxManager:
         """A layer's chunks cannot be fetched any more: a sandbox on it would see EIO on its
         next uncached read, so end every sandbox using it as failed(image_unavailable)."""
         for sandbox_id, entry in list(self._entries.items()):
-            if any(layer.get("digest") == digest for layer in entry.layers):
+            if any(layer.digest == digest for layer in entry.layers):
                 log.warning("sandbox.image_unavailable", sandbox_id=sandbox_id, digest=digest, error=error)
                 asyncio.ensure_future(self._end_for_image_fault(sandbox_id))
 
@@ -373,6 +375,6 @@ def build_manager(settings: NodeAgentSettings) -> SandboxManager:
     """The production wiring: every backend this host supports + layers from image-service.
     Call inside the event loop, after host.enter_private_mount_namespace(), then
     `await manager.start()`."""
-    layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
+    layers = LayerCache(settings.layers())
     return SandboxManager(build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
                           vm_memory_overhead_mb=settings.vm_memory_overhead_mb)
