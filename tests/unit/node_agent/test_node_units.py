@@ -50,6 +50,23 @@ def test_settings_defaults_and_overrides(monkeypatch):
         NodeAgentSettings(sandbox_user="user")
 
 
+def test_layer_settings_come_from_the_node_settings(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("CORRAL_"):
+            monkeypatch.delenv(k)
+    layers = NodeAgentSettings(node_id="n").layers()
+    assert (layers.state_dir, layers.image_service_url, layers.internal_token) == (
+        "/var/lib/corral/n", "http://127.0.0.1:8002", "")
+    assert (layers.mode, layers.cache_mb, layers.fetch_deadline_s, layers.prefetch) == ("lazy", 20480, 15.0, False)
+    for name, value in {"CORRAL_NODE_LAYER_MODE": "eager", "CORRAL_NODE_LAYER_CACHE_MB": "64",
+                        "CORRAL_NODE_LAYER_FETCH_DEADLINE_S": "2.5", "CORRAL_NODE_LAYER_PREFETCH": "true",
+                        "CORRAL_IMAGE_SERVICE_URL": "http://images:8002", "CORRAL_INTERNAL_TOKEN": "tok"}.items():
+        monkeypatch.setenv(name, value)
+    layers = NodeAgentSettings().layers()
+    assert (layers.mode, layers.cache_mb, layers.fetch_deadline_s, layers.prefetch) == ("eager", 64, 2.5, True)
+    assert (layers.image_service_url, layers.internal_token) == ("http://images:8002", "tok")
+
+
 # ---- OCI config -----------------------------------------------------------------------
 
 

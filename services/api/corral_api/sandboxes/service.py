@@ -34,11 +34,11 @@ class EnvironmentCatalog:
     """Asks image-service whether an environment exists; positive answers are cached briefly."""
 
     def __init__(self, images: ImageServiceClient, ttl_s: float = 30.0):
-        self.environments = EnvironmentCache(images, ttl_s)
+        self._cache = EnvironmentCache(images, ttl_s)
 
     async def require(self, name: str) -> None:
         try:
-            await self.environments.get(name)
+            await self._cache.get(name)
         except ImageNotFound:
             raise Unprocessable(f"unknown environment {name!r}", loc=["body", "environment"],
                                 code="unknown_environment") from None
