@@ -314,10 +314,11 @@ class FullPull:
 class Layers:
     def __init__(self, svc: Services, state: Path, mode: str, env_layers: dict[int, list]):
         from corral_node_agent.layers import LayerCache
+        from corral_node_agent.settings import LayerSettings
 
         self.mode = mode
-        self.cache = LayerCache(str(state), svc.image_url, mode=mode, cache_max_mb=100 * 1024,
-                                fetch_deadline_s=30, prefetch=False)
+        self.cache = LayerCache(LayerSettings(state_dir=str(state), image_service_url=svc.image_url, mode=mode,
+                                              cache_mb=100 * 1024, fetch_deadline_s=30, prefetch=False))
         self.env_layers = env_layers
         self.requests = 0
 
@@ -332,12 +333,12 @@ class Layers:
 
     def stats(self) -> dict:
         if self.mode == "lazy":
-            s = self.cache.chunks.stats
-            index_bytes = sum(len(i.chunks) * 72 + 150 for i in self.cache._indexes.values())
+            s = self.cache.lazy.chunks.stats
+            index_bytes = sum(len(i.chunks) * 72 + 150 for i in self.cache.lazy.indexes.values())
             return {"transferred": s.fetched_bytes + index_bytes, "hit_rate": s.hit_rate,
                     "chunks_fetched": s.fetched, "chunk_requests": s.requests}
-        sizes = {layer["digest"]: layer["size"] for layers in self.env_layers.values() for layer in layers}
-        got = [d for d in sizes if os.path.exists(self.cache.blob_path(d))]
+        sizes = {layer.digest: layer.size for layers in self.env_layers.values() for layer in layers}
+        got = [d for d in sizes if os.path.exists(self.cache.store.path(d))]
         # A layer request that caused no download (blob present, or another task's download).
         return {"transferred": sum(sizes[d] for d in got), "hit_rate": 1 - len(got) / max(1, self.requests)}
 
@@ -394,6 +395,8 @@ def mib(n: int) -> str:
 
 
 async def main_async(args: argparse.Namespace) -> dict:
+    from corral_common.contracts.images import ImageServiceClient
+
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - set-up, before anything is timed
     manifest = build_dataset(work, args.envs, args.base_mb, args.ws_mb)
@@ -403,8 +406,9 @@ async def main_async(args: argparse.Namespace) -> dict:
         t0 = time.monotonic()
         names = await asyncio.to_thread(register, svc, args.envs)
         print(f"layers, chunks and archives ready in {time.monotonic() - t0:.1f}s", file=sys.stderr)
-        async with httpx.AsyncClient(base_url=svc.image_url) as c:
-            env_layers = {e: (await c.get(f"/v1/environments/{n}")).json()["layers"] for e, n in enumerate(names)}
+        images = ImageServiceClient(svc.image_url)
+        env_layers = {e: (await images.environment(n)).layers for e, n in enumerate(names)}
+        await images.aclose()
         plan = plan_tasks(manifest, args.envs, args.tasks, args.read_pct)
         results = []
         for mode in args.modes:
@@ -422,7 +426,7 @@ async def main_async(args: argparse.Namespace) -> dict:
                     results.append(r)
                     print(json.dumps(r), file=sys.stderr)
             shutil.rmtree(state, ignore_errors=True)
-        blobs = {layer["digest"]: layer["size"] for layers in env_layers.values() for layer in layers}
+        blobs = {layer.digest: layer.size for layers in env_layers.values() for layer in layers}
         image = plan[0]["image_bytes"]
         return {"params": vars(args), "tasks": len(plan), "envs": args.envs,
                 "image_bytes_per_env": image,

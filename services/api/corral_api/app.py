@@ -4,7 +4,6 @@ import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
 from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
@@ -27,6 +26,7 @@ from corral_api.snapshots.repository import SnapshotRepository
 from corral_api.snapshots.router import router as snapshots_router
 from corral_api.snapshots.service import SnapshotService
 from corral_common.amqp import EventBus
+from corral_common.contracts.images import ImageServiceClient
 from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.jobs import JobStore
@@ -55,7 +55,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         bus = await EventBus(settings.amqp_url).connect()
         history = HistoryRepository(engine)
         waiters = StateWaiters()
-        images = httpx.AsyncClient(base_url=settings.image_service_url, timeout=10.0)
+        images = ImageServiceClient(settings.image_service_url, internal_token=settings.internal_token, timeout=10.0)
         node_client = NodeClient(settings.internal_token)
         await bus.subscribe(state_routing_keys(SandboxState), SandboxStateChanged, waiters.on_event)
         await bus.consume(RECORDS_QUEUE, TERMINAL_KEYS, SandboxStateChanged, TerminalRecorder(store, history).handle)

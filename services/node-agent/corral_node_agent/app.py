@@ -14,10 +14,9 @@ from corral_common.telemetry import instrument_app, setup_tracing
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
 from corral_node_agent.http_errors import install_node_error_handlers
-from corral_node_agent.layers.cache import LayerCache
 from corral_node_agent.sandboxes.router import router as sandboxes_router
 from corral_node_agent.sandboxes.router import snapshots_router
-from corral_node_agent.sandboxes.service import SandboxManager, build_backends
+from corral_node_agent.sandboxes.service import build_manager
 from corral_node_agent.settings import NodeAgentSettings
 
 
@@ -33,10 +32,8 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
             watcher.attach_loop(asyncio.get_running_loop())
             asyncio.set_child_watcher(watcher)
         setup_tracing("corral-node-agent", settings.otel_exporter_otlp_endpoint)
-        layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
         # crun containers always; microvm and vm where QEMU is installed.
-        manager = SandboxManager(build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
-                                 vm_memory_overhead_mb=settings.vm_memory_overhead_mb)
+        manager = build_manager(settings)
         # Sandboxes a previous run of this agent left running are re-adopted, not killed.
         await manager.start(adopt=settings.adopt_on_start)
         store = StateStore.from_url(settings.redis_url)
@@ -77,8 +74,7 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
 
 async def cleanup(settings: NodeAgentSettings) -> None:
     """Remove every container, mount and cgroup a (stopped) agent with these settings left."""
-    layers = LayerCache(settings.state_dir, settings.image_service_url)
-    await SandboxManager(build_backends(settings), layers).start()
+    await build_manager(settings).start()
 
 
 def main(argv: list[str] | None = None) -> None:

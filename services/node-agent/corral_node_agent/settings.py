@@ -11,7 +11,7 @@ under its own prefix (``CORRAL_NODE_REDIS_URL`` still wins when both are set).
 import os
 from typing import Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import (
     SettingsConfigDict,
 )
@@ -36,6 +36,24 @@ def _default_memory_capacity_mb() -> int:
         pass
     return 1024
 
+
+class LayerSettings(BaseModel):
+    """What the layer cache needs, built by ``NodeAgentSettings.layers()`` (the defaults and
+    env names of the node's fields live there)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state_dir: str
+    image_service_url: str
+    internal_token: str = ""
+    mode: Literal["lazy", "eager"]
+    cache_mb: int
+    fetch_deadline_s: float
+    prefetch: bool
+    # A whole blob or disk image download (chunk fetches have fetch_deadline_s).
+    download_timeout_s: float = 300.0
+    mkfs_erofs: str = "mkfs.erofs"
+    qemu_img: str = "qemu-img"
 
 
 class NodeAgentSettings(PrefixedServiceSettings):
@@ -93,6 +111,11 @@ class NodeAgentSettings(PrefixedServiceSettings):
         if not uid.isdigit() or (gid and not gid.isdigit()):
             raise ValueError("sandbox_user must be UID[:GID] (numbers)")
         return self
+
+    def layers(self) -> LayerSettings:
+        return LayerSettings(state_dir=self.state_dir, image_service_url=self.image_service_url,
+                             internal_token=self.internal_token, mode=self.layer_mode, cache_mb=self.layer_cache_mb,
+                             fetch_deadline_s=self.layer_fetch_deadline_s, prefetch=self.layer_prefetch)
 
     @property
     def sandbox_uid(self) -> int:

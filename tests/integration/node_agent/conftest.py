@@ -62,6 +62,30 @@ def state_dir(work_dir) -> str:
     return f"{work_dir}/state-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture
+async def layer_caches(state_dir):
+    """``layer_caches(image_service_url, transport=None, **settings)``: a LayerCache on this
+    test's state dir (lazy, 1 GiB chunk cache, 5 s fetch deadline, no prefetch unless told),
+    like one run of an agent. Every cache made is closed after the test, newest first (as
+    agents run one after another), and nothing may stay mounted under the state dir."""
+    from corral_node_agent import host
+    from corral_node_agent.layers import LayerCache
+    from corral_node_agent.settings import LayerSettings
+
+    made: list[LayerCache] = []
+
+    def make(image_service_url: str, *, transport=None, **settings) -> LayerCache:
+        settings = {"mode": "lazy", "cache_mb": 1024, "fetch_deadline_s": 5.0, "prefetch": False, **settings}
+        made.append(LayerCache(LayerSettings(state_dir=state_dir, image_service_url=image_service_url, **settings),
+                               transport=transport))
+        return made[-1]
+
+    yield make
+    for cache in reversed(made):
+        await cache.aclose()
+    assert [m for m in host.mountpoints() if m.startswith(state_dir)] == []
+
+
 @pytest.fixture(scope="session")
 def node_id() -> str:
     return f"itest-{SESSION}"

@@ -20,10 +20,10 @@ import time
 import httpx
 import pytest
 
+from corral_common.contracts.images import EnvironmentLayer
 from corral_image_service.builders import build_busybox
 from corral_node_agent import host
 from corral_node_agent.errors import DiskImageNotFound, ImageUnavailable
-from corral_node_agent.layers import LayerCache
 from corral_node_agent.layers.dax import DAX_ALIGN, sidecar_path
 
 pytestmark = [
@@ -139,7 +139,7 @@ def images(work_dir):
             for kind, tree in (("base", base_tree), ("workspace", ws_tree)):
                 r = client.post("/v1/layers", params={"kind": kind, "name": kind, "version": "1", "source_dir": tree})
                 assert r.status_code == 201, r.text
-                layers[kind] = r.json()
+                layers[kind] = EnvironmentLayer.model_validate(r.json())
             raw = f"{data}/disk.raw"
             with open(raw, "wb") as fh:
                 fh.write(b"corral disk image\n")
@@ -156,162 +156,151 @@ def images(work_dir):
         proc.wait(timeout=30)
 
 
-def _cache(state_dir: str, images: dict, mode: str = "lazy") -> LayerCache:
-    return LayerCache(state_dir, images["url"], mode=mode, cache_max_mb=1024, fetch_deadline_s=5.0, prefetch=False)
+@pytest.fixture
+def new_cache(images, layer_caches):
+    """``new_cache(mode="lazy")``: a LayerCache on the real image-service."""
+    return lambda mode="lazy": layer_caches(images["url"], mode=mode)
 
 
 @pytest.mark.parametrize("mode", ["eager", "lazy"])
-async def test_layer_files_can_be_read_and_mapped_by_another_process(images, state_dir, mode):
-    cache = _cache(state_dir, images, mode)
+async def test_layer_files_can_be_read_and_mapped_by_another_process(images, new_cache, mode):
+    cache = new_cache(mode)
     base, ws = images["base"], images["ws"]
-    try:
-        paths = await cache.acquire_files([base, ws], dax=False)
-        want = [cache.blob_path(base["digest"]), cache.blob_path(ws["digest"])] if mode == "eager" else \
-            [cache.lazy_path(base["digest"]), cache.lazy_path(ws["digest"])]
-        assert paths == want  # given order, like acquire()
-        assert cache.file_refcount(base["digest"], dax=False) == 1
-        if mode == "lazy":
-            a_chunk = cache._indexes[ws["digest"]].chunks[-1]
-            assert cache.chunks.pinned(a_chunk)
-        # Another process (QEMU, for real) reads it and maps it: both see exactly the blob.
-        assert await _in_other_process(READ_ALL, paths[1]) == ws["digest"]
-        assert await _in_other_process(MMAP_ALL, paths[0]) == base["digest"]
-        # And QEMU's block layer opens it read-only, as a virtio-blk drive does.
-        qemu_io = await asyncio.create_subprocess_exec(
-            "qemu-io", "-r", "-f", "raw", "-c", "read -v 1024 4", paths[0], stdout=subprocess.PIPE)
-        out, _ = await qemu_io.communicate()
-        assert qemu_io.returncode == 0 and "e2 e1 f5 e0" in out.decode()  # the EROFS superblock magic
+    paths = await cache.acquire_files([base, ws], dax=False)
+    want = [cache.store.path(base.digest), cache.store.path(ws.digest)] if mode == "eager" else \
+        [cache.lazy.path(base.digest), cache.lazy.path(ws.digest)]
+    assert paths == want  # given order, like acquire()
+    assert cache.file_refcount(base.digest, dax=False) == 1
+    if mode == "lazy":
+        a_chunk = cache.lazy.indexes[ws.digest].chunks[-1]
+        assert cache.lazy.chunks.pinned(a_chunk)
+    # Another process (QEMU, for real) reads it and maps it: both see exactly the blob.
+    assert await _in_other_process(READ_ALL, paths[1]) == ws.digest
+    assert await _in_other_process(MMAP_ALL, paths[0]) == base.digest
+    # And QEMU's block layer opens it read-only, as a virtio-blk drive does.
+    qemu_io = await asyncio.create_subprocess_exec(
+        "qemu-io", "-r", "-f", "raw", "-c", "read -v 1024 4", paths[0], stdout=subprocess.PIPE)
+    out, _ = await qemu_io.communicate()
+    assert qemu_io.returncode == 0 and "e2 e1 f5 e0" in out.decode()  # the EROFS superblock magic
 
-        again = await cache.acquire_files([ws], dax=False)
-        assert again == [paths[1]] and cache.file_refcount(ws["digest"], dax=False) == 2
-        await cache.release_files([ws], dax=False)
-        await cache.release_files([base, ws], dax=False)
-        assert cache.file_refcount(base["digest"], dax=False) == cache.file_refcount(ws["digest"], dax=False) == 0
-        if mode == "lazy":
-            assert not cache.chunks.pinned(a_chunk)
+    again = await cache.acquire_files([ws], dax=False)
+    assert again == [paths[1]] and cache.file_refcount(ws.digest, dax=False) == 2
+    await cache.release_files([ws], dax=False)
+    await cache.release_files([base, ws], dax=False)
+    assert cache.file_refcount(base.digest, dax=False) == cache.file_refcount(ws.digest, dax=False) == 0
+    if mode == "lazy":
+        assert not cache.lazy.chunks.pinned(a_chunk)
 
-        # A layer image-service does not have: nothing stays held.
-        bogus = {"digest": "sha256:" + "0" * 64}
-        with pytest.raises(ImageUnavailable):
-            await cache.acquire_files([base, bogus], dax=False)
-        assert cache.file_refcount(base["digest"], dax=False) == 0
-    finally:
-        await cache.aclose()
+    # A layer image-service does not have: nothing stays held.
+    bogus = EnvironmentLayer(kind="base", name="bogus", version="1", digest="sha256:" + "0" * 64, size=1)
+    with pytest.raises(ImageUnavailable):
+        await cache.acquire_files([base, bogus], dax=False)
+    assert cache.file_refcount(base.digest, dax=False) == 0
 
 
 def _dump_stats(image: str) -> str:
     return subprocess.run(["dump.erofs", "-S", image], check=True, capture_output=True, text=True).stdout
 
 
-async def test_dax_variant_is_an_uncompressed_padded_copy_built_once(images, state_dir, work_dir):
+async def test_dax_variant_is_an_uncompressed_padded_copy_built_once(images, new_cache, work_dir):
     base = images["base"]
-    digest = base["digest"]
-    cache = _cache(state_dir, images)
+    digest = base.digest
+    cache = new_cache()
+    # Four sandboxes at once: one conversion, one file, four references.
+    paths = await asyncio.gather(*(cache.acquire_files([base], dax=True) for _ in range(4)))
+    path = cache.files.dax_path(digest)
+    assert paths == [[path]] * 4
+    assert cache.files.dax_builds == 1 and cache.file_refcount(digest, dax=True) == 4
+
+    st = os.stat(path)
+    assert st.st_size % DAX_ALIGN == 0 and stat.S_IMODE(st.st_mode) == 0o444
+    assert "compressed files:            0" in _dump_stats(path)
+    assert re.search(r"compressed files:\s+[1-9]", _dump_stats(cache.store.source_path(digest)))  # the source is
+    fsck = subprocess.run(["fsck.erofs", path], capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stderr
+    # -Enoinline_data: even a tiny file's data is in its own block (layout 0, flat plain).
+    small = subprocess.run(["dump.erofs", "--path=/etc/group", path], check=True, capture_output=True,
+                           text=True).stdout
+    assert re.search(r"Layout: 0\b", small), small
+
+    # Same tree, same content, ownership, modes, xattrs and hard links as the layer.
+    (src_mnt,) = await cache.acquire([base])
+    dax_mnt = tempfile.mkdtemp(prefix="dax-mnt-", dir=work_dir)
+    host.mount_erofs(path, dax_mnt)
     try:
-        # Four sandboxes at once: one conversion, one file, four references.
-        paths = await asyncio.gather(*(cache.acquire_files([base], dax=True) for _ in range(4)))
-        path = cache.dax_path(digest)
-        assert paths == [[path]] * 4
-        assert cache.dax_builds == 1 and cache.file_refcount(digest, dax=True) == 4
-
-        st = os.stat(path)
-        assert st.st_size % DAX_ALIGN == 0 and stat.S_IMODE(st.st_mode) == 0o444
-        assert "compressed files:            0" in _dump_stats(path)
-        assert re.search(r"compressed files:\s+[1-9]", _dump_stats(cache.source_path(digest)))  # the source is
-        fsck = subprocess.run(["fsck.erofs", path], capture_output=True, text=True)
-        assert fsck.returncode == 0, fsck.stderr
-        # -Enoinline_data: even a tiny file's data is in its own block (layout 0, flat plain).
-        small = subprocess.run(["dump.erofs", "--path=/etc/group", path], check=True, capture_output=True,
-                               text=True).stdout
-        assert re.search(r"Layout: 0\b", small), small
-
-        # Same tree, same content, ownership, modes, xattrs and hard links as the layer.
-        (src_mnt,) = await cache.acquire([base])
-        dax_mnt = tempfile.mkdtemp(prefix="dax-mnt-", dir=work_dir)
-        host.mount_erofs(path, dax_mnt)
-        try:
-            src_facts, dax_facts = await asyncio.to_thread(_tree_facts, src_mnt), _tree_facts(dax_mnt)
-            assert dax_facts == src_facts
-            assert src_facts["opt/data/owned"][1:3] == (1234, 5678)
-            assert dict(src_facts["opt/data/suid"][6])["security.capability"]
-        finally:
-            host.umount(dax_mnt)
-            await cache.release([base])
-
-        for _ in range(4):
-            await cache.release_files([base], dax=True)
-        assert cache.file_refcount(digest, dax=True) == 0
+        src_facts, dax_facts = await asyncio.to_thread(_tree_facts, src_mnt), _tree_facts(dax_mnt)
+        assert dax_facts == src_facts
+        assert src_facts["opt/data/owned"][1:3] == (1234, 5678)
+        assert dict(src_facts["opt/data/suid"][6])["security.capability"]
     finally:
-        await cache.aclose()
+        host.umount(dax_mnt)
+        await cache.release([base])
+
+    for _ in range(4):
+        await cache.release_files([base], dax=True)
+    assert cache.file_refcount(digest, dax=True) == 0
+    await cache.aclose()
 
     # An agent restart trusts the finished variant (sidecar): no second conversion.
     inode = os.stat(path).st_ino
-    cache = _cache(state_dir, images)
-    try:
-        cache.cleanup_orphans()
-        assert await cache.acquire_files([base], dax=True) == [path]
-        assert cache.dax_builds == 0 and os.stat(path).st_ino == inode
-        # Held: pruning keeps it. Released: pruning removes it and the next use rebuilds it.
-        assert cache.prune_files() == 0 and os.path.exists(path)
-        await cache.release_files([base], dax=True)
-        size = os.stat(path).st_size
-        assert cache.prune_files() == size
-        assert not os.path.exists(path) and not os.path.exists(sidecar_path(path))
-        # A variant whose sidecar does not match is not trusted: rebuilt.
-        await cache.acquire_files([base], dax=True)
-        await cache.release_files([base], dax=True)
-        with open(sidecar_path(path), "w") as fh:  # noqa: ASYNC230
-            fh.write('{"source_digest": "%s", "size": 1, "format": "erofs-uncompressed-noinline-2m"}' % digest)
-        await cache.acquire_files([base], dax=True)
-        assert cache.dax_builds == 2
-        await cache.release_files([base], dax=True)
-    finally:
-        await cache.aclose()
+    cache = new_cache()
+    cache.cleanup_orphans()
+    assert await cache.acquire_files([base], dax=True) == [path]
+    assert cache.files.dax_builds == 0 and os.stat(path).st_ino == inode
+    # Held: pruning keeps it. Released: pruning removes it and the next use rebuilds it.
+    assert cache.prune_files() == 0 and os.path.exists(path)
+    await cache.release_files([base], dax=True)
+    size = os.stat(path).st_size
+    assert cache.prune_files() == size
+    assert not os.path.exists(path) and not os.path.exists(sidecar_path(path))
+    # A variant whose sidecar does not match is not trusted: rebuilt.
+    await cache.acquire_files([base], dax=True)
+    await cache.release_files([base], dax=True)
+    with open(sidecar_path(path), "w") as fh:  # noqa: ASYNC230
+        fh.write('{"source_digest": "%s", "size": 1, "format": "erofs-uncompressed-noinline-2m"}' % digest)
+    await cache.acquire_files([base], dax=True)
+    assert cache.files.dax_builds == 2
+    await cache.release_files([base], dax=True)
 
 
-async def test_disk_image_download_refcount_and_overlay(images, state_dir, work_dir):
+async def test_disk_image_download_refcount_and_overlay(images, new_cache, work_dir):
     disk = images["disk"]
-    cache = _cache(state_dir, images)
-    try:
-        (path, fmt), (path2, fmt2) = await asyncio.gather(cache.acquire_disk_image("desktop"),
-                                                          cache.acquire_disk_image("desktop:1"))
-        assert path == path2 == cache.disk_path(disk["digest"]) and fmt == fmt2 == "qcow2"
-        assert cache.disk_refcount(disk["digest"]) == 2
-        assert _sha256_file(path) == disk["digest"]
-        assert stat.S_IMODE(os.stat(path).st_mode) == 0o444
-        assert [n for n in os.listdir(cache.disk_dir) if n != os.path.basename(path)] == []  # no .part left
+    cache = new_cache()
+    (path, fmt), (path2, fmt2) = await asyncio.gather(cache.acquire_disk_image("desktop"),
+                                                      cache.acquire_disk_image("desktop:1"))
+    assert path == path2 == cache.disks.path(disk["digest"]) and fmt == fmt2 == "qcow2"
+    assert cache.disk_refcount(disk["digest"]) == 2
+    assert _sha256_file(path) == disk["digest"]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o444
+    assert [n for n in os.listdir(cache.disks.dir) if n != os.path.basename(path)] == []  # no .part left
 
-        # What the VM backend does: a per-sandbox overlay takes every write; the cache stays as it was.
-        overlay = f"{tempfile.mkdtemp(dir=work_dir)}/overlay.qcow2"
-        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", path, "-F", fmt, overlay], check=True)
-        subprocess.run(["qemu-io", "-f", "qcow2", "-c", "write -P 0x41 0 64k", overlay], check=True,
-                       capture_output=True)
-        read = subprocess.run(["qemu-io", "-f", "qcow2", "-c", "read -P 0x41 0 64k", overlay], check=True,
-                              capture_output=True, text=True)
-        assert "Pattern verification failed" not in read.stdout
-        assert _sha256_file(path) == disk["digest"]
+    # What the VM backend does: a per-sandbox overlay takes every write; the cache stays as it was.
+    overlay = f"{tempfile.mkdtemp(dir=work_dir)}/overlay.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", path, "-F", fmt, overlay], check=True)
+    subprocess.run(["qemu-io", "-f", "qcow2", "-c", "write -P 0x41 0 64k", overlay], check=True,
+                   capture_output=True)
+    read = subprocess.run(["qemu-io", "-f", "qcow2", "-c", "read -P 0x41 0 64k", overlay], check=True,
+                          capture_output=True, text=True)
+    assert "Pattern verification failed" not in read.stdout
+    assert _sha256_file(path) == disk["digest"]
 
-        await cache.release_disk_image("desktop")
-        assert cache.disk_refcount(disk["digest"]) == 1
-        assert cache.prune_files() == 0 and os.path.exists(path)  # still held
-        await cache.release_disk_image("desktop:1")
-        await cache.release_disk_image("desktop:1")  # one too many: ignored
-        assert cache.disk_refcount(disk["digest"]) == 0
+    await cache.release_disk_image("desktop")
+    assert cache.disk_refcount(disk["digest"]) == 1
+    assert cache.prune_files() == 0 and os.path.exists(path)  # still held
+    await cache.release_disk_image("desktop:1")
+    await cache.release_disk_image("desktop:1")  # one too many: ignored
+    assert cache.disk_refcount(disk["digest"]) == 0
 
-        for name in ("nope", "desktop:9", "desktop:"):
-            with pytest.raises(DiskImageNotFound) as exc:
-                await cache.acquire_disk_image(name)
-            assert isinstance(exc.value, ImageUnavailable)
-        assert cache.disk_refcount(disk["digest"]) == 0
-    finally:
-        await cache.aclose()
+    for name in ("nope", "desktop:9", "desktop:"):
+        with pytest.raises(DiskImageNotFound) as exc:
+            await cache.acquire_disk_image(name)
+        assert isinstance(exc.value, ImageUnavailable)
+    assert cache.disk_refcount(disk["digest"]) == 0
+    await cache.aclose()
 
     # Kept across restarts: the next agent uses the same file, no download.
     inode = os.stat(path).st_ino
-    cache = _cache(state_dir, images)
-    try:
-        assert (await cache.acquire_disk_image("desktop"))[0] == path and os.stat(path).st_ino == inode
-        await cache.release_disk_image("desktop")
-        assert cache.prune_files() > 0 and not os.path.exists(path)
-    finally:
-        await cache.aclose()
+    cache = new_cache()
+    assert (await cache.acquire_disk_image("desktop"))[0] == path and os.stat(path).st_ino == inode
+    await cache.release_disk_image("desktop")
+    assert cache.prune_files() > 0 and not os.path.exists(path)

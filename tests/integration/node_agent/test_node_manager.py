@@ -46,8 +46,9 @@ async def node(state_dir, node_id, erofs_image):
     with open(erofs_image, "rb") as fh:  # noqa: ASYNC230 - test setup
         blob = fh.read()
     hits: list[str] = []
-    settings = NodeAgentSettings(node_id=f"{node_id}-mgr", state_dir=state_dir, internal_token="s3cret")
-    layers = LayerCache(settings.state_dir, "http://image-service", transport=image_service(blob, hits))
+    settings = NodeAgentSettings(node_id=f"{node_id}-mgr", state_dir=state_dir, internal_token="s3cret",
+                                 image_service_url="http://image-service")
+    layers = LayerCache(settings.layers(), transport=image_service(blob, hits))
     manager = SandboxManager(ContainerBackend(settings), layers)
     await manager.start()
     app = FastAPI()
@@ -70,7 +71,7 @@ async def test_create_exec_files_delete(node):
     await manager.create("m2", spec)
     assert manager.count() == 2 and manager.used_capacity()["memory_mb"] == 128
     assert sum(1 for h in hits if h.startswith("/v1/blobs/")) == 1  # one download for both
-    (digest_hex,) = os.listdir(manager.layers.mnt_dir)
+    (digest_hex,) = os.listdir(manager.layers.mounts.dir)
     assert manager.layers.refcount("sha256:" + digest_hex) == 2
 
     r = await client.post("/v1/sandboxes/m1/exec", json={"cmd": "echo hi; hostname"})
@@ -108,7 +109,7 @@ async def test_create_exec_files_delete(node):
     # The unused layer stays mounted for the next sandbox (a cache) until the agent closes.
     assert manager.layers.refcount("sha256:" + digest_hex) == 0
     assert [m for m in host.mountpoints() if m.startswith(manager.layers.root)] == [
-        manager.layers.mount_path("sha256:" + digest_hex)]
+        manager.layers.mounts.path("sha256:" + digest_hex)]
     await manager.close()
     assert not any(m.startswith(manager.layers.root) for m in host.mountpoints())
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from corral_node_agent.layers.chunks import ChunkCache, ChunkIndex
+from corral_node_agent.layers.lazy.chunks import ChunkCache, ChunkIndex
 
 CS = 4096
 

@@ -7,6 +7,7 @@ import os
 import httpx
 import pytest
 
+from corral_common.contracts.images import EnvironmentLayer
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent.backends import paths
 from corral_node_agent.backends.base import ExitReason
@@ -55,6 +56,23 @@ def test_settings_defaults_and_overrides(monkeypatch):
     assert NodeAgentSettings(node_id="kw", state_dir="/x").node_id == "kw"
     with pytest.raises(ValueError):
         NodeAgentSettings(sandbox_user="user")
+
+
+def test_layer_settings_come_from_the_node_settings(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("CORRAL_"):
+            monkeypatch.delenv(k)
+    layers = NodeAgentSettings(node_id="n").layers()
+    assert (layers.state_dir, layers.image_service_url, layers.internal_token) == (
+        "/var/lib/corral/n", "http://127.0.0.1:8002", "")
+    assert (layers.mode, layers.cache_mb, layers.fetch_deadline_s, layers.prefetch) == ("lazy", 20480, 15.0, False)
+    for name, value in {"CORRAL_NODE_LAYER_MODE": "eager", "CORRAL_NODE_LAYER_CACHE_MB": "64",
+                        "CORRAL_NODE_LAYER_FETCH_DEADLINE_S": "2.5", "CORRAL_NODE_LAYER_PREFETCH": "true",
+                        "CORRAL_IMAGE_SERVICE_URL": "http://images:8002", "CORRAL_INTERNAL_TOKEN": "tok"}.items():
+        monkeypatch.setenv(name, value)
+    layers = NodeAgentSettings().layers()
+    assert (layers.mode, layers.cache_mb, layers.fetch_deadline_s, layers.prefetch) == ("eager", 64, 2.5, True)
+    assert (layers.image_service_url, layers.internal_token) == ("http://images:8002", "tok")
 
 
 # ---- OCI config -----------------------------------------------------------------------
@@ -219,6 +237,9 @@ def _mock(blobs: dict[str, bytes], calls: list[str], delay: float = 0.0) -> http
         if request.url.path == "/v1/environments/py":
             return httpx.Response(200, json={"name": "py", "layers": [
                 {"digest": d, "kind": "base", "name": "b", "version": "1", "size": 1} for d in blobs]})
+        if request.url.path == "/v1/environments/bad-digest":
+            return httpx.Response(200, json={"name": "bad-digest", "layers": [
+                {"digest": "md5:abc", "kind": "base", "name": "b", "version": "1", "size": 1}]})
         for digest, data in blobs.items():
             if request.url.path == f"/v1/blobs/{digest}":
                 return httpx.Response(200, content=data)
@@ -231,21 +252,30 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _layer(digest: str) -> EnvironmentLayer:
+    return EnvironmentLayer(kind="base", name="b", version="1", digest=digest, size=1)
+
+
+def _layer_cache(tmp_path, transport: httpx.MockTransport) -> LayerCache:
+    settings = NodeAgentSettings(state_dir=str(tmp_path), image_service_url="http://img")
+    return LayerCache(settings.layers(), transport=transport)
+
+
 @pytest.mark.asyncio
 async def test_layer_download_verified_and_shared(tmp_path):
     data = os.urandom(300_000)
     d = _digest(data)
     calls: list[str] = []
-    cache = LayerCache(str(tmp_path), "http://img", transport=_mock({d: data}, calls, delay=0.05))
+    cache = _layer_cache(tmp_path, _mock({d: data}, calls, delay=0.05))
     layers = await cache.resolve_environment("py")
     results = await asyncio.gather(*(cache.ensure(layers) for _ in range(5)))
-    assert all(r == [cache.blob_path(d)] for r in results)
+    assert all(r == [cache.store.path(d)] for r in results)
     assert calls.count(f"/v1/blobs/{d}") == 1
-    with open(cache.blob_path(d), "rb") as fh:  # noqa: ASYNC230
+    with open(cache.store.path(d), "rb") as fh:  # noqa: ASYNC230
         assert fh.read() == data
-    await cache.ensure([{"digest": d}])  # cached: no new request
+    await cache.ensure([_layer(d)])  # cached: no new request
     assert calls.count(f"/v1/blobs/{d}") == 1
-    assert not [n for n in os.listdir(cache.blob_dir) if n.endswith(".part")]
+    assert not [n for n in os.listdir(cache.store.dir) if n.endswith(".part")]
     await cache.aclose()
 
 
@@ -253,14 +283,15 @@ async def test_layer_download_verified_and_shared(tmp_path):
 async def test_layer_hash_mismatch_and_missing(tmp_path):
     good = _digest(b"expected")
     calls: list[str] = []
-    cache = LayerCache(str(tmp_path), "http://img", transport=_mock({good: b"tampered"}, calls))
+    cache = _layer_cache(tmp_path, _mock({good: b"tampered"}, calls))
     with pytest.raises(ImageUnavailable, match="mismatch"):
-        await cache.ensure([{"digest": good}])
-    assert os.listdir(cache.blob_dir) == []
+        await cache.ensure([_layer(good)])
+    assert os.listdir(cache.store.dir) == []
     with pytest.raises(ImageUnavailable):
-        await cache.ensure([{"digest": _digest(b"other")}])
+        await cache.ensure([_layer(_digest(b"other"))])
+    # Layers come from image-service only: one with a malformed digest is refused there.
     with pytest.raises(ImageUnavailable):
-        await cache.ensure([{"digest": "md5:abc"}])
+        await cache.resolve_environment("bad-digest")
     with pytest.raises(EnvironmentNotFound) as exc:
         await cache.resolve_environment("nope")
     assert http_error(exc.value).status_code == 404
@@ -280,7 +311,7 @@ class _FakeLayers:
     async def resolve_environment(self, name):
         if self.fail:
             raise self.fail
-        return [{"digest": "sha256:" + "a" * 64}, {"digest": "sha256:" + "b" * 64}]
+        return (_layer("sha256:" + "a" * 64), _layer("sha256:" + "b" * 64))
 
     async def acquire(self, layers):
         self.refs += 1
@@ -331,7 +362,7 @@ async def test_manager_create_failures_are_typed():
 async def test_layer_fault_fails_only_the_sandboxes_on_that_layer():
     class _TwoEnvLayers(_FakeLayers):
         async def resolve_environment(self, name):
-            return [{"digest": "sha256:" + name * 64}]
+            return (_layer("sha256:" + name * 64),)
 
     layers, backend = _TwoEnvLayers(), FakeBackend()
     m = SandboxManager(backend, layers)

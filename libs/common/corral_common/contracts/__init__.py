@@ -1,4 +1,5 @@
-"""Wire contracts: the messages one Corral service sends and another reads, defined once.
+"""Wire contracts: the messages one Corral service sends and another reads, and the typed
+clients that carry them, defined once.
 
 Both sides import the same models, so renaming a field or a verdict is one edit and the
 tests of both services see it. A contract changes compatibly: fields are added with defaults

@@ -4,14 +4,13 @@ import asyncio
 import secrets
 import time
 
-import httpx
-
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_api.sandboxes.waiters import StateWaiters
 from corral_api.snapshots.repository import SnapshotRepository
 from corral_api.snapshots.restore import restored_spec
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
+from corral_common.contracts.images import EnvironmentCache, ImageNotFound, ImageServiceClient, ImageServiceError
 from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested, SandboxStop, node_routing_key
 from corral_common.logging import get_logger
@@ -34,23 +33,17 @@ def reached(state: SandboxState, target: SandboxState) -> bool:
 class EnvironmentCatalog:
     """Asks image-service whether an environment exists; positive answers are cached briefly."""
 
-    def __init__(self, client: httpx.AsyncClient, ttl_s: float = 30.0):
-        self.client = client
-        self.ttl_s = ttl_s
-        self._known: dict[str, float] = {}
+    def __init__(self, images: ImageServiceClient, ttl_s: float = 30.0):
+        self._cache = EnvironmentCache(images, ttl_s)
 
     async def require(self, name: str) -> None:
-        if self._known.get(name, 0) > time.monotonic():
-            return
         try:
-            response = await self.client.get(f"/v1/environments/{name}")
-        except httpx.HTTPError as exc:
-            raise ServiceUnavailable(f"image-service unreachable: {exc}") from exc
-        if response.status_code == 404:
-            raise Unprocessable(f"unknown environment {name!r}", loc=["body", "environment"], code="unknown_environment")
-        if response.status_code != 200:
-            raise ServiceUnavailable(f"image-service answered {response.status_code}")
-        self._known[name] = time.monotonic() + self.ttl_s
+            await self._cache.get(name)
+        except ImageNotFound:
+            raise Unprocessable(f"unknown environment {name!r}", loc=["body", "environment"],
+                                code="unknown_environment") from None
+        except ImageServiceError as exc:
+            raise ServiceUnavailable(str(exc)) from exc
 
 
 class SandboxService:

@@ -19,10 +19,10 @@ lists the capability; otherwise the answer is ``Unsupported``, whichever backend
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from corral_common.contracts.images import EnvironmentLayer
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
@@ -49,7 +49,7 @@ ExitListener = Callable[[str, ExitReason, Usage], Awaitable[None] | None]
 class _Entry:
     spec: SandboxSpec
     kind: str = "container"
-    layers: list[dict[str, Any]] = field(default_factory=list)
+    layers: Sequence[EnvironmentLayer] = ()
     # How the layers were acquired: release the same way.
     layer_format: LayerFormat = LayerFormat.mounts
     disk_image: str | None = None
@@ -195,7 +195,7 @@ class SandboxManager:
 
     async def _release(self, entry: _Entry) -> None:
         """Give back what _acquire took; safe to call twice."""
-        layers, entry.layers = entry.layers, []
+        layers, entry.layers = entry.layers, ()
         disk_image, entry.disk_image = entry.disk_image, None
         if layers:
             if entry.layer_format is LayerFormat.mounts:
@@ -220,7 +220,7 @@ class SandboxManager:
         """A layer's chunks cannot be fetched any more: a sandbox on it would see EIO on its
         next uncached read, so end every sandbox using it as failed(image_unavailable)."""
         for sandbox_id, entry in list(self._entries.items()):
-            if any(layer.get("digest") == digest for layer in entry.layers):
+            if any(layer.digest == digest for layer in entry.layers):
                 log.warning("sandbox.image_unavailable", sandbox_id=sandbox_id, digest=digest, error=error)
                 asyncio.ensure_future(self._end_for_image_fault(sandbox_id))
 
@@ -366,6 +366,6 @@ def build_manager(settings: NodeAgentSettings) -> SandboxManager:
     """The production wiring: every backend this host supports + layers from image-service.
     Call inside the event loop, after host.enter_private_mount_namespace(), then
     `await manager.start()`."""
-    layers = LayerCache(settings.state_dir, settings.image_service_url, internal_token=settings.internal_token)
+    layers = LayerCache(settings.layers())
     return SandboxManager(build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
                           vm_memory_overhead_mb=settings.vm_memory_overhead_mb)

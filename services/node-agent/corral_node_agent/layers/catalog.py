@@ -1,0 +1,50 @@
+"""The node's questions to image-service: the layers of an environment, the record of a disk
+image. Asked through the shared client; its failures become ``ImageUnavailable``."""
+
+from corral_common.contracts.images import (
+    DiskImage,
+    EnvironmentCache,
+    EnvironmentLayer,
+    ImageNotFound,
+    ImageServiceClient,
+    ImageServiceError,
+    UnexpectedStatus,
+)
+from corral_node_agent.errors import DiskImageNotFound, EnvironmentNotFound, ImageUnavailable
+
+ENVIRONMENT_TTL_S = 60.0
+
+
+def _unavailable(exc: ImageServiceError, what: str) -> ImageUnavailable:
+    return ImageUnavailable(f"{exc} for {what}" if isinstance(exc, UnexpectedStatus) else str(exc))
+
+
+class ImageCatalog:
+    def __init__(self, client: ImageServiceClient):
+        self.client = client
+        self._environments = EnvironmentCache(client, ENVIRONMENT_TTL_S)
+
+    async def environment(self, name: str) -> tuple[EnvironmentLayer, ...]:
+        """Layers of an environment, base first (as image-service returns them); cached
+        briefly (see ``EnvironmentCache``)."""
+        try:
+            environment = await self._environments.get(name)
+        except ImageNotFound:
+            raise EnvironmentNotFound(f"environment {name!r} not found", loc=["body", "environment"]) from None
+        except ImageServiceError as exc:
+            raise _unavailable(exc, f"environment {name!r}") from exc
+        if not environment.layers:
+            raise ImageUnavailable(f"environment {name!r} has no layers")
+        return environment.layers
+
+    async def disk_image(self, name: str) -> DiskImage:
+        """image-service's record of ``name`` (its latest version) or ``name:version``."""
+        base, _, version = name.partition(":")
+        if not base or (":" in name and not version):
+            raise DiskImageNotFound(f"disk image {name!r} not found", loc=["body", "disk_image"])
+        try:
+            return await self.client.disk_image(base, version)
+        except ImageNotFound:
+            raise DiskImageNotFound(f"disk image {name!r} not found", loc=["body", "disk_image"]) from None
+        except ImageServiceError as exc:
+            raise _unavailable(exc, f"disk image {name!r}") from exc

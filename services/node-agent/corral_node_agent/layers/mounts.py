@@ -1,0 +1,128 @@
+"""Read-only EROFS mounts of layers, shared by every container using them.
+
+mnt/<hex>            EROFS mount of the layer, shared by every sandbox using it;
+                     refcounted, unmounted when its last sandbox goes (after an idle delay)
+
+A lazily loaded layer is mounted from its FUSE file and its chunks stay pinned in the
+chunk cache while it is mounted.
+"""
+
+import asyncio
+import os
+
+from corral_common.contracts.images import digest_hex
+from corral_common.logging import get_logger
+from corral_node_agent import host
+from corral_node_agent.errors import ImageUnavailable
+from corral_node_agent.layers.lazy.loader import LazyLoader
+from corral_node_agent.layers.store import BlobStore
+
+log = get_logger(__name__)
+
+LAYER_IDLE_UNMOUNT_S = 30.0
+
+
+class LayerMounts:
+    def __init__(self, root: str, store: BlobStore, lazy: LazyLoader):
+        self.dir = f"{root}/mnt"
+        os.makedirs(self.dir, exist_ok=True)
+        self.store = store
+        self.lazy = lazy
+        self._refs: dict[str, int] = {}
+        self._idle_unmounts: dict[str, asyncio.TimerHandle] = {}
+        self._lock = asyncio.Lock()
+        self._pinned: set[str] = set()  # lazily loaded layers mounted now (chunks pinned)
+
+    def path(self, digest: str) -> str:
+        return f"{self.dir}/{digest_hex(digest)}"
+
+    def refcount(self, digest: str) -> int:
+        return self._refs.get(digest, 0)
+
+    async def acquire(self, digests: list[str]) -> list[str]:
+        """Ensure and mount the layers, taking one reference each; returns mount dirs in the
+        given order. Pair with release(same digests)."""
+        await self.store.ensure(digests)
+        taken: list[str] = []
+        async with self._lock:
+            try:
+                for d in digests:
+                    idle = self._idle_unmounts.pop(d, None)
+                    if idle is not None:
+                        idle.cancel()
+                    if self._refs.get(d, 0) == 0:
+                        mnt = self.path(d)
+                        os.makedirs(mnt, exist_ok=True)
+                        if not host.is_mountpoint(mnt):
+                            src = self.store.source_path(d)
+                            if src == self.lazy.path(d):
+                                # Reads go through our FUSE workers: keep them off the loop.
+                                await asyncio.to_thread(self._mount_lazy, d, mnt)
+                            else:
+                                host.mount_erofs(src, mnt)
+                    self._refs[d] = self._refs.get(d, 0) + 1
+                    taken.append(d)
+            except OSError as exc:
+                self._release_locked(taken)
+                raise ImageUnavailable(f"cannot mount layer: {exc}") from exc
+        return [self.path(d) for d in digests]
+
+    def _mount_lazy(self, digest: str, mnt: str) -> None:
+        # In the worker thread: a cancelled acquire still records the pins it took.
+        self.lazy.mount(digest, mnt)
+        self._pinned.add(digest)
+
+    async def release(self, digests: list[str]) -> None:
+        async with self._lock:
+            self._release_locked(digests)
+
+    def _release_locked(self, digests: list[str]) -> None:
+        for d in digests:
+            n = self._refs.get(d, 0) - 1
+            if n > 0:
+                self._refs[d] = n
+                continue
+            self._refs.pop(d, None)
+            # Keep an unused layer mounted a while: the next sandbox of the same environment
+            # (the common case in a batch) then needs no mount.
+            previous = self._idle_unmounts.pop(d, None)
+            if previous is not None:
+                previous.cancel()
+            self._idle_unmounts[d] = asyncio.get_running_loop().call_later(
+                LAYER_IDLE_UNMOUNT_S, self._unmount_if_idle, d)
+
+    def _unmount_if_idle(self, digest: str) -> None:
+        self._idle_unmounts.pop(digest, None)
+        if self._refs.get(digest, 0) > 0:
+            return
+        mnt = self.path(digest)
+        try:
+            host.umount(mnt)
+            os.rmdir(mnt)
+        except OSError:
+            log.exception("layer_umount_failed", digest=digest)
+        if digest in self._pinned:
+            self._pinned.discard(digest)
+            self.lazy.unpin(digest)
+
+    def unmount_idle(self) -> None:
+        """Unmount now the layers waiting for their idle delay (agent shutdown)."""
+        for digest in list(self._idle_unmounts):
+            self._idle_unmounts.pop(digest).cancel()
+            self._unmount_if_idle(digest)
+
+    def detach(self, digest: str) -> None:
+        """Unmount a layer whatever holds it (its lazy file is about to go away)."""
+        mnt = self.path(digest)
+        if host.is_mountpoint(mnt):
+            host.umount(mnt)
+
+    def cleanup_orphans(self) -> None:
+        """Drop the mounts a previous run left (refs start at zero)."""
+        for name in os.listdir(self.dir):
+            path = f"{self.dir}/{name}"
+            host.umount_tree(path)
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
