@@ -79,7 +79,7 @@ class SyncTransport:
             while not finished:
                 try:
                     value, error = self._do(step), None
-                except Exception as exc:  # handed to the operation at its yield
+                except Exception as exc:  # noqa: BLE001 - handed to the operation at its yield
                     value, error = None, exc
                 finished, step = _resume(op, value, error)
             return step
@@ -123,7 +123,7 @@ class AsyncTransport:
             while not finished:
                 try:
                     value, error = await self._do(step), None
-                except Exception as exc:  # handed to the operation at its yield
+                except Exception as exc:  # noqa: BLE001 - handed to the operation at its yield
                     value, error = None, exc
                 finished, step = _resume(op, value, error)
             return step

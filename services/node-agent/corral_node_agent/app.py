@@ -23,9 +23,10 @@ from corral_node_agent.settings import NodeAgentSettings
 def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
     settings = settings or NodeAgentSettings()
 
+    configure_logging(f"node-agent:{settings.node_id}", settings.log_level, settings.log_json)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        configure_logging(f"node-agent:{settings.node_id}", settings.log_level, settings.log_json)
         if sys.version_info < (3, 12):  # 3.12+ waits through pidfds by default
             # The 3.11 default watcher starts a thread per child (crun call).
             watcher = asyncio.PidfdChildWatcher()
@@ -97,4 +98,4 @@ def main(argv: list[str] | None = None) -> None:
     # node-agent's hot path (crun run/exec) is spawning processes.
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, loop="asyncio",
                 log_level=settings.log_level.lower(), access_log=False,
-                timeout_keep_alive=HTTP_KEEP_ALIVE_S)
+                timeout_keep_alive=HTTP_KEEP_ALIVE_S, log_config=None)

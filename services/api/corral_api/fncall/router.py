@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from corral_api.auth.dependencies import current_tenant
+from corral_api.auth.dependencies import Tenant
 from corral_api.fncall import sandboxfusion as sf
 from corral_api.fncall.rpc import FncallRpc
 from corral_api.fncall.schemas import (
@@ -62,7 +62,6 @@ async def lifespan(app: FastAPI):
 
 
 router = APIRouter(lifespan=lifespan, route_class=LimitedBodyRoute)
-Tenant = Annotated[str, Depends(current_tenant)]
 
 
 async def fncall_service(request: Request) -> FncallService:

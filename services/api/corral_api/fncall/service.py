@@ -175,7 +175,7 @@ class FncallService:
     async def runtimes(self) -> list[RuntimeInfo]:
         try:
             depths = await self.rpc.queue_depths()
-        except Exception:
+        except Exception:  # noqa: BLE001 - queue depths are best effort: a listing never fails on them
             depths = {}
         return [RuntimeInfo(name=r, compiled=r in COMPILED, queue_depth=depths.get(r)) for r in RUNTIMES]
 
@@ -183,7 +183,7 @@ class FncallService:
         try:
             for runtime, depth in (await self.rpc.queue_depths()).items():
                 metrics.QUEUE_DEPTH.labels(runtime=runtime).set(depth)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a gauge refresh must not kill the refresher
             log.warning("fncall.queue_depth_unavailable")
         for runtime in RUNTIMES:
             metrics.CALLS_PER_SECOND.labels(runtime=runtime).set(self._rates[runtime].rate())

@@ -17,7 +17,7 @@ from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxSpec, SandboxState
 from corral_common.state import NodeInfo, SandboxRecord, StateStore
 
-log = get_logger("corral.api.sandboxes")
+log = get_logger(__name__)
 
 # States at or past each waitable one, in lifecycle order; failure ends every wait.
 _ORDER = [SandboxState.pending, SandboxState.scheduled, SandboxState.starting, SandboxState.running,

@@ -97,7 +97,7 @@ class SandboxBackend(abc.ABC):
             if asyncio.iscoroutine(res):
                 await res
         except Exception:
-            log.exception("on_exit_callback_failed", sandbox_id=sandbox_id)
+            log.exception("sandbox.on_exit_failed", sandbox_id=sandbox_id)
 
     @abc.abstractmethod
     async def start(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:

@@ -18,7 +18,7 @@ from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
 from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
 
-log = get_logger("corral.node_agent.events")
+log = get_logger(__name__)
 
 
 class NodeEvents:

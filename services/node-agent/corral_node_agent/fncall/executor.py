@@ -106,7 +106,7 @@ class Worker:
                     caps: tuple[str, ...] = ()) -> list[str]:
         tmpfs_size = str(policy.disk.size_bytes)
         cmd = ["bwrap", "--ro-bind", str(self.config.rootfs), "/", "--proc", "/proc", "--dev", "/dev",
-               "--size", tmpfs_size, "--tmpfs", "/tmp"]
+               "--size", tmpfs_size, "--tmpfs", "/tmp"]  # noqa: S108 - /tmp inside the bwrap sandbox (a private tmpfs)
         if bind_dir is not None:
             cmd += ["--bind", str(bind_dir), "/work"]
         else:
@@ -125,7 +125,7 @@ class Worker:
         # --unshare-all: a new network namespace too (egress "none"), and a user namespace in
         # which the run has the policy's ids.
         cmd += ["--chdir", "/work", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-                "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work", "--setenv", "TMPDIR", "/tmp",
+                "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work", "--setenv", "TMPDIR", "/tmp",  # noqa: S108 - /tmp inside the bwrap sandbox (a private tmpfs)
                 "--setenv", "LANG", "C.UTF-8", "--uid", str(policy.identity.uid), "--gid", str(policy.identity.gid),
                 "--hostname", "corral"]
         for cap in caps:  # capabilities inside the sandbox's user namespace (the zygote's, see zygote.py)
@@ -299,7 +299,7 @@ class Worker:
                 if not add_case(result, case_result, job):
                     break
             return result
-        except Exception as exc:  # a bug or a host problem: the caller gets system_error, never a hang
+        except Exception as exc:  # noqa: BLE001 - a bug or a host problem: the caller gets system_error, never a hang
             result.verdict = Verdict.system_error
             result.message = f"{type(exc).__name__}: {exc}"
             return result

@@ -35,7 +35,7 @@ from corral_node_agent.fncall import metrics
 from corral_node_agent.fncall.executor import ExecutorConfig, Worker
 from corral_node_agent.fncall.zygote import ZygoteWorker
 
-log = get_logger("corral.fncall.pool")
+log = get_logger(__name__)
 
 
 class RuntimePool:
@@ -145,7 +145,7 @@ class RuntimePool:
                 jobs = JobBundle.model_validate_json(message.body).jobs
             else:
                 jobs = [FncallJob.model_validate_json(message.body)]
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a malformed job is dead-lettered, whatever broke its parse
             log.error("fncall.malformed_job", runtime=self.runtime, error=str(exc)[:200])
             await message.reject(requeue=False)
             return

@@ -17,7 +17,7 @@ from corral_node_agent.fncall.service import FncallPools
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     settings = app.state.settings
-    instance = hashlib.sha1(str(settings.state_dir).encode()).hexdigest()[:6]
+    instance = hashlib.sha1(str(settings.state_dir).encode(), usedforsecurity=False).hexdigest()[:6]
     pools = FncallPools(settings.node_id, settings.amqp_url, settings.fncall, instance=instance,
                         layers=app.state.manager.layers)
     app.state.fncall = pools

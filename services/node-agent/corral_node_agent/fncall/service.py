@@ -21,7 +21,7 @@ from corral_node_agent.fncall.settings import FncallNodeSettings
 from corral_node_agent.isolation.policy import FNCALL_SYSCALLS
 from corral_node_agent.layers.cache import LayerCache
 
-log = get_logger("corral.fncall")
+log = get_logger(__name__)
 
 # Where each node-agent instance binds its runtimes' root filesystem (world-traversable).
 RUNTIME_ROOT_DIR = Path("/run/corral-fncall")

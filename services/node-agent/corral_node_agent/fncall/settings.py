@@ -12,7 +12,7 @@ class FncallNodeSettings(FncallSettingsBase):
     # scripts/build_fncall_runtime.py, for the image build and the executor tests).
     cache_dir: str = DEFAULT_CACHE_DIR
     # Host tmpfs for per-call compile dirs (one subdir per node and worker).
-    scratch_dir: str = "/dev/shm/corral-fncall"
+    scratch_dir: str = "/dev/shm/corral-fncall"  # noqa: S108 - a root-owned dir the agent creates 0700 per instance
     runtimes: str = ",".join(RUNTIMES)
     # Workers per runtime on this node: the pool grows towards max while calls queue up and
     # shrinks back towards min when idle.

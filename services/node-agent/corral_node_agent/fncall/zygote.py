@@ -47,7 +47,7 @@ from corral_node_agent.fncall.executor import (
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS
 from corral_node_agent.isolation.policy import fncall_run_policy
 
-log = get_logger("corral.fncall.zygote")
+log = get_logger(__name__)
 
 ZYGOTE_SOURCE = (Path(__file__).parent / "zygote_main.py").read_text()
 ZYGOTE_MEMORY_MB = 128  # the zygote's own cgroup (it plus a just-forked child before it moves)
@@ -186,7 +186,7 @@ class ZygoteWorker(Worker):
                 run = await self._run_in_zygote(job, files, case.stdin.encode())
                 if not add_case(result, judge_run(run, job, case.expected_stdout), job):
                     break
-        except Exception as exc:  # a bug or a host problem: the caller gets system_error, never a hang
+        except Exception as exc:  # noqa: BLE001 - a bug or a host problem: the caller gets system_error, never a hang
             result.verdict = Verdict.system_error
             result.message = f"{type(exc).__name__}: {exc}"
             self._emptied = False

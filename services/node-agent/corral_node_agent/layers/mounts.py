@@ -100,7 +100,7 @@ class LayerMounts:
             host.umount(mnt)
             os.rmdir(mnt)
         except OSError:
-            log.exception("layer_umount_failed", digest=digest)
+            log.exception("layer.umount_failed", digest=digest)
         if digest in self._pinned:
             self._pinned.discard(digest)
             self.lazy.unpin(digest)

@@ -47,7 +47,7 @@ class BlobStore:
 
     async def _ensure_one(self, digest: str) -> str:
         path = self.path(digest)
-        if os.path.exists(path):
+        if os.path.exists(path):  # noqa: ASYNC240 - one local stat
             return path
         if digest in self.lazy.indexes:
             return self.lazy.path(digest)
@@ -93,9 +93,9 @@ class BlobStore:
         except ImageServiceUnreachable as exc:
             raise ImageUnavailable(f"blob {digest}: download failed: {exc.cause}") from exc
         finally:
-            if os.path.exists(part):
+            if os.path.exists(part):  # noqa: ASYNC240 - one local stat
                 os.unlink(part)
-        log.info("layer_downloaded", digest=digest, bytes=size)
+        log.info("layer.downloaded", digest=digest, bytes=size)
         return path
 
     def cleanup_orphans(self) -> None:

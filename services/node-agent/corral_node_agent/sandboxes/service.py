@@ -240,7 +240,7 @@ class SandboxManager:
                 if asyncio.iscoroutine(res):
                     await res
             except Exception:
-                log.exception("exit_listener_failed", sandbox_id=sandbox_id)
+                log.exception("sandbox.exit_listener_failed", sandbox_id=sandbox_id)
 
     # ---- inventory ----------------------------------------------------------------------
 

@@ -131,7 +131,7 @@ class ContainerBackend(SandboxBackend):
             self._starting -= 1
         loop = asyncio.get_running_loop()
         sb.timer = loop.call_later(spec.timeout_s, self._timeout_fired, sandbox_id)
-        log.info("sandbox_started", sandbox_id=sandbox_id, pid=sb.pid,
+        log.info("sandbox.started", sandbox_id=sandbox_id, pid=sb.pid,
                  ms=round((time.monotonic() - sb.started) * 1000, 1))
 
     def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str]) -> None:
@@ -198,7 +198,7 @@ class ContainerBackend(SandboxBackend):
             if sb.stopping:
                 return  # someone called stop() meanwhile: it reports, not us
             usage = await self._teardown(sb, kill=True)
-        log.info("sandbox_ended", sandbox_id=sb.id, reason=str(reason))
+        log.info("sandbox.ended", sandbox_id=sb.id, reason=str(reason))
         await self._report_exit(sb.id, reason, usage)
 
     async def stop(self, sandbox_id: str) -> Usage:
@@ -219,7 +219,7 @@ class ContainerBackend(SandboxBackend):
             await self.crun.pause(sb.id)
             sb.paused = True
             await self._settle_frozen(sb)
-        log.info("sandbox_paused", sandbox_id=sandbox_id)
+        log.info("sandbox.paused", sandbox_id=sandbox_id)
 
     async def _settle_frozen(self, sb: _Sandbox, timeout_s: float = 2.0) -> None:
         """On cgroup v1, `crun pause` may return while the freezer still says FREEZING (a task
@@ -232,7 +232,7 @@ class ContainerBackend(SandboxBackend):
             except OSError:  # no freezer hierarchy, or the cgroup is gone
                 return
             await asyncio.sleep(0.01)
-        log.warning("sandbox_freeze_incomplete", sandbox_id=sb.id)
+        log.warning("sandbox.freeze_incomplete", sandbox_id=sb.id)
 
     async def resume(self, sandbox_id: str) -> None:
         sb = self._get(sandbox_id)
@@ -241,7 +241,7 @@ class ContainerBackend(SandboxBackend):
                 return
             await self.crun.resume(sb.id)
             sb.paused = False
-        log.info("sandbox_resumed", sandbox_id=sandbox_id)
+        log.info("sandbox.resumed", sandbox_id=sandbox_id)
 
     @staticmethod
     def _oom_kills(sb: _Sandbox) -> int:
@@ -283,11 +283,11 @@ class ContainerBackend(SandboxBackend):
             await self.crun.kill(sb.id)
         rc, out = await self.crun.delete(sb.id)
         if rc != 0 and "does not exist" not in out and "not found" not in out.lower():
-            log.warning("crun_delete_failed", sandbox_id=sb.id, output=out)
+            log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
         try:
             host.umount_tree(sb.dir)
         except OSError:
-            log.exception("umount_failed", sandbox_id=sb.id)
+            log.exception("sandbox.umount_failed", sandbox_id=sb.id)
         bundle.delete(sb.dir)
         sb.cgroup.remove()
         sb.usage = usage
@@ -342,7 +342,7 @@ class ContainerBackend(SandboxBackend):
                 pid = bundle.read_init_pid(sb_dir)
             pidfd = os.pidfd_open(pid)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("sandbox_adopt_failed", sandbox_id=sandbox_id, error=str(exc))
+            log.warning("sandbox.adopt_failed", sandbox_id=sandbox_id, error=str(exc))
             return False
         elapsed = max(0.0, time.time() - started_at)
         sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, policy=policy_for(spec, self.settings),
@@ -353,7 +353,7 @@ class ContainerBackend(SandboxBackend):
         loop = asyncio.get_running_loop()
         loop.add_reader(pidfd, self._init_exited, sandbox_id)
         sb.timer = loop.call_later(max(0.0, spec.timeout_s - elapsed), self._timeout_fired, sandbox_id)
-        log.info("sandbox_adopted", sandbox_id=sandbox_id, pid=pid, paused=sb.paused, age_s=round(elapsed, 1))
+        log.info("sandbox.adopted", sandbox_id=sandbox_id, pid=pid, paused=sb.paused, age_s=round(elapsed, 1))
         return True
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:

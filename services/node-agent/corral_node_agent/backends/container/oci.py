@@ -92,7 +92,7 @@ def build_config(
              "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
             {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
              "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
-            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",  # noqa: S108 - a mount point inside the container, not a host temp file
              "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
             {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
              "options": ["nosuid", "noexec", "nodev"]},

@@ -160,7 +160,7 @@ class GuestAgentClient:
                     self._dispatch(msg)
         except ProtocolError as exc:
             reason = f"protocol error: {exc}"
-            log.warning("guest agent stream broken: %s", exc)
+            log.warning("guest_agent.stream_broken", error=str(exc))
         except (ConnectionError, OSError) as exc:
             reason = f"connection error: {exc}"
         except asyncio.CancelledError:

@@ -215,7 +215,7 @@ class ChunkCache:
                 self._forget_locked(hexd)
             return None
         if len(data) != length or hashlib.sha256(data).hexdigest() != hexd:
-            log.warning("chunk_corrupt", chunk=hexd, size=len(data))
+            log.warning("chunk.corrupt", chunk=hexd, size=len(data))
             with self._lock:
                 self.stats.corrupt += 1
                 self._forget_locked(hexd)
@@ -275,7 +275,7 @@ class ChunkCache:
             if left <= 0:
                 with self._lock:
                     self.stats.failures += 1
-                log.warning("chunk_unavailable", chunk=hexd, error=why)
+                log.warning("chunk.unavailable", chunk=hexd, error=why)
                 raise ChunkUnavailable(hexd, why)
             with self._lock:
                 self.stats.retries += 1
@@ -292,7 +292,7 @@ class ChunkCache:
             os.replace(tmp, path)
         except OSError:
             # A full or failing cache disk must not fail the read: serve from memory.
-            log.exception("chunk_store_failed", chunk=hexd)
+            log.exception("chunk.store_failed", chunk=hexd)
             try:
                 os.unlink(tmp)
             except OSError:

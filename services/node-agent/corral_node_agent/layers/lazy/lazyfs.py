@@ -119,7 +119,7 @@ class LazyFS:
             if _libc.umount2(self.mountpoint.encode(), MNT_DETACH) != 0:
                 err = ctypes.get_errno()
                 if err not in (errno.EINVAL, errno.ENOENT):
-                    log.warning("lazyfs_umount_failed", path=self.mountpoint, error=os.strerror(err))
+                    log.warning("lazyfs.umount_failed", path=self.mountpoint, error=os.strerror(err))
             self._mounted = False
         if self._stop_w >= 0:
             os.write(self._stop_w, b"x")
@@ -174,13 +174,13 @@ class LazyFS:
                     continue  # request interrupted before we read it
                 if exc.errno == errno.ENODEV:
                     return  # unmounted / aborted
-                log.exception("lazyfs_read_failed")
+                log.exception("lazyfs.read_failed")
                 return
             req = bytes(buf[:n])
             try:
                 self._dispatch(req)
             except Exception:
-                log.exception("lazyfs_dispatch_failed")
+                log.exception("lazyfs.dispatch_failed")
 
     def _reply(self, unique: int, data: bytes = b"", err: int = 0) -> None:
         out = OUT_HDR.pack(OUT_HDR.size + (0 if err else len(data)), -err, unique)
@@ -249,7 +249,7 @@ class LazyFS:
                 self._reply(unique, err=exc.errno or errno.EIO)
                 return
             except Exception:
-                log.exception("lazyfs_reader_failed", layer=f.name)
+                log.exception("lazyfs.reader_failed", layer=f.name)
                 self._reply(unique, err=errno.EIO)
                 return
             self._reply(unique, data)

@@ -84,7 +84,7 @@ class LazyLoader:
             await asyncio.to_thread(self._start)
         except OSError as exc:
             # No FUSE here (no /dev/fuse, not root, ...): still serve the layer, eagerly.
-            log.warning("lazy_layers_unavailable", error=str(exc))
+            log.warning("layer.lazy_unavailable", error=str(exc))
             return None
         self._fs.add(digest_hex(digest), index.size, index)  # type: ignore[union-attr]
         try:
@@ -94,7 +94,7 @@ class LazyLoader:
         except OSError as exc:
             raise ImageUnavailable(f"layer {digest}: {exc.strerror or exc}") from exc
         self.indexes[digest] = index
-        log.info("layer_indexed", digest=digest, bytes=index.size, chunks=len(index.chunks))
+        log.info("layer.indexed", digest=digest, bytes=index.size, chunks=len(index.chunks))
         return self.path(digest)
 
     async def _fetch_index(self, digest: str) -> ChunkIndex | None:
