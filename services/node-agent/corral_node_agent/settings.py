@@ -100,6 +100,14 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Each QEMU drops to its own uid/gid, vm_uid_base + a slot number (0 = derive a base from
     # the node id, so two agents on one host do not share uids). -1 keeps QEMU as root.
     vm_uid_base: int = 0
+    # Containers run in a user namespace of their own: 65,536 host uids/gids per sandbox, from
+    # container_uid_base + i * 65536 (0 = ranges in [2^28, 2^31), where this node starts
+    # looking derived from its node id). -1: no user namespace (every sandbox is host
+    # sandbox_user, root inside is host root).
+    container_uid_base: int = 0
+    # Host-wide registry of claimed uid ranges (one file per range), so agents sharing a host
+    # never hand out the same ids: every agent on the host must see the same directory.
+    uid_registry_dir: str = "/run/corral/uid-ranges"
     # fncall warm pools: CORRAL_FNCALL_* (FncallNodeSettings reads its own env names).
     fncall: FncallNodeSettings = Field(default_factory=FncallNodeSettings)
 

@@ -85,7 +85,7 @@ def test_config_json():
     assert cfg["hostname"] == "sb-1" and cfg["root"] == {"path": "rootfs", "readonly": False}
     lin = cfg["linux"]
     assert lin["cgroupsPath"] == "/corral/n1/sb-1"
-    assert {n["type"] for n in lin["namespaces"]} == {"pid", "ipc", "uts", "mount", "network"}
+    assert {n["type"] for n in lin["namespaces"]} == {"pid", "ipc", "uts", "mount", "network", "cgroup"}
     res = lin["resources"]
     assert res["memory"] == {"limit": 300 << 20, "swap": 300 << 20}
     assert res["cpu"] == {"quota": 150000, "period": 100000}

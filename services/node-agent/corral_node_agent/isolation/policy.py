@@ -16,7 +16,7 @@ from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, reserved_memory_mb
 from corral_node_agent.isolation.network import NO_EGRESS, Egress, egress_for
 from corral_node_agent.isolation.quota import MIB, DiskQuota, disk_quota
 from corral_node_agent.isolation.seccomp import DEFAULT_FILTER, NO_FILTER, SyscallFilter
-from corral_node_agent.isolation.userns import FNCALL_IDENTITY, VM_IDENTITY, Identity, container_identity
+from corral_node_agent.isolation.userns import FNCALL_IDENTITY, VM_IDENTITY, Identity, IdRange, container_identity
 from corral_node_agent.settings import NodeAgentSettings
 
 # A VM's cgroup holds QEMU, whose own threads (I/O workers, vCPUs, RCU...) count against
@@ -42,12 +42,13 @@ class SandboxPolicy:
     limits: Limits
 
 
-def policy_for(spec: SandboxSpec, settings: NodeAgentSettings) -> SandboxPolicy:
-    """A container's or a VM's policy (``spec.backend`` is resolved: container/microvm/vm)."""
+def policy_for(spec: SandboxSpec, settings: NodeAgentSettings, ids: IdRange | None = None) -> SandboxPolicy:
+    """A container's or a VM's policy (``spec.backend`` is resolved: container/microvm/vm);
+    ``ids``: a container's user namespace range (isolation/userns.py; None: none)."""
     vm = spec.backend in VM_BACKENDS
     memory_mb = reserved_memory_mb(spec.backend, spec.memory_mb, settings.vm_memory_overhead_mb)
     return SandboxPolicy(
-        identity=VM_IDENTITY if vm else container_identity(settings),
+        identity=VM_IDENTITY if vm else container_identity(settings, ids),
         # Containers have no syscall filter yet; VMs have QEMU's own (-sandbox, qemu.py).
         syscalls=NO_FILTER,
         disk=disk_quota(spec),

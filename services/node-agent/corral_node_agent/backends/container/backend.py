@@ -6,6 +6,13 @@ layout), its state in the node's own crun root (crun.py). Commands go through
 
 The agent must run in its own mount namespace (host.enter_private_mount_namespace): crun
 needs the cgroup2 mount hidden, and these mounts must not leak onto the host.
+
+Each sandbox has a user namespace of its own (isolation/userns.py): its host id range is
+taken from the node's `UidRanges` before the bundle is built, written into sandbox.json,
+claimed again by a restarted agent that adopts the sandbox, and released when the sandbox
+is deleted. crun's container process is root of that namespace, an unprivileged host uid: it
+must be able to traverse to rootfs/, so the state dir and sandboxes/ are searchable by
+others (0711) and each sandbox's own dir only by the sandbox's root group (bundle.py).
 """
 
 import asyncio
@@ -14,6 +21,7 @@ import re
 import shutil
 import time
 from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
@@ -37,6 +45,7 @@ from corral_node_agent.errors import (
     StartFailed,
 )
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
+from corral_node_agent.isolation.userns import UidRanges, UserNamespace
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
@@ -86,8 +95,12 @@ class ContainerBackend(SandboxBackend):
         self._starting = 0
         self._tasks: set[asyncio.Task] = set()
         self._cg: CgroupDriver | None = None
+        self.uid_ranges = UidRanges(settings)
         os.makedirs(self.crun_root, mode=0o700, exist_ok=True)
-        os.makedirs(self.sandboxes_dir, mode=0o700, exist_ok=True)
+        os.makedirs(self.sandboxes_dir, mode=0o711, exist_ok=True)
+        self._unreachable: str | None = None
+        if self.uid_ranges.enabled:
+            self._unreachable = _make_reachable(self.sandboxes_dir, self.state_dir)
 
     @property
     def cgroups(self) -> CgroupDriver:
@@ -111,16 +124,21 @@ class ContainerBackend(SandboxBackend):
             raise AlreadyExists(f"sandbox {sandbox_id} already exists")
         if not rootfs.layers:
             raise StartFailed("no root filesystem layers")
-        sb = _Sandbox(id=sandbox_id, spec=spec, dir=f"{self.sandboxes_dir}/{sandbox_id}",
-                      policy=policy_for(spec, self.settings), cgroup=self._cgroup(sandbox_id))
+        if self._unreachable:
+            raise StartFailed(self._unreachable)
+        sb_dir = f"{self.sandboxes_dir}/{sandbox_id}"
+        ids = self.uid_ranges.acquire(sb_dir) if self.uid_ranges.enabled else None
+        sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, policy=policy_for(spec, self.settings, ids),
+                      cgroup=self._cgroup(sandbox_id))
         self._sandboxes[sandbox_id] = sb
         self._finished.pop(sandbox_id, None)
         self._starting += 1
         try:
             async with sb.lock:
                 try:
-                    self._prepare_bundle(sb, rootfs.layers)
-                    await self._run_init(sb)
+                    with self._userns(sb) as userns:
+                        self._prepare_bundle(sb, rootfs.layers, userns)
+                        await self._run_init(sb)
                 except Exception as exc:
                     await self._teardown(sb, kill=True)
                     self._finished.pop(sandbox_id, None)
@@ -134,12 +152,17 @@ class ContainerBackend(SandboxBackend):
         log.info("sandbox.started", sandbox_id=sandbox_id, pid=sb.pid,
                  ms=round((time.monotonic() - sb.started) * 1000, 1))
 
-    def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str]) -> None:
+    @staticmethod
+    def _userns(sb: _Sandbox) -> AbstractContextManager[UserNamespace | None]:
+        """The sandbox's fresh user namespace while its root is built and crun joins it."""
+        ids = sb.policy.identity.ids
+        return UserNamespace(ids) if ids is not None else nullcontext()
+
+    def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str], userns: UserNamespace | None) -> None:
         config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
-                                  with_swap_limit=self.cgroups.swap_limit)
-        identity = sb.policy.identity
-        bundle.create(sb.dir, sb.spec, lower_dirs, config, disk_mb=sb.policy.disk.size_mb, uid=identity.host_uid,
-                      gid=identity.host_gid)
+                                  with_swap_limit=self.cgroups.swap_limit, userns_path=userns and userns.path)
+        bundle.create(sb.dir, sb.spec, lower_dirs, config, disk_mb=sb.policy.disk.size_mb,
+                      identity=sb.policy.identity, userns_fd=userns and userns.fd)
 
     async def _run_init(self, sb: _Sandbox) -> None:
         try:
@@ -282,13 +305,17 @@ class ContainerBackend(SandboxBackend):
         if kill:
             await self.crun.kill(sb.id)
         rc, out = await self.crun.delete(sb.id)
-        if rc != 0 and "does not exist" not in out and "not found" not in out.lower():
+        deleted = rc == 0 or "does not exist" in out or "not found" in out.lower()
+        if not deleted:
             log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
         try:
             host.umount_tree(sb.dir)
         except OSError:
             log.exception("sandbox.umount_failed", sandbox_id=sb.id)
         bundle.delete(sb.dir)
+        if sb.policy.identity.ids is not None and deleted:
+            # (A container crun could not delete may still run with these ids: never reuse them.)
+            self.uid_ranges.release(sb.policy.identity.ids)
         sb.cgroup.remove()
         sb.usage = usage
         self._sandboxes.pop(sb.id, None)
@@ -328,6 +355,8 @@ class ContainerBackend(SandboxBackend):
             host.umount_tree(path)
             shutil.rmtree(path, ignore_errors=True)
             self._cgroup(name).remove()
+        # The uid ranges of the sandboxes just deleted (their claims name their directories).
+        self.uid_ranges.release_unheld(self.sandboxes_dir)
         self._prune_parent_cgroups()
         return adopted
 
@@ -336,7 +365,7 @@ class ContainerBackend(SandboxBackend):
         sb_dir = f"{self.sandboxes_dir}/{sandbox_id}"
         try:
             meta = bundle.read_meta(sb_dir)
-            spec, started_at = meta.spec, meta.started_at
+            spec, started_at, ids = meta.spec, meta.started_at, meta.ids
             pid = state.pid
             if pid <= 0:
                 pid = bundle.read_init_pid(sb_dir)
@@ -345,7 +374,10 @@ class ContainerBackend(SandboxBackend):
             log.warning("sandbox.adopt_failed", sandbox_id=sandbox_id, error=str(exc))
             return False
         elapsed = max(0.0, time.time() - started_at)
-        sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, policy=policy_for(spec, self.settings),
+        if ids is not None:
+            # The ids it runs with, whatever this run's settings say.
+            self.uid_ranges.claim(ids, sb_dir)
+        sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, policy=policy_for(spec, self.settings, ids),
                       cgroup=self._cgroup(sandbox_id),
                       started=time.monotonic() - elapsed, pid=pid, pidfd=pidfd,
                       paused=state.status == "paused", adopted=True)
@@ -415,3 +447,22 @@ class ContainerBackend(SandboxBackend):
         sb = self._get(sandbox_id)
         return await asyncio.to_thread(files.list_dir, sb.rootfs, path)
 
+
+
+def _make_reachable(path: str, own_root: str) -> str | None:
+    """Let other host users traverse (not list) ``own_root`` and what lies between it and
+    ``path``, the agent's own dirs; None if every ancestor of ``path`` is traversable now,
+    else a message naming the one that is not (crun's container root could not reach rootfs)."""
+    own_root = os.path.abspath(own_root)
+    path = os.path.abspath(path)
+    while True:
+        st = os.stat(path)
+        if not st.st_mode & 0o001:
+            if path == own_root or path.startswith(own_root + "/"):
+                os.chmod(path, (st.st_mode & 0o7777) | 0o001)
+            else:
+                return (f"{path} must be searchable by other users (chmod o+x): sandboxes run as "
+                        "unprivileged host uids and crun must reach their root filesystem")
+        if path == "/":
+            return None
+        path = os.path.dirname(path)

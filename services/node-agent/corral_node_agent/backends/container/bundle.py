@@ -1,11 +1,17 @@
 """A sandbox's directory: the OCI bundle crun runs, and what a restarted agent reads back.
 
-Layout, under {state_dir}/sandboxes/<id>/:
+Layout, under {state_dir}/sandboxes/<id>/ (mode 0710, group: the sandbox's host root gid,
+so crun's container process, root of the sandbox's user namespace, can reach rootfs/ and
+no other host user can):
     config.json     OCI bundle config
-    sandbox.json    spec + wall-clock start: what a restarted agent needs to re-adopt it
+    sandbox.json    spec + wall-clock start + the user namespace's host id range: what a
+                    restarted agent needs to re-adopt it (and to claim the same ids again)
     upper/          tmpfs of disk_mb: upper/upper + upper/work for the overlay, so disk_mb
-                    is a hard cap and all writes vanish with one umount
-    rootfs/         overlay of the layer mounts (top first) + upper
+                    is a hard cap and all writes vanish with one umount; upper/upper and
+                    upper/work belong to the sandbox's root (host id = range base)
+    rootfs/         overlay of the layer mounts (top first) + upper; with a user namespace
+                    each layer is an idmapped clone of the node's mount (mount_api.py), so
+                    image files owned by root are owned by the sandbox's root
     exec/           per-exec process.json / pid files
     init.pid        the container init's host pid (crun run --pid-file)
     crun-run.log    crun run's stderr
@@ -19,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent import host
+from corral_node_agent import host, mount_api
 from corral_node_agent.backends.paths import HOME
+from corral_node_agent.isolation.userns import IdRange, Identity
 
 META = "sandbox.json"
 
@@ -29,6 +36,7 @@ META = "sandbox.json"
 class BundleMeta:
     spec: SandboxSpec
     started_at: float  # time.time() when the bundle was written
+    ids: IdRange | None  # its user namespace's host ids (None: started without one)
 
 
 def init_pid_file(directory: str) -> str:
@@ -44,37 +52,63 @@ def exec_dir(directory: str) -> str:
 
 
 def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dict[str, Any], *,
-           disk_mb: int, uid: int, gid: int) -> None:
-    """Mount the sandbox's root (a tmpfs of disk_mb over the layers; HOME owned by uid:gid)
-    and write its config and metadata."""
+           disk_mb: int, identity: Identity, userns_fd: int | None = None) -> None:
+    """Mount the sandbox's root (a tmpfs of disk_mb over the layers; HOME owned by the
+    sandbox user) and write its config and metadata. With ``identity.ids``, ``userns_fd`` is
+    a user namespace of that mapping: the layers are idmapped through it."""
     if os.path.exists(directory):
         # Leftover from a crashed attempt with the same id: never reuse its state.
         host.umount_tree(directory)
         shutil.rmtree(directory)
-    os.makedirs(exec_dir(directory), mode=0o700)
+    root_uid, root_gid = identity.host_root
+    os.mkdir(directory, 0o710)
+    os.chown(directory, 0, root_gid)
+    os.mkdir(exec_dir(directory), 0o700)
     upper = f"{directory}/upper"
     rootfs = f"{directory}/rootfs"
     os.mkdir(upper, 0o700)
     os.mkdir(rootfs, 0o755)
     host.mount_tmpfs(upper, disk_mb, 0o755)
-    os.mkdir(f"{upper}/upper", 0o755)
-    os.mkdir(f"{upper}/work", 0o700)
-    host.mount_overlay(lower_dirs, f"{upper}/upper", f"{upper}/work", rootfs)
-    home = f"{rootfs}{HOME}"
-    if not os.path.lexists(home):
-        os.makedirs(home, 0o755, exist_ok=True)
-        os.chown(home, uid, gid)
+    for name, mode in (("upper", 0o755), ("work", 0o700)):
+        os.mkdir(f"{upper}/{name}", mode)
+        os.chown(f"{upper}/{name}", root_uid, root_gid)
+    if identity.ids is None:
+        host.mount_overlay(lower_dirs, f"{upper}/upper", f"{upper}/work", rootfs)
+    else:
+        if userns_fd is None:
+            raise ValueError("a user namespace sandbox needs the namespace's fd")
+        mount_api.mount_overlay_idmapped(lower_dirs, upper, rootfs, userns_fd)
+    _make_home(rootfs, identity)
     with open(f"{directory}/config.json", "w") as fh:
         json.dump(config, fh)
+    meta: dict[str, Any] = {"spec": spec.model_dump(mode="json"), "started_at": time.time()}
+    if identity.ids is not None:
+        meta["userns"] = identity.ids.to_json()
     with open(f"{directory}/{META}", "w") as fh:
-        json.dump({"spec": spec.model_dump(mode="json"), "started_at": time.time()}, fh)
+        json.dump(meta, fh)
+
+
+def _make_home(rootfs: str, identity: Identity) -> None:
+    """HOME for the sandbox user when the image has none (its parents belong to the sandbox's root)."""
+    path = rootfs
+    parts = HOME.strip("/").split("/")
+    for i, name in enumerate(parts):
+        path = f"{path}/{name}"
+        if os.path.islink(path):
+            return  # the image's own (followed host-side it could lead anywhere)
+        if os.path.lexists(path):
+            continue
+        os.mkdir(path, 0o755)
+        owner = (identity.host_uid, identity.host_gid) if i == len(parts) - 1 else identity.host_root
+        os.chown(path, *owner, follow_symlinks=False)
 
 
 def read_meta(directory: str) -> BundleMeta:
     """Raises OSError, ValueError, KeyError or TypeError when it is missing or not ours."""
     with open(f"{directory}/{META}") as fh:
         meta = json.load(fh)
-    return BundleMeta(spec=SandboxSpec.model_validate(meta["spec"]), started_at=float(meta["started_at"]))
+    ids = IdRange.from_json(meta["userns"]) if meta.get("userns") is not None else None
+    return BundleMeta(spec=SandboxSpec.model_validate(meta["spec"]), started_at=float(meta["started_at"]), ids=ids)
 
 
 def read_init_pid(directory: str) -> int:

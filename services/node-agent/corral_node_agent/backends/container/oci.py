@@ -57,8 +57,11 @@ def cgroup_path(node_id: str, sandbox_id: str) -> str:
 
 
 def build_config(
-    sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True
+    sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True,
+    userns_path: str | None = None,
 ) -> dict[str, Any]:
+    """``userns_path``: the user namespace crun joins when the policy has one (a fresh one
+    per sandbox, isolation/userns.py `UserNamespace`); without it crun would make its own."""
     limits = policy.limits
     mem_res: dict[str, Any] = {"limit": limits.memory_bytes}
     if with_swap_limit:
@@ -72,11 +75,19 @@ def build_config(
         "cgroupsPath": cgroup_path(node_id, sandbox_id),
         "resources": resources,
         # Egress "none" (the only one, isolation/network.py): a fresh network namespace holds
-        # only a down `lo`.
-        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+        # only a down `lo`. A cgroup namespace: /proc/self/cgroup and the cgroup mounts show
+        # "/", not the node's cgroup path.
+        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")],
         "maskedPaths": list(MASKED_PATHS),
         "readonlyPaths": list(READONLY_PATHS),
     }
+    ids = policy.identity.ids
+    if ids is not None:
+        # A user namespace of its own (isolation/userns.py), the maps already written; crun
+        # still reads them (owners of /dev, /dev/shm...).
+        linux["namespaces"].append({"type": "user", "path": userns_path} if userns_path else {"type": "user"})
+        for key in ("uidMappings", "gidMappings"):
+            linux[key] = [{"containerID": 0, "hostID": ids.host_base, "size": ids.size}]
     seccomp = policy.syscalls.to_oci()
     if seccomp is not None:
         linux["seccomp"] = seccomp
