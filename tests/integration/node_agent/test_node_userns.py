@@ -222,3 +222,15 @@ async def test_start_and_stop_leave_no_mount_and_no_claim(backend, layers):
     assert len(host.mountpoints()) == before
     claims = os.listdir(backend.settings.uid_registry_dir)
     assert not {str(r.host_base) for r in ranges} & set(claims)
+
+
+async def test_the_hosts_dev_null_is_never_handed_to_a_sandbox(backend, layers):
+    # crun chowns a container's std streams to its user: were they the host's /dev/null, a
+    # sandbox uid would own it (and could chmod it for the whole host).
+    sid = await started(backend, layers)
+    await sh(backend, sid, "true")
+    ids = ids_of(backend, sid)
+    st = os.stat("/dev/null")
+    assert not ids.host_base <= st.st_uid < ids.host_base + ids.size, st
+    assert not ids.host_base <= st.st_gid < ids.host_base + ids.size, st
+    assert await sh(backend, sid, "stat -c %u:%g /dev/null") == "65534:65534\n"  # some host uid, not ours

@@ -27,7 +27,7 @@ from typing import Any
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent import host, mount_api
 from corral_node_agent.backends.paths import HOME
-from corral_node_agent.isolation.userns import IdRange, Identity
+from corral_node_agent.isolation.userns import Identity, IdRange
 
 META = "sandbox.json"
 

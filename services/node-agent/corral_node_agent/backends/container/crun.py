@@ -44,11 +44,19 @@ class Crun:
     async def run_detached(self, container_id: str, bundle: str, *, pid_file: str, log_path: str) -> None:
         """``crun run --detach``: returns once the container's init runs (its pid in pid_file)."""
         # crun run -d hands its stdio to the container: files only, never a pipe we wait on.
-        with open(log_path, "wb") as err:  # noqa: ASYNC230 - tiny local file
-            proc = await asyncio.create_subprocess_exec(
-                *self.argv("run", "--detach", "--pid-file", pid_file, "--bundle", bundle, container_id),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err)
-            rc = await proc.wait()
+        # And never /dev/null: crun fchown()s the init's std streams to the sandbox user, which
+        # would hand the host's /dev/null to a sandbox uid (free to chmod it for the whole host).
+        # stdin is an empty pipe instead (EOF), stdout/stderr the log file.
+        stdin, closed = os.pipe2(os.O_CLOEXEC)
+        os.close(closed)
+        try:
+            with open(log_path, "wb") as err:  # noqa: ASYNC230 - tiny local file
+                proc = await asyncio.create_subprocess_exec(
+                    *self.argv("run", "--detach", "--pid-file", pid_file, "--bundle", bundle, container_id),
+                    stdin=stdin, stdout=err, stderr=err)
+                rc = await proc.wait()
+        finally:
+            os.close(stdin)
         if rc != 0:
             with open(log_path, "rb") as fh:  # noqa: ASYNC230
                 msg = fh.read().decode(errors="replace").strip()
