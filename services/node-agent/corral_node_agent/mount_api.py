@@ -4,8 +4,9 @@ What it is for: a sandbox's root overlay built from file descriptors, not path s
 - Each layer is an idmapped, detached clone of the node's shared EROFS mount
   (``open_tree(OPEN_TREE_CLONE)`` + ``mount_setattr(MOUNT_ATTR_IDMAP)``): the files owned by
   0 on the image show as the sandbox's host root uid, without touching the shared mount.
-- The clones are handed to overlayfs as ``lowerdir+`` fds (Linux ≥ 6.13 takes layers as fds,
-  and detached mounts as layers). Overlay keeps private clones of its layers, so the fds are
+- The clones are handed to overlayfs as ``lowerdir+`` fds (recent kernels take layers as
+  fds, detached mounts included: proven on 6.18; an overlay mount itself cannot be
+  idmapped, EINVAL). Overlay keeps private clones of its layers, so the fds are
   closed right after: nothing per sandbox is mounted besides the overlay itself, and it is
   gone with the overlay's umount.
 - upper/work come from a detached (non-idmapped) clone of the upper directory: overlay

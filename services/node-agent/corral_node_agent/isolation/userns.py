@@ -12,10 +12,19 @@
 - VMs: every QEMU drops to a host uid of its own (`VmUidPool`): a guest that escapes into
   QEMU lands in an unprivileged user that is neither root nor another VM's.
 
+The namespace itself is made fresh for each sandbox (`UserNamespace`, ~2 ms: a process),
+owned by the range's root, and crun joins it. Not by crun (it would be owned by host root,
+and the kernel charges per-user counts such as inotify instances to the owner as well: all
+sandboxes and host root would share one budget of 128), and never reused (it holds the user
+keyrings).
+
 Files of the image keep their ids: the container backend mounts each layer as an idmapped
-clone (mount_api.py), so a file owned by 0 on the image is owned by the range's base on the
-host and by root inside; the writable upper is a plain directory chowned to the range's root
-(overlay copies up as host root, keeping the idmapped owner). Host uids never show inside.
+clone through that namespace (mount_api.py), so a file owned by 0 on the image is owned by
+the range's base on the host and by root inside. The writable upper is not idmapped (an
+overlay over an idmapped upper fails: overlay makes its work dir as host root, EOVERFLOW)
+but a plain directory chowned to the range's root: overlay copies up as host root, keeping
+the idmapped owner. A host uid outside the range shows as 65534 inside and is out of reach
+of root's capabilities there.
 
 Ranges are claimed in a host-wide registry (``uid_registry_dir``, one file per range under a
 lock), so two agents on one host never hand out the same ids, whatever their node ids; the
