@@ -12,8 +12,8 @@
 - VMs: every QEMU drops to a host uid of its own (`VmUidPool`): a guest that escapes into
   QEMU lands in an unprivileged user that is neither root nor another VM's.
 
-The namespace itself is made fresh for each sandbox (`UserNamespace`, ~2 ms: a process),
-owned by the range's root, and crun joins it. Not by crun (it would be owned by host root,
+The namespace itself is made fresh for each sandbox (`UserNamespace`: a fork of a small
+helper process, userns_helper.py), owned by the range's root, and crun joins it. Not by crun (it would be owned by host root,
 and the kernel charges per-user counts such as inotify instances to the owner as well: all
 sandboxes and host root would share one budget of 128), and never reused (it holds the user
 keyrings).
@@ -34,13 +34,16 @@ bundle's sandbox.json: a restarted agent reads it back and claims the same range
 directory is gone (or the host rebooted).
 """
 
-import errno
 import fcntl
 import os
+import signal
 import subprocess
+import sys
+import threading
 import time
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from corral_node_agent.errors import Unavailable
 from corral_node_agent.settings import NodeAgentSettings
@@ -271,31 +274,22 @@ class UserNamespace:
     """A fresh user namespace mapping 0..size-1 to a range, owned by the range's root: for
     one sandbox's idmapped layers (`fd`) and for crun to join (`path`, valid until `close`).
 
-    Made by ``unshare --user sleep`` started as the range's root, whose maps we (root in
-    the parent namespace) write. The owner matters: the kernel charges a namespace's
-    per-user counts (inotify instances, user namespaces...) to its owner in the parent
-    namespace too, so a namespace made by host root would share host root's 128 inotify
-    instances with every other sandbox and with the host. Never reused across sandboxes:
-    a namespace holds its user keyrings."""
+    A process of the helper (userns_helper.py) makes it as the range's root, and we (root
+    in the parent namespace) write its maps. The owner matters: the kernel charges a
+    namespace's per-user counts (inotify instances, user namespaces...) to its owner in the
+    parent namespace too, so a namespace made by host root would share host root's 128
+    inotify instances with every other sandbox and with the host. Never reused across
+    sandboxes: a namespace holds its user keyrings."""
 
-    def __init__(self, ids: IdRange, timeout_s: float = 5.0):
-        mine = os.stat("/proc/self/ns/user").st_ino
-        root = ids.host_base
-        self._proc = subprocess.Popen(["unshare", "--user", "--", "sleep", "1000"],  # noqa: S607 - util-linux/coreutils on PATH
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, user=root, group=root, extra_groups=[])
+    def __init__(self, ids: IdRange):
         self.fd = -1
+        pid = _HELPER.spawn(ids.host_base)
+        self._pidfd = os.pidfd_open(pid)
         try:
-            deadline = time.monotonic() + timeout_s
-            # unshare(2) happens in the child a moment after exec; nothing tells us when.
-            while _ns_inode(self._proc.pid) == mine:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    raise OSError(errno.ECHILD, "unshare --user did not start")
-                os.sched_yield()
             for name in ("uid_map", "gid_map"):
-                with open(f"/proc/{self._proc.pid}/{name}", "w") as fh:
+                with open(f"/proc/{pid}/{name}", "w") as fh:
                     fh.write(f"0 {ids.host_base} {ids.size}\n")
-            self.path = f"/proc/{self._proc.pid}/ns/user"
+            self.path = f"/proc/{pid}/ns/user"
             self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except BaseException:
             self.close()
@@ -306,9 +300,13 @@ class UserNamespace:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        if self._proc.returncode is None:
-            self._proc.kill()
-            self._proc.wait()
+        if self._pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.close(self._pidfd)
+            self._pidfd = -1
 
     def __enter__(self) -> "UserNamespace":
         return self
@@ -317,8 +315,37 @@ class UserNamespace:
         self.close()
 
 
-def _ns_inode(pid: int) -> int:
-    try:
-        return os.stat(f"/proc/{pid}/ns/user").st_ino
-    except FileNotFoundError:  # exited (the caller sees it from poll)
-        return -1
+class _Helper:
+    """The agent's one userns_helper.py process, started on first use (and again if it died)."""
+
+    SOURCE = Path(__file__).with_name("userns_helper.py")
+
+    def __init__(self):
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def spawn(self, uid: int) -> int:
+        """The pid of a helper child that owns a fresh user namespace (no maps yet)."""
+        with self._lock:
+            for attempt in (1, 2):
+                if self._proc is None or self._proc.poll() is not None:
+                    self._proc = subprocess.Popen([sys.executable, "-S", str(self.SOURCE)], stdin=subprocess.PIPE,
+                                                  stdout=subprocess.PIPE, text=True, bufsize=1)
+                assert self._proc.stdin is not None and self._proc.stdout is not None
+                try:
+                    self._proc.stdin.write(f"{uid}\n")
+                    self._proc.stdin.flush()
+                    answer = self._proc.stdout.readline()
+                except BrokenPipeError:
+                    answer = ""
+                if answer:
+                    break
+                self._proc.kill()  # died or mute: a new one, once
+                self._proc.wait()
+            pid = int(answer or "-5")
+        if pid <= 0:
+            raise OSError(-pid, f"cannot make a user namespace owned by {uid}: {os.strerror(-pid)}")
+        return pid
+
+
+_HELPER = _Helper()
