@@ -62,8 +62,8 @@ class SandboxService:
         self.snapshots = snapshots
 
     async def create(self, tenant: str, spec: SandboxSpec) -> SandboxRecord:
-        required_node = None
-        if spec.from_snapshot:
+        required_node, restoring = None, bool(spec.from_snapshot)
+        if restoring:
             snapshot = await asyncio.to_thread(self.snapshots.get, spec.from_snapshot) if self.snapshots else None
             if snapshot is None or snapshot.tenant != tenant:
                 raise NotFound(f"snapshot {spec.from_snapshot} not found", loc=["body", "from_snapshot"],
@@ -72,10 +72,10 @@ class SandboxService:
             explicit = getattr(spec, "requested_fields", spec.model_fields_set)  # SandboxCreate knows
             spec = restored_spec(spec, snapshot.spec, explicit)
             required_node = snapshot.node_id
-        elif spec.environment:
-            await self.environments.require(spec.environment)
         if self.ceilings is not None:
             await self.ceilings.require(spec)
+        if not restoring and spec.environment:
+            await self.environments.require(spec.environment)
         sandbox_id = f"sb-{secrets.token_hex(8)}"
         record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)
         try:
