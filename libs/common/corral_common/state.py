@@ -262,10 +262,10 @@ class StateStore:
                         backends: tuple[str, ...] | list[str] = ("container",), accelerator: str = "",
                         vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB, pids: int | None = None) -> None:
         """``pids``: tasks the node's sandboxes may take together (None: not counted)."""
-        now = time.time()
+        now = time.time()  # (cpu_milli: a node left no cpu advertises 0, not cpu_milli()'s minimum of 1)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"node:{node_id}", mapping={
-                "node_id": node_id, "url": url, "cpu_milli": cpu_milli(cpu_capacity), "memory_mb": memory_mb,
+                "node_id": node_id, "url": url, "cpu_milli": int(round(cpu_capacity * 1000)), "memory_mb": memory_mb,
                 "max_sandboxes": max_sandboxes, "heartbeat_at": repr(now), "backends": ",".join(backends),
                 "accelerator": accelerator, "vm_memory_overhead_mb": vm_memory_overhead_mb,
             })

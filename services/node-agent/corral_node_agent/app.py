@@ -38,33 +38,36 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
         setup_tracing("corral-node-agent", settings.otel_exporter_otlp_endpoint)
         # This node's share of the host, claimed against the other agents on it.
         capacity, claim = node_capacity.claim(settings)
-        # crun containers always; microvm and vm where QEMU is installed.
-        manager = build_manager(settings)
-        # Sandboxes a previous run of this agent left running are re-adopted, not killed.
-        await manager.start(adopt=settings.adopt_on_start)
-        # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
-        node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
-        store = StateStore.from_url(settings.redis_url)
-        bus = await EventBus(settings.amqp_url).connect()
-        events = NodeEvents(settings, store, bus, manager, capacity)
-        app.state.settings, app.state.manager, app.state.events = settings, manager, events
-        app.state.capacity = capacity
-        # Heartbeat before consuming so the scheduler sees us as soon as we take work.
-        await events.heartbeat_once()
-        await events.reconcile()
-        node = settings.node_id
-        await bus.consume(node_queue_name(node, "place"), [node_routing_key(node, "place")], SandboxPlace,
-                          events.on_place, prefetch=32)
-        await bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
-                          events.on_stop, prefetch=64)
-        heartbeat = asyncio.create_task(events.heartbeat_forever())
         try:
-            yield
+            # crun containers always; microvm and vm where QEMU is installed.
+            manager = build_manager(settings)
+            # Sandboxes a previous run of this agent left running are re-adopted, not killed.
+            await manager.start(adopt=settings.adopt_on_start)
+            # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
+            node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
+            store = StateStore.from_url(settings.redis_url)
+            bus = await EventBus(settings.amqp_url).connect()
+            events = NodeEvents(settings, store, bus, manager, capacity)
+            app.state.settings, app.state.manager, app.state.events = settings, manager, events
+            app.state.capacity = capacity
+            # Heartbeat before consuming so the scheduler sees us as soon as we take work.
+            await events.heartbeat_once()
+            await events.reconcile()
+            node = settings.node_id
+            await bus.consume(node_queue_name(node, "place"), [node_routing_key(node, "place")], SandboxPlace,
+                              events.on_place, prefetch=32)
+            await bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
+                              events.on_stop, prefetch=64)
+            heartbeat = asyncio.create_task(events.heartbeat_forever())
+            try:
+                yield
+            finally:
+                heartbeat.cancel()
+                await bus.close()
+                await store.close()
+                node_cgroup.release(cgroup_driver(), settings.node_id)
         finally:
-            heartbeat.cancel()
-            await bus.close()
-            await store.close()
-            claim.release()
+            claim.release()  # the claim file stays while sandboxes left to re-adopt run
 
     app = FastAPI(title=f"Corral node-agent {settings.node_id}", lifespan=lifespan)
     install_node_error_handlers(app)

@@ -11,6 +11,7 @@ import uuid
 import httpx
 import pytest
 
+from corral_common.sandboxes import SandboxSpec
 from corral_common.state import StateStore
 from corral_node_agent import capacity
 from corral_node_agent.capacity.registry import HostRegistry
@@ -148,6 +149,22 @@ def test_two_live_agents_on_one_state_dir_are_refused(tmp_path):
 
 
 # ---- reservations count pids ------------------------------------------------------------------
+
+
+async def test_a_node_left_nothing_advertises_nothing_and_takes_nothing(redis_url, tmp_path):
+    _, first = capacity.claim(agent(tmp_path, "n1"), host=HOST)
+    empty_cap, empty = capacity.claim(agent(tmp_path, "n2"), host=HOST)
+    store = StateStore.from_url(redis_url)
+    try:
+        await store.heartbeat("empty", "http://e", empty_cap.cpu, empty_cap.memory_mb, 100, pids=empty_cap.pids)
+        node = await store.get_node("empty")
+        assert (node.cpu_milli, node.memory_mb, node.pids) == (0, 0, 0)
+        tiny = SandboxSpec(environment="e", cpu=0.001, memory_mb=16, pids_limit=8)
+        assert await store.reserve("empty", "sb-tiny", tiny, 10) is None
+    finally:
+        await store.close()
+        first.release()
+        empty.release()
 
 
 async def test_reservations_made_before_pids_were_counted_still_release(redis_url):

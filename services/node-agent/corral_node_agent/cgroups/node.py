@@ -9,7 +9,8 @@ processes and threads stay below its share of the host's pid_max (the system res
 Redis, RabbitMQ, QEMU's launcher and the agent itself able to fork) and its memory below its
 share of RAM. cgroup v1 charges a child's tasks and memory to every ancestor, so the cap
 costs nothing per sandbox. The cgroup outlives the agent with the sandboxes it leaves to be
-re-adopted; ``python -m corral_node_agent cleanup`` removes it.
+re-adopted (a graceful stop with nothing left running removes it, and so does
+``python -m corral_node_agent cleanup``).
 """
 
 from corral_common.logging import get_logger
@@ -45,6 +46,14 @@ def cap(driver: CgroupDriver, node_id: str, memory_bytes: int, pids: int) -> Cgr
         log.warning("node.memory_cap_not_applied", node_id=node_id, memory_bytes=memory_bytes, error=str(exc))
     log.info("node.cgroup_capped", node_id=node_id, path=group.path, pids=pids, memory_mb=memory_bytes >> 20)
     return group
+
+
+def release(driver: CgroupDriver, node_id: str) -> None:
+    """At a graceful stop: drop the node's cgroup if nothing runs in it any more (sandboxes
+    left to be re-adopted keep it, and its caps, for the next run of the agent)."""
+    if driver.available() and not in_use(driver, node_id):
+        driver.cgroup(node_cgroup_path(node_id)).remove_if_empty()
+        driver.cgroup(ROOT).remove_if_empty()
 
 
 def in_use(driver: CgroupDriver, node_id: str) -> bool:
