@@ -48,12 +48,18 @@ def cap(driver: CgroupDriver, node_id: str, memory_bytes: int, pids: int) -> Cgr
     return group
 
 
+def prune(driver: CgroupDriver, node_id: str) -> None:
+    """Remove the node's cgroup (and /corral) where they are empty: it takes its caps along,
+    so only once the agent is done with it."""
+    driver.cgroup(node_cgroup_path(node_id)).remove_if_empty()
+    driver.cgroup(ROOT).remove_if_empty()
+
+
 def release(driver: CgroupDriver, node_id: str) -> None:
     """At a graceful stop: drop the node's cgroup if nothing runs in it any more (sandboxes
     left to be re-adopted keep it, and its caps, for the next run of the agent)."""
     if driver.available() and not in_use(driver, node_id):
-        driver.cgroup(node_cgroup_path(node_id)).remove_if_empty()
-        driver.cgroup(ROOT).remove_if_empty()
+        prune(driver, node_id)
 
 
 def in_use(driver: CgroupDriver, node_id: str) -> bool:

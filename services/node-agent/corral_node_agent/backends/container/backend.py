@@ -25,10 +25,9 @@ from corral_node_agent.backends.container import bundle, files, oci
 from corral_node_agent.backends.container import exec as container_exec
 from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunError
 from corral_node_agent.backends.types import RootFs
+from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
 from corral_node_agent.cgroups.detect import cgroup_driver
-from corral_node_agent.cgroups.node import ROOT as CGROUP_ROOT
-from corral_node_agent.cgroups.node import node_cgroup_path
 from corral_node_agent.errors import (
     AlreadyExists,
     BadInput,
@@ -305,8 +304,7 @@ class ContainerBackend(SandboxBackend):
         # and of the leaf would fail).
         if self._sandboxes or self._starting:
             return
-        self.cgroups.cgroup(node_cgroup_path(self.settings.node_id)).remove_if_empty()
-        self.cgroups.cgroup(CGROUP_ROOT).remove_if_empty()
+        node_cgroup.prune(self.cgroups, self.settings.node_id)
 
     async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
         """Clear what a previous run left. With ``adopt``, containers that still run (or are
