@@ -47,7 +47,9 @@ def test_settings_defaults_and_overrides(monkeypatch):
             monkeypatch.delenv(k)
     s = NodeAgentSettings()
     assert s.node_id == "node-1" and s.state_dir == "/var/lib/corral/node-1"
-    assert s.cpu_capacity == (os.cpu_count() or 1) * 8 and s.memory_capacity_mb > 0
+    # No hidden multiplier: unset capacities are the host's share, overcommit an explicit ratio.
+    assert (s.cpu_capacity, s.memory_capacity_mb, s.pids_capacity, s.host_share) == (None, None, None, 1.0)
+    assert (s.cpu_overcommit, s.memory_overcommit) == (8.0, 1.0)
     assert (s.max_sandboxes, s.output_limit_bytes, s.sandbox_user) == (1000, 1048576, "1000:1000")
     monkeypatch.setenv("CORRAL_NODE_NODE_ID", "alt")
     monkeypatch.setenv("CORRAL_NODE_REDIS_URL", "redis://node-only")

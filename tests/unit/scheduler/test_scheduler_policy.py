@@ -70,3 +70,40 @@ def test_vm_memory_includes_the_nodes_overhead():
     assert not fits(vm_node("a", overhead=100, used_mem=2997), microvm)
     assert not could_ever_fit(vm_node("a", mem=1099, overhead=100), microvm)
     assert could_ever_fit(vm_node("a", mem=1100, overhead=100), microvm)
+
+
+# ---- pids (the node's cgroup pids cap) -------------------------------------------------------
+
+
+def pids_node(node_id, pids, used_pids=0, **kw):
+    n = node(node_id, **kw)
+    n.pids, n.used_pids = pids, used_pids
+    return n
+
+
+def test_pids_are_a_capacity_like_memory():
+    spec = SandboxSpec(environment="e", cpu=1, memory_mb=64, pids_limit=512)
+    assert fits(pids_node("a", 1024, used_pids=512), spec)
+    assert not fits(pids_node("a", 1024, used_pids=513), spec)
+    assert could_ever_fit(pids_node("a", 1024, used_pids=1024), spec)  # waits for room
+    assert not could_ever_fit(pids_node("a", 511), spec)  # never
+    assert not fits(pids_node("a", 0), spec)  # a node whose claim left its sandboxes nothing
+    # A node from before the cap counts none: every pids_limit fits it.
+    assert node("old").pids is None and fits(node("old"), spec) and could_ever_fit(node("old"), spec)
+
+
+def test_a_vm_reserves_its_qemus_tasks_not_the_guests_pids_limit():
+    from corral_common.sandboxes import VM_PIDS_LIMIT
+
+    microvm = SandboxSpec(environment="e", backend="microvm", memory_mb=256, pids_limit=8)
+    n = vm_node("a")
+    n.pids = VM_PIDS_LIMIT
+    assert n.reserved_pids(microvm) == VM_PIDS_LIMIT and fits(n, microvm)
+    n.pids = VM_PIDS_LIMIT - 1
+    assert not could_ever_fit(n, microvm)
+
+
+def test_pids_count_in_the_load_spread_ranks_by():
+    spec = SandboxSpec(environment="e", cpu=1, memory_mb=64, pids_limit=64)
+    forky, quiet = pids_node("a", 1000, used_pids=900), pids_node("b", 1000, used_pids=100, used_mem=1024)
+    assert [n.node_id for n in rank_nodes([forky, quiet], spec)] == ["b", "a"]

@@ -12,16 +12,14 @@ a new module here and one render step per runtime.
 
 from dataclasses import dataclass
 
-from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, reserved_memory_mb
+from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, reserved_memory_mb, reserved_pids
+from corral_common.sandboxes import VM_PIDS_LIMIT as VM_PIDS_LIMIT  # QEMU's threads (re-exported)
 from corral_node_agent.isolation.network import NO_EGRESS, Egress, egress_for
 from corral_node_agent.isolation.quota import MIB, DiskQuota, disk_quota
 from corral_node_agent.isolation.seccomp import DEFAULT_FILTER, NO_FILTER, SyscallFilter
 from corral_node_agent.isolation.userns import FNCALL_IDENTITY, VM_IDENTITY, Identity, container_identity
 from corral_node_agent.settings import NodeAgentSettings
 
-# A VM's cgroup holds QEMU, whose own threads (I/O workers, vCPUs, RCU...) count against
-# the pids limit; the guest's processes do not.
-VM_PIDS_LIMIT = 512
 # Every fncall run's syscall filter (compiled once per node: SyscallFilter.to_bpf).
 FNCALL_SYSCALLS = DEFAULT_FILTER
 
@@ -52,7 +50,7 @@ def policy_for(spec: SandboxSpec, settings: NodeAgentSettings) -> SandboxPolicy:
         syscalls=NO_FILTER,
         disk=disk_quota(spec),
         egress=egress_for(spec),
-        limits=Limits(memory_bytes=memory_mb * MIB, pids=VM_PIDS_LIMIT if vm else spec.pids_limit, cpu=spec.cpu),
+        limits=Limits(memory_bytes=memory_mb * MIB, pids=reserved_pids(spec.backend, spec.pids_limit), cpu=spec.cpu),
     )
 
 

@@ -25,6 +25,7 @@ from corral_node_agent.backends.container import bundle, files, oci
 from corral_node_agent.backends.container import exec as container_exec
 from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunError
 from corral_node_agent.backends.types import RootFs
+from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
 from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import (
@@ -192,6 +193,7 @@ class ContainerBackend(SandboxBackend):
             await self.stop(sid)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        self._prune_parent_cgroups()
 
     async def _end_on_own(self, sb: _Sandbox, reason: ExitReason) -> None:
         async with sb.lock:
@@ -293,16 +295,16 @@ class ContainerBackend(SandboxBackend):
         sb.usage = usage
         self._sandboxes.pop(sb.id, None)
         self._finished.add(sb.id, usage)
-        self._prune_parent_cgroups()
         return usage
 
     def _prune_parent_cgroups(self) -> None:
-        # crun creates /corral/<node> on each start; removing it while a start is between
-        # mkdir(parent) and mkdir(leaf) would fail that start, hence "only when idle".
+        # The node's cgroup holds its caps (cgroups/node.py) while the agent runs, so it is
+        # only pruned once the backend is done (close, or cleanup at start: the agent caps it
+        # again afterwards), and only when idle (a start between crun's mkdir of the parent
+        # and of the leaf would fail).
         if self._sandboxes or self._starting:
             return
-        self.cgroups.cgroup(f"/corral/{self.settings.node_id}").remove_if_empty()
-        self.cgroups.cgroup("/corral").remove_if_empty()
+        node_cgroup.prune(self.cgroups, self.settings.node_id)
 
     async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
         """Clear what a previous run left. With ``adopt``, containers that still run (or are

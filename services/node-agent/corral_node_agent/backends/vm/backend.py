@@ -46,6 +46,7 @@ from corral_node_agent.backends.vm.qemu import (
 )
 from corral_node_agent.cgroups.base import Cgroup
 from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.cgroups.node import sandbox_cgroup_path
 from corral_node_agent.errors import (
     AlreadyExists,
     BadInput,
@@ -135,12 +136,17 @@ class QemuBackend(SandboxBackend):
             raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
         return vm.agent
 
-    def _cgroup(self, sandbox_id: str) -> Cgroup | None:
-        # memory/pids/cpu accounting per VM, the same cgroups the fncall workers get.
+    def _cgroup(self, sandbox_id: str, path: str | None = None) -> Cgroup | None:
+        # memory/pids/cpu accounting per VM, the same cgroups the fncall workers get, below
+        # the node's cgroup (its caps hold QEMU's threads and memory too).
         driver = cgroup_driver()
         if not driver.available():
             return None
-        return driver.cgroup(f"corral-vm/{self.settings.node_id}/{sandbox_id}").create()
+        return driver.cgroup(path or sandbox_cgroup_path(self.settings.node_id, sandbox_id)).create()
+
+    def _legacy_cgroup_path(self, sandbox_id: str) -> str:
+        # Where agents from before the node cgroup put a VM (vm.json without "cgroup").
+        return f"corral-vm/{self.settings.node_id}/{sandbox_id}"
 
     async def _connect_agent(self, vm: _Vm, timeout_s: float) -> Any:
         # The spec's env applies to every command; output and upload caps as for containers.
@@ -206,6 +212,7 @@ class QemuBackend(SandboxBackend):
         config["layers"] = [{"path": layer.path, "transport": layer.transport} for layer in vm.config.layers]
         record = {"pid": vm.machine.pid, "spec": vm.spec.model_dump(mode="json"), "config": config,
                   "transport": vm.transport, "uid_slot": vm.uid_slot,
+                  "cgroup": vm.cgroup.path if vm.cgroup is not None else None,
                   "started_wall": time.time() - (time.monotonic() - vm.started)}
         tmp = os.path.join(vm.directory, "vm.json.tmp")
         with open(tmp, "w") as fh:
@@ -463,9 +470,11 @@ class QemuBackend(SandboxBackend):
             for pid in _qemu_pids_using(directory):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-            cgroup = self._cgroup(sandbox_id)
-            if cgroup is not None:
-                await asyncio.to_thread(cgroup.remove)
+            driver = cgroup_driver()
+            if driver.available():
+                for path in (sandbox_cgroup_path(self.settings.node_id, sandbox_id),
+                             self._legacy_cgroup_path(sandbox_id)):
+                    await asyncio.to_thread(driver.cgroup(path).remove)
             shutil.rmtree(directory, ignore_errors=True)
         return adopted
 
@@ -479,7 +488,8 @@ class QemuBackend(SandboxBackend):
         cfg = dict(record["config"])
         cfg["layers"] = [LayerDisk(**layer) for layer in cfg["layers"]]
         config = MachineConfig(**cfg)
-        cgroup = self._cgroup(sandbox_id)  # same path: the running QEMU is already in it
+        # Same path: the running QEMU is already in it.
+        cgroup = self._cgroup(sandbox_id, record.get("cgroup") or self._legacy_cgroup_path(sandbox_id))
         slot = record.get("uid_slot")
         if slot is not None:
             self.uids.claim(slot)
