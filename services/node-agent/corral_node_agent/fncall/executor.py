@@ -7,8 +7,11 @@ Each run (the compile, and every case) is its own ``bwrap`` process tree:
   environment, uid 1000 inside and an unprivileged uid (``nobody``) outside;
 - a fresh size-limited tmpfs as the working dir ``/work`` (the code and files copied in) and
   another as ``/tmp``: nothing a run writes survives it;
-- a seccomp filter (isolation/seccomp.py), rlimits (cpu seconds, file size, open files, core),
-  and the worker's cgroup (memory+swap, pids, cpu accounting) reset before the run;
+- the host kernel's tables masked in its /proc (isolation/procfs.py: kpage*, slabinfo, cmdline,
+  keys...: read as empty);
+- the ``fncall-default`` seccomp profile (isolation/seccomp.py), rlimits (cpu seconds, file
+  size, open files, core), and the worker's cgroup (memory+swap, pids, cpu accounting) reset
+  before the run;
 - stdout/stderr read with caps (over the limit: killed, output_limit_exceeded), and a
   wall-clock timer that kills everything left in the cgroup.
 
@@ -33,6 +36,7 @@ from corral_node_agent.cgroups.base import Cgroup, RunStats
 from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS, Runtime
+from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import SandboxPolicy, fncall_run_policy
 from corral_node_agent.isolation.userns import FNCALL_IDENTITY
 from corral_node_agent.output import CappedPipe
@@ -58,6 +62,8 @@ class ExecutorConfig:
     rootfs: Path
     scratch_dir: Path  # host dir (a tmpfs such as /dev/shm) for per-call compile dirs
     seccomp_path: Path  # the policy's syscall filter, compiled (SyscallFilter.to_bpf)
+    # The masked /proc paths this kernel has: (files, directories) (procfs.present_masks).
+    proc_masks: tuple[tuple[str, ...], tuple[str, ...]] = field(default_factory=procfs.present_masks)
     pids_max: int = 64
     open_files: int = 256
     compile_memory_mb: int = 1024
@@ -105,8 +111,13 @@ class Worker:
                     files: list[tuple[str, int, bool]], seccomp_fd: int | None,
                     caps: tuple[str, ...] = ()) -> list[str]:
         tmpfs_size = str(policy.disk.size_bytes)
-        cmd = ["bwrap", "--ro-bind", str(self.config.rootfs), "/", "--proc", "/proc", "--dev", "/dev",
-               "--size", tmpfs_size, "--tmpfs", "/tmp"]  # noqa: S108 - /tmp inside the bwrap sandbox (a private tmpfs)
+        cmd = ["bwrap", "--ro-bind", str(self.config.rootfs), "/", "--proc", "/proc"]
+        masked_files, masked_dirs = self.config.proc_masks
+        for path in masked_files:
+            cmd += ["--ro-bind", "/dev/null", path]
+        for path in masked_dirs:
+            cmd += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
+        cmd += ["--dev", "/dev", "--size", tmpfs_size, "--tmpfs", "/tmp"]  # noqa: S108 - /tmp inside the bwrap sandbox (a private tmpfs)
         if bind_dir is not None:
             cmd += ["--bind", str(bind_dir), "/work"]
         else:

@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, reserved_memory_mb
 from corral_node_agent.isolation.network import NO_EGRESS, Egress, egress_for
 from corral_node_agent.isolation.quota import MIB, DiskQuota, disk_quota
-from corral_node_agent.isolation.seccomp import DEFAULT_FILTER, NO_FILTER, SyscallFilter
+from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT, NO_FILTER, SyscallFilter
 from corral_node_agent.isolation.userns import FNCALL_IDENTITY, VM_IDENTITY, Identity, container_identity
 from corral_node_agent.settings import NodeAgentSettings
 
 # A VM's cgroup holds QEMU, whose own threads (I/O workers, vCPUs, RCU...) count against
 # the pids limit; the guest's processes do not.
 VM_PIDS_LIMIT = 512
-# Every fncall run's syscall filter (compiled once per node: SyscallFilter.to_bpf).
-FNCALL_SYSCALLS = DEFAULT_FILTER
+# Every fncall run's syscall profile (compiled once per node: SyscallFilter.to_bpf).
+FNCALL_SYSCALLS = FNCALL_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,8 @@ def policy_for(spec: SandboxSpec, settings: NodeAgentSettings) -> SandboxPolicy:
     memory_mb = reserved_memory_mb(spec.backend, spec.memory_mb, settings.vm_memory_overhead_mb)
     return SandboxPolicy(
         identity=VM_IDENTITY if vm else container_identity(settings),
-        # Containers have no syscall filter yet; VMs have QEMU's own (-sandbox, qemu.py).
-        syscalls=NO_FILTER,
+        # VMs: none of ours, the guest kernel is its own and QEMU has its -sandbox (qemu.py).
+        syscalls=NO_FILTER if vm else CONTAINER_DEFAULT,
         disk=disk_quota(spec),
         egress=egress_for(spec),
         limits=Limits(memory_bytes=memory_mb * MIB, pids=VM_PIDS_LIMIT if vm else spec.pids_limit, cpu=spec.cpu),

@@ -8,6 +8,7 @@ do is the policy's (isolation/policy.py): this module only renders it.
 from typing import Any
 
 from corral_node_agent.backends.paths import HOME
+from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import SandboxPolicy
 from corral_node_agent.isolation.userns import Identity
 
@@ -18,12 +19,6 @@ CPU_PERIOD = 100_000
 # their orphans are re-parented to PID 1; ash's `wait` reaps any child (waitpid(-1)), so
 # zombies never pile up against pids_limit. The long sleep keeps idle sandboxes free.
 INIT_ARGS = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
-
-MASKED_PATHS = [
-    "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
-]
-READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
 
 def _caps(names: tuple[str, ...]) -> dict[str, list[str]]:
@@ -74,8 +69,10 @@ def build_config(
         # Egress "none" (the only one, isolation/network.py): a fresh network namespace holds
         # only a down `lo`.
         "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
-        "maskedPaths": list(MASKED_PATHS),
-        "readonlyPaths": list(READONLY_PATHS),
+        # What shows of the host kernel (isolation/procfs.py) and the syscall profile
+        # (isolation/seccomp.py), applied by crun to the init and every exec.
+        "maskedPaths": list(procfs.MASKED_PATHS),
+        "readonlyPaths": list(procfs.READONLY_PATHS),
     }
     seccomp = policy.syscalls.to_oci()
     if seccomp is not None:
