@@ -110,8 +110,8 @@ BWRAP_TAIL = ["--chdir", "/work", "--unshare-all", "--die-with-parent", "--new-s
 
 
 PROC_MASKS = (("/proc/keys", "/proc/cmdline"), ("/proc/acpi",))
-BWRAP_HEAD = ["bwrap", "--ro-bind", str(ROOTFS), "/", "--proc", "/proc", "--ro-bind", "/dev/null", "/proc/keys",
-              "--ro-bind", "/dev/null", "/proc/cmdline", "--size", "4096", "--tmpfs", "/proc/acpi",
+BWRAP_HEAD = ["bwrap", "--ro-bind", str(ROOTFS), "/", "--proc", "/proc", "--dev-bind", "/dev/null", "/proc/keys",
+              "--dev-bind", "/dev/null", "/proc/cmdline", "--size", "4096", "--tmpfs", "/proc/acpi",
               "--remount-ro", "/proc/acpi", "--dev", "/dev"]
 
 

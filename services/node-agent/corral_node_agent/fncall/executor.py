@@ -109,12 +109,12 @@ class Worker:
 
     def _bwrap_argv(self, argv: tuple[str, ...] | list[str], policy: SandboxPolicy, *, bind_dir: Path | None,
                     files: list[tuple[str, int, bool]], seccomp_fd: int | None,
-                    caps: tuple[str, ...] = ()) -> list[str]:
+                    caps: tuple[str, ...] = (), mask_proc: bool = True) -> list[str]:
         tmpfs_size = str(policy.disk.size_bytes)
         cmd = ["bwrap", "--ro-bind", str(self.config.rootfs), "/", "--proc", "/proc"]
-        masked_files, masked_dirs = self.config.proc_masks
+        masked_files, masked_dirs = self.config.proc_masks if mask_proc else ((), ())
         for path in masked_files:
-            cmd += ["--ro-bind", "/dev/null", path]
+            cmd += ["--dev-bind", "/dev/null", path]  # (--ro-bind is nodev: /dev/null would not open)
         for path in masked_dirs:
             cmd += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
         cmd += ["--dev", "/dev", "--size", tmpfs_size, "--tmpfs", "/tmp"]  # noqa: S108 - /tmp inside the bwrap sandbox (a private tmpfs)
@@ -156,8 +156,10 @@ class Worker:
                      cpu_s: int | str, stdout: int, stderr: int,
                      bind_dir: Path | None = None, files: list[tuple[str, Path, bool]] = (),
                      extra_fds: list[int] = (), cgroup: Cgroup | None = None, seccomp: bool = True,
-                     caps: tuple[str, ...] = ()) -> asyncio.subprocess.Process:
-        """Start a sandboxed process tree in this worker's cgroup (or ``cgroup``; limits already set)."""
+                     caps: tuple[str, ...] = (), mask_proc: bool = True) -> asyncio.subprocess.Process:
+        """Start a sandboxed process tree in this worker's cgroup (or ``cgroup``; limits already set).
+        ``seccomp``/``mask_proc`` False: the process installs the filter and covers its own /proc
+        itself (the zygote's children: with these mounts above it, their fresh /proc would be refused)."""
         fds: list[int] = []
         try:
             stdin_fd: int | None = None
@@ -176,7 +178,8 @@ class Worker:
                 fd = os.open(path, os.O_RDONLY)
                 fds.append(fd)
                 file_fds.append((rel, fd, executable))
-            cmd = self._bwrap_argv(argv, policy, bind_dir=bind_dir, files=file_fds, seccomp_fd=seccomp_fd, caps=caps)
+            cmd = self._bwrap_argv(argv, policy, bind_dir=bind_dir, files=file_fds, seccomp_fd=seccomp_fd, caps=caps,
+                                   mask_proc=mask_proc)
             return await asyncio.create_subprocess_exec(
                 *self._launch_argv(cmd, policy, cpu_s=cpu_s, cgroup=cgroup or self.cgroup),
                 stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,

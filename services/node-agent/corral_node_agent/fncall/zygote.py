@@ -110,14 +110,15 @@ class ZygoteWorker(Worker):
             log_fd = os.open(self.scratch / "zygote.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 # The program comes on stdin (a memfd): as -c it would fill every `ps` line.
-                # No --seccomp: the zygote's children install the filter themselves, after their
-                # mounts (among them the /proc masks, which they are given here).
+                # No --seccomp and no /proc masks: the zygote's children install the filter and
+                # cover their fresh /proc themselves (the masks are given to them here). Mounts
+                # over this sandbox's /proc would make the kernel refuse theirs (not fully visible).
                 masked_files, masked_dirs = (",".join(paths) for paths in self.config.proc_masks)
                 argv = (str(passed[0]), str(passed[1]), masked_files, masked_dirs, *(str(fd) for fd in passed[2:]))
                 proc = await self._spawn(("/usr/bin/python3", "-E", "-s", "-S", "-", *argv),
                                          policy, stdin=ZYGOTE_SOURCE.encode(), cpu_s="unlimited", stdout=log_fd,
                                          stderr=log_fd, extra_fds=passed, cgroup=self.zygote_cgroup, seccomp=False,
-                                         caps=ZYGOTE_CAPS)
+                                         caps=ZYGOTE_CAPS, mask_proc=False)
             finally:  # the zygote has its copies now; an exit of it must show as EOF on parent
                 os.close(log_fd)
                 child.close()

@@ -1,0 +1,102 @@
+"""The container-default syscall profile and the /proc masks, in real crun containers; and
+both profiles' BPF programs under host root (where only the filter can refuse a call)."""
+
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from corral_common.exec import ExecRequest
+from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.backends.types import RootFs
+from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT
+from corral_node_agent.settings import NodeAgentSettings
+from tests.syscall_probe import build_probe, errnos, expected, probe_input
+
+SIGSYS_EXIT = 128 + signal.SIGSYS
+# Only the namespaces' own: nothing a call let through by mistake could touch the host.
+CONTAINED = ["unshare", "--mount", "--uts", "--ipc", "--net", "--pid", "--fork", "setsid"]
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> Path:
+    return build_probe(tmp_path_factory.mktemp("probe"))
+
+
+@pytest_asyncio.fixture
+async def sandbox(state_dir, node_id, base_layer, probe):
+    backend = ContainerBackend(NodeAgentSettings(node_id=node_id, state_dir=state_dir))
+    sid = "sc-" + uuid.uuid4().hex[:10]
+    await backend.start(sid, SandboxSpec(environment="busybox", memory_mb=128, disk_mb=64, pids_limit=64),
+                        RootFs([base_layer]))
+    await backend.write_file(sid, "/usr/bin/syscall-probe", probe.read_bytes(), mode=0o755)
+    yield backend, sid
+    await backend.close()
+
+
+def run(cmd, **kw) -> ExecRequest:
+    return ExecRequest(cmd=cmd, timeout_s=20, **kw)
+
+
+@pytest.mark.parametrize("user", ["user", "root"])
+async def test_container_calls_get_the_profiles_errno(sandbox, user):
+    backend, sid = sandbox
+    r = await backend.exec(sid, run(["syscall-probe"], stdin=probe_input(), user=user))
+    assert r.exit_code == 0, r.stderr
+    assert errnos(r.stdout) == expected("container")
+
+
+async def test_container_32bit_syscalls_kill_and_every_process_is_filtered(sandbox):
+    backend, sid = sandbox
+    r = await backend.exec(sid, run(["syscall-probe"], stdin="int80\n"))
+    assert r.exit_code == SIGSYS_EXIT and "int80" not in r.stdout  # SIGSYS: bad architecture
+    r = await backend.exec(sid, run("grep Seccomp: /proc/1/status /proc/self/status"))
+    assert r.stdout.split() == ["/proc/1/status:Seccomp:", "2", "/proc/self/status:Seccomp:", "2"]
+
+
+async def test_container_normal_programs_still_work(sandbox):
+    backend, sid = sandbox
+    script = ("mkdir -p /tmp/d && cd /tmp/d && echo hello > f && ln -s f l && cat l | tr a-z A-Z && "
+              "(sleep 0.05 & wait) && tar cf - f l | tar tf - | sort | tr '\\n' ' ' && echo && "
+              "awk 'BEGIN { print 6 * 7 }' && id -u && date +%Y | grep -c '^20'")
+    r = await backend.exec(sid, run(script))
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines() == ["HELLO", "f l ", "42", "1000", "1"]
+
+
+async def test_container_host_tables_are_masked(sandbox):
+    backend, sid = sandbox
+    script = ("for f in /proc/kpageflags /proc/kpagecount /proc/kpagecgroup /proc/slabinfo /proc/cmdline /proc/keys "
+              "/proc/timer_list; do [ -e $f ] && echo $f $(wc -c < $f); done; ls /proc/acpi | wc -l; "
+              "echo 1 > /proc/sys/vm/drop_caches 2>/dev/null || echo sys: read-only")
+    r = await backend.exec(sid, run(script, user="root"))
+    got = r.stdout.splitlines()
+    assert "/proc/cmdline 0" in got and "/proc/slabinfo 0" in got and "/proc/kpageflags 0" in got
+    assert all(line.endswith(" 0") for line in got[:-2]), got  # every masked file reads empty
+    assert got[-2:] == ["0", "sys: read-only"]
+
+
+async def test_crun_compiles_the_same_program_as_fncall_generator(sandbox, tmp_path):
+    """One rule list, two renderings: crun's BPF (from config.json) and the generator's
+    (from the same JSON) are the same program."""
+    backend, sid = sandbox
+    crun_bpf = Path(backend.crun_root, sid, "seccomp.bpf").read_bytes()
+    assert crun_bpf == CONTAINER_DEFAULT.to_bpf(tmp_path).read_bytes()
+
+
+@pytest.mark.parametrize("kind,profile", [("container", CONTAINER_DEFAULT), ("fncall", FNCALL_DEFAULT)])
+def test_each_profile_refuses_even_host_root(probe, tmp_path, kind, profile):
+    """As host root (every capability) nothing but the filter can refuse these calls: each row
+    of the table gets the profile's errno, though unfiltered root gets another (checked too)."""
+    unfiltered = subprocess.run([*CONTAINED, str(probe)], input=probe_input(), capture_output=True, text=True)
+    filtered = subprocess.run([*CONTAINED, str(probe), str(profile.to_bpf(tmp_path))], input=probe_input(),
+                              capture_output=True, text=True)
+    assert filtered.returncode == 0, filtered.stderr
+    got, want, raw = errnos(filtered.stdout), expected(kind), errnos(unfiltered.stdout)
+    assert got == want
+    refused = [label for label, e in want.items() if e != raw[label]]
+    assert len(refused) >= 70, raw  # the table is not vacuous: the filter changed these answers
