@@ -1,6 +1,8 @@
 """The container-default syscall profile and the /proc masks, in real crun containers; and
 both profiles' BPF programs under host root (where only the filter can refuse a call)."""
 
+import base64
+import json
 import signal
 import subprocess
 import uuid
@@ -11,8 +13,10 @@ import pytest_asyncio
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.backends.container import ContainerBackend, oci
+from corral_node_agent.backends.container.crun import Crun
 from corral_node_agent.backends.types import RootFs
+from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT
 from corral_node_agent.settings import NodeAgentSettings
 from tests.syscall_probe import build_probe, errnos, expected, probe_input
@@ -80,12 +84,34 @@ async def test_container_host_tables_are_masked(sandbox):
     assert got[-2:] == ["0", "sys: read-only"]
 
 
-async def test_crun_compiles_the_same_program_as_fncall_generator(sandbox, tmp_path):
-    """One rule list, two renderings: crun's BPF (from config.json) and the generator's
-    (from the same JSON) are the same program."""
+async def test_crun_compiles_the_profile_json_to_the_generators_program(state_dir, node_id, base_layer, tmp_path):
+    """One rule list, two renderings: crun 1.8 takes config.json's linux.seccomp and compiles it
+    to the very program the generator makes from the same JSON (the one fncall loads, and the
+    one the backend hands crun precompiled, which crun then loads without compiling)."""
+    bundle_dir = Path(state_dir, "json-only")
+    bundle_dir.mkdir(parents=True)
+    sid = "scj-" + uuid.uuid4().hex[:8]
+    settings = NodeAgentSettings(node_id=node_id, state_dir=state_dir)
+    config = oci.build_config(sid, policy_for(SandboxSpec(environment="busybox"), settings), env={}, node_id=node_id)
+    assert "annotations" not in config and config["linux"]["seccomp"] == CONTAINER_DEFAULT.to_oci()
+    config["root"] = {"path": base_layer, "readonly": True}
+    (bundle_dir / "config.json").write_text(json.dumps(config))
+    crun = Crun("crun", f"{state_dir}/crun-json")
+    await crun.run_detached(sid, str(bundle_dir), pid_file=f"{bundle_dir}/pid", log_path=f"{bundle_dir}/log")
+    try:
+        compiled_by_crun = Path(crun.root, sid, "seccomp.bpf").read_bytes()
+    finally:
+        await crun.kill(sid)
+        await crun.delete(sid)
+    assert compiled_by_crun == CONTAINER_DEFAULT.to_bpf(tmp_path).read_bytes()
+
+
+async def test_the_backend_hands_crun_the_compiled_profile(sandbox, tmp_path):
     backend, sid = sandbox
-    crun_bpf = Path(backend.crun_root, sid, "seccomp.bpf").read_bytes()
-    assert crun_bpf == CONTAINER_DEFAULT.to_bpf(tmp_path).read_bytes()
+    config = json.loads(Path(backend.sandboxes_dir, sid, "config.json").read_text())
+    program = base64.b64decode(config["annotations"][oci.SECCOMP_BPF_ANNOTATION])
+    assert program == CONTAINER_DEFAULT.to_bpf(tmp_path).read_bytes()
+    assert Path(backend.crun_root, sid, "seccomp.bpf").read_bytes() == program  # what crun exec installs
 
 
 @pytest.mark.parametrize("kind,profile", [("container", CONTAINER_DEFAULT), ("fncall", FNCALL_DEFAULT)])

@@ -6,7 +6,10 @@ import dataclasses
 import errno
 from pathlib import Path
 
+from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.container import oci
 from corral_node_agent.isolation import procfs
+from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.seccomp import (
     ALLOWED,
     CONTAINER_DEFAULT,
@@ -18,6 +21,7 @@ from corral_node_agent.isolation.seccomp import (
     SANDBOX_LOCAL,
     Rule,
 )
+from corral_node_agent.settings import NodeAgentSettings
 
 # Refused with EPERM by every profile. A change here is a change of the security posture.
 WANT_DENIED = {
@@ -124,3 +128,11 @@ def test_fncall_masks_only_what_this_kernel_has(tmp_path: Path):
         (tmp_path / name).write_text("")
     files, dirs = procfs.present_masks(str(tmp_path))
     assert files == ("/proc/kpageflags", "/proc/slabinfo", "/proc/cmdline") and dirs == ("/proc/acpi",)
+
+
+def test_a_precompiled_program_goes_to_crun_as_its_annotation(tmp_path):
+    policy = policy_for(SandboxSpec(environment="e"), NodeAgentSettings(node_id="n1", state_dir=str(tmp_path)))
+    config = oci.build_config("sb-1", policy, env={}, node_id="n1", seccomp_bpf=b"\x06\x00\x00\x00\x00\x00\xff\x7f")
+    assert config["annotations"] == {"run.oci.seccomp_bpf_data": "BgAAAAAA/38="}
+    assert config["linux"]["seccomp"] == CONTAINER_DEFAULT.to_oci()  # still there, for any other runtime
+    assert "annotations" not in oci.build_config("sb-1", policy, env={}, node_id="n1")

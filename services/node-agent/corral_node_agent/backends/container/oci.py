@@ -5,6 +5,7 @@ no network, cgroup limits, an unprivileged user without capabilities. What the s
 do is the policy's (isolation/policy.py): this module only renders it.
 """
 
+import base64
 from typing import Any
 
 from corral_node_agent.backends.paths import HOME
@@ -51,9 +52,18 @@ def cgroup_path(node_id: str, sandbox_id: str) -> str:
     return f"/corral/{node_id}/{sandbox_id}"
 
 
+# crun loads this annotation's program as is, ignoring linux.seccomp (crun.1: "experimental";
+# a crun without it compiles linux.seccomp, to the same program).
+SECCOMP_BPF_ANNOTATION = "run.oci.seccomp_bpf_data"
+
+
 def build_config(
-    sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True
+    sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True,
+    seccomp_bpf: bytes | None = None,
 ) -> dict[str, Any]:
+    """``seccomp_bpf``: the policy's syscall profile already compiled (SyscallFilter.to_bpf),
+    passed to crun so that it does not compile ``linux.seccomp`` again on every create (~5 ms
+    of the create; the generator and crun make the same program from the same JSON)."""
     limits = policy.limits
     mem_res: dict[str, Any] = {"limit": limits.memory_bytes}
     if with_swap_limit:
@@ -77,7 +87,7 @@ def build_config(
     seccomp = policy.syscalls.to_oci()
     if seccomp is not None:
         linux["seccomp"] = seccomp
-    return {
+    config: dict[str, Any] = {
         "ociVersion": "1.0.0",
         "process": process_spec(INIT_ARGS, policy.identity, env=build_env(env)),
         "root": {"path": "rootfs", "readonly": False},
@@ -100,3 +110,6 @@ def build_config(
         ],
         "linux": linux,
     }
+    if seccomp is not None and seccomp_bpf is not None:
+        config["annotations"] = {SECCOMP_BPF_ANNOTATION: base64.b64encode(seccomp_bpf).decode()}
+    return config
