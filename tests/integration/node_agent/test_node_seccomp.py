@@ -17,7 +17,7 @@ from corral_node_agent.backends.container import ContainerBackend, oci
 from corral_node_agent.backends.container.crun import Crun
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.isolation.policy import policy_for
-from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT
+from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT, LINEAR, TREE
 from corral_node_agent.settings import NodeAgentSettings
 from tests.syscall_probe import build_probe, errnos, expected, probe_input
 
@@ -86,8 +86,9 @@ async def test_container_host_tables_are_masked(sandbox):
 
 async def test_crun_compiles_the_profile_json_to_the_generators_program(state_dir, node_id, base_layer, tmp_path):
     """One rule list, two renderings: crun 1.8 takes config.json's linux.seccomp and compiles it
-    to the very program the generator makes from the same JSON (the one fncall loads, and the
-    one the backend hands crun precompiled, which crun then loads without compiling)."""
+    to the very program the generator makes from the same JSON in the same (linear) layout.
+    What the backend hands crun precompiled, and fncall loads, is the tree layout of the same
+    rules (test_each_profile_refuses_even_host_root runs both)."""
     bundle_dir = Path(state_dir, "json-only")
     bundle_dir.mkdir(parents=True)
     sid = "scj-" + uuid.uuid4().hex[:8]
@@ -103,7 +104,7 @@ async def test_crun_compiles_the_profile_json_to_the_generators_program(state_di
     finally:
         await crun.kill(sid)
         await crun.delete(sid)
-    assert compiled_by_crun == CONTAINER_DEFAULT.to_bpf(tmp_path).read_bytes()
+    assert compiled_by_crun == CONTAINER_DEFAULT.to_bpf(tmp_path, optimize=LINEAR).read_bytes()
 
 
 async def test_the_backend_hands_crun_the_compiled_profile(sandbox, tmp_path):
@@ -114,12 +115,13 @@ async def test_the_backend_hands_crun_the_compiled_profile(sandbox, tmp_path):
     assert Path(backend.crun_root, sid, "seccomp.bpf").read_bytes() == program  # what crun exec installs
 
 
+@pytest.mark.parametrize("layout", [LINEAR, TREE], ids=["linear", "tree"])
 @pytest.mark.parametrize("kind,profile", [("container", CONTAINER_DEFAULT), ("fncall", FNCALL_DEFAULT)])
-def test_each_profile_refuses_even_host_root(probe, tmp_path, kind, profile):
+def test_each_profile_refuses_even_host_root(probe, tmp_path, kind, profile, layout):
     """As host root (every capability) nothing but the filter can refuse these calls: each row
     of the table gets the profile's errno, though unfiltered root gets another (checked too)."""
     unfiltered = subprocess.run([*CONTAINED, str(probe)], input=probe_input(), capture_output=True, text=True)
-    filtered = subprocess.run([*CONTAINED, str(probe), str(profile.to_bpf(tmp_path))], input=probe_input(),
+    filtered = subprocess.run([*CONTAINED, str(probe), str(profile.to_bpf(tmp_path, optimize=layout))], input=probe_input(),
                               capture_output=True, text=True)
     assert filtered.returncode == 0, filtered.stderr
     got, want, raw = errnos(filtered.stdout), expected(kind), errnos(unfiltered.stdout)

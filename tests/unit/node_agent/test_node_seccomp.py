@@ -15,10 +15,12 @@ from corral_node_agent.isolation.seccomp import (
     CONTAINER_DEFAULT,
     DENIED,
     FNCALL_DEFAULT,
+    LINEAR,
     NO_FILTER,
     OBSOLETE,
     PROFILES,
     SANDBOX_LOCAL,
+    TREE,
     Rule,
 )
 from corral_node_agent.settings import NodeAgentSettings
@@ -114,6 +116,7 @@ def test_the_cache_key_follows_the_rules(tmp_path):
     digests = {FNCALL_DEFAULT.digest(), fewer.digest(), other_errno.digest()}
     assert len(digests) == 3
     assert FNCALL_DEFAULT.digest() == dataclasses.replace(FNCALL_DEFAULT).digest()  # stable
+    assert FNCALL_DEFAULT.digest(LINEAR) != FNCALL_DEFAULT.digest(TREE)  # the layout is part of the key
 
 
 def test_masked_and_readonly_paths():
