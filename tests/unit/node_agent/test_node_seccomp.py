@@ -125,12 +125,13 @@ def test_masked_and_readonly_paths():
     assert set(procfs.READONLY_PATHS) == {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 
 
-def test_fncall_masks_only_what_this_kernel_has(tmp_path: Path):
+def test_fncall_masks_only_what_this_kernel_has_and_a_run_could_read(tmp_path: Path):
     (tmp_path / "acpi").mkdir()
-    for name in ("cmdline", "kpageflags", "slabinfo"):
+    for name, mode in (("cmdline", 0o444), ("keys", 0o444), ("kpageflags", 0o400), ("slabinfo", 0o400)):
         (tmp_path / name).write_text("")
+        (tmp_path / name).chmod(mode)
     files, dirs = procfs.present_masks(str(tmp_path))
-    assert files == ("/proc/kpageflags", "/proc/slabinfo", "/proc/cmdline") and dirs == ("/proc/acpi",)
+    assert files == ("/proc/keys", "/proc/cmdline") and dirs == ("/proc/acpi",)
 
 
 def test_a_precompiled_program_goes_to_crun_as_its_annotation(tmp_path):

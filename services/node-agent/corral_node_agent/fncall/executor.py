@@ -7,8 +7,8 @@ Each run (the compile, and every case) is its own ``bwrap`` process tree:
   environment, uid 1000 inside and an unprivileged uid (``nobody``) outside;
 - a fresh size-limited tmpfs as the working dir ``/work`` (the code and files copied in) and
   another as ``/tmp``: nothing a run writes survives it;
-- the host kernel's tables masked in its /proc (isolation/procfs.py: kpage*, slabinfo, cmdline,
-  keys...: read as empty);
+- in its /proc, the host's tables that the run could read (isolation/procfs.py: cmdline, keys,
+  acpi...) read as empty (kpage*, slabinfo and the like are root-only: EACCES for it);
 - the ``fncall-default`` seccomp profile (isolation/seccomp.py), rlimits (cpu seconds, file
   size, open files, core), and the worker's cgroup (memory+swap, pids, cpu accounting) reset
   before the run;
