@@ -137,6 +137,8 @@ def test_fncall_masks_only_what_this_kernel_has_and_a_run_could_read(tmp_path: P
 def test_a_precompiled_program_goes_to_crun_as_its_annotation(tmp_path):
     policy = policy_for(SandboxSpec(environment="e"), NodeAgentSettings(node_id="n1", state_dir=str(tmp_path)))
     config = oci.build_config("sb-1", policy, env={}, node_id="n1", seccomp_bpf=b"\x06\x00\x00\x00\x00\x00\xff\x7f")
-    assert config["annotations"] == {"run.oci.seccomp_bpf_data": "BgAAAAAA/38="}
-    assert config["linux"]["seccomp"] == CONTAINER_DEFAULT.to_oci()  # still there, for any other runtime
-    assert "annotations" not in oci.build_config("sb-1", policy, env={}, node_id="n1")
+    assert config["annotations"] == {"run.oci.seccomp_bpf_data": "BgAAAAAA/38=",
+                                     "org.corral.seccomp.profile": "container-default"}
+    assert "seccomp" not in config["linux"]  # crun would parse it on every exec, for nothing
+    plain = oci.build_config("sb-1", policy, env={}, node_id="n1")
+    assert "annotations" not in plain and plain["linux"]["seccomp"] == CONTAINER_DEFAULT.to_oci()

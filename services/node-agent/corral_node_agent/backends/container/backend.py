@@ -42,7 +42,6 @@ from corral_node_agent.isolation.seccomp import SyscallFilter
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
-
 SANDBOX_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -170,6 +169,10 @@ class ContainerBackend(SandboxBackend):
         except ProcessLookupError:
             raise StartFailed("sandbox init exited immediately") from None
         asyncio.get_running_loop().add_reader(sb.pidfd, self._init_exited, sb.id)
+        program = self._seccomp_programs.get(sb.policy.syscalls.name)
+        if program is not None and self.crun.seccomp_program(sb.id) != program:
+            # (a runtime that ignored the annotation would run the sandbox unfiltered)
+            raise StartFailed(f"the runtime did not take syscall profile {sb.policy.syscalls.name!r}")
 
     def _unwatch(self, sb: _Sandbox) -> None:
         if sb.pidfd >= 0:
