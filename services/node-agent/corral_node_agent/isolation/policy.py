@@ -7,7 +7,8 @@ A `SandboxPolicy` is frozen and made of one part per knob, each defined in its o
 decides nothing itself: the container backend into config.json (backends/container/oci.py),
 the VM backends into QEMU's uid and cgroup (backends/vm/backend.py), fncall into bwrap
 arguments, its cgroup and the seccomp program (fncall/executor.py, zygote.py). A new knob is
-a new module here and one render step per runtime.
+a new module here and one render step per runtime. What shows of the host's /proc is the
+same for every kind sharing the host kernel, so it is no part of the policy: procfs.py.
 """
 
 from dataclasses import dataclass
