@@ -5,9 +5,11 @@ no network, cgroup limits, an unprivileged user without capabilities. What the s
 do is the policy's (isolation/policy.py): this module only renders it.
 """
 
+import base64
 from typing import Any
 
 from corral_node_agent.backends.paths import HOME
+from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import SandboxPolicy
 from corral_node_agent.isolation.userns import Identity
 
@@ -18,12 +20,6 @@ CPU_PERIOD = 100_000
 # their orphans are re-parented to PID 1; ash's `wait` reaps any child (waitpid(-1)), so
 # zombies never pile up against pids_limit. The long sleep keeps idle sandboxes free.
 INIT_ARGS = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
-
-MASKED_PATHS = [
-    "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
-]
-READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
 
 def _caps(names: tuple[str, ...]) -> dict[str, list[str]]:
@@ -56,9 +52,21 @@ def cgroup_path(node_id: str, sandbox_id: str) -> str:
     return f"/corral/{node_id}/{sandbox_id}"
 
 
+# crun loads this annotation's program as is (crun.1: "experimental"), so that it does not
+# compile the JSON profile on every create; the profile's name goes along for the reader.
+SECCOMP_BPF_ANNOTATION = "run.oci.seccomp_bpf_data"
+SECCOMP_PROFILE_ANNOTATION = "org.corral.seccomp.profile"
+
+
 def build_config(
-    sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True
+    sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True,
+    seccomp_bpf: bytes | None = None,
 ) -> dict[str, Any]:
+    """``seccomp_bpf``: the policy's syscall profile already compiled (SyscallFilter.to_bpf),
+    given to crun in its place. Without it, ``linux.seccomp``: crun compiles that (the same
+    rules, its linear layout) on every create, ~5 ms, and each exec parses it again, ~0.6 ms.
+    A runtime that ignored the annotation would run the sandbox unfiltered: the backend checks
+    that crun holds the program after the start (Crun.seccomp_program)."""
     limits = policy.limits
     mem_res: dict[str, Any] = {"limit": limits.memory_bytes}
     if with_swap_limit:
@@ -74,13 +82,15 @@ def build_config(
         # Egress "none" (the only one, isolation/network.py): a fresh network namespace holds
         # only a down `lo`.
         "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
-        "maskedPaths": list(MASKED_PATHS),
-        "readonlyPaths": list(READONLY_PATHS),
+        # What shows of the host kernel (isolation/procfs.py); the syscall profile
+        # (isolation/seccomp.py) comes below, applied by crun to the init and every exec.
+        "maskedPaths": list(procfs.MASKED_PATHS),
+        "readonlyPaths": list(procfs.READONLY_PATHS),
     }
     seccomp = policy.syscalls.to_oci()
-    if seccomp is not None:
+    if seccomp is not None and seccomp_bpf is None:
         linux["seccomp"] = seccomp
-    return {
+    config: dict[str, Any] = {
         "ociVersion": "1.0.0",
         "process": process_spec(INIT_ARGS, policy.identity, env=build_env(env)),
         "root": {"path": "rootfs", "readonly": False},
@@ -103,3 +113,7 @@ def build_config(
         ],
         "linux": linux,
     }
+    if seccomp is not None and seccomp_bpf is not None:
+        config["annotations"] = {SECCOMP_BPF_ANNOTATION: base64.b64encode(seccomp_bpf).decode(),
+                                 SECCOMP_PROFILE_ANNOTATION: policy.syscalls.name}
+    return config
