@@ -24,6 +24,7 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.unshare.argtypes = [ctypes.c_int]
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
 def _raise(path: str, what: str) -> None:
@@ -101,6 +102,20 @@ def bind_mount(source: str, target: str) -> None:
 
 def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:
     _mount("tmpfs", os.path.abspath(target), "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(size_mb)}m,mode={mode:o}")
+
+
+def mount_ext4(device: str, target: str, options: str = "", *, readonly: bool = False) -> None:
+    """An ext4 filesystem on a block device (a sandbox's disk on its loop device), nosuid/nodev."""
+    flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if readonly else 0)
+    _mount(device, os.path.abspath(target), "ext4", flags, options or None)
+
+
+def fallocate(fd: int, length: int) -> None:
+    """Reserve length bytes for the file (fallocate(2) mode 0: unwritten extents, reading as
+    zeros). Unlike posix_fallocate it never falls back to writing zeros: EOPNOTSUPP instead."""
+    if _libc.fallocate(fd, 0, ctypes.c_int64(0), ctypes.c_int64(length)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"fallocate: {os.strerror(err)}")
 
 
 def umount(target: str, lazy: bool = True) -> bool:

@@ -37,6 +37,15 @@ def _default_memory_capacity_mb() -> int:
     return 1024
 
 
+def _default_disk_capacity_mb(state_dir: str) -> int:
+    """90% of what the filesystem holding state_dir (or its nearest existing parent) has free."""
+    path = os.path.abspath(state_dir)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    st = os.statvfs(path)
+    return int(st.f_bavail * st.f_frsize * 0.9) // (1024 * 1024)
+
+
 class LayerSettings(BaseModel):
     """What the layer cache needs, built by ``NodeAgentSettings.layers()`` (the defaults and
     env names of the node's fields live there)."""
@@ -74,6 +83,12 @@ class NodeAgentSettings(PrefixedServiceSettings):
     output_limit_bytes: int = 1024 * 1024
     sandbox_user: str = "1000:1000"
     max_upload_bytes: int = 1024 * 1024 * 1024
+    # Sandboxes' disks (disk_mb each: an ext4 image per sandbox under state_dir, see
+    # isolation/quota.py): what the node advertises and the scheduler fills. 0: 90% of what
+    # the state dir's filesystem has free when the agent starts. Images are preallocated, so
+    # the host cannot run out of room under a sandbox that stays within its disk_mb.
+    disk_capacity_mb: int = 0
+    disk_preallocate: bool = True
     # Image layers: "lazy" mounts each layer from a FUSE file whose chunks are fetched on
     # first read; "eager" downloads the whole blob before the sandbox starts.
     layer_mode: Literal["lazy", "eager"] = "lazy"
@@ -107,6 +122,8 @@ class NodeAgentSettings(PrefixedServiceSettings):
     def _derive(self) -> "NodeAgentSettings":
         if not self.state_dir:
             self.state_dir = f"/var/lib/corral/{self.node_id}"
+        if self.disk_capacity_mb <= 0:
+            self.disk_capacity_mb = _default_disk_capacity_mb(self.state_dir)
         uid, _, gid = self.sandbox_user.partition(":")
         if not uid.isdigit() or (gid and not gid.isdigit()):
             raise ValueError("sandbox_user must be UID[:GID] (numbers)")

@@ -37,6 +37,7 @@ from corral_node_agent.errors import (
     StartFailed,
 )
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
+from corral_node_agent.isolation.quota import UpperDisks
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
@@ -80,6 +81,7 @@ class ContainerBackend(SandboxBackend):
         self.crun_root = f"{self.state_dir}/crun"
         self.crun = Crun(settings.crun, self.crun_root)
         self.sandboxes_dir = f"{self.state_dir}/sandboxes"
+        self.disks = UpperDisks(f"{self.state_dir}/upper-disks", preallocate=settings.disk_preallocate)
         self.on_exit = None
         self._sandboxes: dict[str, _Sandbox] = {}
         self._finished = FinishedUsage()
@@ -138,8 +140,8 @@ class ContainerBackend(SandboxBackend):
         config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
                                   with_swap_limit=self.cgroups.swap_limit)
         identity = sb.policy.identity
-        bundle.create(sb.dir, sb.spec, lower_dirs, config, disk_mb=sb.policy.disk.size_mb, uid=identity.host_uid,
-                      gid=identity.host_gid)
+        bundle.create(sb.dir, sb.spec, lower_dirs, config, disks=self.disks, quota=sb.policy.disk,
+                      uid=identity.host_uid, gid=identity.host_gid)
 
     async def _run_init(self, sb: _Sandbox) -> None:
         try:
@@ -284,6 +286,7 @@ class ContainerBackend(SandboxBackend):
         rc, out = await self.crun.delete(sb.id)
         if rc != 0 and "does not exist" not in out and "not found" not in out.lower():
             log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
+        self.disks.discard(bundle.upper_dir(sb.dir), bundle.disk_image(sb.dir))
         try:
             host.umount_tree(sb.dir)
         except OSError:
