@@ -42,18 +42,22 @@ return {1, cur, who[1] or '', who[2] or ''}
 _RESERVE = """
 local existing = redis.call('GET', KEYS[3])
 if existing then return existing end
-local cap = redis.call('HMGET', KEYS[1], 'cpu_milli', 'memory_mb', 'max_sandboxes', 'heartbeat_at')
+local cap = redis.call('HMGET', KEYS[1], 'cpu_milli', 'memory_mb', 'max_sandboxes', 'heartbeat_at', 'disk_mb')
 if not cap[1] then return false end
 if tonumber(ARGV[5]) - tonumber(cap[4]) > tonumber(ARGV[6]) then return false end
-local used = redis.call('HMGET', KEYS[2], 'cpu_milli', 'memory_mb', 'sandboxes')
+local used = redis.call('HMGET', KEYS[2], 'cpu_milli', 'memory_mb', 'sandboxes', 'disk_mb')
 local ucpu = tonumber(used[1] or '0') + tonumber(ARGV[1])
 local umem = tonumber(used[2] or '0') + tonumber(ARGV[2])
 local usb = tonumber(used[3] or '0') + 1
 if ucpu > tonumber(cap[1]) or umem > tonumber(cap[2]) or usb > tonumber(cap[3]) then return false end
+-- disk: only against nodes that advertise it (older agents did not)
+local udisk = tonumber(used[4] or '0') + tonumber(ARGV[7])
+if cap[5] and udisk > tonumber(cap[5]) then return false end
 redis.call('HINCRBY', KEYS[2], 'cpu_milli', ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'memory_mb', ARGV[2])
 redis.call('HINCRBY', KEYS[2], 'sandboxes', 1)
-local value = ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[2]
+redis.call('HINCRBY', KEYS[2], 'disk_mb', ARGV[7])
+local value = ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[7]
 redis.call('SET', KEYS[3], value)
 redis.call('SADD', KEYS[4], ARGV[3])
 return value
@@ -63,9 +67,11 @@ _RELEASE = """
 local existing = redis.call('GET', KEYS[1])
 if not existing then return 0 end
 local node, cpu, mem = string.match(existing, '([^|]+)|([^|]+)|([^|]+)')
+local disk = string.match(existing, '^[^|]+|[^|]+|[^|]+|([^|]+)') or '0'  -- reservations before disk had none
 local used = 'node:' .. node .. ':used'
 redis.call('HINCRBY', used, 'cpu_milli', -tonumber(cpu))
 redis.call('HINCRBY', used, 'memory_mb', -tonumber(mem))
+redis.call('HINCRBY', used, 'disk_mb', -tonumber(disk))
 redis.call('HINCRBY', used, 'sandboxes', -1)
 redis.call('DEL', KEYS[1])
 redis.call('SREM', 'sb:node:' .. node, ARGV[1])
@@ -134,6 +140,9 @@ class NodeInfo:
     backends: tuple[str, ...] = ("container",)
     accelerator: str = ""
     vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB
+    # Room for sandboxes' disks (disk_mb); None: a node from before disks were scheduled.
+    disk_mb: int | None = None
+    used_disk_mb: int = 0
 
     def reserved_memory_mb(self, spec: SandboxSpec) -> int:
         """What a sandbox of this spec takes from this node's memory."""
@@ -150,6 +159,10 @@ class NodeInfo:
     @property
     def free_sandboxes(self) -> int:
         return self.max_sandboxes - self.used_sandboxes
+
+    @property
+    def free_disk_mb(self) -> int | None:
+        return None if self.disk_mb is None else self.disk_mb - self.used_disk_mb
 
 
 def cpu_milli(cpu: float) -> int:
@@ -242,14 +255,17 @@ class StateStore:
 
     async def heartbeat(self, node_id: str, url: str, cpu_capacity: float, memory_mb: int, max_sandboxes: int, *,
                         backends: tuple[str, ...] | list[str] = ("container",), accelerator: str = "",
-                        vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB) -> None:
+                        vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB, disk_mb: int | None = None) -> None:
         now = time.time()
+        mapping = {
+            "node_id": node_id, "url": url, "cpu_milli": cpu_milli(cpu_capacity), "memory_mb": memory_mb,
+            "max_sandboxes": max_sandboxes, "heartbeat_at": repr(now), "backends": ",".join(backends),
+            "accelerator": accelerator, "vm_memory_overhead_mb": vm_memory_overhead_mb,
+        }
+        if disk_mb is not None:
+            mapping["disk_mb"] = disk_mb
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(f"node:{node_id}", mapping={
-                "node_id": node_id, "url": url, "cpu_milli": cpu_milli(cpu_capacity), "memory_mb": memory_mb,
-                "max_sandboxes": max_sandboxes, "heartbeat_at": repr(now), "backends": ",".join(backends),
-                "accelerator": accelerator, "vm_memory_overhead_mb": vm_memory_overhead_mb,
-            })
+            pipe.hset(f"node:{node_id}", mapping=mapping)
             pipe.zadd("nodes", {node_id: now})
             await pipe.execute()
 
@@ -273,6 +289,8 @@ class StateStore:
                 backends=tuple(info["backends"].split(",")) if info.get("backends") else ("container",),
                 accelerator=info.get("accelerator", ""),
                 vm_memory_overhead_mb=int(info.get("vm_memory_overhead_mb") or DEFAULT_VM_MEMORY_OVERHEAD_MB),
+                disk_mb=int(info["disk_mb"]) if info.get("disk_mb") else None,
+                used_disk_mb=int(used.get("disk_mb", 0)),
             ))
         return nodes
 
@@ -296,13 +314,13 @@ class StateStore:
 
     async def reserve(self, node_id: str, sandbox_id: str, spec: SandboxSpec, timeout_s: float, *,
                       memory_mb: int | None = None) -> str | None:
-        """Atomically take capacity on a node; idempotent per sandbox. Returns the node holding it.
-        ``memory_mb`` is what the sandbox costs the host (NodeInfo.reserved_memory_mb), by
-        default the spec's memory."""
+        """Atomically take capacity (cpu, memory, disk and a sandbox slot) on a node; idempotent
+        per sandbox. Returns the node holding it. ``memory_mb`` is what the sandbox costs the
+        host (NodeInfo.reserved_memory_mb), by default the spec's memory."""
         value = await self._reserve(
             keys=[f"node:{node_id}", f"node:{node_id}:used", f"resv:{sandbox_id}", f"sb:node:{node_id}"],
             args=[cpu_milli(spec.cpu), spec.memory_mb if memory_mb is None else memory_mb, sandbox_id, node_id,
-                  repr(time.time()), timeout_s],
+                  repr(time.time()), timeout_s, spec.disk_mb],
         )
         return value.split("|", 1)[0] if value else None
 

@@ -85,9 +85,10 @@ class NodeAgentSettings(PrefixedServiceSettings):
     max_upload_bytes: int = 1024 * 1024 * 1024
     # Sandboxes' disks (disk_mb each: an ext4 image per sandbox under state_dir, see
     # isolation/quota.py): what the node advertises and the scheduler fills. 0: 90% of what
-    # the state dir's filesystem has free when the agent starts. Images are preallocated, so
-    # the host cannot run out of room under a sandbox that stays within its disk_mb.
+    # the state dir's filesystem has free when the agent starts.
     disk_capacity_mb: int = 0
+    # Reserve each sandbox's disk on the host when it is created (fallocate, no I/O), so the
+    # host cannot run out of room under a sandbox that stays within its disk_mb.
     disk_preallocate: bool = True
     # Image layers: "lazy" mounts each layer from a FUSE file whose chunks are fetched on
     # first read; "eager" downloads the whole blob before the sandbox starts.

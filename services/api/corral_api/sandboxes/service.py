@@ -4,6 +4,7 @@ import asyncio
 import secrets
 import time
 
+from corral_api.sandboxes.capacity import check_disk
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_api.sandboxes.waiters import StateWaiters
 from corral_api.snapshots.repository import SnapshotRepository
@@ -48,8 +49,11 @@ class EnvironmentCatalog:
 
 class SandboxService:
     def __init__(self, store: StateStore, bus: EventBus, history: HistoryRepository, waiters: StateWaiters,
-                 environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotRepository | None = None):
+                 environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotRepository | None = None,
+                 *, max_disk_mb: int = 0, heartbeat_timeout_s: float = 10.0):
         self.store = store
+        self.max_disk_mb = max_disk_mb
+        self.heartbeat_timeout_s = heartbeat_timeout_s
         self.bus = bus
         self.history = history
         self.waiters = waiters
@@ -70,6 +74,7 @@ class SandboxService:
             required_node = snapshot.node_id
         elif spec.environment:
             await self.environments.require(spec.environment)
+        await check_disk(self.store, spec, max_disk_mb=self.max_disk_mb, heartbeat_timeout_s=self.heartbeat_timeout_s)
         sandbox_id = f"sb-{secrets.token_hex(8)}"
         record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)
         try:

@@ -188,7 +188,8 @@ class NodeEvents:
         await self.store.heartbeat(self.node_id, f"http://{s.host}:{s.port}", s.cpu_capacity,
                                    s.memory_capacity_mb, s.max_sandboxes, backends=self.manager.kinds(),
                                    accelerator=self.manager.accelerator(),
-                                   vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb)
+                                   vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb,
+                                   disk_mb=s.disk_capacity_mb)
 
     async def heartbeat_forever(self) -> None:
         while True:
