@@ -67,11 +67,11 @@ _RELEASE = """
 local existing = redis.call('GET', KEYS[1])
 if not existing then return 0 end
 local node, cpu, mem = string.match(existing, '([^|]+)|([^|]+)|([^|]+)')
-local disk = string.match(existing, '^[^|]+|[^|]+|[^|]+|([^|]+)') or '0'  -- reservations before disk had none
+local disk = tonumber(string.match(existing, '^[^|]+|[^|]+|[^|]+|([^|]+)') or '0')  -- older ones had none
 local used = 'node:' .. node .. ':used'
 redis.call('HINCRBY', used, 'cpu_milli', -tonumber(cpu))
 redis.call('HINCRBY', used, 'memory_mb', -tonumber(mem))
-redis.call('HINCRBY', used, 'disk_mb', -tonumber(disk))
+if disk ~= 0 then redis.call('HINCRBY', used, 'disk_mb', -disk) end
 redis.call('HINCRBY', used, 'sandboxes', -1)
 redis.call('DEL', KEYS[1])
 redis.call('SREM', 'sb:node:' .. node, ARGV[1])
