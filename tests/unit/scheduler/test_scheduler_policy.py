@@ -87,5 +87,5 @@ def test_disk_is_a_resource_like_the_others():
     # A node from before disks were scheduled advertises none: disk does not bound it.
     assert fits(node("old"), spec) and could_ever_fit(node("old"), spec)
     # The fuller disk makes the fuller node.
-    assert [n.node_id for n in rank_nodes([disk_node("a", 10_000, 8000), disk_node("b", 10_000, 1000)], spec)] == [
+    assert [n.node_id for n in rank_nodes([disk_node("a", 10_000, 5000), disk_node("b", 10_000, 1000)], spec)] == [
         "b", "a"]
