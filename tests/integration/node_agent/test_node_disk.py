@@ -30,7 +30,6 @@ from corral_node_agent.settings import NodeAgentSettings
 from tests.integration.node_agent.test_node_manager import image_service
 from tests.polling import until
 
-pytestmark = pytest.mark.asyncio
 MIB = 1024 * 1024
 
 
@@ -240,3 +239,48 @@ async def test_cleanup_removes_the_disks_a_previous_agent_left(state_dir, node_i
     assert await backend.cleanup_orphans(adopt=False) == []
     await disk_gone(image)
     await backend.close()
+
+
+@pytest.mark.parametrize("size_mb", [16, 100, 1024])
+def test_a_disk_has_disk_mb_free_and_its_size_is_formatted_once(state_dir, size_mb):
+    from corral_node_agent.isolation.quota import TOLERANCE, DiskQuota, UpperDisks
+
+    disks = UpperDisks(f"{state_dir}/disks")
+    os.makedirs(f"{state_dir}/a")
+    disks.mount(f"{state_dir}/a.img", f"{state_dir}/a", DiskQuota(size_mb * MIB))
+    try:
+        st = os.statvfs(f"{state_dir}/a")
+        assert size_mb * MIB <= st.f_bavail * st.f_frsize <= size_mb * MIB + TOLERANCE
+    finally:
+        host.umount(f"{state_dir}/a")
+    (template,) = os.listdir(disks.templates)
+    made = os.stat(f"{disks.templates}/{template}").st_ino
+    disks.make(f"{state_dir}/b.img", DiskQuota(size_mb * MIB))
+    assert os.listdir(disks.templates) == [template] and os.stat(f"{disks.templates}/{template}").st_ino == made
+    assert os.path.getsize(f"{state_dir}/b.img") == os.path.getsize(f"{state_dir}/a.img")
+
+
+def test_discard_shuts_down_only_the_disk_it_is_given(state_dir):
+    """discard() stops writeback with an ext4 shutdown: it must hit the named disk's own
+    filesystem and nothing else mounted (or not) at the path."""
+    from corral_node_agent.isolation.quota import DiskQuota, UpperDisks
+
+    disks = UpperDisks(f"{state_dir}/disks")
+    for name in ("mine", "other", "tmp"):
+        os.makedirs(f"{state_dir}/{name}")
+    disks.mount(f"{state_dir}/mine.img", f"{state_dir}/mine", DiskQuota(16 * MIB))
+    disks.mount(f"{state_dir}/other.img", f"{state_dir}/other", DiskQuota(16 * MIB))
+    host.mount_tmpfs(f"{state_dir}/tmp", 16)
+    try:
+        disks.discard(f"{state_dir}/other", f"{state_dir}/mine.img")  # not its disk
+        disks.discard(f"{state_dir}/tmp", f"{state_dir}/mine.img")  # not a disk
+        for name in ("other", "tmp"):
+            with open(f"{state_dir}/{name}/f", "wb") as fh:
+                fh.write(b"still writable")
+        disks.discard(f"{state_dir}/mine", f"{state_dir}/mine.img")
+        with pytest.raises(OSError):
+            with open(f"{state_dir}/mine/f", "wb") as fh:
+                fh.write(b"shut down")
+    finally:
+        for name in ("mine", "other", "tmp"):
+            host.umount(f"{state_dir}/{name}")
