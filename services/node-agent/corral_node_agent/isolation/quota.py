@@ -107,9 +107,15 @@ class UpperDisks:
         """Create ``image``: an empty ext4 filesystem with quota.size_mb MiB free. Raises
         Unavailable when the host cannot hold it (the image is removed then)."""
         template = self._template(quota.size_mb)
-        size = os.path.getsize(template)
+        self.copy(template, image, what=f"a {quota.size_mb} MiB sandbox disk")
+        return UpperDisk(image=image, size_mb=quota.size_mb, image_bytes=os.path.getsize(image))
+
+    def copy(self, src: str, image: str, *, what: str = "a sandbox disk") -> None:
+        """A new disk image with src's contents (a template, a VM snapshot's disk), sparse,
+        then preallocated. Unavailable when the host has no room (nothing is left then)."""
+        size = os.path.getsize(src)
         try:
-            _sparse_copy(template, image, size)
+            _sparse_copy(src, image, size)
             if self.preallocate:
                 fd = os.open(image, os.O_RDWR | os.O_CLOEXEC)
                 try:
@@ -123,9 +129,8 @@ class UpperDisks:
         except OSError as exc:
             _unlink(image)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise Unavailable(f"this node's disk is full: no room for a {quota.size_mb} MiB sandbox disk") from None
+                raise Unavailable(f"this node's disk is full: no room for {what}") from None
             raise
-        return UpperDisk(image=image, size_mb=quota.size_mb, image_bytes=size)
 
     def mount(self, image: str, target: str, quota: DiskQuota) -> UpperDisk:
         """``make`` the image and mount it at target (an existing directory) through a loop
@@ -192,7 +197,7 @@ class UpperDisks:
             os.rename(tmp, path)
         finally:
             _unlink(tmp)
-        log.info("disk.template_made", size_mb=size_mb, image_bytes=image_bytes,
+        log.debug("disk.template_made", size_mb=size_mb, image_bytes=image_bytes,
                  ms=round((time.monotonic() - started) * 1000, 1))
         self._prune()
         return path
@@ -284,6 +289,6 @@ def _sparse_copy(src: str, dst: str, size: int) -> None:
 
 
 def sparse_copy(src: str, dst: str) -> None:
-    """A copy of a sandbox disk image (VM snapshots): its holes and unwritten extents stay unallocated."""
+    """A copy of a disk image that allocates only what src holds (a VM snapshot's disk)."""
     _sparse_copy(src, dst, os.path.getsize(src))
 

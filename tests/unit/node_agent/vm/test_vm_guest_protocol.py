@@ -93,11 +93,13 @@ def test_kernel_cmdline_carries_the_init_contract_and_tcg_settings():
             "initcall_blacklist=crypto_kdf108_init"} <= set(args)
     kvm = guestkit.kernel_cmdline(lowers=["vd:l0"], upper_mb=64, hostname="x", tcg=False, console="hvc0")
     assert "tsc_early_khz=2300000" not in kvm and "corral.tty=1" not in kvm and "console=hvc0" in kvm
+    on_disk = guestkit.kernel_cmdline(lowers=["vd:l0"], upper_disk="upper", hostname="x").split()
+    assert "corral.upper=vd:upper" in on_disk and not any(a.startswith("corral.upper_mb=") for a in on_disk)
 
 
 @pytest.mark.parametrize("kwargs", [
     {"lowers": []}, {"lowers": ["sda"]}, {"lowers": ["vd:a b"]}, {"hostname": "bad name"},
-    {"hostname": "-x"}, {"upper_mb": 0},
+    {"hostname": "-x"}, {"upper_mb": 0}, {"upper_mb": None}, {"upper_disk": "upper"}, {"upper_mb": None, "upper_disk": "a b"},
 ])
 def test_kernel_cmdline_rejects_what_init_cannot_parse(kwargs):
     args = {"lowers": ["vd:l0"], "upper_mb": 64, "hostname": "ok", **kwargs}
