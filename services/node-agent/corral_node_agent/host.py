@@ -13,6 +13,7 @@ CLONE_NEWNS = 0x00020000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_MOVE = 8192
 MS_BIND = 4096
 MS_REC = 16384
 MS_SLAVE = 1 << 19
@@ -93,6 +94,11 @@ def mount_overlay(lowers: list[str], upper: str, work: str, target: str) -> None
         ":".join(os.path.abspath(p) for p in lowers), os.path.abspath(upper), os.path.abspath(work)
     )
     _mount("overlay", os.path.abspath(target), "overlay", 0, opts)
+
+
+def move_mount(source: str, target: str) -> None:
+    """Move the mount at source (with everything under it) to target."""
+    _mount(os.path.abspath(source), os.path.abspath(target), None, MS_MOVE, None)
 
 
 def bind_mount(source: str, target: str) -> None:

@@ -284,3 +284,52 @@ def test_discard_shuts_down_only_the_disk_it_is_given(state_dir):
     finally:
         for name in ("mine", "other", "tmp"):
             host.umount(f"{state_dir}/{name}")
+
+
+async def test_disks_are_kept_ready_for_recent_sizes_and_removed_with_the_backend(state_dir, node_id, base_layer):
+    from corral_node_agent.isolation.quota import POOL_SIZES
+
+    backend = ContainerBackend(_settings(state_dir, node_id, disk_pool=2))
+    pool = backend.disks.pool
+
+    def ready(size_mb: int) -> list[str]:
+        with pool._lock:
+            return [d.image for d in pool._ready.get(size_mb, [])]
+
+    def staged_mounts() -> list[str]:
+        return [m for m in host.mountpoints() if m.startswith(pool.directory)]
+
+    first = await started(backend, base_layer, disk_mb=40)  # made on the spot; 40 MiB is kept ready from now on
+    await until(lambda: len(ready(40)) == 2, timeout_s=30, what="two ready 40 MiB disks")
+    taken = ready(40)[-1]
+    second = await started(backend, base_layer, disk_mb=40)
+    assert not os.path.exists(taken)  # moved into the sandbox's directory...
+    image = bundle.disk_image(f"{backend.sandboxes_dir}/{second}")
+    assert loopdev.devices_backed_by(image) and f"{backend.sandboxes_dir}/{second}/upper" in host.mountpoints()
+    r = await backend.exec(second, sh("dd if=/dev/zero of=/home/user/big bs=1M count=64"))
+    assert r.exit_code != 0 and "No space left on device" in r.stderr  # ...and it is a 40 MiB disk like any
+    await until(lambda: len(ready(40)) == 2, timeout_s=30, what="the pool to refill")
+    # Sizes asked for longer ago than the POOL_SIZES most recent ones are not kept ready.
+    others = [await started(backend, base_layer, disk_mb=16 + i) for i in range(POOL_SIZES)]
+    await until(lambda: ready(40) == [], timeout_s=30, what="40 MiB to leave the pool")
+    for sid in [first, second, *others]:
+        await backend.stop(sid)
+    assert staged_mounts()
+    await backend.close()
+    assert staged_mounts() == [] and not os.path.exists(pool.directory)
+    assert not [m for m in host.mountpoints() if m.startswith(state_dir)]
+
+
+def test_a_new_agent_run_removes_the_ready_disks_a_previous_one_left(state_dir, node_id):
+    from corral_node_agent.isolation.quota import UpperDisks
+
+    pool_dir = f"{state_dir}/upper-disks/pool"
+    os.makedirs(f"{pool_dir}/7")
+    with open(f"{pool_dir}/7.img", "wb") as fh:
+        fh.truncate(16 * MIB)
+    ContainerBackend(_settings(state_dir, node_id))
+    assert not os.path.exists(pool_dir)
+    UpperDisks(f"{state_dir}/upper-disks")  # the VM backend's (no pool) leaves a pool alone
+    os.makedirs(pool_dir)
+    UpperDisks(f"{state_dir}/upper-disks", pool=0)
+    assert os.path.isdir(pool_dir)

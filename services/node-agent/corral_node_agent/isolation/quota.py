@@ -32,8 +32,12 @@ the writes of sandboxes that stay within their quota.
 import errno
 import fcntl
 import os
+import queue
+import shutil
 import subprocess
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from corral_common.logging import get_logger
@@ -57,6 +61,11 @@ MOUNT_OPTIONS = "noinit_itable"
 # The free space of a template may exceed disk_mb by this much (ext4's overhead is not linear).
 TOLERANCE = MIB
 TEMPLATES_KEPT = 32
+# Ready disks kept mounted for the sizes most recently asked for (containers): a create then
+# only moves one into place. Sizes above POOL_MAX_MB are never kept ready (preallocated
+# idle disks of that size would hold too much of the host's disk).
+POOL_SIZES = 2
+POOL_MAX_MB = 4096
 EXT4_IOC_SHUTDOWN = 0x8004587D
 EXT4_GOING_FLAGS_NOLOGFLUSH = 2
 SEEK_DATA, SEEK_HOLE = 3, 4
@@ -96,10 +105,12 @@ class UpperDisks:
     go wherever the caller says (inside the sandbox's own directory, so removing that
     directory removes the disk)."""
 
-    def __init__(self, directory: str, *, preallocate: bool = True, mkfs: str = "mkfs.ext4"):
+    def __init__(self, directory: str, *, preallocate: bool = True, mkfs: str = "mkfs.ext4", pool: int = 0):
         self.templates = os.path.join(directory, "templates")
         self.preallocate = preallocate
         self.mkfs = mkfs
+        self._formatting = threading.Lock()  # one template at a time (the pool's thread makes disks too)
+        self.pool = _Pool(os.path.join(directory, "pool"), self, pool) if pool > 0 else None
 
     # ---- images ---------------------------------------------------------------------------
 
@@ -133,19 +144,25 @@ class UpperDisks:
             raise
 
     def mount(self, image: str, target: str, quota: DiskQuota) -> UpperDisk:
-        """``make`` the image and mount it at target (an existing directory) through a loop
-        device that clears itself once the filesystem is unmounted everywhere."""
+        """A disk of the quota's size at ``image``, mounted at target (an existing directory)
+        through a loop device that clears itself once the filesystem is unmounted everywhere:
+        one kept ready by the pool when there is one (moved into place), else made now."""
+        if self.pool is not None:
+            ready = self.pool.take(quota.size_mb, image, target)
+            if ready is not None:
+                return ready
         disk = self.make(image, quota)
         try:
-            device, fd = loopdev.attach(image)
-            try:
-                host.mount_ext4(device, target, MOUNT_OPTIONS)
-            finally:
-                os.close(fd)
+            _attach_and_mount(image, target)
         except BaseException:
             _unlink(image)
             raise
         return disk
+
+    def close(self) -> None:
+        """Stop keeping disks ready and remove the ready ones."""
+        if self.pool is not None:
+            self.pool.close()
 
     @staticmethod
     def discard(target: str, image: str) -> None:
@@ -177,13 +194,21 @@ class UpperDisks:
         size is adjusted until its free space is size_mb (ext4 keeps inode tables, bitmaps
         and a reserve for delayed allocation out of it)."""
         path = os.path.join(self.templates, f"{size_mb}.img")
-        if os.path.exists(path):
+        try:
             os.utime(path)  # most recently used
             return path
+        except FileNotFoundError:
+            pass
+        with self._formatting:
+            if os.path.exists(path):
+                return path
+            return self._format_template(path, size_mb)
+
+    def _format_template(self, path: str, size_mb: int) -> str:
         os.makedirs(self.templates, mode=0o700, exist_ok=True)
         want = size_mb * MIB
         image_bytes = _round_up(want + want // 20 + 2 * MIB, MIB)
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # the VM backend's UpperDisks shares the directory
         started = time.monotonic()
         try:
             for _ in range(6):
@@ -198,7 +223,7 @@ class UpperDisks:
         finally:
             _unlink(tmp)
         log.debug("disk.template_made", size_mb=size_mb, image_bytes=image_bytes,
-                 ms=round((time.monotonic() - started) * 1000, 1))
+                  ms=round((time.monotonic() - started) * 1000, 1))
         self._prune()
         return path
 
@@ -248,6 +273,127 @@ class UpperDisks:
         paths = sorted((os.path.join(self.templates, n) for n in names), key=os.path.getmtime)
         for path in paths[:-TEMPLATES_KEPT]:
             _unlink(path)
+
+
+class _Pool:
+    """Disks kept ready, mounted under ``directory`` (one ``<n>.img`` + ``<n>/`` each), for
+    the POOL_SIZES sizes most recently asked for, ``per_size`` of each; a thread of its own
+    refills them. Ready disks are an agent run's own: a new run starts by removing them."""
+
+    def __init__(self, directory: str, disks: UpperDisks, per_size: int):
+        self.directory = directory
+        self.disks = disks
+        self.per_size = per_size
+        self._ready: OrderedDict[int, list[UpperDisk]] = OrderedDict()  # size_mb -> ready disks, LRU first
+        self._lock = threading.Lock()
+        self._wanted: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._serial = 0
+        self._closed = False
+        # A previous run's ready disks were mounted in its own (gone) mount namespace.
+        shutil.rmtree(directory, ignore_errors=True)
+
+    def take(self, size_mb: int, image: str, target: str) -> UpperDisk | None:
+        """Move a ready disk of size_mb to image/target; None when there is none (the pool
+        then starts keeping this size ready, for the next sandboxes)."""
+        if size_mb > POOL_MAX_MB or self._closed:
+            return None
+        with self._lock:
+            ready = self._ready.pop(size_mb, None)
+            disk = ready.pop() if ready else None
+            self._ready[size_mb] = ready or []  # most recently used
+            dropped = [s for s in list(self._ready)[:-POOL_SIZES]]
+            stale = [d for s in dropped for d in self._ready.pop(s)]
+        self._start()
+        self._wanted.put(size_mb)
+        for old in stale:
+            self._remove(old)
+        if disk is None:
+            return None
+        try:
+            os.rename(disk.image, image)
+            host.move_mount(_mountpoint(disk), target)
+        except OSError as exc:  # image in another filesystem than the pool (EXDEV): not reusable
+            log.warning("disk.pool_take_failed", error=str(exc))
+            if os.path.exists(image):
+                os.rename(image, disk.image)
+            self._remove(disk)
+            return None
+        return UpperDisk(image=image, size_mb=disk.size_mb, image_bytes=disk.image_bytes)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._thread is not None:
+            self._wanted.put(None)
+            self._thread.join()
+        with self._lock:
+            ready = [d for disks in self._ready.values() for d in disks]
+            self._ready.clear()
+        for disk in ready:
+            self._remove(disk)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._refill, name="disk-pool", daemon=True)
+            self._thread.start()
+
+    def _refill(self) -> None:
+        while (size_mb := self._wanted.get()) is not None:
+            while not self._closed:
+                with self._lock:
+                    ready = self._ready.get(size_mb)
+                    if ready is None or len(ready) >= self.per_size:
+                        break
+                    self._serial += 1
+                    serial = self._serial
+                try:
+                    disk = self._make(size_mb, serial)
+                except Exception as exc:  # noqa: BLE001 - a failed refill only means the next create makes its own disk
+                    log.warning("disk.pool_refill_failed", size_mb=size_mb, error=str(exc))
+                    break
+                with self._lock:
+                    ready = self._ready.get(size_mb)
+                    if ready is not None and not self._closed:
+                        ready.append(disk)
+                        continue
+                self._remove(disk)  # the size was dropped (or the pool closed) meanwhile
+                break
+
+    def _make(self, size_mb: int, serial: int) -> UpperDisk:
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        image = os.path.join(self.directory, f"{serial}.img")
+        disk = self.disks.make(image, DiskQuota(size_mb * MIB))
+        os.mkdir(_mountpoint(disk), 0o700)
+        try:
+            _attach_and_mount(image, _mountpoint(disk))
+        except BaseException:
+            self._remove(disk)
+            raise
+        return disk
+
+    @staticmethod
+    def _remove(disk: UpperDisk) -> None:
+        mountpoint = _mountpoint(disk)
+        UpperDisks.discard(mountpoint, disk.image)
+        try:
+            host.umount(mountpoint)
+            os.rmdir(mountpoint)
+        except OSError:
+            pass
+        _unlink(disk.image)
+
+
+def _mountpoint(disk: UpperDisk) -> str:
+    return disk.image.removesuffix(".img")
+
+
+def _attach_and_mount(image: str, target: str) -> None:
+    device, fd = loopdev.attach(image)
+    try:
+        host.mount_ext4(device, target, MOUNT_OPTIONS)
+    finally:
+        os.close(fd)
 
 
 def _round_up(value: int, align: int) -> int:

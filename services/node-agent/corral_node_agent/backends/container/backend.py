@@ -81,7 +81,8 @@ class ContainerBackend(SandboxBackend):
         self.crun_root = f"{self.state_dir}/crun"
         self.crun = Crun(settings.crun, self.crun_root)
         self.sandboxes_dir = f"{self.state_dir}/sandboxes"
-        self.disks = UpperDisks(f"{self.state_dir}/upper-disks", preallocate=settings.disk_preallocate)
+        self.disks = UpperDisks(f"{self.state_dir}/upper-disks", preallocate=settings.disk_preallocate,
+                                pool=settings.disk_pool)
         self.on_exit = None
         self._sandboxes: dict[str, _Sandbox] = {}
         self._finished = FinishedUsage()
@@ -194,6 +195,7 @@ class ContainerBackend(SandboxBackend):
             await self.stop(sid)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await asyncio.to_thread(self.disks.close)
 
     async def _end_on_own(self, sb: _Sandbox, reason: ExitReason) -> None:
         async with sb.lock:
@@ -286,18 +288,22 @@ class ContainerBackend(SandboxBackend):
         rc, out = await self.crun.delete(sb.id)
         if rc != 0 and "does not exist" not in out and "not found" not in out.lower():
             log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
-        self.disks.discard(bundle.upper_dir(sb.dir), bundle.disk_image(sb.dir))
-        try:
-            host.umount_tree(sb.dir)
-        except OSError:
-            log.exception("sandbox.umount_failed", sandbox_id=sb.id)
-        bundle.delete(sb.dir)
+        # Unmounting and deleting a disk is milliseconds of I/O: not on the event loop.
+        await asyncio.to_thread(self._remove_bundle, sb)
         sb.cgroup.remove()
         sb.usage = usage
         self._sandboxes.pop(sb.id, None)
         self._finished.add(sb.id, usage)
         self._prune_parent_cgroups()
         return usage
+
+    def _remove_bundle(self, sb: _Sandbox) -> None:
+        self.disks.discard(bundle.upper_dir(sb.dir), bundle.disk_image(sb.dir))
+        try:
+            host.umount_tree(sb.dir)
+        except OSError:
+            log.exception("sandbox.umount_failed", sandbox_id=sb.id)
+        bundle.delete(sb.dir)
 
     def _prune_parent_cgroups(self) -> None:
         # crun creates /corral/<node> on each start; removing it while a start is between
