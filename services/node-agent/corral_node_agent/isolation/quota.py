@@ -66,6 +66,10 @@ TEMPLATES_KEPT = 32
 # idle disks of that size would hold too much of the host's disk).
 POOL_SIZES = 2
 POOL_MAX_MB = 4096
+# The pool refills this long after a disk was taken: not while the create that took it is
+# still running (its crun run would share the CPU with the refill).
+REFILL_DELAY_S = 0.2
+REFILL_WAIT_MAX_S = 2.0
 EXT4_IOC_SHUTDOWN = 0x8004587D
 EXT4_GOING_FLAGS_NOLOGFLUSH = 2
 SEEK_DATA, SEEK_HOLE = 3, 4
@@ -339,26 +343,40 @@ class _Pool:
             self._thread.start()
 
     def _refill(self) -> None:
-        while (size_mb := self._wanted.get()) is not None:
-            while not self._closed:
-                with self._lock:
-                    ready = self._ready.get(size_mb)
-                    if ready is None or len(ready) >= self.per_size:
-                        break
-                    self._serial += 1
-                    serial = self._serial
+        while (first := self._wanted.get()) is not None:
+            # Wait for a quiet moment (REFILL_DELAY_S without a take, at most REFILL_WAIT_MAX_S).
+            wanted, deadline = {first}, time.monotonic() + REFILL_WAIT_MAX_S
+            while (left := deadline - time.monotonic()) > 0:
                 try:
-                    disk = self._make(size_mb, serial)
-                except Exception as exc:  # noqa: BLE001 - a failed refill only means the next create makes its own disk
-                    log.warning("disk.pool_refill_failed", size_mb=size_mb, error=str(exc))
+                    size_mb = self._wanted.get(timeout=min(REFILL_DELAY_S, left))
+                except queue.Empty:
                     break
-                with self._lock:
-                    ready = self._ready.get(size_mb)
-                    if ready is not None and not self._closed:
-                        ready.append(disk)
-                        continue
-                self._remove(disk)  # the size was dropped (or the pool closed) meanwhile
-                break
+                if size_mb is None:
+                    return
+                wanted.add(size_mb)
+            for size_mb in wanted:
+                self._fill(size_mb)
+
+    def _fill(self, size_mb: int) -> None:
+        while not self._closed:
+            with self._lock:
+                ready = self._ready.get(size_mb)
+                if ready is None or len(ready) >= self.per_size:
+                    return
+                self._serial += 1
+                serial = self._serial
+            try:
+                disk = self._make(size_mb, serial)
+            except Exception as exc:  # noqa: BLE001 - a failed refill only means the next create makes its own disk
+                log.warning("disk.pool_refill_failed", size_mb=size_mb, error=str(exc))
+                return
+            with self._lock:
+                ready = self._ready.get(size_mb)
+                if ready is not None and not self._closed:
+                    ready.append(disk)
+                    continue
+            self._remove(disk)  # the size was dropped (or the pool closed) meanwhile
+            return
 
     def _make(self, size_mb: int, serial: int) -> UpperDisk:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
