@@ -22,7 +22,15 @@ from corral_node_agent.backends.vm.protocol import (
     ProtocolError,
     encode_frame,
 )
-from corral_node_agent.errors import BadInput, GuestKitMissing, GuestLost, GuestTimeout, NotFound, TooLarge
+from corral_node_agent.errors import (
+    BadInput,
+    DiskFull,
+    GuestKitMissing,
+    GuestLost,
+    GuestTimeout,
+    NotFound,
+    TooLarge,
+)
 from corral_node_agent.http_errors import http_error
 from tests.polling import until
 
@@ -154,7 +162,7 @@ def test_errno_answers_map_like_the_container_backend():
     assert "/home/user" == _error({"errno": errno.ENOTDIR, "at": 2}, parts).message.split(":")[0]
     assert isinstance(_error({"errno": errno.ELOOP, "at": 1}, parts), BadInput)
     assert isinstance(_error({"errno": errno.EISDIR, "at": 3}, parts), BadInput)
-    assert isinstance(_error({"errno": errno.ENOSPC}, parts), TooLarge)
+    assert isinstance(_error({"errno": errno.ENOSPC}, parts), DiskFull)
     assert isinstance(_error({"errno": errno.EINVAL, "message": "bad"}, None), BadInput)
 
 
