@@ -62,6 +62,15 @@ def register_judge(image_service_url: str, env: dict[str, str] | None = None) ->
                    check=True, capture_output=True, env=env)
 
 
+def _node_disk_mb(state: Path, nodes: int) -> str:
+    """Each node's share of the disk its sandboxes' disks live on (all nodes share state's
+    filesystem): 90% of what it has free, split evenly, unless CORRAL_NODE_DISK_CAPACITY_MB says."""
+    if os.environ.get("CORRAL_NODE_DISK_CAPACITY_MB"):
+        return os.environ["CORRAL_NODE_DISK_CAPACITY_MB"]
+    st = os.statvfs(state)
+    return str(int(st.f_bavail * st.f_frsize * 0.9 / max(nodes, 1)) // (1024 * 1024))
+
+
 def _secret(path: Path) -> str:
     if not path.exists():
         import secrets
@@ -139,6 +148,7 @@ def up(args: argparse.Namespace) -> dict:
         services[node_id] = (["corral_node_agent"], {
             "CORRAL_NODE_ID": node_id, "CORRAL_NODE_PORT": str(args.base_port + 100 + n),
             "CORRAL_NODE_STATE_DIR": str(state / "nodes" / node_id), **_node_capacity_env(args),
+            "CORRAL_NODE_DISK_CAPACITY_MB": _node_disk_mb(state, args.nodes),
         })
     urls = {}
     for name, (module, extra) in services.items():

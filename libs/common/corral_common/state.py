@@ -43,22 +43,25 @@ return {1, cur, who[1] or '', who[2] or ''}
 _RESERVE = """
 local existing = redis.call('GET', KEYS[3])
 if existing then return existing end
-local cap = redis.call('HMGET', KEYS[1], 'cpu_milli', 'memory_mb', 'max_sandboxes', 'heartbeat_at', 'pids')
+local cap = redis.call('HMGET', KEYS[1], 'cpu_milli', 'memory_mb', 'max_sandboxes', 'heartbeat_at', 'pids', 'disk_mb')
 if not cap[1] then return false end
 if tonumber(ARGV[5]) - tonumber(cap[4]) > tonumber(ARGV[6]) then return false end
-local used = redis.call('HMGET', KEYS[2], 'cpu_milli', 'memory_mb', 'sandboxes', 'pids')
+local used = redis.call('HMGET', KEYS[2], 'cpu_milli', 'memory_mb', 'sandboxes', 'pids', 'disk_mb')
 local ucpu = tonumber(used[1] or '0') + tonumber(ARGV[1])
 local umem = tonumber(used[2] or '0') + tonumber(ARGV[2])
 local usb = tonumber(used[3] or '0') + 1
 if ucpu > tonumber(cap[1]) or umem > tonumber(cap[2]) or usb > tonumber(cap[3]) then return false end
--- pids: nodes from before the node pids cap advertise none (no limit counted)
+-- pids and disk: counted only against nodes that advertise them (older agents did not)
 local upids = tonumber(used[4] or '0') + tonumber(ARGV[7])
 if cap[5] and upids > tonumber(cap[5]) then return false end
+local udisk = tonumber(used[5] or '0') + tonumber(ARGV[8])
+if cap[6] and udisk > tonumber(cap[6]) then return false end
 redis.call('HINCRBY', KEYS[2], 'cpu_milli', ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'memory_mb', ARGV[2])
 redis.call('HINCRBY', KEYS[2], 'sandboxes', 1)
 redis.call('HINCRBY', KEYS[2], 'pids', ARGV[7])
-local value = ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[7]
+redis.call('HINCRBY', KEYS[2], 'disk_mb', ARGV[8])
+local value = ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[7] .. '|' .. ARGV[8]
 redis.call('SET', KEYS[3], value)
 redis.call('SADD', KEYS[4], ARGV[3])
 return value
@@ -67,12 +70,14 @@ return value
 _RELEASE = """
 local existing = redis.call('GET', KEYS[1])
 if not existing then return 0 end
-local node, cpu, mem, pids = string.match(existing, '([^|]+)|([^|]+)|([^|]+)|?([^|]*)')
+local node, cpu, mem, pids, disk = string.match(existing, '^([^|]+)|([^|]+)|([^|]+)|?([^|]*)|?([^|]*)')
 local used = 'node:' .. node .. ':used'
 redis.call('HINCRBY', used, 'cpu_milli', -tonumber(cpu))
 redis.call('HINCRBY', used, 'memory_mb', -tonumber(mem))
 redis.call('HINCRBY', used, 'sandboxes', -1)
+-- reservations made before pids (and then disk) were counted have fewer fields
 if pids ~= '' then redis.call('HINCRBY', used, 'pids', -tonumber(pids)) end
+if disk ~= '' then redis.call('HINCRBY', used, 'disk_mb', -tonumber(disk)) end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', 'sb:node:' .. node, ARGV[1])
 return 1
@@ -144,6 +149,9 @@ class NodeInfo:
     backends: tuple[str, ...] = ("container",)
     accelerator: str = ""
     vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB
+    # Room for sandboxes' disks (disk_mb); None: a node from before disks were scheduled.
+    disk_mb: int | None = None
+    used_disk_mb: int = 0
 
     def reserved_memory_mb(self, spec: SandboxSpec) -> int:
         """What a sandbox of this spec takes from this node's memory."""
@@ -168,6 +176,10 @@ class NodeInfo:
     @property
     def free_sandboxes(self) -> int:
         return self.max_sandboxes - self.used_sandboxes
+
+    @property
+    def free_disk_mb(self) -> int | None:
+        return None if self.disk_mb is None else self.disk_mb - self.used_disk_mb
 
 
 def cpu_milli(cpu: float) -> int:
@@ -260,8 +272,10 @@ class StateStore:
 
     async def heartbeat(self, node_id: str, url: str, cpu_capacity: float, memory_mb: int, max_sandboxes: int, *,
                         backends: tuple[str, ...] | list[str] = ("container",), accelerator: str = "",
-                        vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB, pids: int | None = None) -> None:
-        """``pids``: tasks the node's sandboxes may take together (None: not counted)."""
+                        vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB, pids: int | None = None,
+                        disk_mb: int | None = None) -> None:
+        """``pids``: tasks the node's sandboxes may take together; ``disk_mb``: room for their
+        disks (None: not counted)."""
         now = time.time()  # (cpu_milli: a node left no cpu advertises 0, not cpu_milli()'s minimum of 1)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"node:{node_id}", mapping={
@@ -269,10 +283,11 @@ class StateStore:
                 "max_sandboxes": max_sandboxes, "heartbeat_at": repr(now), "backends": ",".join(backends),
                 "accelerator": accelerator, "vm_memory_overhead_mb": vm_memory_overhead_mb,
             })
-            if pids is not None:
-                pipe.hset(f"node:{node_id}", "pids", pids)
-            else:
-                pipe.hdel(f"node:{node_id}", "pids")
+            for field, value in (("pids", pids), ("disk_mb", disk_mb)):
+                if value is not None:
+                    pipe.hset(f"node:{node_id}", field, value)
+                else:
+                    pipe.hdel(f"node:{node_id}", field)
             pipe.zadd("nodes", {node_id: now})
             await pipe.execute()
 
@@ -297,6 +312,8 @@ class StateStore:
                 accelerator=info.get("accelerator", ""),
                 vm_memory_overhead_mb=int(info.get("vm_memory_overhead_mb") or DEFAULT_VM_MEMORY_OVERHEAD_MB),
                 pids=int(info["pids"]) if info.get("pids") else None, used_pids=int(used.get("pids", 0)),
+                disk_mb=int(info["disk_mb"]) if info.get("disk_mb") else None,
+                used_disk_mb=int(used.get("disk_mb", 0)),
             ))
         return nodes
 
@@ -322,11 +339,12 @@ class StateStore:
                       memory_mb: int | None = None) -> str | None:
         """Atomically take capacity on a node; idempotent per sandbox. Returns the node holding it.
         ``memory_mb`` is what the sandbox costs the host (NodeInfo.reserved_memory_mb), by
-        default the spec's memory; its pids are ``reserved_pids`` (counted where the node caps pids)."""
+        default the spec's memory; its pids are ``reserved_pids`` and its disk ``disk_mb`` (each counted where the node
+        advertises it)."""
         value = await self._reserve(
             keys=[f"node:{node_id}", f"node:{node_id}:used", f"resv:{sandbox_id}", f"sb:node:{node_id}"],
             args=[cpu_milli(spec.cpu), spec.memory_mb if memory_mb is None else memory_mb, sandbox_id, node_id,
-                  repr(time.time()), timeout_s, reserved_pids(spec.backend, spec.pids_limit)],
+                  repr(time.time()), timeout_s, reserved_pids(spec.backend, spec.pids_limit), spec.disk_mb],
         )
         return value.split("|", 1)[0] if value else None
 

@@ -85,6 +85,27 @@ async def test_too_big_for_any_node_fails_unschedulable(plane):
     assert record.state is SandboxState.failed and record.reason == "unschedulable"
 
 
+async def test_disk_is_placed_where_there_is_room_for_it(plane):
+    store, bus, placer = plane
+    small, big = f"ns-{uuid.uuid4().hex[:4]}", f"nb-{uuid.uuid4().hex[:4]}"
+    await store.heartbeat(small, "http://s", 64, 100_000, 100, disk_mb=2_000)
+    await store.heartbeat(big, "http://b", 4, 1000, 10, disk_mb=50_000)  # fuller by cpu/memory shares
+    places = await listen_places(bus, [small, big])
+    event = await request(store, SandboxSpec(environment="e", memory_mb=64, disk_mb=20_000))
+    await placer.handle(event)
+    assert (await asyncio.wait_for(places.get(), 10)).node_id == big
+    assert (await store.get_node(big)).used_disk_mb == 20_000
+
+
+async def test_a_disk_larger_than_any_node_fails_unschedulable(plane):
+    store, bus, placer = plane
+    await store.heartbeat(f"n-{uuid.uuid4().hex[:4]}", "http://n", 64, 100_000, 100, disk_mb=2_000)
+    event = await request(store, SandboxSpec(environment="e", memory_mb=64, disk_mb=4_000))
+    await placer.handle(event)
+    record = await store.get_sandbox(event.sandbox_id)
+    assert record.state is SandboxState.failed and record.reason == "unschedulable"
+
+
 async def test_deleted_before_placement_is_not_placed(plane):
     store, bus, placer = plane
     node = f"n-{uuid.uuid4().hex[:4]}"

@@ -107,3 +107,22 @@ def test_pids_count_in_the_load_spread_ranks_by():
     spec = SandboxSpec(environment="e", cpu=1, memory_mb=64, pids_limit=64)
     forky, quiet = pids_node("a", 1000, used_pids=900), pids_node("b", 1000, used_pids=100, used_mem=1024)
     assert [n.node_id for n in rank_nodes([forky, quiet], spec)] == ["b", "a"]
+
+
+def disk_node(node_id, disk, used_disk=0):
+    n = node(node_id)
+    n.disk_mb, n.used_disk_mb = disk, used_disk
+    return n
+
+
+def test_disk_is_a_resource_like_the_others():
+    spec = SandboxSpec(environment="e", cpu=1, memory_mb=256, disk_mb=4096)
+    assert fits(disk_node("a", 8192, used_disk=4096), spec)
+    assert not fits(disk_node("a", 8192, used_disk=4097), spec)
+    assert could_ever_fit(disk_node("a", 8192, used_disk=8192), spec)
+    assert not could_ever_fit(disk_node("a", 4095), spec)
+    # A node from before disks were scheduled advertises none: disk does not bound it.
+    assert fits(node("old"), spec) and could_ever_fit(node("old"), spec)
+    # The fuller disk makes the fuller node.
+    assert [n.node_id for n in rank_nodes([disk_node("a", 10_000, 5000), disk_node("b", 10_000, 1000)], spec)] == [
+        "b", "a"]

@@ -190,7 +190,8 @@ class NodeEvents:
         s, cap = self.settings, self.capacity
         await self.store.heartbeat(self.node_id, f"http://{s.host}:{s.port}", cap.cpu, cap.memory_mb, s.max_sandboxes,
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
-                                   vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids)
+                                   vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
+                                   disk_mb=s.disk_capacity_mb)
 
     async def heartbeat_forever(self) -> None:
         while True:

@@ -22,7 +22,15 @@ from corral_node_agent.backends.vm.protocol import (
     ProtocolError,
     encode_frame,
 )
-from corral_node_agent.errors import BadInput, GuestKitMissing, GuestLost, GuestTimeout, NotFound, TooLarge
+from corral_node_agent.errors import (
+    BadInput,
+    DiskFull,
+    GuestKitMissing,
+    GuestLost,
+    GuestTimeout,
+    NotFound,
+    TooLarge,
+)
 from corral_node_agent.http_errors import http_error
 from tests.polling import until
 
@@ -93,11 +101,13 @@ def test_kernel_cmdline_carries_the_init_contract_and_tcg_settings():
             "initcall_blacklist=crypto_kdf108_init"} <= set(args)
     kvm = guestkit.kernel_cmdline(lowers=["vd:l0"], upper_mb=64, hostname="x", tcg=False, console="hvc0")
     assert "tsc_early_khz=2300000" not in kvm and "corral.tty=1" not in kvm and "console=hvc0" in kvm
+    on_disk = guestkit.kernel_cmdline(lowers=["vd:l0"], upper_disk="upper", hostname="x").split()
+    assert "corral.upper=vd:upper" in on_disk and not any(a.startswith("corral.upper_mb=") for a in on_disk)
 
 
 @pytest.mark.parametrize("kwargs", [
     {"lowers": []}, {"lowers": ["sda"]}, {"lowers": ["vd:a b"]}, {"hostname": "bad name"},
-    {"hostname": "-x"}, {"upper_mb": 0},
+    {"hostname": "-x"}, {"upper_mb": 0}, {"upper_mb": None}, {"upper_disk": "upper"}, {"upper_mb": None, "upper_disk": "a b"},
 ])
 def test_kernel_cmdline_rejects_what_init_cannot_parse(kwargs):
     args = {"lowers": ["vd:l0"], "upper_mb": 64, "hostname": "ok", **kwargs}
@@ -152,7 +162,7 @@ def test_errno_answers_map_like_the_container_backend():
     assert "/home/user" == _error({"errno": errno.ENOTDIR, "at": 2}, parts).message.split(":")[0]
     assert isinstance(_error({"errno": errno.ELOOP, "at": 1}, parts), BadInput)
     assert isinstance(_error({"errno": errno.EISDIR, "at": 3}, parts), BadInput)
-    assert isinstance(_error({"errno": errno.ENOSPC}, parts), TooLarge)
+    assert isinstance(_error({"errno": errno.ENOSPC}, parts), DiskFull)
     assert isinstance(_error({"errno": errno.EINVAL, "message": "bad"}, None), BadInput)
 
 

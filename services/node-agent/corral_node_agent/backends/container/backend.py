@@ -39,6 +39,7 @@ from corral_node_agent.errors import (
     StartFailed,
 )
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
+from corral_node_agent.isolation.quota import UpperDisks
 from corral_node_agent.isolation.seccomp import SyscallFilter
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -82,6 +83,8 @@ class ContainerBackend(SandboxBackend):
         self.crun_root = f"{self.state_dir}/crun"
         self.crun = Crun(settings.crun, self.crun_root)
         self.sandboxes_dir = f"{self.state_dir}/sandboxes"
+        self.disks = UpperDisks(f"{self.state_dir}/upper-disks", preallocate=settings.disk_preallocate,
+                                pool=settings.disk_pool)
         self.on_exit = None
         self._sandboxes: dict[str, _Sandbox] = {}
         self._finished = FinishedUsage()
@@ -155,8 +158,8 @@ class ContainerBackend(SandboxBackend):
                                   with_swap_limit=self.cgroups.swap_limit,
                                   seccomp_bpf=self._seccomp_program(sb.policy.syscalls))
         identity = sb.policy.identity
-        bundle.create(sb.dir, sb.spec, lower_dirs, config, disk_mb=sb.policy.disk.size_mb, uid=identity.host_uid,
-                      gid=identity.host_gid)
+        bundle.create(sb.dir, sb.spec, lower_dirs, config, disks=self.disks, quota=sb.policy.disk,
+                      uid=identity.host_uid, gid=identity.host_gid)
 
     async def _run_init(self, sb: _Sandbox) -> None:
         try:
@@ -214,6 +217,7 @@ class ContainerBackend(SandboxBackend):
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         self._prune_parent_cgroups()
+        await asyncio.to_thread(self.disks.close)
 
     async def _end_on_own(self, sb: _Sandbox, reason: ExitReason) -> None:
         async with sb.lock:
@@ -306,16 +310,21 @@ class ContainerBackend(SandboxBackend):
         rc, out = await self.crun.delete(sb.id)
         if rc != 0 and "does not exist" not in out and "not found" not in out.lower():
             log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
-        try:
-            host.umount_tree(sb.dir)
-        except OSError:
-            log.exception("sandbox.umount_failed", sandbox_id=sb.id)
-        bundle.delete(sb.dir)
+        # Unmounting and deleting a disk is milliseconds of I/O: not on the event loop.
+        await asyncio.to_thread(self._remove_bundle, sb)
         sb.cgroup.remove()
         sb.usage = usage
         self._sandboxes.pop(sb.id, None)
         self._finished.add(sb.id, usage)
         return usage
+
+    def _remove_bundle(self, sb: _Sandbox) -> None:
+        self.disks.discard(bundle.upper_dir(sb.dir), bundle.disk_image(sb.dir))
+        try:
+            host.umount_tree(sb.dir)
+        except OSError:
+            log.exception("sandbox.umount_failed", sandbox_id=sb.id)
+        bundle.delete(sb.dir)
 
     def _prune_parent_cgroups(self) -> None:
         # The node's cgroup holds its caps (cgroups/node.py) while the agent runs, so it is

@@ -32,7 +32,15 @@ from corral_node_agent.backends.vm.protocol import (
     encode_frame,
     unb64,
 )
-from corral_node_agent.errors import BadInput, GuestAgentError, GuestLost, GuestTimeout, NodeAgentError, TooLarge
+from corral_node_agent.errors import (
+    BadInput,
+    DiskFull,
+    GuestAgentError,
+    GuestLost,
+    GuestTimeout,
+    NodeAgentError,
+    TooLarge,
+)
 from corral_node_agent.output import OutputEncoder, encode_output
 
 log = get_logger(__name__)
@@ -449,7 +457,7 @@ def _error(msg: dict[str, Any], parts: list[str] | None) -> Exception:
     err = int(msg.get("errno") or 0)
     text = str(msg.get("message") or os.strerror(err))
     if err in (errno_mod.ENOSPC, errno_mod.EDQUOT):
-        return TooLarge("sandbox disk is full (disk_mb)", loc=["body"])
+        return DiskFull(paths.DISK_FULL, loc=["body"])
     at = msg.get("at")
     if parts is not None and at is not None:
         mapped = paths.os_error(OSError(err, text), parts[:int(at)])
