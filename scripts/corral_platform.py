@@ -43,6 +43,15 @@ def _env(args: argparse.Namespace, state: Path, redis_url: str, amqp_url: str) -
     return env
 
 
+def _node_capacity_env(args: argparse.Namespace) -> dict[str, str]:
+    """The nodes split this host: each claims 1/N of it (docs/architecture.md, "Capacity"),
+    unless the caller's environment sets a share itself; --cpu-overcommit sets the ratio."""
+    env = {} if "CORRAL_NODE_HOST_SHARE" in os.environ else {"CORRAL_NODE_HOST_SHARE": repr(1 / args.nodes)}
+    if args.cpu_overcommit:
+        env["CORRAL_NODE_CPU_OVERCOMMIT"] = str(args.cpu_overcommit)
+    return env
+
+
 def register_judge(image_service_url: str, env: dict[str, str] | None = None) -> None:
     """Register the locally built judge tree (the fncall runtimes' root) as environment "judge"."""
     from corral_image_service.builders.judge import default_rootfs_dir
@@ -51,6 +60,15 @@ def register_judge(image_service_url: str, env: dict[str, str] | None = None) ->
     subprocess.run([PYTHON, "-m", "corral_image_service.cli", "build-base", "judge", "--name", "judge", "--version",
                     "1", "--url", image_service_url, "--work-dir", str(work_dir)],
                    check=True, capture_output=True, env=env)
+
+
+def _node_disk_mb(state: Path, nodes: int) -> str:
+    """Each node's share of the disk its sandboxes' disks live on (all nodes share state's
+    filesystem): 90% of what it has free, split evenly, unless CORRAL_NODE_DISK_CAPACITY_MB says."""
+    if os.environ.get("CORRAL_NODE_DISK_CAPACITY_MB"):
+        return os.environ["CORRAL_NODE_DISK_CAPACITY_MB"]
+    st = os.statvfs(state)
+    return str(int(st.f_bavail * st.f_frsize * 0.9 / max(nodes, 1)) // (1024 * 1024))
 
 
 def _secret(path: Path) -> str:
@@ -129,7 +147,8 @@ def up(args: argparse.Namespace) -> dict:
         node_id = f"node-{n}"
         services[node_id] = (["corral_node_agent"], {
             "CORRAL_NODE_ID": node_id, "CORRAL_NODE_PORT": str(args.base_port + 100 + n),
-            "CORRAL_NODE_STATE_DIR": str(state / "nodes" / node_id),
+            "CORRAL_NODE_STATE_DIR": str(state / "nodes" / node_id), **_node_capacity_env(args),
+            "CORRAL_NODE_DISK_CAPACITY_MB": _node_disk_mb(state, args.nodes),
         })
     urls = {}
     for name, (module, extra) in services.items():
@@ -204,6 +223,8 @@ def main() -> None:
     parser.add_argument("--extra-api-key", action="append", default=[], metavar="TENANT:KEY",
                         help="another tenant's key (repeatable)")
     parser.add_argument("--heartbeat-timeout", type=float, default=10.0)
+    parser.add_argument("--cpu-overcommit", type=float, default=0.0,
+                        help="one-core sandboxes per core of a node's share (default: the node-agent's, 8)")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--with-debian", action="store_true", help="also build a Debian+python3 base (debootstrap)")
     args = parser.parse_args()

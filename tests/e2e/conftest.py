@@ -76,8 +76,11 @@ def platform(service_urls, tmp_path_factory):
         env["CORRAL_NODE_QEMU"] = "/nonexistent/qemu-disabled-for-e2e"
     cmd = [sys.executable, str(ROOT / "scripts/corral_platform.py"), "--state-dir", str(state),
            "--redis-url", service_urls["redis_url"], "--amqp-url", service_urls["amqp_url"]]
+    # The two nodes split this host (half each); the suite holds twenty idle one-core sandboxes
+    # at once, so on a 2-core machine each node's one core takes 16 (the default ratio is 8).
     up = subprocess.run([*cmd[:2], "up", *cmd[2:], "--nodes", "2", "--base-port", str(base_port),
-                         "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S), "--extra-api-key", f"other:{OTHER_TENANT_KEY}"],
+                         "--cpu-overcommit", "16", "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S),
+                         "--extra-api-key", f"other:{OTHER_TENANT_KEY}"],
                         env=env, capture_output=True, text=True)
     if up.returncode != 0:
         logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in (state / "logs").glob("*.log"))

@@ -59,9 +59,11 @@ async def test_one_trace_from_api_to_node_agent(redis_url, amqp_url, tmp_path):
                                  keys="tracing:tracing-key-1"))
     scheduler = create_scheduler(SchedulerSettings(**common))
     # Eager layers: image-service shares this test's event loop, so a lazy (FUSE) read issued
-    # from that loop could only be answered by the loop it blocks.
+    # from that loop could only be answered by the loop it blocks. A capacity registry of its
+    # own: in the host's, this node would compete with the agents of a platform running here.
     node = create_node(NodeAgentSettings(**common, node_id="trace-node", state_dir=str(tmp_path / "node"),
-                                         port=free_port(), layer_mode="eager"))
+                                         port=free_port(), layer_mode="eager",
+                                         capacity_registry_dir=str(tmp_path / "capacity")))
     try:
         await until(lambda: images.started, what="image-service started", interval_s=0.01)
         root = build_busybox(tmp_path / "rootfs")

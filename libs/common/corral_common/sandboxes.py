@@ -68,6 +68,17 @@ def reserved_memory_mb(backend: str, memory_mb: int, vm_overhead_mb: int = DEFAU
     return memory_mb + (vm_overhead_mb if backend in VM_BACKENDS else 0)
 
 
+# A VM's cgroup holds QEMU, whose own threads (I/O workers, vCPUs, RCU...) count against
+# its pids limit; the guest's processes do not (they are the guest kernel's).
+VM_PIDS_LIMIT = 512
+
+
+def reserved_pids(backend: str, pids_limit: int) -> int:
+    """Host tasks (processes + threads) a sandbox may take from its node's pids cap: the
+    scheduler reserves this much, so the sandboxes of a node never add up past its cap."""
+    return VM_PIDS_LIMIT if backend in VM_BACKENDS else pids_limit
+
+
 def resolve_backend(backend: str, *, isolation: str = "container", display: bool = False,
                     disk_image: str | None = None) -> ConcreteBackend:
     """The sandbox kind a request gets. ``auto`` picks the lightest kind that can do the job:

@@ -20,6 +20,7 @@ from corral_common.sandboxes import (
     SandboxState,
     Usage,
     reserved_memory_mb,
+    reserved_pids,
 )
 
 # Terminal records stay readable in Redis this long; SQL keeps them for good.
@@ -42,18 +43,25 @@ return {1, cur, who[1] or '', who[2] or ''}
 _RESERVE = """
 local existing = redis.call('GET', KEYS[3])
 if existing then return existing end
-local cap = redis.call('HMGET', KEYS[1], 'cpu_milli', 'memory_mb', 'max_sandboxes', 'heartbeat_at')
+local cap = redis.call('HMGET', KEYS[1], 'cpu_milli', 'memory_mb', 'max_sandboxes', 'heartbeat_at', 'pids', 'disk_mb')
 if not cap[1] then return false end
 if tonumber(ARGV[5]) - tonumber(cap[4]) > tonumber(ARGV[6]) then return false end
-local used = redis.call('HMGET', KEYS[2], 'cpu_milli', 'memory_mb', 'sandboxes')
+local used = redis.call('HMGET', KEYS[2], 'cpu_milli', 'memory_mb', 'sandboxes', 'pids', 'disk_mb')
 local ucpu = tonumber(used[1] or '0') + tonumber(ARGV[1])
 local umem = tonumber(used[2] or '0') + tonumber(ARGV[2])
 local usb = tonumber(used[3] or '0') + 1
 if ucpu > tonumber(cap[1]) or umem > tonumber(cap[2]) or usb > tonumber(cap[3]) then return false end
+-- pids and disk: counted only against nodes that advertise them (older agents did not)
+local upids = tonumber(used[4] or '0') + tonumber(ARGV[7])
+if cap[5] and upids > tonumber(cap[5]) then return false end
+local udisk = tonumber(used[5] or '0') + tonumber(ARGV[8])
+if cap[6] and udisk > tonumber(cap[6]) then return false end
 redis.call('HINCRBY', KEYS[2], 'cpu_milli', ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'memory_mb', ARGV[2])
 redis.call('HINCRBY', KEYS[2], 'sandboxes', 1)
-local value = ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[2]
+redis.call('HINCRBY', KEYS[2], 'pids', ARGV[7])
+redis.call('HINCRBY', KEYS[2], 'disk_mb', ARGV[8])
+local value = ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[7] .. '|' .. ARGV[8]
 redis.call('SET', KEYS[3], value)
 redis.call('SADD', KEYS[4], ARGV[3])
 return value
@@ -62,11 +70,14 @@ return value
 _RELEASE = """
 local existing = redis.call('GET', KEYS[1])
 if not existing then return 0 end
-local node, cpu, mem = string.match(existing, '([^|]+)|([^|]+)|([^|]+)')
+local node, cpu, mem, pids, disk = string.match(existing, '^([^|]+)|([^|]+)|([^|]+)|?([^|]*)|?([^|]*)')
 local used = 'node:' .. node .. ':used'
 redis.call('HINCRBY', used, 'cpu_milli', -tonumber(cpu))
 redis.call('HINCRBY', used, 'memory_mb', -tonumber(mem))
 redis.call('HINCRBY', used, 'sandboxes', -1)
+-- reservations made before pids (and then disk) were counted have fewer fields
+if pids ~= '' then redis.call('HINCRBY', used, 'pids', -tonumber(pids)) end
+if disk ~= '' then redis.call('HINCRBY', used, 'disk_mb', -tonumber(disk)) end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', 'sb:node:' .. node, ARGV[1])
 return 1
@@ -130,14 +141,29 @@ class NodeInfo:
     used_cpu_milli: int = 0
     used_memory_mb: int = 0
     used_sandboxes: int = 0
+    # Tasks the node's sandboxes may take together (its cgroup pids cap less what its fncall
+    # workers may use); None: a node from before the cap, nothing counted.
+    pids: int | None = None
+    used_pids: int = 0
     # Sandbox kinds the node can run; nodes from before VM backends advertised none.
     backends: tuple[str, ...] = ("container",)
     accelerator: str = ""
     vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB
+    # Room for sandboxes' disks (disk_mb); None: a node from before disks were scheduled.
+    disk_mb: int | None = None
+    used_disk_mb: int = 0
 
     def reserved_memory_mb(self, spec: SandboxSpec) -> int:
         """What a sandbox of this spec takes from this node's memory."""
         return reserved_memory_mb(spec.backend, spec.memory_mb, self.vm_memory_overhead_mb)
+
+    def reserved_pids(self, spec: SandboxSpec) -> int:
+        return reserved_pids(spec.backend, spec.pids_limit)
+
+    @property
+    def free_pids(self) -> int | None:
+        """None: the node counts no pids (it predates the node pids cap)."""
+        return None if self.pids is None else self.pids - self.used_pids
 
     @property
     def free_cpu_milli(self) -> int:
@@ -150,6 +176,10 @@ class NodeInfo:
     @property
     def free_sandboxes(self) -> int:
         return self.max_sandboxes - self.used_sandboxes
+
+    @property
+    def free_disk_mb(self) -> int | None:
+        return None if self.disk_mb is None else self.disk_mb - self.used_disk_mb
 
 
 def cpu_milli(cpu: float) -> int:
@@ -242,14 +272,22 @@ class StateStore:
 
     async def heartbeat(self, node_id: str, url: str, cpu_capacity: float, memory_mb: int, max_sandboxes: int, *,
                         backends: tuple[str, ...] | list[str] = ("container",), accelerator: str = "",
-                        vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB) -> None:
-        now = time.time()
+                        vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB, pids: int | None = None,
+                        disk_mb: int | None = None) -> None:
+        """``pids``: tasks the node's sandboxes may take together; ``disk_mb``: room for their
+        disks (None: not counted)."""
+        now = time.time()  # (cpu_milli: a node left no cpu advertises 0, not cpu_milli()'s minimum of 1)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"node:{node_id}", mapping={
-                "node_id": node_id, "url": url, "cpu_milli": cpu_milli(cpu_capacity), "memory_mb": memory_mb,
+                "node_id": node_id, "url": url, "cpu_milli": int(round(cpu_capacity * 1000)), "memory_mb": memory_mb,
                 "max_sandboxes": max_sandboxes, "heartbeat_at": repr(now), "backends": ",".join(backends),
                 "accelerator": accelerator, "vm_memory_overhead_mb": vm_memory_overhead_mb,
             })
+            for field, value in (("pids", pids), ("disk_mb", disk_mb)):
+                if value is not None:
+                    pipe.hset(f"node:{node_id}", field, value)
+                else:
+                    pipe.hdel(f"node:{node_id}", field)
             pipe.zadd("nodes", {node_id: now})
             await pipe.execute()
 
@@ -273,6 +311,9 @@ class StateStore:
                 backends=tuple(info["backends"].split(",")) if info.get("backends") else ("container",),
                 accelerator=info.get("accelerator", ""),
                 vm_memory_overhead_mb=int(info.get("vm_memory_overhead_mb") or DEFAULT_VM_MEMORY_OVERHEAD_MB),
+                pids=int(info["pids"]) if info.get("pids") else None, used_pids=int(used.get("pids", 0)),
+                disk_mb=int(info["disk_mb"]) if info.get("disk_mb") else None,
+                used_disk_mb=int(used.get("disk_mb", 0)),
             ))
         return nodes
 
@@ -298,11 +339,12 @@ class StateStore:
                       memory_mb: int | None = None) -> str | None:
         """Atomically take capacity on a node; idempotent per sandbox. Returns the node holding it.
         ``memory_mb`` is what the sandbox costs the host (NodeInfo.reserved_memory_mb), by
-        default the spec's memory."""
+        default the spec's memory; its pids are ``reserved_pids`` and its disk ``disk_mb`` (each counted where the node
+        advertises it)."""
         value = await self._reserve(
             keys=[f"node:{node_id}", f"node:{node_id}:used", f"resv:{sandbox_id}", f"sb:node:{node_id}"],
             args=[cpu_milli(spec.cpu), spec.memory_mb if memory_mb is None else memory_mb, sandbox_id, node_id,
-                  repr(time.time()), timeout_s],
+                  repr(time.time()), timeout_s, reserved_pids(spec.backend, spec.pids_limit), spec.disk_mb],
         )
         return value.split("|", 1)[0] if value else None
 

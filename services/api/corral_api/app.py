@@ -15,6 +15,7 @@ from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.router import router as rollouts_router
 from corral_api.rollouts.service import RolloutService
+from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.node_client import NodeClient
 from corral_api.sandboxes.repository import HistoryRepository
@@ -64,7 +65,9 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.node_client = node_client
         snapshot_rows = SnapshotRepository(engine)
         app.state.sandboxes = SandboxService(store, bus, history, waiters, EnvironmentCatalog(images),
-                                             settings.max_wait_s, snapshots=snapshot_rows)
+                                             settings.max_wait_s, snapshots=snapshot_rows,
+                                             ceilings=NodeCeilings(store, settings.heartbeat_timeout_s,
+                                                                   max_disk_mb=settings.max_disk_mb))
         app.state.data_path = SandboxDataPath(app.state.sandboxes, node_client)
         app.state.snapshots = SnapshotService(snapshot_rows, app.state.sandboxes, node_client)
         app.state.rollouts = RolloutService(

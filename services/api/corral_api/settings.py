@@ -24,6 +24,8 @@ class ApiSettings(PrefixedServiceSettings):
     # Bootstrap keys, "tenant:key,tenant2:key2". Stored hashed in SQL at start.
     keys: str = ""
     max_upload_mb: int = 100
+    # The largest disk_mb a sandbox may ask for (0: as large as the largest live node holds).
+    max_disk_mb: int = 0
     # Longest a client may block on ?wait_for=.
     max_wait_s: float = 300.0
     # Rollouts: pause a rollout's sandbox after this idle time (0: never), release it after

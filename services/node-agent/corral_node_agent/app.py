@@ -11,6 +11,9 @@ from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, nod
 from corral_common.logging import configure_logging
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_node_agent import capacity as node_capacity
+from corral_node_agent.cgroups import node as node_cgroup
+from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
 from corral_node_agent.http_errors import install_node_error_handlers
@@ -33,29 +36,38 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
             watcher.attach_loop(asyncio.get_running_loop())
             asyncio.set_child_watcher(watcher)
         setup_tracing("corral-node-agent", settings.otel_exporter_otlp_endpoint)
-        # crun containers always; microvm and vm where QEMU is installed.
-        manager = build_manager(settings)
-        # Sandboxes a previous run of this agent left running are re-adopted, not killed.
-        await manager.start(adopt=settings.adopt_on_start)
-        store = StateStore.from_url(settings.redis_url)
-        bus = await EventBus(settings.amqp_url).connect()
-        events = NodeEvents(settings, store, bus, manager)
-        app.state.settings, app.state.manager, app.state.events = settings, manager, events
-        # Heartbeat before consuming so the scheduler sees us as soon as we take work.
-        await events.heartbeat_once()
-        await events.reconcile()
-        node = settings.node_id
-        await bus.consume(node_queue_name(node, "place"), [node_routing_key(node, "place")], SandboxPlace,
-                          events.on_place, prefetch=32)
-        await bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
-                          events.on_stop, prefetch=64)
-        heartbeat = asyncio.create_task(events.heartbeat_forever())
+        # This node's share of the host, claimed against the other agents on it.
+        capacity, claim = node_capacity.claim(settings)
         try:
-            yield
+            # crun containers always; microvm and vm where QEMU is installed.
+            manager = build_manager(settings)
+            # Sandboxes a previous run of this agent left running are re-adopted, not killed.
+            await manager.start(adopt=settings.adopt_on_start)
+            # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
+            node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
+            store = StateStore.from_url(settings.redis_url)
+            bus = await EventBus(settings.amqp_url).connect()
+            events = NodeEvents(settings, store, bus, manager, capacity)
+            app.state.settings, app.state.manager, app.state.events = settings, manager, events
+            app.state.capacity = capacity
+            # Heartbeat before consuming so the scheduler sees us as soon as we take work.
+            await events.heartbeat_once()
+            await events.reconcile()
+            node = settings.node_id
+            await bus.consume(node_queue_name(node, "place"), [node_routing_key(node, "place")], SandboxPlace,
+                              events.on_place, prefetch=32)
+            await bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
+                              events.on_stop, prefetch=64)
+            heartbeat = asyncio.create_task(events.heartbeat_forever())
+            try:
+                yield
+            finally:
+                heartbeat.cancel()
+                await bus.close()
+                await store.close()
+                node_cgroup.release(cgroup_driver(), settings.node_id)
         finally:
-            heartbeat.cancel()
-            await bus.close()
-            await store.close()
+            claim.release()  # the claim file stays while sandboxes left to re-adopt run
 
     app = FastAPI(title=f"Corral node-agent {settings.node_id}", lifespan=lifespan)
     install_node_error_handlers(app)
@@ -75,7 +87,10 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
 
 async def cleanup(settings: NodeAgentSettings) -> None:
     """Remove every container, mount and cgroup a (stopped) agent with these settings left."""
-    await build_manager(settings).start()
+    from corral_node_agent.fncall.service import instance_of, remove_cgroups
+
+    remove_cgroups(node_cgroup.fncall_cgroup_path(settings.node_id, instance_of(settings.state_dir)))
+    await build_manager(settings).start()  # the node's cgroup goes too, once empty
 
 
 def main(argv: list[str] | None = None) -> None:

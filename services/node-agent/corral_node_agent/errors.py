@@ -33,6 +33,10 @@ class TooLarge(NodeAgentError):
     """An upload or stdin over its cap, or a sandbox disk that is full."""
 
 
+class DiskFull(TooLarge):
+    """The sandbox's disk (disk_mb) has no room left for what was written."""
+
+
 class Conflict(NodeAgentError):
     """The sandbox's state does not allow this now."""
 

@@ -13,6 +13,7 @@ CLONE_NEWNS = 0x00020000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_MOVE = 8192
 MS_BIND = 4096
 MS_REC = 16384
 MS_SLAVE = 1 << 19
@@ -24,6 +25,7 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.unshare.argtypes = [ctypes.c_int]
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
 def _raise(path: str, what: str) -> None:
@@ -94,6 +96,11 @@ def mount_overlay(lowers: list[str], upper: str, work: str, target: str) -> None
     _mount("overlay", os.path.abspath(target), "overlay", 0, opts)
 
 
+def move_mount(source: str, target: str) -> None:
+    """Move the mount at source (with everything under it) to target."""
+    _mount(os.path.abspath(source), os.path.abspath(target), None, MS_MOVE, None)
+
+
 def bind_mount(source: str, target: str) -> None:
     """Make source's tree also appear at target (same filesystem, same mount flags)."""
     _mount(source, target, None, MS_BIND, None)
@@ -101,6 +108,20 @@ def bind_mount(source: str, target: str) -> None:
 
 def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:
     _mount("tmpfs", os.path.abspath(target), "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(size_mb)}m,mode={mode:o}")
+
+
+def mount_ext4(device: str, target: str, options: str = "", *, readonly: bool = False) -> None:
+    """An ext4 filesystem on a block device (a sandbox's disk on its loop device), nosuid/nodev."""
+    flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if readonly else 0)
+    _mount(device, os.path.abspath(target), "ext4", flags, options or None)
+
+
+def fallocate(fd: int, length: int) -> None:
+    """Reserve length bytes for the file (fallocate(2) mode 0: unwritten extents, reading as
+    zeros). Unlike posix_fallocate it never falls back to writing zeros: EOPNOTSUPP instead."""
+    if _libc.fallocate(fd, 0, ctypes.c_int64(0), ctypes.c_int64(length)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"fallocate: {os.strerror(err)}")
 
 
 def umount(target: str, lazy: bool = True) -> bool:

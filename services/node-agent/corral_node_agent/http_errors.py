@@ -24,6 +24,7 @@ HTTP_ERRORS: dict[type[errors.NodeAgentError], tuple[int, str]] = {
     errors.SandboxNotRunning: (409, "sandbox_not_running"),
     errors.Unsupported: (409, "unsupported_by_backend"),
     errors.TooLarge: (413, "payload_too_large"),
+    errors.DiskFull: (507, "disk_full"),
     errors.GuestAgentError: (500, "guest_agent_error"),
     errors.ImageUnavailable: (502, "image_unavailable"),
     errors.GuestLost: (502, "guest_agent_lost"),

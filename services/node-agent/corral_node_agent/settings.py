@@ -21,20 +21,13 @@ from corral_common.settings import PrefixedServiceSettings
 from corral_node_agent.fncall.settings import FncallNodeSettings
 
 
-def _default_cpu_capacity() -> float:
-    # Sandboxes idle most of the time (agents think between commands), so CPU is overcommitted.
-    return float((os.cpu_count() or 1) * 8)
-
-
-def _default_memory_capacity_mb() -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(int(line.split()[1]) / 1024 * 0.9)
-    except OSError:
-        pass
-    return 1024
+def _default_disk_capacity_mb(state_dir: str) -> int:
+    """90% of what the filesystem holding state_dir (or its nearest existing parent) has free."""
+    path = os.path.abspath(state_dir)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    st = os.statvfs(path)
+    return int(st.f_bavail * st.f_frsize * 0.9) // (1024 * 1024)
 
 
 class LayerSettings(BaseModel):
@@ -65,8 +58,33 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Empty means /var/lib/corral/<node_id>, so two agents on one host never share state.
     state_dir: str = ""
     crun: str = "crun"
-    cpu_capacity: float = Field(default_factory=_default_cpu_capacity)
-    memory_capacity_mb: int = Field(default_factory=_default_memory_capacity_mb)
+    # Capacity (docs/architecture.md, "Capacity"): the cores of its host this node takes. Unset:
+    # host_share of them. Never more than the other agents on the host left free (see
+    # capacity_registry_dir): a claim beyond that is clamped, and logged.
+    cpu_capacity: float | None = Field(None, gt=0)
+    # MiB of the host's RAM this node takes (its cgroup's memory cap). Unset: host_share of RAM
+    # less system_reserved_memory_mb.
+    memory_capacity_mb: int | None = Field(None, gt=0)
+    # Tasks (processes + threads) its sandboxes, VMs and fncall workers may hold together (its
+    # cgroup's pids.max). Unset: host_share of min(kernel.pid_max, kernel.threads-max) less
+    # system_reserved_pids.
+    pids_capacity: int | None = Field(None, gt=0)
+    # The fraction of the host this node takes where a capacity is not set: 1/N for N agents on
+    # one host (`make up` and the e2e platform set it).
+    host_share: float = Field(1.0, gt=0, le=1)
+    # Kept back for the OS and the platform's own services (Redis, RabbitMQ, the agents...), like
+    # kubelet's system-reserved. Unset: a tenth of RAM, at least 1024 MiB.
+    system_reserved_memory_mb: int | None = Field(None, ge=0)
+    # Tasks kept back the same way: whatever the sandboxes do, the platform can still fork.
+    system_reserved_pids: int = Field(4096, ge=0)
+    # The node advertises cpu_capacity x cpu_overcommit to the scheduler: sandboxes idle between
+    # commands, so by default 8 one-core sandboxes per core.
+    cpu_overcommit: float = Field(8.0, gt=0)
+    # ... and memory_capacity_mb x memory_overcommit (1: none; above 1 the node's cgroup still
+    # caps the node at memory_capacity_mb). Pids are never overcommitted.
+    memory_overcommit: float = Field(1.0, gt=0)
+    # Host-wide registry (flock'd files on tmpfs) where the agents sharing a host claim their share.
+    capacity_registry_dir: str = "/run/corral/capacity"
     max_sandboxes: int = 1000
     # At start, take over the sandboxes a previous run of this agent left running (false:
     # delete them, as `python -m corral_node_agent cleanup` always does).
@@ -74,6 +92,17 @@ class NodeAgentSettings(PrefixedServiceSettings):
     output_limit_bytes: int = 1024 * 1024
     sandbox_user: str = "1000:1000"
     max_upload_bytes: int = 1024 * 1024 * 1024
+    # Sandboxes' disks (disk_mb each: an ext4 image per sandbox under state_dir, see
+    # isolation/quota.py): what the node advertises and the scheduler fills. 0: 90% of what
+    # the state dir's filesystem has free when the agent starts.
+    disk_capacity_mb: int = 0
+    # Reserve each sandbox's disk on the host when it is created (fallocate, no I/O), so the
+    # host cannot run out of room under a sandbox that stays within its disk_mb.
+    disk_preallocate: bool = True
+    # Containers: disks kept ready (made and mounted ahead, by a thread of their own) for
+    # each of the two sizes most recently asked for, up to 4 GiB, so a create only moves one
+    # into place. 0: every create makes its disk (~4 ms).
+    disk_pool: int = 2
     # Image layers: "lazy" mounts each layer from a FUSE file whose chunks are fetched on
     # first read; "eager" downloads the whole blob before the sandbox starts.
     layer_mode: Literal["lazy", "eager"] = "lazy"
@@ -115,6 +144,8 @@ class NodeAgentSettings(PrefixedServiceSettings):
     def _derive(self) -> "NodeAgentSettings":
         if not self.state_dir:
             self.state_dir = f"/var/lib/corral/{self.node_id}"
+        if self.disk_capacity_mb <= 0:
+            self.disk_capacity_mb = _default_disk_capacity_mb(self.state_dir)
         uid, _, gid = self.sandbox_user.partition(":")
         if not uid.isdigit() or (gid and not gid.isdigit()):
             raise ValueError("sandbox_user must be UID[:GID] (numbers)")

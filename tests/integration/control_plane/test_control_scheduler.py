@@ -85,6 +85,27 @@ async def test_too_big_for_any_node_fails_unschedulable(plane):
     assert record.state is SandboxState.failed and record.reason == "unschedulable"
 
 
+async def test_disk_is_placed_where_there_is_room_for_it(plane):
+    store, bus, placer = plane
+    small, big = f"ns-{uuid.uuid4().hex[:4]}", f"nb-{uuid.uuid4().hex[:4]}"
+    await store.heartbeat(small, "http://s", 64, 100_000, 100, disk_mb=2_000)
+    await store.heartbeat(big, "http://b", 4, 1000, 10, disk_mb=50_000)  # fuller by cpu/memory shares
+    places = await listen_places(bus, [small, big])
+    event = await request(store, SandboxSpec(environment="e", memory_mb=64, disk_mb=20_000))
+    await placer.handle(event)
+    assert (await asyncio.wait_for(places.get(), 10)).node_id == big
+    assert (await store.get_node(big)).used_disk_mb == 20_000
+
+
+async def test_a_disk_larger_than_any_node_fails_unschedulable(plane):
+    store, bus, placer = plane
+    await store.heartbeat(f"n-{uuid.uuid4().hex[:4]}", "http://n", 64, 100_000, 100, disk_mb=2_000)
+    event = await request(store, SandboxSpec(environment="e", memory_mb=64, disk_mb=4_000))
+    await placer.handle(event)
+    record = await store.get_sandbox(event.sandbox_id)
+    assert record.state is SandboxState.failed and record.reason == "unschedulable"
+
+
 async def test_deleted_before_placement_is_not_placed(plane):
     store, bus, placer = plane
     node = f"n-{uuid.uuid4().hex[:4]}"
@@ -174,3 +195,36 @@ async def test_required_node_is_honoured_and_its_loss_fails_the_request(plane):
     await asyncio.wait_for(placer.handle(event), 10)
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "required_node_unavailable"
+
+
+# ---- pids (each node's cgroup pids cap) -------------------------------------------------------
+
+
+async def test_the_scheduler_never_places_past_a_nodes_pids(plane):
+    store, bus, placer = plane
+    node = f"np-{uuid.uuid4().hex[:4]}"
+    await store.heartbeat(node, "http://n", 64, 100_000, 100, pids=1000)
+    spec = SandboxSpec(environment="e", memory_mb=64, cpu=0.1, pids_limit=600)
+    first = await request(store, spec)
+    await placer.handle(first)
+    assert (await store.get_node(node)).used_pids == 600
+    second = await request(store, spec)
+    assert not await placer.try_place(second)  # cpu and memory would fit: pids do not
+    assert (await store.get_sandbox(second.sandbox_id)).state is SandboxState.pending
+    assert await store.release(first.sandbox_id)
+    assert (await store.get_node(node)).used_pids == 0
+    assert await placer.try_place(second)
+    assert (await store.get_sandbox(second.sandbox_id)).node_id == node
+
+
+async def test_a_pids_limit_no_node_allows_is_unschedulable_and_leaves_nothing(plane):
+    store, bus, placer = plane
+    node = f"np-{uuid.uuid4().hex[:4]}"
+    await store.heartbeat(node, "http://n", 64, 100_000, 100, pids=1000)
+    event = await request(store, SandboxSpec(environment="e", pids_limit=1001))
+    await asyncio.wait_for(placer.handle(event), 10)
+    record = await store.get_sandbox(event.sandbox_id)
+    assert record.state is SandboxState.failed and record.reason == "unschedulable"
+    info = await store.get_node(node)
+    assert (info.used_pids, info.used_sandboxes) == (0, 0)
+    assert await store.reservation_node(event.sandbox_id) is None

@@ -95,3 +95,29 @@ async def test_vm_reservation_takes_the_overhead_and_gives_it_back(store):
     assert (await store.get_node("nv")).used_memory_mb == 450
     assert await store.release("sb-v1")
     assert (await store.get_node("nv")).used_memory_mb == 0
+
+
+async def test_reserve_counts_disk_against_what_the_node_advertises(store):
+    await store.heartbeat("nd", "http://nd", cpu_capacity=100, memory_mb=100_000, max_sandboxes=100, disk_mb=10_000)
+    spec = SandboxSpec(environment="e", memory_mb=16, cpu=0.1, disk_mb=3_000)
+    got = await asyncio.gather(*(store.reserve("nd", f"sb-d{i}", spec, 10) for i in range(6)))
+    assert sum(1 for g in got if g) == 3  # 10 000 MiB of disk / 3 000, with memory and cpu to spare
+    node = await store.get_node("nd")
+    assert (node.disk_mb, node.used_disk_mb, node.free_disk_mb) == (10_000, 9_000, 1_000)
+    taken = [f"sb-d{i}" for i, g in enumerate(got) if g]
+    assert await store.release(taken[0])
+    assert (await store.get_node("nd")).used_disk_mb == 6_000
+    assert await store.reserve("nd", "sb-d-next", spec, 10) == "nd"
+
+
+async def test_a_node_that_advertises_no_disk_is_not_limited_by_it(store):
+    await store.heartbeat("nold", "http://nold", cpu_capacity=1, memory_mb=1000, max_sandboxes=10)
+    assert (await store.get_node("nold")).disk_mb is None
+    assert await store.reserve("nold", "sb-old", SandboxSpec(environment="e", disk_mb=1_000_000), 10) == "nold"
+    # A reservation made before disks were counted ("node|cpu|mem") is still released.
+    await store.redis.set("resv:sb-older", "nold|100|64")
+    for field, value in (("cpu_milli", 100), ("memory_mb", 64), ("sandboxes", 1)):
+        await store.redis.hincrby("node:nold:used", field, value)
+    assert await store.release("sb-older") and await store.release("sb-old")
+    used = await store.redis.hgetall("node:nold:used")
+    assert {k: int(v) for k, v in used.items()} == {"cpu_milli": 0, "memory_mb": 0, "sandboxes": 0, "disk_mb": 0}

@@ -141,6 +141,40 @@ def test_workers_of_a_dead_agent_are_removed_at_start(tmp_path, judge_rootfs):
                     pass
 
 
+def test_workers_of_a_dead_agent_below_its_node_cgroup_are_removed_with_their_processes(tmp_path):
+    """Agents keep their workers below the node's capped cgroup and say where in the scratch
+    dir; a dead agent's workers are found there and killed."""
+    import subprocess
+    import uuid
+
+    from corral_node_agent.cgroups.detect import cgroup_driver
+    from corral_node_agent.cgroups.node import fncall_cgroup_path, node_cgroup_path
+    from corral_node_agent.fncall.service import CGROUP_FILE, OWNER_FILE, remove_stale_instances
+
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    node, instance = f"t-node-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:6]
+    prefix = fncall_cgroup_path(node, instance)
+    assert prefix == f"/corral/{node}/_fncall-{instance}"
+    entry = tmp_path / f"{node}-{instance}"
+    entry.mkdir()
+    (entry / OWNER_FILE).write_text(str(finished.pid))
+    (entry / CGROUP_FILE).write_text(prefix)
+    driver = cgroup_driver()
+    worker = driver.cgroup(f"{prefix}/python-0").create()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        for f in worker.procs_files():
+            with open(f, "w") as fh:
+                fh.write(str(sleeper.pid))
+        assert remove_stale_instances(tmp_path, own="me") == [entry.name]
+        assert sleeper.wait(timeout=10) == -9
+        assert not any(d.exists() for d in driver.cgroup(prefix).dirs.values())
+    finally:
+        sleeper.kill()
+        driver.cgroup(node_cgroup_path(node)).remove()
+
+
 async def test_a_bundle_runs_on_free_workers_at_once_and_is_answered_in_order(amqp_url, pools):
     import time
 

@@ -32,6 +32,8 @@ async def _get(exc: Exception) -> httpx.Response:
     (errors.Unsupported("ContainerBackend sandboxes have no display"), 409, "unsupported_by_backend"),
     (errors.GuestTimeout("guest agent did not answer within 60 s"), 504, "guest_agent_timeout"),
     (errors.BadInput("path must not contain '..'", loc=["query", "path"]), 400, "bad_request"),
+    (errors.DiskFull("sandbox disk is full (disk_mb)", loc=["body"]), 507, "disk_full"),
+    (errors.TooLarge("upload exceeds 1024 bytes", loc=["body"]), 413, "payload_too_large"),
 ])
 async def test_a_node_error_answers_its_row_with_message_and_loc(exc, status, code):
     resp = await _get(exc)

@@ -13,7 +13,7 @@ from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.vm.backend import MicroVmBackend
 from corral_node_agent.fncall.executor import ExecutorConfig, Worker
 from corral_node_agent.isolation.policy import VM_PIDS_LIMIT, fncall_run_policy, policy_for
-from corral_node_agent.isolation.seccomp import DEFAULT_FILTER, DENIED, NO_FILTER
+from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT, NO_FILTER
 from corral_node_agent.isolation.userns import VmUidPool
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -47,9 +47,13 @@ DEFAULT_CONFIG = {
                       "cpu": {"quota": 100000, "period": 100000}, "pids": {"limit": 512}},
         "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
                        {"type": "cgroup"}],
+        # The OCI/runc default, plus the host's page and slab tables and its kernel command line.
         "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-                        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"],
+                        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+                        "/sys/devices/virtual/powercap", "/proc/kpagecount", "/proc/kpageflags",
+                        "/proc/kpagecgroup", "/proc/slabinfo", "/proc/cmdline"],
         "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+        "seccomp": CONTAINER_DEFAULT.to_oci(),  # pinned in test_container_default_profile_json
     },
 }
 
@@ -106,8 +110,15 @@ BWRAP_TAIL = ["--chdir", "/work", "--unshare-all", "--die-with-parent", "--new-s
               "--hostname", "corral"]
 
 
+PROC_MASKS = (("/proc/keys", "/proc/cmdline"), ("/proc/acpi",))
+BWRAP_HEAD = ["bwrap", "--ro-bind", str(ROOTFS), "/", "--proc", "/proc", "--dev-bind", "/dev/null", "/proc/keys",
+              "--dev-bind", "/dev/null", "/proc/cmdline", "--size", "4096", "--tmpfs", "/proc/acpi",
+              "--remount-ro", "/proc/acpi", "--dev", "/dev"]
+
+
 def _config() -> ExecutorConfig:
-    return ExecutorConfig(rootfs=ROOTFS, scratch_dir=Path("/dev/shm/x"), seccomp_path=Path("/c/s.bpf"))
+    return ExecutorConfig(rootfs=ROOTFS, scratch_dir=Path("/dev/shm/x"), seccomp_path=Path("/c/s.bpf"),
+                          proc_masks=PROC_MASKS)
 
 
 def _worker() -> Worker:
@@ -123,7 +134,7 @@ def render_bwrap(argv, *, memory_bytes: int, **kw) -> list[str]:
 def test_bwrap_cold_run_with_files():
     got = render_bwrap(["python3", "main.py"], memory_bytes=256 << 20, bind_dir=None, seccomp_fd=5,
                        files=[("main.py", 7, False), ("lib/a/b.py", 8, False), ("run", 9, True)])
-    assert got == ["bwrap", "--ro-bind", str(ROOTFS), "/", "--proc", "/proc", "--dev", "/dev",
+    assert got == [*BWRAP_HEAD,
                    "--size", "268435456", "--tmpfs", "/tmp", "--size", "268435456", "--perms", "0755",
                    "--tmpfs", "/work", "--perms", "0644", "--file", "7", "/work/main.py",
                    "--perms", "0755", "--dir", "/work/lib", "--perms", "0755", "--dir", "/work/lib/a",
@@ -133,7 +144,7 @@ def test_bwrap_cold_run_with_files():
 
 def test_bwrap_compile_in_a_bound_dir():
     got = render_bwrap(["make"], memory_bytes=1 << 30, bind_dir=Path("/dev/shm/x/call"), files=[], seccomp_fd=5)
-    assert got == ["bwrap", "--ro-bind", str(ROOTFS), "/", "--proc", "/proc", "--dev", "/dev",
+    assert got == [*BWRAP_HEAD,
                    "--size", "1073741824", "--tmpfs", "/tmp", "--bind", "/dev/shm/x/call", "/work",
                    *BWRAP_TAIL, "--seccomp", "5", "--", "make"]
 
@@ -141,7 +152,7 @@ def test_bwrap_compile_in_a_bound_dir():
 def test_bwrap_zygote_gets_caps_and_no_filter():
     got = render_bwrap(["/usr/bin/python3", "-"], memory_bytes=128 << 20, bind_dir=None, files=[], seccomp_fd=None,
                        caps=("CAP_SYS_ADMIN", "CAP_SETPCAP"))
-    assert got == ["bwrap", "--ro-bind", str(ROOTFS), "/", "--proc", "/proc", "--dev", "/dev",
+    assert got == [*BWRAP_HEAD,
                    "--size", "134217728", "--tmpfs", "/tmp", "--size", "134217728", "--perms", "0755",
                    "--tmpfs", "/work", *BWRAP_TAIL, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP",
                    "--", "/usr/bin/python3", "-"]
@@ -184,27 +195,20 @@ def test_container_and_vm_policies(tmp_path):
     settings = _settings(tmp_path, vm_memory_overhead_mb=100)
     container = policy_for(SandboxSpec(environment="e", memory_mb=64, disk_mb=32, pids_limit=16, cpu=2), settings)
     assert (container.identity.uid, container.identity.host_uid) == (1000, 1000)
-    assert container.syscalls == NO_FILTER  # no seccomp for containers yet: today's behaviour
+    assert container.syscalls == CONTAINER_DEFAULT
     assert (container.limits.memory_bytes, container.limits.pids, container.limits.cpu) == (64 << 20, 16, 2)
     assert container.disk.size_mb == 32 and container.egress.mode == "none"
     vm = policy_for(SandboxSpec(environment="e", backend="microvm", memory_mb=64, pids_limit=16), settings)
     assert vm.identity.host_uid is None  # a uid of its own, from the VM uid pool
+    assert vm.syscalls == NO_FILTER  # a guest kernel of its own; QEMU runs under -sandbox
     assert (vm.limits.memory_bytes, vm.limits.pids) == (164 << 20, VM_PIDS_LIMIT)  # QEMU's overhead and threads
 
 
 def test_fncall_run_policy():
     policy = fncall_run_policy(128, 32)
-    assert policy.syscalls == DEFAULT_FILTER and policy.syscalls.denied == DENIED
+    assert policy.syscalls == FNCALL_DEFAULT
     assert policy.disk.size_bytes == policy.limits.memory_bytes == 128 << 20 and policy.limits.pids == 32
     assert (policy.identity.uid, policy.identity.host_uid) == (1000, 65534)
-
-
-def test_seccomp_renders_the_same_list_for_oci():
-    assert NO_FILTER.to_oci() is None
-    oci_seccomp = DEFAULT_FILTER.to_oci()
-    assert oci_seccomp == {"defaultAction": "SCMP_ACT_ALLOW",
-                           "syscalls": [{"names": list(DENIED), "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}
-    assert {"mount", "ptrace", "bpf", "unshare"} <= set(DENIED)
 
 
 def test_vm_uid_pool_reuses_released_and_claims_adopted_slots(tmp_path):

@@ -70,3 +70,59 @@ def test_vm_memory_includes_the_nodes_overhead():
     assert not fits(vm_node("a", overhead=100, used_mem=2997), microvm)
     assert not could_ever_fit(vm_node("a", mem=1099, overhead=100), microvm)
     assert could_ever_fit(vm_node("a", mem=1100, overhead=100), microvm)
+
+
+# ---- pids (the node's cgroup pids cap) -------------------------------------------------------
+
+
+def pids_node(node_id, pids, used_pids=0, **kw):
+    n = node(node_id, **kw)
+    n.pids, n.used_pids = pids, used_pids
+    return n
+
+
+def test_pids_are_a_capacity_like_memory():
+    spec = SandboxSpec(environment="e", cpu=1, memory_mb=64, pids_limit=512)
+    assert fits(pids_node("a", 1024, used_pids=512), spec)
+    assert not fits(pids_node("a", 1024, used_pids=513), spec)
+    assert could_ever_fit(pids_node("a", 1024, used_pids=1024), spec)  # waits for room
+    assert not could_ever_fit(pids_node("a", 511), spec)  # never
+    assert not fits(pids_node("a", 0), spec)  # a node whose claim left its sandboxes nothing
+    # A node from before the cap counts none: every pids_limit fits it.
+    assert node("old").pids is None and fits(node("old"), spec) and could_ever_fit(node("old"), spec)
+
+
+def test_a_vm_reserves_its_qemus_tasks_not_the_guests_pids_limit():
+    from corral_common.sandboxes import VM_PIDS_LIMIT
+
+    microvm = SandboxSpec(environment="e", backend="microvm", memory_mb=256, pids_limit=8)
+    n = vm_node("a")
+    n.pids = VM_PIDS_LIMIT
+    assert n.reserved_pids(microvm) == VM_PIDS_LIMIT and fits(n, microvm)
+    n.pids = VM_PIDS_LIMIT - 1
+    assert not could_ever_fit(n, microvm)
+
+
+def test_pids_count_in_the_load_spread_ranks_by():
+    spec = SandboxSpec(environment="e", cpu=1, memory_mb=64, pids_limit=64)
+    forky, quiet = pids_node("a", 1000, used_pids=900), pids_node("b", 1000, used_pids=100, used_mem=1024)
+    assert [n.node_id for n in rank_nodes([forky, quiet], spec)] == ["b", "a"]
+
+
+def disk_node(node_id, disk, used_disk=0):
+    n = node(node_id)
+    n.disk_mb, n.used_disk_mb = disk, used_disk
+    return n
+
+
+def test_disk_is_a_resource_like_the_others():
+    spec = SandboxSpec(environment="e", cpu=1, memory_mb=256, disk_mb=4096)
+    assert fits(disk_node("a", 8192, used_disk=4096), spec)
+    assert not fits(disk_node("a", 8192, used_disk=4097), spec)
+    assert could_ever_fit(disk_node("a", 8192, used_disk=8192), spec)
+    assert not could_ever_fit(disk_node("a", 4095), spec)
+    # A node from before disks were scheduled advertises none: disk does not bound it.
+    assert fits(node("old"), spec) and could_ever_fit(node("old"), spec)
+    # The fuller disk makes the fuller node.
+    assert [n.node_id for n in rank_nodes([disk_node("a", 10_000, 5000), disk_node("b", 10_000, 1000)], spec)] == [
+        "b", "a"]

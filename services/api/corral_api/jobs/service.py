@@ -44,6 +44,8 @@ class JobService:
             # A snapshot restores on its one node, one sandbox at a time: not a job's business.
             raise Unprocessable("jobs cannot restore snapshots; create the sandboxes one by one",
                                 loc=["body", "spec", "from_snapshot"], code="unsupported_in_jobs")
+        if self.sandboxes.ceilings is not None:
+            await self.sandboxes.ceilings.require(spec, loc=("body", "spec"))
         if spec.environment:
             await self.sandboxes.environments.require(spec.environment)
         job_id = f"job-{secrets.token_hex(6)}"

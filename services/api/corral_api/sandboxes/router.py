@@ -13,7 +13,7 @@ from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.schemas import Snapshot
 from corral_api.snapshots.service import SnapshotService, to_schema
 from corral_common.display import InputRequest
-from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge
+from corral_common.errors import ERROR_RESPONSES, BadRequest, ErrorResponse, PayloadTooLarge
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
 
@@ -155,6 +155,8 @@ async def exec_command_stream(sandbox_id: str, body: ExecRequest, tenant: Tenant
 
 
 @router.put("/{sandbox_id}/files", status_code=204, operation_id="write_file",
+            responses={507: {"model": ErrorResponse,
+                             "description": "The sandbox's disk (disk_mb) is full: code disk_full, no file is left"}},
             openapi_extra={"requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
                                            "required": True}})
 async def write_file(sandbox_id: str, path: FilePath, request: Request, tenant: Tenant, data: Data,

@@ -4,6 +4,7 @@ import asyncio
 import secrets
 import time
 
+from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_api.sandboxes.waiters import StateWaiters
 from corral_api.snapshots.repository import SnapshotRepository
@@ -48,8 +49,11 @@ class EnvironmentCatalog:
 
 class SandboxService:
     def __init__(self, store: StateStore, bus: EventBus, history: HistoryRepository, waiters: StateWaiters,
-                 environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotRepository | None = None):
+                 environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotRepository | None = None,
+                 ceilings: NodeCeilings | None = None):
         self.store = store
+        # What no live node could hold is a 422 before anything is made (None: not checked).
+        self.ceilings = ceilings
         self.bus = bus
         self.history = history
         self.waiters = waiters
@@ -58,8 +62,8 @@ class SandboxService:
         self.snapshots = snapshots
 
     async def create(self, tenant: str, spec: SandboxSpec) -> SandboxRecord:
-        required_node = None
-        if spec.from_snapshot:
+        required_node, restoring = None, bool(spec.from_snapshot)
+        if restoring:
             snapshot = await asyncio.to_thread(self.snapshots.get, spec.from_snapshot) if self.snapshots else None
             if snapshot is None or snapshot.tenant != tenant:
                 raise NotFound(f"snapshot {spec.from_snapshot} not found", loc=["body", "from_snapshot"],
@@ -68,7 +72,9 @@ class SandboxService:
             explicit = getattr(spec, "requested_fields", spec.model_fields_set)  # SandboxCreate knows
             spec = restored_spec(spec, snapshot.spec, explicit)
             required_node = snapshot.node_id
-        elif spec.environment:
+        if self.ceilings is not None:
+            await self.ceilings.require(spec)
+        if not restoring and spec.environment:
             await self.environments.require(spec.environment)
         sandbox_id = f"sb-{secrets.token_hex(8)}"
         record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)

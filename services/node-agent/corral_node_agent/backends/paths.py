@@ -9,7 +9,7 @@ apart by their errors.
 
 import errno
 
-from corral_node_agent.errors import BadInput, NotFound
+from corral_node_agent.errors import BadInput, DiskFull, NotFound
 
 HOME = "/home/user"  # the sandbox user's home: the working dir of commands, base of relative paths
 LOC = ["query", "path"]
@@ -41,8 +41,13 @@ def sandbox_path(parts: list[str]) -> str:
     return "/" + "/".join(parts)
 
 
+DISK_FULL = "sandbox disk is full (disk_mb)"
+
+
 def os_error(exc: OSError, parts: list[str]) -> Exception:
     where = sandbox_path(parts)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull(f"{where}: {DISK_FULL}", loc=["body"])
     if exc.errno == errno.ENOENT:
         return NotFound(f"{where}: no such file or directory", loc=LOC)
     if exc.errno == errno.ELOOP:

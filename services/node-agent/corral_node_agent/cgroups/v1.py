@@ -1,8 +1,9 @@
 """Cgroup v1: every controller is its own hierarchy, found through /proc/self/mountinfo.
 
-The node creates memory, pids and cpuacct cgroups for each fncall worker
-(``corral-fncall/<node>/<worker>``) and each VM's QEMU (``corral-vm/<node>/<sandbox>``);
-crun creates a container's (``/corral/<node>/<sandbox>``) in every hierarchy. The sandboxed
+The node creates memory, pids and cpuacct cgroups for itself (``/corral/<node>``, capped:
+node.py), each fncall worker (``/corral/<node>/_fncall-<instance>/<worker>``) and each VM's
+QEMU (``/corral/<node>/<sandbox>``); crun creates a container's (``/corral/<node>/<sandbox>``)
+in every hierarchy. The sandboxed
 processes never see these files (bwrap mounts no /sys; a container's /sys/fs/cgroup is
 read-only).
 
@@ -131,8 +132,8 @@ class V1Cgroup(Cgroup):
                 self._set_limit("memory", f, limit)
 
     def set_limits(self, memory_bytes: int, pids: int) -> None:
+        self._set_limit("pids", "pids.max", pids)  # first: a memory cap below usage raises
         self._set_memory(memory_bytes)
-        self._set_limit("pids", "pids.max", pids)
 
     def _memory_file(self, name: str) -> str:
         # memory+swap where the host accounts swap: that is what the limit caps.

@@ -14,6 +14,7 @@ from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, Usage
 from corral_common.state import StateStore
 from corral_node_agent.backends.base import ExitReason
+from corral_node_agent.capacity.resources import NodeCapacity
 from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
 from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
@@ -22,8 +23,10 @@ log = get_logger(__name__)
 
 
 class NodeEvents:
-    def __init__(self, settings: NodeAgentSettings, store: StateStore, bus: EventBus, manager: SandboxManager):
+    def __init__(self, settings: NodeAgentSettings, store: StateStore, bus: EventBus, manager: SandboxManager,
+                 capacity: NodeCapacity):
         self.settings = settings
+        self.capacity = capacity  # what the heartbeat advertises (capacity.claim)
         self.node_id = settings.node_id
         self.store = store
         self.bus = bus
@@ -184,11 +187,11 @@ class NodeEvents:
         log.info("sandbox.readopted", sandbox_id=sandbox_id, state=record.state.value)
 
     async def heartbeat_once(self) -> None:
-        s = self.settings
-        await self.store.heartbeat(self.node_id, f"http://{s.host}:{s.port}", s.cpu_capacity,
-                                   s.memory_capacity_mb, s.max_sandboxes, backends=self.manager.kinds(),
-                                   accelerator=self.manager.accelerator(),
-                                   vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb)
+        s, cap = self.settings, self.capacity
+        await self.store.heartbeat(self.node_id, f"http://{s.host}:{s.port}", cap.cpu, cap.memory_mb, s.max_sandboxes,
+                                   backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
+                                   vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
+                                   disk_mb=s.disk_capacity_mb)
 
     async def heartbeat_forever(self) -> None:
         while True:

@@ -7,8 +7,11 @@ Each run (the compile, and every case) is its own ``bwrap`` process tree:
   environment, uid 1000 inside and an unprivileged uid (``nobody``) outside;
 - a fresh size-limited tmpfs as the working dir ``/work`` (the code and files copied in) and
   another as ``/tmp``: nothing a run writes survives it;
-- a seccomp filter (isolation/seccomp.py), rlimits (cpu seconds, file size, open files, core),
-  and the worker's cgroup (memory+swap, pids, cpu accounting) reset before the run;
+- in its /proc, the host's tables that the run could read (isolation/procfs.py: cmdline, keys,
+  acpi...) read as empty (kpage*, slabinfo and the like are root-only: EACCES for it);
+- the ``fncall-default`` seccomp profile (isolation/seccomp.py), rlimits (cpu seconds, file
+  size, open files, core), and the worker's cgroup (memory+swap, pids, cpu accounting) reset
+  before the run;
 - stdout/stderr read with caps (over the limit: killed, output_limit_exceeded), and a
   wall-clock timer that kills everything left in the cgroup.
 
@@ -33,6 +36,7 @@ from corral_node_agent.cgroups.base import Cgroup, RunStats
 from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS, Runtime
+from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import SandboxPolicy, fncall_run_policy
 from corral_node_agent.isolation.userns import FNCALL_IDENTITY
 from corral_node_agent.output import CappedPipe
@@ -58,6 +62,8 @@ class ExecutorConfig:
     rootfs: Path
     scratch_dir: Path  # host dir (a tmpfs such as /dev/shm) for per-call compile dirs
     seccomp_path: Path  # the policy's syscall filter, compiled (SyscallFilter.to_bpf)
+    # The masked /proc paths this kernel has: (files, directories) (procfs.present_masks).
+    proc_masks: tuple[tuple[str, ...], tuple[str, ...]] = field(default_factory=procfs.present_masks)
     pids_max: int = 64
     open_files: int = 256
     compile_memory_mb: int = 1024
@@ -103,10 +109,15 @@ class Worker:
 
     def _bwrap_argv(self, argv: tuple[str, ...] | list[str], policy: SandboxPolicy, *, bind_dir: Path | None,
                     files: list[tuple[str, int, bool]], seccomp_fd: int | None,
-                    caps: tuple[str, ...] = ()) -> list[str]:
+                    caps: tuple[str, ...] = (), mask_proc: bool = True) -> list[str]:
         tmpfs_size = str(policy.disk.size_bytes)
-        cmd = ["bwrap", "--ro-bind", str(self.config.rootfs), "/", "--proc", "/proc", "--dev", "/dev",
-               "--size", tmpfs_size, "--tmpfs", "/tmp"]  # noqa: S108 - /tmp inside the bwrap sandbox (a private tmpfs)
+        cmd = ["bwrap", "--ro-bind", str(self.config.rootfs), "/", "--proc", "/proc"]
+        masked_files, masked_dirs = self.config.proc_masks if mask_proc else ((), ())
+        for path in masked_files:
+            cmd += ["--dev-bind", "/dev/null", path]  # (--ro-bind is nodev: /dev/null would not open)
+        for path in masked_dirs:
+            cmd += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
+        cmd += ["--dev", "/dev", "--size", tmpfs_size, "--tmpfs", "/tmp"]  # noqa: S108 - /tmp inside the bwrap sandbox (a private tmpfs)
         if bind_dir is not None:
             cmd += ["--bind", str(bind_dir), "/work"]
         else:
@@ -145,8 +156,10 @@ class Worker:
                      cpu_s: int | str, stdout: int, stderr: int,
                      bind_dir: Path | None = None, files: list[tuple[str, Path, bool]] = (),
                      extra_fds: list[int] = (), cgroup: Cgroup | None = None, seccomp: bool = True,
-                     caps: tuple[str, ...] = ()) -> asyncio.subprocess.Process:
-        """Start a sandboxed process tree in this worker's cgroup (or ``cgroup``; limits already set)."""
+                     caps: tuple[str, ...] = (), mask_proc: bool = True) -> asyncio.subprocess.Process:
+        """Start a sandboxed process tree in this worker's cgroup (or ``cgroup``; limits already set).
+        ``seccomp``/``mask_proc`` False: the process installs the filter and covers its own /proc
+        itself (the zygote's children: with these mounts above it, their fresh /proc would be refused)."""
         fds: list[int] = []
         try:
             stdin_fd: int | None = None
@@ -165,7 +178,8 @@ class Worker:
                 fd = os.open(path, os.O_RDONLY)
                 fds.append(fd)
                 file_fds.append((rel, fd, executable))
-            cmd = self._bwrap_argv(argv, policy, bind_dir=bind_dir, files=file_fds, seccomp_fd=seccomp_fd, caps=caps)
+            cmd = self._bwrap_argv(argv, policy, bind_dir=bind_dir, files=file_fds, seccomp_fd=seccomp_fd, caps=caps,
+                                   mask_proc=mask_proc)
             return await asyncio.create_subprocess_exec(
                 *self._launch_argv(cmd, policy, cpu_s=cpu_s, cgroup=cgroup or self.cgroup),
                 stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,

@@ -5,20 +5,18 @@ Included by the node-agent app; the router's lifespan runs inside the app's, so
 pools start.
 """
 
-import hashlib
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from corral_node_agent.fncall.service import FncallPools
+from corral_node_agent.fncall.service import FncallPools, instance_of
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     settings = app.state.settings
-    instance = hashlib.sha1(str(settings.state_dir).encode(), usedforsecurity=False).hexdigest()[:6]
-    pools = FncallPools(settings.node_id, settings.amqp_url, settings.fncall, instance=instance,
+    pools = FncallPools(settings.node_id, settings.amqp_url, settings.fncall, instance=instance_of(settings.state_dir),
                         layers=app.state.manager.layers)
     app.state.fncall = pools
     await pools.start()

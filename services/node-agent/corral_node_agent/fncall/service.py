@@ -1,6 +1,7 @@
 """The node-agent's fncall side: one warm pool per runtime, fed by RabbitMQ work queues."""
 
 import asyncio
+import hashlib
 import os
 import shutil
 import time
@@ -13,11 +14,13 @@ from aio_pika.abc import AbstractRobustConnection
 from corral_common.logging import get_logger
 from corral_node_agent import host
 from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.cgroups.node import fncall_cgroup_path
 from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.fncall.executor import ExecutorConfig, check_host
 from corral_node_agent.fncall.pool import RuntimePool
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS
 from corral_node_agent.fncall.settings import FncallNodeSettings
+from corral_node_agent.fncall.zygote import ZYGOTE_PIDS
 from corral_node_agent.isolation.policy import FNCALL_SYSCALLS
 from corral_node_agent.layers.cache import LayerCache
 
@@ -26,12 +29,38 @@ log = get_logger(__name__)
 # Where each node-agent instance binds its runtimes' root filesystem (world-traversable).
 RUNTIME_ROOT_DIR = Path("/run/corral-fncall")
 OWNER_FILE = ".owner-pid"  # in an instance's scratch dir: the agent that runs its workers
-CGROUP_PREFIX = "corral-fncall"  # an instance's worker cgroups: corral-fncall/<instance>/<worker>
+# ... and where its workers' cgroups are (below its node's cgroup, cgroups/node.py).
+CGROUP_FILE = ".cgroup"
+# Where agents from before the node cgroup put an instance's workers: corral-fncall/<instance>/<worker>.
+LEGACY_CGROUP_PREFIX = "corral-fncall"
 
 
-def remove_node_cgroups(node_id: str) -> None:
-    """Drop the worker cgroups a previous agent with this node id left (processes included)."""
-    cgroup_driver().cgroup(f"{CGROUP_PREFIX}/{node_id}").remove()
+def instance_of(state_dir: str) -> str:
+    """What tells this agent's fncall workers from those of another agent with the same node id."""
+    return hashlib.sha1(str(state_dir).encode(), usedforsecurity=False).hexdigest()[:6]
+
+
+def remove_cgroups(prefix: str) -> None:
+    """Drop the worker cgroups below ``prefix`` (processes included)."""
+    cgroup_driver().cgroup(prefix).remove()
+
+
+def _instance_cgroup(entry: Path) -> str:
+    try:
+        return (entry / CGROUP_FILE).read_text().strip() or f"{LEGACY_CGROUP_PREFIX}/{entry.name}"
+    except OSError:
+        return f"{LEGACY_CGROUP_PREFIX}/{entry.name}"
+
+
+def worker_tasks(settings: FncallNodeSettings) -> int:
+    """The most tasks this node's fncall workers hold at once (every pool at its max size, each
+    worker's runs at pids_max, python's zygotes at ZYGOTE_PIDS): the node keeps them out of
+    what its sandboxes may reserve of its pids cap."""
+    if not settings.enabled:
+        return 0
+    names = [n for n in settings.runtime_names if n in RUNTIME_SPECS]
+    zygote = ZYGOTE_PIDS if settings.warm_python and "python" in names else 0
+    return settings.pool_max * (len(names) * settings.pids_max + zygote)
 
 
 def _alive(pid: int) -> bool:
@@ -44,8 +73,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _has_processes(instance: str) -> bool:
-    return cgroup_driver().cgroup(f"{CGROUP_PREFIX}/{instance}").populated()
+def _has_processes(entry: Path) -> bool:
+    return cgroup_driver().cgroup(_instance_cgroup(entry)).populated()
 
 
 def remove_stale_instances(scratch_root: Path, own: str) -> list[str]:
@@ -66,10 +95,10 @@ def remove_stale_instances(scratch_root: Path, own: str) -> list[str]:
                 old = time.time() - entry.stat().st_mtime > 120
             except OSError:
                 continue
-            stale = old and not _has_processes(entry.name)
+            stale = old and not _has_processes(entry)
         if stale:
             with suppress(Exception):
-                remove_node_cgroups(entry.name)
+                remove_cgroups(_instance_cgroup(entry))
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry.name)
     return removed
@@ -85,7 +114,9 @@ class FncallPools:
         self._held_layers: list = []
         # Cgroups and scratch dirs are named by node id and instance (a hash of the node's state
         # dir), so two platforms on one host that both have a "node-1" never share workers.
+        # The workers' cgroups are below the node's, under its caps.
         self.instance = f"{node_id}-{instance}" if instance else node_id
+        self.cgroup_prefix = fncall_cgroup_path(node_id, instance)
         self.amqp_url = amqp_url
         self.settings = settings
         self.pools: dict[str, RuntimePool] = {}
@@ -149,9 +180,10 @@ class FncallPools:
             await asyncio.sleep(self.settings.rootfs_poll_s)
         try:
             config = await asyncio.to_thread(self.config, rootfs)
-            remove_node_cgroups(self.instance)
+            remove_cgroups(self.cgroup_prefix)
             shutil.rmtree(config.scratch_dir, ignore_errors=True)
             config.scratch_dir.mkdir(parents=True, exist_ok=True)
+            (config.scratch_dir / CGROUP_FILE).write_text(self.cgroup_prefix)
             (config.scratch_dir / OWNER_FILE).write_text(str(os.getpid()))
             stale = remove_stale_instances(config.scratch_dir.parent, self.instance)
             if stale:
@@ -166,7 +198,7 @@ class FncallPools:
                                    warm=self.settings.warm_python and name == "python",
                                    scale_interval_s=self.settings.scale_interval_s,
                                    idle_ticks_to_shrink=self.settings.idle_ticks_to_shrink,
-                                   cgroup_prefix=f"{CGROUP_PREFIX}/{self.instance}")
+                                   cgroup_prefix=self.cgroup_prefix)
                 await pool.start()
                 self.pools[name] = pool
             self.status_message = "ready"
@@ -186,7 +218,7 @@ class FncallPools:
             with suppress(Exception):
                 await self._connection.close()
         with suppress(Exception):
-            remove_node_cgroups(self.instance)
+            remove_cgroups(self.cgroup_prefix)
         shutil.rmtree(Path(self.settings.scratch_dir) / self.instance, ignore_errors=True)
         if self._held_layers and self.layers is not None:
             root = RUNTIME_ROOT_DIR / self.instance

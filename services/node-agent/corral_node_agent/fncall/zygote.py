@@ -11,6 +11,7 @@ takes ~15 ms of CPU off every call; the per-run isolation is the same:
 - the worker's run cgroup (memory+swap, pids, cpu accounting; limits set and counters reset
   by the agent before each run) — the run joins it itself through ``cgroup.procs`` fds the
   agent opened as root, before it starts anything; the zygote lives in a cgroup of its own;
+- the same /proc masks as a cold run (isolation/procfs.py) on the child's fresh /proc;
 - rlimits, every capability dropped, the same seccomp filter as a cold run (installed in the
   child after its mounts: the filter denies mount/unshare, which the child needs first);
 - wall-clock and cpu-time kill through the run cgroup, capped output.
@@ -109,11 +110,15 @@ class ZygoteWorker(Worker):
             log_fd = os.open(self.scratch / "zygote.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 # The program comes on stdin (a memfd): as -c it would fill every `ps` line.
-                # No --seccomp: the zygote's children install the filter themselves, after their mounts.
-                proc = await self._spawn(("/usr/bin/python3", "-E", "-s", "-S", "-", *(str(fd) for fd in passed)),
+                # No --seccomp and no /proc masks: the zygote's children install the filter and
+                # cover their fresh /proc themselves (the masks are given to them here). Mounts
+                # over this sandbox's /proc would make the kernel refuse theirs (not fully visible).
+                masked_files, masked_dirs = (",".join(paths) for paths in self.config.proc_masks)
+                argv = (str(passed[0]), str(passed[1]), masked_files, masked_dirs, *(str(fd) for fd in passed[2:]))
+                proc = await self._spawn(("/usr/bin/python3", "-E", "-s", "-S", "-", *argv),
                                          policy, stdin=ZYGOTE_SOURCE.encode(), cpu_s="unlimited", stdout=log_fd,
                                          stderr=log_fd, extra_fds=passed, cgroup=self.zygote_cgroup, seccomp=False,
-                                         caps=ZYGOTE_CAPS)
+                                         caps=ZYGOTE_CAPS, mask_proc=False)
             finally:  # the zygote has its copies now; an exit of it must show as EOF on parent
                 os.close(log_fd)
                 child.close()

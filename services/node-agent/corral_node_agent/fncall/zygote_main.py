@@ -16,7 +16,9 @@ and forks it. That child, pid 1 of the new namespace:
   so from here on everything the call starts is in the run cgroup, with the call's
   memory/pids limits and fresh cpu/peak counters; then closes every zygote fd;
 - unshares mount/ipc/uts namespaces, mounts a fresh size-limited tmpfs on /work, /tmp and
-  /dev/shm and a proc for its pid namespace, writes the call's files into /work;
+  /dev/shm (the rest of /dev, the zygote's, read-only) and a proc for its pid namespace
+  (covering the masked paths the agent named: files with /dev/null, directories with an empty
+  read-only tmpfs), writes the call's files into /work;
 - sets the rlimits, drops every capability, installs the seccomp filter (after the mounts:
   the filter denies mount/unshare) and runs the code as ``__main__`` in the already
   initialised interpreter, then exits like ``python3 main.py`` would (threads joined, atexit
@@ -47,7 +49,7 @@ import struct
 import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x04000000, 0x08000000, 0x20000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PR_CAPBSET_DROP, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 22, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 4, 2
 CAP_VERSION_3 = 0x20080522
@@ -220,7 +222,14 @@ def _run_call(control, payload_fd, out_fd, err_fd, config):
         _mount(b"tmpfs", b"/work", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=" + size)
         _mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777,size=" + size)
         _mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777,size=" + size)
+        # The zygote sandbox's /dev outlives the call: read-only here, or a file left in it
+        # would reach the next call.
+        _mount(None, b"/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
         _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        for path in config["masked_files"]:
+            _mount(b"/dev/null", path, None, MS_BIND, None)
+        for path in config["masked_dirs"]:
+            _mount(b"tmpfs", path, b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k")
         os.chdir("/work")
         for rel, data in job["files"]:
             if os.path.dirname(rel):
@@ -266,7 +275,8 @@ def serve(control, config):
 
 
 def start():
-    control_fd, seccomp_fd, *cgroup_fds = (int(a) for a in sys.argv[1:])
+    control_fd, seccomp_fd, masked_files, masked_dirs, *cgroup_fds = sys.argv[1:]
+    control_fd, seccomp_fd, cgroup_fds = int(control_fd), int(seccomp_fd), [int(fd) for fd in cgroup_fds]
     seccomp = _read_all(seccomp_fd)
     os.close(seccomp_fd)
     with open("/proc/sys/kernel/cap_last_cap") as fh:
@@ -278,7 +288,9 @@ def start():
         os._exit(_exit_status(status))
     control = socket.socket(fileno=control_fd)
     config = {"seccomp": seccomp, "last_cap": last_cap, "cgroup_fds": cgroup_fds,
-              "pidns_fd": os.open("/proc/self/ns/pid", os.O_RDONLY)}
+              "pidns_fd": os.open("/proc/self/ns/pid", os.O_RDONLY),
+              "masked_files": [p.encode() for p in masked_files.split(",") if p],
+              "masked_dirs": [p.encode() for p in masked_dirs.split(",") if p]}
     gc.freeze()  # what exists now is never collected: forked children leave these pages shared
     control.send(b"ready")
     serve(control, config)

@@ -11,24 +11,34 @@ def runs_backend(node: NodeInfo, spec: SandboxSpec) -> bool:
     return spec.backend in node.backends
 
 
+def holds_disk(disk_mb: int | None, spec: SandboxSpec) -> bool:
+    """The sandbox's disk fits in disk_mb (None: a node that does not advertise disk)."""
+    return disk_mb is None or disk_mb >= spec.disk_mb
+
+
 def fits(node: NodeInfo, spec: SandboxSpec) -> bool:
     return (runs_backend(node, spec) and node.free_cpu_milli >= cpu_milli(spec.cpu)
-            and node.free_memory_mb >= node.reserved_memory_mb(spec) and node.free_sandboxes >= 1)
+            and node.free_memory_mb >= node.reserved_memory_mb(spec) and node.free_sandboxes >= 1
+            and (node.free_pids is None or node.free_pids >= node.reserved_pids(spec))
+            and holds_disk(node.free_disk_mb, spec))
 
 
 def could_ever_fit(node: NodeInfo, spec: SandboxSpec) -> bool:
     """True if the node is big enough when empty; false means waiting will never help."""
     return (runs_backend(node, spec) and node.cpu_milli >= cpu_milli(spec.cpu)
-            and node.memory_mb >= node.reserved_memory_mb(spec) and node.max_sandboxes >= 1)
+            and node.memory_mb >= node.reserved_memory_mb(spec) and node.max_sandboxes >= 1
+            and (node.pids is None or node.pids >= node.reserved_pids(spec))
+            and holds_disk(node.disk_mb, spec))
 
 
 def rank_nodes(nodes: Sequence[NodeInfo], spec: SandboxSpec, strategy: str = "spread") -> list[NodeInfo]:
     candidates = [n for n in nodes if fits(n, spec)]
 
     def load(n: NodeInfo) -> float:
-        # The scarcer of memory and cpu decides how full a node is.
+        # The scarcest of memory, cpu, sandbox slots, pids and disk decides how full a node is.
         return max(n.used_memory_mb / max(n.memory_mb, 1), n.used_cpu_milli / max(n.cpu_milli, 1),
-                   n.used_sandboxes / max(n.max_sandboxes, 1))
+                   n.used_sandboxes / max(n.max_sandboxes, 1), n.used_pids / n.pids if n.pids else 0.0,
+                   n.used_disk_mb / max(n.disk_mb or 0, 1))
 
     reverse = strategy == "pack"
     return sorted(candidates, key=lambda n: (load(n), n.node_id), reverse=reverse)

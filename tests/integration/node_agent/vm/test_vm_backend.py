@@ -21,7 +21,7 @@ from corral_image_service.builders.busybox import build_busybox
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.types import BootDisk, DiskFormat, RootFs
 from corral_node_agent.backends.vm.qemu import PMEM_ALIGN
-from corral_node_agent.errors import BadInput, Conflict, NotFound, Unsupported
+from corral_node_agent.errors import BadInput, Conflict, DiskFull, NotFound, Unsupported
 from corral_node_agent.settings import NodeAgentSettings
 from tests.polling import until
 
@@ -106,7 +106,7 @@ async def test_microvm_exec_files_pause_snapshot_restore_and_delete(work_dir, gu
         # The layer is read-only, the upper writable.
         res = await backend.exec(sid, ExecRequest(cmd="echo changed >> /etc/corral-layer && tail -1 /etc/corral-layer",
                                                   user="root"))
-        assert res.stdout.strip() == "changed"  # copied up into the tmpfs upper; the layer file is untouched
+        assert res.stdout.strip() == "changed"  # copied up into the upper disk; the layer file is untouched
 
         assert await backend.write_file(sid, "/home/user/notes.txt", b"hello vm\n") == 9
         assert await backend.read_file(sid, "/home/user/notes.txt") == b"hello vm\n"
@@ -145,6 +145,43 @@ async def test_microvm_exec_files_pause_snapshot_restore_and_delete(work_dir, gu
         assert not os.path.exists(directory)
         assert _qemu_pids(directory) == []
     assert exits.events == {}  # stopped on request, not ended on their own
+
+
+async def test_a_microvm_disk_is_disk_mb_and_filling_it_keeps_the_guest_running(work_dir, guestkit_dir, layers):
+    """The guest's upper is its own disk (not guest RAM): more than its RAM fits, a full disk
+    is ENOSPC inside and DiskFull (507) through the files API, and the guest runs on (with a
+    tmpfs upper, an upload past guest RAM panicked it and answered 502)."""
+    from corral_node_agent.backends.vm.backend import MicroVmBackend
+
+    backend = MicroVmBackend(_settings(work_dir, guestkit_dir))
+    exits = Exits()
+    backend.on_exit = exits
+    sid = "vm-" + uuid.uuid4().hex[:8]
+    await backend.start(sid, SandboxSpec(environment="busybox", backend="microvm", memory_mb=128, disk_mb=192),
+                        RootFs([layers["blk"]]))
+    try:
+        res = await backend.exec(sid, ExecRequest(cmd="df -k / | tail -1; dd if=/dev/zero of=/home/user/big bs=1M "
+                                                      "count=160 2>&1 && sync && echo ok", timeout_s=300))
+        assert res.exit_code == 0 and res.stdout.strip().endswith("ok"), res.stdout
+        assert 192 * 1024 <= int(res.stdout.split()[1]) <= 200 * 1024  # the disk is disk_mb
+
+        async def upload(total_mb: int):
+            for _ in range(total_mb * 4):
+                yield b"\0" * (256 * 1024)
+
+        with pytest.raises(DiskFull):
+            await backend.write_file(sid, "/home/user/upload.bin", upload(64))
+        with pytest.raises(NotFound):  # no partial file
+            await backend.read_file(sid, "/home/user/upload.bin")
+        res = await backend.exec(sid, ExecRequest(cmd="echo alive; dd if=/dev/zero of=/tmp/more bs=1M count=64",
+                                                  timeout_s=120))
+        assert res.stdout.startswith("alive") and "No space left on device" in res.stderr
+        res = await backend.exec(sid, ExecRequest(cmd="rm /home/user/big /tmp/more && echo room > /tmp/x && cat /tmp/x"))
+        assert res.stdout == "room\n"
+    finally:
+        directory = os.path.join(backend.root, sid)
+        await backend.stop(sid)
+    assert exits.events == {} and not os.path.exists(directory)
 
 
 async def _count_above(backend, sid, value) -> bool:
@@ -307,8 +344,10 @@ async def test_a_restarted_agent_adopts_running_vms(work_dir, guestkit_dir, laye
         sys.executable, "-c", PREVIOUS_AGENT, settings.state_dir, guestkit_dir, settings.node_id, sid, layers["blk"],
         stdout=asyncio.subprocess.PIPE)
     try:
-        line = await asyncio.wait_for(previous.stdout.readline(), 120)
-        assert line.strip() == b"READY"
+        line = b""
+        while line.strip() != b"READY":  # its log lines come first
+            line = await asyncio.wait_for(previous.stdout.readline(), 120)
+            assert line, "the previous agent exited before it was ready"
     finally:
         previous.kill()
         await previous.wait()

@@ -22,7 +22,15 @@ from corral_node_agent.backends.vm.protocol import (
     ProtocolError,
     encode_frame,
 )
-from corral_node_agent.errors import BadInput, GuestKitMissing, GuestLost, GuestTimeout, NotFound, TooLarge
+from corral_node_agent.errors import (
+    BadInput,
+    DiskFull,
+    GuestKitMissing,
+    GuestLost,
+    GuestTimeout,
+    NotFound,
+    TooLarge,
+)
 from corral_node_agent.http_errors import http_error
 from tests.polling import until
 
@@ -93,11 +101,13 @@ def test_kernel_cmdline_carries_the_init_contract_and_tcg_settings():
             "initcall_blacklist=crypto_kdf108_init"} <= set(args)
     kvm = guestkit.kernel_cmdline(lowers=["vd:l0"], upper_mb=64, hostname="x", tcg=False, console="hvc0")
     assert "tsc_early_khz=2300000" not in kvm and "corral.tty=1" not in kvm and "console=hvc0" in kvm
+    on_disk = guestkit.kernel_cmdline(lowers=["vd:l0"], upper_disk="upper", hostname="x").split()
+    assert "corral.upper=vd:upper" in on_disk and not any(a.startswith("corral.upper_mb=") for a in on_disk)
 
 
 @pytest.mark.parametrize("kwargs", [
     {"lowers": []}, {"lowers": ["sda"]}, {"lowers": ["vd:a b"]}, {"hostname": "bad name"},
-    {"hostname": "-x"}, {"upper_mb": 0},
+    {"hostname": "-x"}, {"upper_mb": 0}, {"upper_mb": None}, {"upper_disk": "upper"}, {"upper_mb": None, "upper_disk": "a b"},
 ])
 def test_kernel_cmdline_rejects_what_init_cannot_parse(kwargs):
     args = {"lowers": ["vd:l0"], "upper_mb": 64, "hostname": "ok", **kwargs}
@@ -152,7 +162,7 @@ def test_errno_answers_map_like_the_container_backend():
     assert "/home/user" == _error({"errno": errno.ENOTDIR, "at": 2}, parts).message.split(":")[0]
     assert isinstance(_error({"errno": errno.ELOOP, "at": 1}, parts), BadInput)
     assert isinstance(_error({"errno": errno.EISDIR, "at": 3}, parts), BadInput)
-    assert isinstance(_error({"errno": errno.ENOSPC}, parts), TooLarge)
+    assert isinstance(_error({"errno": errno.ENOSPC}, parts), DiskFull)
     assert isinstance(_error({"errno": errno.EINVAL, "message": "bad"}, None), BadInput)
 
 
@@ -219,6 +229,41 @@ async def test_client_ignores_stale_answers_from_an_earlier_session(tmp_path):
         sent = next(m for m in guest.received if m["op"] == "exec")
         assert sent["argv"] == ["/bin/sh", "-c", "echo hi"]
         assert sent["env"] == {"A": "1", "B": "2"} and sent["output_limit"] == 100
+        await client.close()
+
+
+async def test_client_hands_back_output_bytes_as_asked(tmp_path):
+    """The guest sends raw bytes (base64 frames); the client decodes them as utf-8 text
+    (U+FFFD for invalid bytes, a character split across frames kept whole) or keeps them
+    intact as base64, marking which."""
+    path = str(tmp_path / "agent.sock")
+    pieces = [b"\xff\xfe" + "é".encode()[:1], "é".encode()[1:] + b"\n"]
+
+    def answer(msg):
+        if msg["op"] == "hello":
+            return hello_ok(msg)
+        if msg["op"] == "exec":
+            frames = [encode_frame({"id": msg["id"], "type": "stdout", "data": base64.b64encode(p).decode()})
+                      for p in pieces]
+            return b"".join(frames) + encode_frame({"id": msg["id"], "type": "stderr", "data": "ww=="}) \
+                + encode_frame({"id": msg["id"], "type": "exit", "exit_code": 0, "duration_ms": 1.0,
+                                "timed_out": False, "truncated": False, "oom_killed": False})
+        return None
+
+    async with FakeGuest(path, answer):
+        client = await GuestAgentClient.connect(path, timeout_s=5)
+        text = [c async for c in client.exec_stream(ExecRequest(cmd="x"))]
+        assert [(c.type, c.data, c.encoding) for c in text[:-1]] == [
+            ("stdout", "\ufffd\ufffd", "utf-8"), ("stdout", "é\n", "utf-8"), ("stderr", "\ufffd", "utf-8")]
+        result = text[-1].result
+        assert (result.encoding, result.stdout, result.stderr) == ("utf-8", "\ufffd\ufffdé\n", "\ufffd")
+
+        raw = [c async for c in client.exec_stream(ExecRequest(cmd="x", output_encoding="base64"))]
+        assert [(c.type, base64.b64decode(c.data), c.encoding) for c in raw[:-1]] == [
+            ("stdout", pieces[0], "base64"), ("stdout", pieces[1], "base64"), ("stderr", b"\xc3", "base64")]
+        result = raw[-1].result
+        assert result.encoding == "base64" and base64.b64decode(result.stdout) == b"".join(pieces)
+        assert base64.b64decode(result.stderr) == b"\xc3"
         await client.close()
 
 

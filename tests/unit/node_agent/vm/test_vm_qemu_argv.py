@@ -42,6 +42,20 @@ def test_microvm_has_no_network_and_attaches_layers_read_only(tmp_path):
     assert guest_lowers(cfg.layers) == ["vd:l0", "vd:l1"]
 
 
+def test_the_upper_disk_is_the_one_writable_drive(tmp_path):
+    layer = tmp_path / "base.erofs"
+    layer.write_bytes(b"x" * 4096)
+    for machine, bus in (("microvm", "device"), ("q35", "pci")):
+        cfg = _config(machine, tmp_path, kernel="k", cmdline="c", layers=[LayerDisk(str(layer))],
+                      upper_disk=str(tmp_path / "upper.img"))
+        argv = build_argv("qemu", cfg, upper_fds=(17, 18))
+        writable = [d for d in _opt(argv, "-drive") if "readonly=on" not in d]
+        assert writable == [
+            "file=/dev/fdset/1,format=raw,if=none,id=upper,cache.direct=on,discard=ignore,file.locking=off"]
+        assert _opt(argv, "-add-fd") == ["fd=17,set=1", "fd=18,set=1"]  # the image, opened by QemuMachine.launch
+        assert f"virtio-blk-{bus},drive=upper,serial=upper" in _opt(argv, "-device")
+
+
 def test_q35_maps_layers_with_pmem_padded_to_2mib(tmp_path):
     layer = tmp_path / "base.erofs"
     layer.write_bytes(b"x" * (PMEM_ALIGN + 1))

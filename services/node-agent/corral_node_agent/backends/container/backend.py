@@ -19,6 +19,7 @@ import asyncio
 import os
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, nullcontext
@@ -33,6 +34,7 @@ from corral_node_agent.backends.container import bundle, files, oci
 from corral_node_agent.backends.container import exec as container_exec
 from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunError
 from corral_node_agent.backends.types import RootFs
+from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
 from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import (
@@ -45,11 +47,12 @@ from corral_node_agent.errors import (
     StartFailed,
 )
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
+from corral_node_agent.isolation.quota import UpperDisks
+from corral_node_agent.isolation.seccomp import SyscallFilter
 from corral_node_agent.isolation.userns import UidRanges, UserNamespace
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
-
 SANDBOX_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -89,6 +92,8 @@ class ContainerBackend(SandboxBackend):
         self.crun_root = f"{self.state_dir}/crun"
         self.crun = Crun(settings.crun, self.crun_root)
         self.sandboxes_dir = f"{self.state_dir}/sandboxes"
+        self.disks = UpperDisks(f"{self.state_dir}/upper-disks", preallocate=settings.disk_preallocate,
+                                pool=settings.disk_pool)
         self.on_exit = None
         self._sandboxes: dict[str, _Sandbox] = {}
         self._finished = FinishedUsage()
@@ -96,6 +101,7 @@ class ContainerBackend(SandboxBackend):
         self._tasks: set[asyncio.Task] = set()
         self._cg: CgroupDriver | None = None
         self.uid_ranges = UidRanges(settings)
+        self._seccomp_programs: dict[str, bytes | None] = {}
         os.makedirs(self.crun_root, mode=0o700, exist_ok=True)
         os.makedirs(self.sandboxes_dir, mode=0o711, exist_ok=True)
         self._unreachable: str | None = None
@@ -158,10 +164,25 @@ class ContainerBackend(SandboxBackend):
         ids = sb.policy.identity.ids
         return UserNamespace(ids) if ids is not None else nullcontext()
 
+    def _seccomp_program(self, profile: SyscallFilter) -> bytes | None:
+        """The profile compiled once per agent (cached on disk by its digest), for crun to load
+        as is; None: crun compiles the config's linux.seccomp itself (slower, same program)."""
+        if profile.name not in self._seccomp_programs:
+            program = None
+            if profile.to_oci() is not None:
+                try:
+                    program = profile.to_bpf(f"{self.state_dir}/seccomp").read_bytes()
+                except (OSError, subprocess.CalledProcessError) as exc:
+                    log.warning("seccomp.precompile_failed", profile=profile.name, error=str(exc))
+            self._seccomp_programs[profile.name] = program
+        return self._seccomp_programs[profile.name]
+
     def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str], userns: UserNamespace | None) -> None:
         config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
-                                  with_swap_limit=self.cgroups.swap_limit, userns_path=userns and userns.path)
-        bundle.create(sb.dir, sb.spec, lower_dirs, config, disk_mb=sb.policy.disk.size_mb,
+                                  with_swap_limit=self.cgroups.swap_limit,
+                                  seccomp_bpf=self._seccomp_program(sb.policy.syscalls),
+                                  userns_path=userns and userns.path)
+        bundle.create(sb.dir, sb.spec, lower_dirs, config, disks=self.disks, quota=sb.policy.disk,
                       identity=sb.policy.identity, userns_fd=userns and userns.fd)
 
     async def _run_init(self, sb: _Sandbox) -> None:
@@ -176,6 +197,10 @@ class ContainerBackend(SandboxBackend):
         except ProcessLookupError:
             raise StartFailed("sandbox init exited immediately") from None
         asyncio.get_running_loop().add_reader(sb.pidfd, self._init_exited, sb.id)
+        program = self._seccomp_programs.get(sb.policy.syscalls.name)
+        if program is not None and self.crun.seccomp_program(sb.id) != program:
+            # (a runtime that ignored the annotation would run the sandbox unfiltered)
+            raise StartFailed(f"the runtime did not take syscall profile {sb.policy.syscalls.name!r}")
 
     def _unwatch(self, sb: _Sandbox) -> None:
         if sb.pidfd >= 0:
@@ -215,6 +240,8 @@ class ContainerBackend(SandboxBackend):
             await self.stop(sid)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        self._prune_parent_cgroups()
+        await asyncio.to_thread(self.disks.close)
 
     async def _end_on_own(self, sb: _Sandbox, reason: ExitReason) -> None:
         async with sb.lock:
@@ -308,11 +335,8 @@ class ContainerBackend(SandboxBackend):
         deleted = rc == 0 or "does not exist" in out or "not found" in out.lower()
         if not deleted:
             log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
-        try:
-            host.umount_tree(sb.dir)
-        except OSError:
-            log.exception("sandbox.umount_failed", sandbox_id=sb.id)
-        bundle.delete(sb.dir)
+        # Unmounting and deleting a disk is milliseconds of I/O: not on the event loop.
+        await asyncio.to_thread(self._remove_bundle, sb)
         if sb.policy.identity.ids is not None and deleted:
             # (A container crun could not delete may still run with these ids: never reuse them.)
             self.uid_ranges.release(sb.policy.identity.ids)
@@ -320,16 +344,24 @@ class ContainerBackend(SandboxBackend):
         sb.usage = usage
         self._sandboxes.pop(sb.id, None)
         self._finished.add(sb.id, usage)
-        self._prune_parent_cgroups()
         return usage
 
+    def _remove_bundle(self, sb: _Sandbox) -> None:
+        self.disks.discard(bundle.upper_dir(sb.dir), bundle.disk_image(sb.dir))
+        try:
+            host.umount_tree(sb.dir)
+        except OSError:
+            log.exception("sandbox.umount_failed", sandbox_id=sb.id)
+        bundle.delete(sb.dir)
+
     def _prune_parent_cgroups(self) -> None:
-        # crun creates /corral/<node> on each start; removing it while a start is between
-        # mkdir(parent) and mkdir(leaf) would fail that start, hence "only when idle".
+        # The node's cgroup holds its caps (cgroups/node.py) while the agent runs, so it is
+        # only pruned once the backend is done (close, or cleanup at start: the agent caps it
+        # again afterwards), and only when idle (a start between crun's mkdir of the parent
+        # and of the leaf would fail).
         if self._sandboxes or self._starting:
             return
-        self.cgroups.cgroup(f"/corral/{self.settings.node_id}").remove_if_empty()
-        self.cgroups.cgroup("/corral").remove_if_empty()
+        node_cgroup.prune(self.cgroups, self.settings.node_id)
 
     async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
         """Clear what a previous run left. With ``adopt``, containers that still run (or are
@@ -408,7 +440,8 @@ class ContainerBackend(SandboxBackend):
 
     async def exec_stream(self, sandbox_id: str, req: ExecRequest) -> AsyncIterator[ExecChunk]:
         self._get(sandbox_id)  # fail before the first chunk
-        async for chunk in container_exec.stream(lambda on_data: self._exec(sandbox_id, req, on_data)):
+        async for chunk in container_exec.stream(lambda on_data: self._exec(sandbox_id, req, on_data),
+                                                 req.output_encoding):
             yield chunk
 
     async def _exec(self, sandbox_id: str, req: ExecRequest, on_data: container_exec.OnData | None) -> ExecResult:

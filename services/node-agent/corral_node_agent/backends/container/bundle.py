@@ -4,11 +4,14 @@ Layout, under {state_dir}/sandboxes/<id>/ (mode 0710, group: the sandbox's host 
 so crun's container process, root of the sandbox's user namespace, can reach rootfs/ and
 no other host user can):
     config.json     OCI bundle config
-    sandbox.json    spec + wall-clock start + the user namespace's host id range: what a
-                    restarted agent needs to re-adopt it (and to claim the same ids again)
-    upper/          tmpfs of disk_mb: upper/upper + upper/work for the overlay, so disk_mb
-                    is a hard cap and all writes vanish with one umount; upper/upper and
-                    upper/work belong to the sandbox's root (host id = range base)
+    sandbox.json    spec + wall-clock start + its disk + the user namespace's host id
+                    range: what a restarted agent needs to re-adopt it (and to claim the
+                    same ids again)
+    upper.img       the sandbox's disk: an ext4 image of disk_mb (isolation/quota.py)
+    upper/          upper.img mounted: upper/upper + upper/work for the overlay, so every
+                    byte written into the sandbox lands on its own disk_mb; upper/upper and
+                    upper/work belong to the sandbox's root (host id = range base), made
+                    when the disk is taken (a ready disk of the pool knows no range)
     rootfs/         overlay of the layer mounts (top first) + upper; with a user namespace
                     each layer is an idmapped clone of the node's mount (mount_api.py), so
                     image files owned by root are owned by the sandbox's root
@@ -27,6 +30,7 @@ from typing import Any
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent import host, mount_api
 from corral_node_agent.backends.paths import HOME
+from corral_node_agent.isolation.quota import DiskQuota, UpperDisk, UpperDisks
 from corral_node_agent.isolation.userns import Identity, IdRange
 
 META = "sandbox.json"
@@ -37,6 +41,7 @@ class BundleMeta:
     spec: SandboxSpec
     started_at: float  # time.time() when the bundle was written
     ids: IdRange | None  # its user namespace's host ids (None: started without one)
+    disk: UpperDisk | None = None  # None: written by an agent whose upper was a tmpfs
 
 
 def init_pid_file(directory: str) -> str:
@@ -51,11 +56,19 @@ def exec_dir(directory: str) -> str:
     return f"{directory}/exec"
 
 
+def upper_dir(directory: str) -> str:
+    return f"{directory}/upper"
+
+
+def disk_image(directory: str) -> str:
+    return f"{directory}/upper.img"
+
+
 def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dict[str, Any], *,
-           disk_mb: int, identity: Identity, userns_fd: int | None = None) -> None:
-    """Mount the sandbox's root (a tmpfs of disk_mb over the layers; HOME owned by the
-    sandbox user) and write its config and metadata. With ``identity.ids``, ``userns_fd`` is
-    a user namespace of that mapping: the layers are idmapped through it."""
+           disks: UpperDisks, quota: DiskQuota, identity: Identity, userns_fd: int | None = None) -> None:
+    """Mount the sandbox's root (its own disk of the quota's size over the layers; HOME
+    owned by the sandbox user) and write its config and metadata. With ``identity.ids``,
+    ``userns_fd`` is a user namespace of that mapping: the layers are idmapped through it."""
     if os.path.exists(directory):
         # Leftover from a crashed attempt with the same id: never reuse its state.
         host.umount_tree(directory)
@@ -64,11 +77,13 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
     os.mkdir(directory, 0o710)
     os.chown(directory, 0, root_gid)
     os.mkdir(exec_dir(directory), 0o700)
-    upper = f"{directory}/upper"
+    upper = upper_dir(directory)
     rootfs = f"{directory}/rootfs"
     os.mkdir(upper, 0o700)
     os.mkdir(rootfs, 0o755)
-    host.mount_tmpfs(upper, disk_mb, 0o755)
+    disk = disks.mount(disk_image(directory), upper, quota)
+    # The disk's own root stays host root's; what overlay writes into belongs to the
+    # sandbox's root (fresh dirs, whether the disk was made now or kept ready by the pool).
     for name, mode in (("upper", 0o755), ("work", 0o700)):
         os.mkdir(f"{upper}/{name}", mode)
         os.chown(f"{upper}/{name}", root_uid, root_gid)
@@ -81,7 +96,7 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
     _make_home(rootfs, identity)
     with open(f"{directory}/config.json", "w") as fh:
         json.dump(config, fh)
-    meta: dict[str, Any] = {"spec": spec.model_dump(mode="json"), "started_at": time.time()}
+    meta: dict[str, Any] = {"spec": spec.model_dump(mode="json"), "started_at": time.time(), "disk": disk.to_json()}
     if identity.ids is not None:
         meta["userns"] = identity.ids.to_json()
     with open(f"{directory}/{META}", "w") as fh:
@@ -108,7 +123,9 @@ def read_meta(directory: str) -> BundleMeta:
     with open(f"{directory}/{META}") as fh:
         meta = json.load(fh)
     ids = IdRange.from_json(meta["userns"]) if meta.get("userns") is not None else None
-    return BundleMeta(spec=SandboxSpec.model_validate(meta["spec"]), started_at=float(meta["started_at"]), ids=ids)
+    disk = UpperDisk.from_json(meta["disk"]) if meta.get("disk") else None
+    return BundleMeta(spec=SandboxSpec.model_validate(meta["spec"]), started_at=float(meta["started_at"]), ids=ids,
+                      disk=disk)
 
 
 def read_init_pid(directory: str) -> int:

@@ -62,6 +62,15 @@ class Crun:
                 msg = fh.read().decode(errors="replace").strip()
             raise CrunError(f"crun run failed ({rc}): {msg}")
 
+    def seccomp_program(self, container_id: str) -> bytes | None:
+        """The seccomp program crun installs in the container's processes (it keeps it in its
+        state: the init's and every ``crun exec``'s); None: no filter."""
+        try:
+            with open(f"{self.root}/{container_id}/seccomp.bpf", "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
     def exec_argv(self, container_id: str, *, process_file: str, pid_file: str) -> list[str]:
         """``crun exec`` of a process.json; the caller spawns it with its own stdio."""
         return self.argv("exec", "--process", process_file, "--pid-file", pid_file, container_id)

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 
 from corral_common.exec import FileInfo
 from corral_node_agent.backends.base import FileData
-from corral_node_agent.backends.paths import LOC, os_error, sandbox_path, split_path
-from corral_node_agent.errors import BadInput, NotFound, TooLarge
+from corral_node_agent.backends.paths import DISK_FULL, LOC, os_error, sandbox_path, split_path
+from corral_node_agent.errors import BadInput, DiskFull, NotFound, TooLarge
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -148,8 +148,8 @@ def list_dir(rootfs: str, path: str) -> list[FileInfo]:
 
 
 async def write(rootfs: str, path: str, data: FileData, *, uid: int, gid: int, mode: int, cap: int) -> int:
-    """Write an upload (bytes or chunks) to path; more than ``cap`` bytes or a full disk is
-    TooLarge, and a failed upload leaves no file behind."""
+    """Write an upload (bytes or chunks) to path; more than ``cap`` bytes is TooLarge, a full
+    disk DiskFull, and a failed upload leaves no file behind."""
     fd, name, dfd = await asyncio.to_thread(open_write, rootfs, path, uid=uid, gid=gid, mode=mode)
     written = 0
     ok = False
@@ -183,7 +183,7 @@ def _write_chunk(fd: int, chunk: bytes, written: int, cap: int) -> int:
             view = view[n:]
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise TooLarge("sandbox disk is full (disk_mb)", loc=["body"]) from None
+            raise DiskFull(DISK_FULL, loc=["body"]) from None
         raise
     return written + len(chunk)
 

@@ -2,8 +2,9 @@
 
 A VM sandbox is one QEMU process in its own cgroup (memory capped at guest RAM + QEMU's
 overhead, pids capped), with no network device, booting the node's guest kit (kernel +
-initramfs) whose init stacks the sandbox's EROFS layers under a tmpfs upper and starts the
-Corral guest agent on a virtio-serial port. Commands and files go through that agent, so the
+initramfs) whose init stacks the sandbox's EROFS layers under its writable disk (an ext4
+image of disk_mb in the VM's directory, isolation/quota.py, attached read-write) and starts
+the Corral guest agent on a virtio-serial port. Commands and files go through that agent, so the
 data path is the same HTTP/SDK surface as containers; the host never mounts a guest's disk.
 
 Layers reach the guest read-only: `vm` (q35) maps them with virtio-pmem from an uncompressed
@@ -37,6 +38,7 @@ from corral_node_agent.backends.vm.guestkit import GuestKit, kernel_cmdline
 from corral_node_agent.backends.vm.input import to_qmp
 from corral_node_agent.backends.vm.machine import MachineError, QemuMachine
 from corral_node_agent.backends.vm.qemu import (
+    UPPER_SERIAL,
     LayerDevice,
     LayerDisk,
     Machine,
@@ -46,6 +48,7 @@ from corral_node_agent.backends.vm.qemu import (
 )
 from corral_node_agent.cgroups.base import Cgroup
 from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.cgroups.node import sandbox_cgroup_path
 from corral_node_agent.errors import (
     AlreadyExists,
     BadInput,
@@ -58,6 +61,7 @@ from corral_node_agent.errors import (
     Unsupported,
 )
 from corral_node_agent.isolation.policy import policy_for
+from corral_node_agent.isolation.quota import UpperDisks, disk_quota, sparse_copy
 from corral_node_agent.isolation.userns import VmUidPool
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -65,6 +69,7 @@ log = get_logger(__name__)
 
 STATE_FILE = "state.bin"
 META_FILE = "snapshot.json"
+UPPER_FILE = "upper.img"
 SNAPSHOT_FORMAT = 1
 # How a layer in each format is attached, and what the record then says (vm: until the
 # guest tells whether DAX worked).
@@ -108,6 +113,7 @@ class QemuBackend(SandboxBackend):
         self.accelerator = detect_accelerator(settings.vm_accelerator)
         self.root = os.path.join(settings.state_dir, "vms")
         self.snapshots_dir = os.path.join(settings.state_dir, "snapshots")
+        self.disks = UpperDisks(os.path.join(settings.state_dir, "upper-disks"), preallocate=settings.disk_preallocate)
         self._vms: dict[str, _Vm] = {}
         self._finished = FinishedUsage()
         self.uids = VmUidPool(settings)
@@ -135,12 +141,17 @@ class QemuBackend(SandboxBackend):
             raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
         return vm.agent
 
-    def _cgroup(self, sandbox_id: str) -> Cgroup | None:
-        # memory/pids/cpu accounting per VM, the same cgroups the fncall workers get.
+    def _cgroup(self, sandbox_id: str, path: str | None = None) -> Cgroup | None:
+        # memory/pids/cpu accounting per VM, the same cgroups the fncall workers get, below
+        # the node's cgroup (its caps hold QEMU's threads and memory too).
         driver = cgroup_driver()
         if not driver.available():
             return None
-        return driver.cgroup(f"corral-vm/{self.settings.node_id}/{sandbox_id}").create()
+        return driver.cgroup(path or sandbox_cgroup_path(self.settings.node_id, sandbox_id)).create()
+
+    def _legacy_cgroup_path(self, sandbox_id: str) -> str:
+        # Where agents from before the node cgroup put a VM (vm.json without "cgroup").
+        return f"corral-vm/{self.settings.node_id}/{sandbox_id}"
 
     async def _connect_agent(self, vm: _Vm, timeout_s: float) -> Any:
         # The spec's env applies to every command; output and upload caps as for containers.
@@ -202,10 +213,11 @@ class QemuBackend(SandboxBackend):
         """What a restarted node-agent needs to take this VM over (vm.json in its directory)."""
         config = {k: getattr(vm.config, k) for k in (
             "machine", "memory_mb", "cpus", "accelerator", "qmp_socket", "console_socket", "kernel", "initramfs",
-            "cmdline", "agent_socket", "boot_disk", "boot_disk_format", "display", "balloon", "run_as")}
+            "cmdline", "agent_socket", "upper_disk", "boot_disk", "boot_disk_format", "display", "balloon", "run_as")}
         config["layers"] = [{"path": layer.path, "transport": layer.transport} for layer in vm.config.layers]
         record = {"pid": vm.machine.pid, "spec": vm.spec.model_dump(mode="json"), "config": config,
                   "transport": vm.transport, "uid_slot": vm.uid_slot,
+                  "cgroup": vm.cgroup.path if vm.cgroup is not None else None,
                   "started_wall": time.time() - (time.monotonic() - vm.started)}
         tmp = os.path.join(vm.directory, "vm.json.tmp")
         with open(tmp, "w") as fh:
@@ -241,14 +253,15 @@ class QemuBackend(SandboxBackend):
         kit = GuestKit.load(self.settings.guestkit_dir)
         device, transport = _LAYER_ATTACHMENT[self.layer_format]
         layers = [LayerDisk(path=p, transport=device) for p in reversed(rootfs.layers)]  # base first
-        cmdline = kernel_cmdline(lowers=guest_lowers(layers), upper_mb=spec.disk_mb,
+        upper = self.disks.make(os.path.join(directory, UPPER_FILE), disk_quota(spec)).image
+        cmdline = kernel_cmdline(lowers=guest_lowers(layers), upper_disk=UPPER_SERIAL,
                                  hostname=sandbox_id, tty_shell=self.machine_type == "q35",
                                  tcg=self.accelerator == "tcg")
         # The raw vmlinux (PVH entry, faster) skips the real-mode setup that finds the VGA
         # text console: a machine with a screen boots the bzImage.
         kernel = kit.display_kernel if common["display"] and kit.display_kernel else kit.kernel
         config = MachineConfig(**common, kernel=kernel, initramfs=kit.initramfs, cmdline=cmdline,
-                               agent_socket=sockets["agent"], layers=layers)
+                               agent_socket=sockets["agent"], layers=layers, upper_disk=upper)
         return config, transport
 
     def _restore_config(self, snapshot_id: str, directory: str,
@@ -270,6 +283,9 @@ class QemuBackend(SandboxBackend):
             overlay = os.path.join(directory, "disk.qcow2")
             shutil.copyfile(os.path.join(snap_dir, "disk.qcow2"), overlay)
             cfg["boot_disk"] = overlay
+        if cfg.get("upper_disk"):  # snapshots of VMs whose upper was a tmpfs have it in their memory
+            cfg["upper_disk"] = os.path.join(directory, UPPER_FILE)
+            self.disks.copy(os.path.join(snap_dir, UPPER_FILE), cfg["upper_disk"])
         cfg.update(qmp_socket=sockets["qmp"], console_socket=sockets["console"], accelerator=self.accelerator,
                    agent_socket=sockets["agent"] if cfg.get("agent_socket") else None, incoming="defer")
         return MachineConfig(**cfg), ImageTransport(meta["transport"])
@@ -463,9 +479,11 @@ class QemuBackend(SandboxBackend):
             for pid in _qemu_pids_using(directory):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-            cgroup = self._cgroup(sandbox_id)
-            if cgroup is not None:
-                await asyncio.to_thread(cgroup.remove)
+            driver = cgroup_driver()
+            if driver.available():
+                for path in (sandbox_cgroup_path(self.settings.node_id, sandbox_id),
+                             self._legacy_cgroup_path(sandbox_id)):
+                    await asyncio.to_thread(driver.cgroup(path).remove)
             shutil.rmtree(directory, ignore_errors=True)
         return adopted
 
@@ -479,7 +497,8 @@ class QemuBackend(SandboxBackend):
         cfg = dict(record["config"])
         cfg["layers"] = [LayerDisk(**layer) for layer in cfg["layers"]]
         config = MachineConfig(**cfg)
-        cgroup = self._cgroup(sandbox_id)  # same path: the running QEMU is already in it
+        # Same path: the running QEMU is already in it.
+        cgroup = self._cgroup(sandbox_id, record.get("cgroup") or self._legacy_cgroup_path(sandbox_id))
         slot = record.get("uid_slot")
         if slot is not None:
             self.uids.claim(slot)
@@ -536,8 +555,11 @@ class QemuBackend(SandboxBackend):
             await vm.machine.save_state(os.path.join(tmp_dir, STATE_FILE))
             if vm.config.boot_disk:
                 await asyncio.to_thread(shutil.copyfile, vm.config.boot_disk, os.path.join(tmp_dir, "disk.qcow2"))
+            if vm.config.upper_disk:
+                await asyncio.to_thread(sparse_copy, vm.config.upper_disk, os.path.join(tmp_dir, UPPER_FILE))
             cfg = {k: getattr(vm.config, k) for k in ("machine", "memory_mb", "cpus", "kernel", "initramfs", "cmdline",
-                                                        "display", "balloon", "boot_disk", "boot_disk_format")}
+                                                        "display", "balloon", "upper_disk", "boot_disk",
+                                                        "boot_disk_format")}
             cfg["layers"] = [{"path": layer.path, "transport": layer.transport} for layer in vm.config.layers]
             cfg["agent_socket"] = bool(vm.config.agent_socket)
             cfg["qmp_socket"] = cfg["console_socket"] = ""
@@ -556,7 +578,8 @@ class QemuBackend(SandboxBackend):
             if not was_paused and not vm.stopping:
                 await vm.machine.resume()
                 vm.paused = False
-        return sum(os.path.getsize(os.path.join(snap_dir, f)) for f in os.listdir(snap_dir))  # noqa: ASYNC240 - a few local stats
+        # What it takes on disk (the upper's copy is sparse).
+        return sum(os.stat(os.path.join(snap_dir, f)).st_blocks * 512 for f in os.listdir(snap_dir))  # noqa: ASYNC240 - a few local stats
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
         snap_dir = os.path.join(self.snapshots_dir, snapshot_id)

@@ -96,11 +96,13 @@ class GuestKit:
         return kit
 
 
-def kernel_cmdline(*, lowers: list[str], upper_mb: int, hostname: str, tty_shell: bool = False,
-                   console: str = "ttyS0", extra: str = "", tcg: bool = True) -> str:
+def kernel_cmdline(*, lowers: list[str], hostname: str, upper_mb: int | None = None, upper_disk: str | None = None,
+                   tty_shell: bool = False, console: str = "ttyS0", extra: str = "", tcg: bool = True) -> str:
     """The whole kernel command line for a sandbox VM (the /init contract, see init.sh).
 
-    lowers: EROFS layers, base first, each `pmem<N>` or `vd:<serial>`. `tcg` adds the
+    lowers: EROFS layers, base first, each `pmem<N>` or `vd:<serial>`. The writable upper is
+    either the ext4 disk with serial `upper_disk` (a sandbox's disk_mb) or a tmpfs of
+    `upper_mb` in guest RAM (bare boots: benchmarks, guest-agent tests). `tcg` adds the
     timer settings TCG needs; leave it off under real KVM, where the TSC is measured.
     """
     if not lowers:
@@ -110,8 +112,13 @@ def kernel_cmdline(*, lowers: list[str], upper_mb: int, hostname: str, tty_shell
             raise ValueError(f"bad layer device {dev!r}: want pmem<N> or vd:<serial>")
     if not _HOSTNAME_RE.match(hostname):
         raise ValueError(f"bad hostname {hostname!r}")
-    if not isinstance(upper_mb, int) or upper_mb < 1:
+    if (upper_mb is None) == (upper_disk is None):
+        raise ValueError("give exactly one of upper_mb and upper_disk")
+    if upper_disk is not None and not _LOWER_RE.match(f"vd:{upper_disk}"):
+        raise ValueError(f"bad upper disk serial {upper_disk!r}")
+    if upper_mb is not None and (not isinstance(upper_mb, int) or upper_mb < 1):
         raise ValueError("upper_mb must be a positive number of MiB")
+    upper = f"corral.upper=vd:{upper_disk}" if upper_disk is not None else f"corral.upper_mb={upper_mb}"
     args = [f"console={console}", "quiet", "loglevel=3",
             # A panicking guest reboots at once; QEMU runs with -no-reboot, so it exits.
             "panic=-1", "swiotlb=noforce", "8250.nr_uarts=1", "random.trust_cpu=on",
@@ -119,7 +126,7 @@ def kernel_cmdline(*, lowers: list[str], upper_mb: int, hostname: str, tty_shell
             # a sandbox relies on; the SP800-108 KDF runs its own (~0.3 s) whatever notests says.
             "cryptomgr.notests", "initcall_blacklist=crypto_kdf108_init",
             *(TCG_CMDLINE if tcg else ()),
-            f"corral.lowers={','.join(lowers)}", f"corral.upper_mb={upper_mb}", f"corral.hostname={hostname}"]
+            f"corral.lowers={','.join(lowers)}", upper, f"corral.hostname={hostname}"]
     if tty_shell:
         args.append("corral.tty=1")
     if extra:

@@ -74,9 +74,15 @@ class QemuMachine:
                 with open(procs, "w") as fh:
                     fh.write(str(os.getpid()))
 
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=enter_cgroup)
+        upper = self._open_upper()
+        try:
+            argv = build_argv(self.qemu, self.config, upper_fds=upper) if upper else self.argv
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=enter_cgroup, pass_fds=upper)
+        finally:
+            for fd in upper:
+                os.close(fd)
         deadline = time.monotonic() + timeout_s
         try:
             await self._wait_for_socket(self.config.qmp_socket, deadline)
@@ -89,6 +95,17 @@ class QemuMachine:
             raise
         self._tasks.append(asyncio.create_task(self._read_console(reader, writer)))
         self._tasks.append(asyncio.create_task(self._watch_events()))
+
+    def _open_upper(self) -> tuple[int, ...]:
+        """The upper disk opened read-write and read-only, for QEMU's fd set (qemu.UPPER_FDSET)."""
+        if not self.config.upper_disk:
+            return ()
+        rw = os.open(self.config.upper_disk, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            return rw, os.open(self.config.upper_disk, os.O_RDONLY | os.O_CLOEXEC)
+        except BaseException:
+            os.close(rw)
+            raise
 
     async def _wait_for_socket(self, path: str, deadline: float) -> None:
         # QEMU creates its listening sockets during start-up; nothing to subscribe to, so poll.

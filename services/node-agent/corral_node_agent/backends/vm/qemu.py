@@ -71,6 +71,9 @@ class MachineConfig:
     cmdline: str = ""
     agent_socket: str | None = None
     layers: list[LayerDisk] = field(default_factory=list)  # base first
+    # The sandbox's writable disk (an ext4 image of disk_mb, isolation/quota.py), a
+    # read-write virtio-blk disk with serial UPPER_SERIAL; None: the guest's upper is a tmpfs.
+    upper_disk: str | None = None
     # ...or firmware boot of a whole disk (q35 only).
     boot_disk: str | None = None
     boot_disk_format: str = "qcow2"
@@ -84,6 +87,13 @@ class MachineConfig:
     # lands in an unprivileged user of its own, not root, and not another VM's user.
     run_as: str | None = None
     extra: list[str] = field(default_factory=list)
+
+
+UPPER_SERIAL = "upper"
+# The upper disk reaches QEMU as two open files of an fd set (read-write and read-only: the
+# fd numbers QemuMachine.launch passes), not as a path: QEMU reopens a writable disk around
+# a snapshot, when it has long dropped to a uid that may not be able to walk down to it.
+UPPER_FDSET = 1
 
 
 def layer_serial(index: int) -> str:
@@ -108,7 +118,9 @@ def _round_up(value: int, align: int) -> int:
     return int(math.ceil(value / align) * align)
 
 
-def build_argv(qemu: str, cfg: MachineConfig) -> list[str]:
+def build_argv(qemu: str, cfg: MachineConfig, *, upper_fds: tuple[int, int] = (3, 4)) -> list[str]:
+    """QEMU's command line; ``upper_fds``: the upper disk opened read-write and read-only, as
+    QEMU inherits them."""
     microvm = cfg.machine == "microvm"
     bus = "device" if microvm else "pci"
     argv = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]
@@ -165,6 +177,14 @@ def build_argv(qemu: str, cfg: MachineConfig) -> list[str]:
         else:
             argv += ["-drive", f"file={layer.path},format=raw,readonly=on,if=none,id=l{i}",
                      "-device", f"virtio-blk-{bus},drive=l{i},serial={layer_serial(i)}"]
+    if cfg.upper_disk:
+        # Direct I/O: the guest caches its own pages; the host's page cache would be a second copy.
+        # No image locks: the image is this VM's alone, and QEMU's own locks on the two files
+        # of the fd set would conflict when it reactivates the disk after a snapshot.
+        argv += [*(a for fd in upper_fds for a in ("-add-fd", f"fd={fd},set={UPPER_FDSET}")),
+                 "-drive", f"file=/dev/fdset/{UPPER_FDSET},format=raw,if=none,id=upper,cache.direct=on,discard=ignore,"
+                 "file.locking=off",
+                 "-device", f"virtio-blk-{bus},drive=upper,serial={UPPER_SERIAL}"]
     if cfg.boot_disk:
         if microvm:
             raise ValueError("booting a disk image needs the q35 machine")

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Corral VM initramfs /init: load the kit's modules, mount the sandbox's EROFS layers as
-# read-only lowers under a tmpfs upper, switch root and hand PID 1 to the guest agent.
+# read-only lowers under a writable upper, switch root and hand PID 1 to the guest agent.
 # Kernel command line contract (guestkit.kernel_cmdline builds it):
 #   corral.lowers=<dev>[,<dev>...]  base first; <dev> = pmem<N> | vd:<serial>
-#   corral.upper_mb=<N>             size of the writable tmpfs upper
+#   corral.upper=vd:<serial>        the writable upper: the sandbox's ext4 disk (its disk_mb)
+#   corral.upper_mb=<N>             ...or a tmpfs of N MiB in guest RAM (bare boots)
 #   corral.hostname=<name>
 #   corral.tty=1                    also keep a shell on /dev/tty1 (the display)
 # Any failure prints one `CORRAL-INIT-ERROR: <why>` console line and powers off.
@@ -30,6 +31,7 @@ log() {
 }
 
 lowers=""
+upper=""
 upper_mb=""
 hostname="sandbox"
 tty=""
@@ -38,6 +40,7 @@ read -r cmdline < /proc/cmdline
 for arg in $cmdline; do
     case "$arg" in
         corral.lowers=*) lowers="${arg#corral.lowers=}" ;;
+        corral.upper=vd:*) upper="${arg#corral.upper=}" ;;
         corral.upper_mb=*) upper_mb="${arg#corral.upper_mb=}" ;;
         corral.hostname=*) hostname="${arg#corral.hostname=}" ;;
         corral.tty=1) tty=1 ;;
@@ -45,9 +48,11 @@ for arg in $cmdline; do
     esac
 done
 [ -n "$lowers" ] || fail "no corral.lowers= on the kernel command line"
-case "$upper_mb" in
-    ''|*[!0-9]*) fail "corral.upper_mb must be a number of MiB, got '$upper_mb'" ;;
-esac
+if [ -z "$upper" ]; then
+    case "$upper_mb" in
+        ''|*[!0-9]*) fail "corral.upper_mb must be a number of MiB, got '$upper_mb'" ;;
+    esac
+fi
 
 log "init started"
 # Module groups (guestkit lists each in dependency order), only those this machine uses,
@@ -122,7 +127,13 @@ for dev in $(echo "$lowers" | tr ',' ' '); do
 done
 log "layers mounted: $lowerdir"
 
-mount -t tmpfs -o "size=${upper_mb}m,mode=0755" upper /upper || fail "cannot mount a ${upper_mb} MiB tmpfs upper"
+if [ -n "$upper" ]; then
+    # The sandbox's own disk: what it writes stays out of guest RAM, and a full disk is ENOSPC.
+    blk=$(find_serial "${upper#vd:}") || fail "no virtio disk with serial ${upper#vd:} for the upper"
+    mount -t ext4 -o noinit_itable "$blk" /upper || fail "upper: $blk is not a mountable ext4 disk"
+else
+    mount -t tmpfs -o "size=${upper_mb}m,mode=0755" upper /upper || fail "cannot mount a ${upper_mb} MiB tmpfs upper"
+fi
 mkdir -p /upper/upper /upper/work
 mount -t overlay overlay -o "lowerdir=$lowerdir,upperdir=/upper/upper,workdir=/upper/work" /newroot \
     || fail "cannot mount the overlay root (lowerdir=$lowerdir)"
@@ -139,9 +150,11 @@ mount -t sysfs sysfs $R/sys
 mount -t devtmpfs devtmpfs $R/dev
 mkdir -p $R/dev/pts $R/dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts $R/dev/pts
-mount -t tmpfs -o mode=1777 shm $R/dev/shm
-mount -t tmpfs -o mode=1777,nosuid,nodev tmp $R/tmp
-mount -t tmpfs -o mode=0755,nosuid,nodev run $R/run
+# RAM-backed mounts stay well below guest RAM together: a guest whose RAM is all tmpfs
+# pages panics (PID 1, the agent, cannot be OOM-killed). With a disk upper, /tmp is on the disk.
+mount -t tmpfs -o mode=1777,size=25% shm $R/dev/shm
+[ -n "$upper" ] || mount -t tmpfs -o mode=1777,nosuid,nodev,size=25% tmp $R/tmp
+mount -t tmpfs -o mode=0755,nosuid,nodev,size=10% run $R/run
 # switch_root empties the initramfs: the agent (and a shell for the display) move along
 cp /bin/corral-agent /bin/busybox $R/.corral/
 # how each layer got mounted (index, device, dax|pmem|blk), for the host to report

@@ -1,0 +1,113 @@
+"""The node's cgroup caps (cgroups/node.py) against real crun: fork bombs and memory hogs stay
+inside the node's share of the host, and a neighbour the scheduler placed can still fork."""
+
+import asyncio
+import contextlib
+import subprocess
+import uuid
+
+import pytest
+import pytest_asyncio
+
+from corral_common.exec import ExecRequest
+from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.backends.types import RootFs
+from corral_node_agent.cgroups import node as node_cgroup
+from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.settings import NodeAgentSettings
+from tests.polling import until
+
+pytestmark = pytest.mark.asyncio
+MIB = 1024 * 1024
+# Forks until a fork fails (busybox sh then exits), leaving its sleepers holding the pids.
+BOMB = "while :; do sleep 1000 & done"
+
+
+@pytest_asyncio.fixture
+async def capped(state_dir, node_id, base_layer):
+    """``capped(memory_mb, pids)``: a container backend on a node whose cgroup is capped so."""
+    made = []
+
+    def make(memory_mb: int, pids: int) -> tuple[ContainerBackend, object]:
+        settings = NodeAgentSettings(node_id=f"{node_id}-cap-{uuid.uuid4().hex[:4]}", state_dir=state_dir)
+        group = node_cgroup.cap(cgroup_driver(), settings.node_id, memory_mb * MIB, pids)
+        if group is None:
+            pytest.skip("needs cgroup v1 memory, pids and cpuacct")
+        backend = ContainerBackend(settings)
+        made.append((backend, group))
+        return backend, group
+
+    yield make
+    for backend, group in made:
+        await backend.close()
+        assert not any(d.exists() for d in group.dirs.values())  # pruned once idle
+
+
+async def start(backend, base_layer, **spec) -> str:
+    sid = "cap-" + uuid.uuid4().hex[:8]
+    spec.setdefault("memory_mb", 128)
+    await backend.start(sid, SandboxSpec(environment="busybox", **spec), RootFs([base_layer]))
+    return sid
+
+
+def pids_current(group) -> int:
+    return int((group.dirs["pids"] / "pids.current").read_text())
+
+
+def pids_peak(group) -> int:
+    return int((group.dirs["pids"] / "pids.peak").read_text())
+
+
+def bomb(backend, sid) -> asyncio.Task:
+    return asyncio.create_task(backend.exec(sid, ExecRequest(cmd=BOMB, timeout_s=60)))
+
+
+async def end(backend, sid, task: asyncio.Task) -> None:
+    await backend.stop(sid)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(task, 30)
+
+
+async def test_a_fork_bomb_cannot_push_the_node_past_its_cap(capped, base_layer):
+    """Even a sandbox whose own pids_limit is far above the node's cap (the api and the
+    scheduler would refuse it; here the backend is asked directly) stops at the node's cap."""
+    backend, group = capped(memory_mb=1024, pids=96)
+    sid = await start(backend, base_layer, pids_limit=4096)
+    task = bomb(backend, sid)
+    await until(lambda: pids_peak(group) == 96, timeout_s=30, what="the bomb to fill the node's pids cap")
+    result = await asyncio.wait_for(task, 30)
+    assert result.exit_code != 0 and "can't fork" in result.stderr  # stopped by the node, far below its pids_limit
+    assert pids_current(group) <= 96 and pids_peak(group) == 96
+    # The host outside the node is untouched: it still forks.
+    assert subprocess.run(["sh", "-c", "true & wait"], timeout=10).returncode == 0
+    await end(backend, sid, task)
+    await until(lambda: pids_current(group) == 0, timeout_s=30, what="the node's cgroup to empty")
+
+
+async def test_a_neighbour_within_the_nodes_pids_can_still_fork_during_a_bomb(capped, base_layer):
+    """With the sandboxes' pids_limits adding up to no more than the node's cap (what the
+    scheduler's reservations keep), one sandbox's fork bomb takes only its own."""
+    backend, group = capped(memory_mb=1024, pids=160)
+    bomber = await start(backend, base_layer, pids_limit=96)
+    neighbour = await start(backend, base_layer, pids_limit=48)
+    bomber_cgroup = backend._sandboxes[bomber].cgroup
+    task = bomb(backend, bomber)
+    await until(lambda: pids_peak(bomber_cgroup) == 96, timeout_s=30, what="the bomb to fill its pids_limit")
+    r = await backend.exec(neighbour, ExecRequest(
+        cmd='p=""; for i in $(seq 20); do sleep 1000 & p="$p $!"; done; set -- $p; echo $#; kill $p', timeout_s=30))
+    assert r.exit_code == 0 and r.stdout.strip() == "20", r
+    assert pids_current(bomber_cgroup) >= 90 and pids_peak(group) < 160  # the node's cap was never reached
+    await end(backend, bomber, task)
+
+
+async def test_the_nodes_memory_cap_is_a_backstop_below_the_sandboxes_limits(capped, base_layer):
+    """A node whose sandboxes' memory limits add up past its claim (memory_overcommit > 1)
+    still stops at its claim: the node's own cgroup OOM-kills, the host never has to."""
+    backend, group = capped(memory_mb=96, pids=512)
+    sid = await start(backend, base_layer, memory_mb=512, pids_limit=64)
+    r = await backend.exec(sid, ExecRequest(cmd="awk 'BEGIN { s = \"x\"; while (1) s = s s }'", timeout_s=60))
+    assert r.exit_code == 137
+    peak = int((group.dirs["memory"] / "memory.max_usage_in_bytes").read_text())
+    assert peak <= 96 * MIB
+    assert (await backend.exec(sid, ExecRequest(cmd="echo alive", timeout_s=10))).stdout == "alive\n"

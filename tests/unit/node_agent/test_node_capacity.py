@@ -1,0 +1,84 @@
+"""Capacity arithmetic: host budget, shares, clamping and what a node advertises."""
+
+import pytest
+
+from corral_node_agent.capacity.resources import (
+    Host,
+    Resources,
+    default_reserved_memory_mb,
+    grant,
+    host_budget,
+    node_capacity,
+    total,
+    wanted,
+)
+from corral_node_agent.fncall.service import worker_tasks
+from corral_node_agent.fncall.settings import FncallNodeSettings
+
+# The machine the issue was found on: 2 cores, 24 GB, kernel.pid_max 32768.
+HOST = Host(cpus=2.0, memory_mb=24105, tasks=32768)
+
+
+def test_budget_is_the_host_less_the_system_reserve():
+    assert default_reserved_memory_mb(HOST) == 2410  # a tenth of RAM
+    assert default_reserved_memory_mb(Host(cpus=1, memory_mb=4000, tasks=32768)) == 1024  # at least 1 GiB
+    assert host_budget(HOST, None, 4096) == Resources(cpu=2.0, memory_mb=24105 - 2410, pids=32768 - 4096)
+    assert host_budget(HOST, 1000, 0) == Resources(cpu=2.0, memory_mb=23105, pids=32768)
+    # A reserve larger than the host leaves nothing, never a negative budget.
+    assert host_budget(HOST, 30000, 40000) == Resources(cpu=2.0, memory_mb=0, pids=0)
+
+
+def test_two_default_agents_no_longer_each_take_the_whole_host():
+    """Finding 4: two agents each advertised 0.9 x RAM. With the default share (1.0) the first
+    takes the budget and the second gets what is left: nothing."""
+    budget = host_budget(HOST, None, 4096)
+    first, cut = grant(wanted(budget, 1.0), budget, [])
+    assert first == budget and cut == []
+    second, cut = grant(wanted(budget, 1.0), budget, [first])
+    assert second == Resources(0.0, 0, 0) and cut == ["cpu", "memory_mb", "pids"]
+    assert total([first, second]).fits_in(budget)
+
+
+def test_shares_split_the_host_and_explicit_settings_win():
+    budget = host_budget(HOST, None, 4096)
+    half = wanted(budget, 0.5)
+    assert half == Resources(cpu=1.0, memory_mb=10847, pids=14336)
+    a, _ = grant(half, budget, [])
+    b, cut = grant(half, budget, [a])
+    assert b == half and cut == [] and total([a, b]).fits_in(budget)
+    # Explicit amounts override the share one by one; beyond what is left they are clamped.
+    explicit = wanted(budget, 0.5, memory_mb=20000, pids=1000)
+    assert explicit == Resources(cpu=1.0, memory_mb=20000, pids=1000)
+    c, cut = grant(explicit, budget, [a])
+    assert c == Resources(cpu=1.0, memory_mb=budget.memory_mb - a.memory_mb, pids=1000) and cut == ["memory_mb"]
+    assert total([a, c]).fits_in(budget)
+
+
+@pytest.mark.parametrize("shares", [[0.5, 0.5], [1 / 3] * 3, [0.7, 0.7, 0.7], [1.0, 0.25]])
+def test_claims_never_sum_past_the_budget_whatever_the_settings(shares):
+    budget = host_budget(HOST, None, 4096)
+    claims: list[Resources] = []
+    for share in shares:
+        got, _ = grant(wanted(budget, share), budget, claims)
+        claims.append(got)
+    assert total(claims).fits_in(budget)
+
+
+def test_advertised_capacity_is_the_claim_times_explicit_ratios():
+    claim = Resources(cpu=1.0, memory_mb=10847, pids=14336)
+    cap = node_capacity(claim, cpu_overcommit=8, memory_overcommit=1.0, fncall_pids=2112)
+    assert (cap.cpu, cap.memory_mb, cap.pids) == (8.0, 10847, 14336 - 2112)
+    assert (cap.cgroup_memory_bytes, cap.cgroup_pids) == (10847 << 20, 14336)  # the cgroup caps the claim
+    over = node_capacity(claim, cpu_overcommit=1, memory_overcommit=1.5)
+    assert (over.cpu, over.memory_mb, over.pids) == (1.0, 16270, 14336)
+    assert over.cgroup_memory_bytes == 10847 << 20  # overcommitted memory still stops at the claim
+    # A claim smaller than the fncall workers' tasks leaves the sandboxes none (never negative).
+    assert node_capacity(Resources(1, 100, 100), cpu_overcommit=8, memory_overcommit=1, fncall_pids=500).pids == 0
+
+
+def test_fncall_workers_tasks_are_kept_out_of_the_sandboxes_share():
+    defaults = FncallNodeSettings()
+    # 4 runtimes x 8 workers x 64 tasks, plus python's zygotes (8 tasks each).
+    assert worker_tasks(defaults) == 8 * (4 * 64 + 8)
+    assert worker_tasks(FncallNodeSettings(runtimes="c", pool_max=2, pids_max=32)) == 64
+    assert worker_tasks(FncallNodeSettings(enabled=False)) == 0
