@@ -52,9 +52,6 @@ def work_dir():
     from corral_node_agent import host
 
     path = tempfile.mkdtemp(prefix=f"corral-node-itest-{SESSION}-")
-    # Sandboxes run as unprivileged host uids (their user namespaces): crun must reach their
-    # root filesystem through here, as through /var/lib/corral.
-    os.chmod(path, 0o711)
     yield path
     host.umount_tree(path)
     shutil.rmtree(path, ignore_errors=True)

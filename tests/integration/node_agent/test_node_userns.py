@@ -3,6 +3,7 @@ so per-uid kernel state (keyrings, inotify instances, RLIMIT_NPROC) is per sandb
 inside is nobody on the host, image files still belong to root inside, and the sandbox's
 mountinfo names no host path. Each test would fail with all sandboxes sharing host uid 1000."""
 
+import errno
 import json
 import os
 import shutil
@@ -105,6 +106,11 @@ async def test_each_sandbox_is_its_own_range_of_host_ids(backend, layers):
         with open(f"{backend.sandboxes_dir}/{sid}/sandbox.json") as fh:
             assert json.load(fh)["userns"] == {"host_base": ids.host_base, "size": RANGE_SIZE}
         assert os.path.exists(f"{backend.settings.uid_registry_dir}/{ids.host_base}")
+    # Only the sandbox's own dir opens to its root (crun resolves rootfs/ from there): the
+    # node's dirs above it (and the test's 0700 work dir) stay closed to other host users.
+    assert os.stat(backend.sandboxes_dir).st_mode & 0o777 == 0o700
+    st = os.stat(f"{backend.sandboxes_dir}/{a}")
+    assert (st.st_mode & 0o777, st.st_uid, st.st_gid) == (0o710, 0, ra.host_base)
     await backend.stop(a)
     assert not os.path.exists(f"{backend.settings.uid_registry_dir}/{ra.host_base}")  # released
 
@@ -126,6 +132,40 @@ async def test_image_files_belong_to_root_inside_and_uploads_to_the_sandbox_user
     assert await sh(backend, sid, "stat -c '%u:%g' up up/loaded.txt up/new; cat up/loaded.txt") == (
         "1000:1000\n1000:1000\n1000:1000\nuploaded\nappended\n")
     assert os.stat(f"{rootfs}/home/user/up/loaded.txt").st_uid == ids.host(1000)
+    # ... on the sandbox's own disk, in the upper the range's root owns (the disk's root stays host root's).
+    upper = f"{backend.sandboxes_dir}/{sid}/upper"
+    assert (os.stat(upper).st_uid, os.stat(f"{upper}/upper").st_uid, os.stat(f"{upper}/work").st_uid) == (
+        0, ids.host_base, ids.host_base)
+    assert os.stat(f"{upper}/upper/home/user/up/loaded.txt").st_uid == ids.host(1000)
+    # Downloads read what the sandbox wrote, whoever owns it inside.
+    await sh(backend, sid, "echo by-root > /root-made && chmod 600 /root-made", user="root")
+    assert await backend.read_file(sid, "/root-made") == b"by-root\n"
+    assert await backend.read_file(sid, "up/loaded.txt") == b"uploaded\nappended\n"
+    assert os.stat(f"{rootfs}/root-made").st_uid == ids.host_base
+
+
+async def test_a_disk_kept_ready_by_the_pool_is_handed_to_the_sandboxs_root(backend, layers):
+    # The pool makes disks before it knows whose they will be: the range is applied when one is taken.
+    first = await started(backend, layers, disk_mb=48)
+    pool = backend.disks.pool
+    assert pool is not None
+
+    def ready() -> set[int]:
+        """The inodes of the ready 48 MiB disks' images (a taken one keeps its inode)."""
+        with pool._lock:
+            return {os.stat(d.image).st_ino for d in pool._ready.get(48, [])}
+
+    # Full: no disk is added between now and the take (it takes the newest).
+    kept = await until(lambda: len(ready()) == pool.per_size and ready(), 30, "the pool to keep 48 MiB disks ready")
+    sid = await started(backend, layers, disk_mb=48)
+    assert os.stat(f"{backend.sandboxes_dir}/{sid}/upper.img").st_ino in kept  # a ready disk, not a new one
+    ids = ids_of(backend, sid)
+    assert ids != ids_of(backend, first)
+    upper = f"{backend.sandboxes_dir}/{sid}/upper"
+    assert (os.stat(f"{upper}/upper").st_uid, os.stat(f"{upper}/work").st_gid) == (ids.host_base, ids.host_base)
+    assert await sh(backend, sid, "echo x > /etc/new && stat -c %u:%g /etc/new", user="root") == "0:0\n"
+    await backend.write_file(sid, "f.txt", b"f")
+    assert await sh(backend, sid, "stat -c %u:%g f.txt") == "1000:1000\n"
 
 
 async def test_root_inside_cannot_touch_what_host_root_owns(backend, layers, state_dir):
@@ -154,17 +194,30 @@ async def test_mountinfo_names_no_host_path(backend, layers, state_dir, node_id,
     assert {line.rsplit(":", 1)[1] for line in (await sh(backend, sid, "cat /proc/self/cgroup")).splitlines()} == {"/"}
 
 
-async def test_keyrings_are_per_sandbox(backend, layers):
+def in_userns(backend, sid, *argv: str, uid: int = 1000) -> str:
+    """Run a program of the sandbox as ``uid`` of its user namespace (so as the host uid the
+    sandbox's own uid maps to), entered from the host: without the sandbox's syscall filter."""
+    pid = backend._sandboxes[sid].pid
+    return subprocess.run(["nsenter", "-t", str(pid), "-U", "-m", f"-S{uid}", f"-G{uid}", *argv],
+                          check=True, capture_output=True, text=True, timeout=10).stdout
+
+
+async def test_keyrings_and_key_quotas_are_per_sandbox(backend, layers):
     a, b = await started(backend, layers), await started(backend, layers)
+    # From inside, the syscall filter refuses keyrings outright (isolation/seccomp.py)...
+    for sid in (a, b):
+        assert (await sh(backend, sid, f"{PROBE} addkey k")).startswith("refused"), sid
+    # ... and below the filter, uid 1000 of each sandbox is a host uid of its own: its own
+    # user keyring and its own key quota (kernel.keys.maxkeys per uid). With one host uid
+    # for every sandbox, b would find a's key and hit the quota a filled.
     name = f"k-{a}"
-    added = (await sh(backend, a, f"{PROBE} addkey {name}")).strip()
-    if added.startswith("refused"):
-        # A syscall filter refuses keyrings outright: nothing to share either.
-        assert (await sh(backend, b, f"{PROBE} findkey {name}")).startswith("refused")
-        return
-    assert added == "added"
-    assert (await sh(backend, a, f"{PROBE} findkey {name}")).strip() == "found"
-    assert (await sh(backend, b, f"{PROBE} findkey {name}")).strip() == "missing"
+    assert in_userns(backend, a, PROBE, "addkey", name) == "added\n"
+    assert in_userns(backend, a, PROBE, "findkey", name) == "found\n"
+    assert in_userns(backend, b, PROBE, "findkey", name) == "missing\n"
+    added, count, why = in_userns(backend, a, PROBE, "fillkeys", name).split()
+    assert (added, why) == ("added", "EDQUOT") and 0 < int(count) < 200, count
+    assert in_userns(backend, a, PROBE, "addkey", f"{name}-more") == f"refused {errno.EDQUOT}\n"
+    assert in_userns(backend, b, PROBE, "addkey", name) == "added\n"
 
 
 async def test_inotify_instances_are_per_sandbox(backend, layers):
@@ -213,13 +266,15 @@ async def test_a_restarted_agent_readopts_with_the_same_ids(backend, layers):
 
 
 async def test_start_and_stop_leave_no_mount_and_no_claim(backend, layers):
-    before = len(host.mountpoints())
+    def mounts() -> list[str]:
+        return [m for m in host.mountpoints() if m.startswith(backend.sandboxes_dir + "/")]
+
     sids = [await started(backend, layers) for _ in range(3)]
     ranges = [ids_of(backend, sid) for sid in sids]
-    assert len(host.mountpoints()) == before + 2 * len(sids)  # per sandbox: the upper tmpfs, the overlay
+    assert len(mounts()) == 2 * len(sids)  # per sandbox: its disk, the overlay (layers are fds)
     for sid in sids:
         await backend.stop(sid)
-    assert len(host.mountpoints()) == before
+    assert mounts() == []
     claims = os.listdir(backend.settings.uid_registry_dir)
     assert not {str(r.host_base) for r in ranges} & set(claims)
 

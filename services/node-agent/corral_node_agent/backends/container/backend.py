@@ -10,9 +10,10 @@ needs the cgroup2 mount hidden, and these mounts must not leak onto the host.
 Each sandbox has a user namespace of its own (isolation/userns.py): its host id range is
 taken from the node's `UidRanges` before the bundle is built, written into sandbox.json,
 claimed again by a restarted agent that adopts the sandbox, and released when the sandbox
-is deleted. crun's container process is root of that namespace, an unprivileged host uid: it
-must be able to traverse to rootfs/, so the state dir and sandboxes/ are searchable by
-others (0711) and each sandbox's own dir only by the sandbox's root group (bundle.py).
+is deleted. crun's container process is root of that namespace, an unprivileged host uid:
+crun enters the bundle dir as host root and the container process then opens `rootfs`
+relative to it, so only the sandbox's own dir must be searchable by it (group: the range's
+root, bundle.py); the state dir and its parents stay closed to other host users.
 """
 
 import asyncio
@@ -103,10 +104,7 @@ class ContainerBackend(SandboxBackend):
         self.uid_ranges = UidRanges(settings)
         self._seccomp_programs: dict[str, bytes | None] = {}
         os.makedirs(self.crun_root, mode=0o700, exist_ok=True)
-        os.makedirs(self.sandboxes_dir, mode=0o711, exist_ok=True)
-        self._unreachable: str | None = None
-        if self.uid_ranges.enabled:
-            self._unreachable = _make_reachable(self.sandboxes_dir, self.state_dir)
+        os.makedirs(self.sandboxes_dir, mode=0o700, exist_ok=True)
 
     @property
     def cgroups(self) -> CgroupDriver:
@@ -130,8 +128,6 @@ class ContainerBackend(SandboxBackend):
             raise AlreadyExists(f"sandbox {sandbox_id} already exists")
         if not rootfs.layers:
             raise StartFailed("no root filesystem layers")
-        if self._unreachable:
-            raise StartFailed(self._unreachable)
         sb_dir = f"{self.sandboxes_dir}/{sandbox_id}"
         ids = self.uid_ranges.acquire(sb_dir) if self.uid_ranges.enabled else None
         sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, policy=policy_for(spec, self.settings, ids),
@@ -479,23 +475,3 @@ class ContainerBackend(SandboxBackend):
     async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
         sb = self._get(sandbox_id)
         return await asyncio.to_thread(files.list_dir, sb.rootfs, path)
-
-
-
-def _make_reachable(path: str, own_root: str) -> str | None:
-    """Let other host users traverse (not list) ``own_root`` and what lies between it and
-    ``path``, the agent's own dirs; None if every ancestor of ``path`` is traversable now,
-    else a message naming the one that is not (crun's container root could not reach rootfs)."""
-    own_root = os.path.abspath(own_root)
-    path = os.path.abspath(path)
-    while True:
-        st = os.stat(path)
-        if not st.st_mode & 0o001:
-            if path == own_root or path.startswith(own_root + "/"):
-                os.chmod(path, (st.st_mode & 0o7777) | 0o001)
-            else:
-                return (f"{path} must be searchable by other users (chmod o+x): sandboxes run as "
-                        "unprivileged host uids and crun must reach their root filesystem")
-        if path == "/":
-            return None
-        path = os.path.dirname(path)
