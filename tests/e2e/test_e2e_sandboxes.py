@@ -61,6 +61,27 @@ def test_output_is_capped(corral):
         assert sb.exec("echo still fine").stdout == "still fine\n"
 
 
+def test_output_that_is_not_utf8_comes_back_intact(corral):
+    blob = bytes(range(256)) * 400  # every byte value, 100 KiB: several chunks when streamed
+    mixed = "printf '\\377\\376abc\\n'; printf '\\303' >&2"  # not UTF-8; stderr ends mid-character
+    with corral.sandboxes.create("busybox", memory_mb=64) as sb:
+        text = sb.exec(mixed)  # the default: text, invalid bytes replaced (as always)
+        assert (text.encoding, text.stdout, text.stderr) == ("utf-8", "\ufffd\ufffdabc\n", "\ufffd")
+        raw = sb.exec(mixed, output_encoding="base64")
+        assert (raw.encoding, raw.stdout_bytes, raw.stderr_bytes) == ("base64", b"\xff\xfeabc\n", b"\xc3")
+        sb.write_file("blob.bin", blob)
+        assert sb.exec(["cat", "blob.bin"], output_encoding="base64").stdout_bytes == blob
+        chunks = list(sb.exec_stream("cat blob.bin; printf '\\377' >&2", output_encoding="base64"))
+        assert {c.encoding for c in chunks[:-1]} == {"base64"}
+        assert b"".join(c.data_bytes for c in chunks if c.type == "stdout") == blob
+        assert [c.data_bytes for c in chunks if c.type == "stderr"] == [b"\xff"]
+        assert chunks[-1].type == "exit" and chunks[-1].result.stdout_bytes == blob
+        rollout = corral.rollouts.create(job_id="bytes", sandbox_id=sb.id)
+        step = rollout.exec(mixed, output_encoding="base64")
+        assert (step.stdout_bytes, step.stderr_bytes) == (b"\xff\xfeabc\n", b"\xc3")
+        rollout.finish(keep_sandbox=True)
+
+
 def test_memory_limit_oom_kill_is_reported(corral):
     with corral.sandboxes.create("busybox", memory_mb=32) as sb:
         result = sb.exec("head -c 200m /dev/zero | tail > /dev/null", timeout_s=60)

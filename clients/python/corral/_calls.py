@@ -18,9 +18,9 @@ from urllib.parse import quote
 
 import httpx
 
-from corral._common import ExecChunk, input_body, label_selectors
+from corral._common import ExecChunk, ExecResult, input_body, label_selectors
 from corral.errors import raise_for
-from corral_client.models import ExecRequest, ExecResult, FileInfo, SandboxCreate, Snapshot
+from corral_client.models import ExecRequest, FileInfo, SandboxCreate, Snapshot
 from corral_client.models import Rollout as RolloutInfo
 from corral_client.models import Sandbox as SandboxInfo
 

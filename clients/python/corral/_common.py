@@ -1,14 +1,17 @@
 """Pieces shared by the sync and async SDK classes."""
 
+import base64
 import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from attrs import define
 
 from corral_client import AuthenticatedClient
-from corral_client.models import ExecRequest, ExecResult, SandboxCreate
+from corral_client.models import ExecRequest, SandboxCreate
+from corral_client.models import ExecResult as _GeneratedExecResult
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -43,10 +46,31 @@ def create_body(environment: str | None = None, *, backend: str | None = None, i
 
 def exec_body(cmd: list[str] | str, *, cwd: str | None = None, env: dict[str, str] | None = None,
               stdin: str | None = None, timeout_s: float = 60.0, output_limit: int | None = None,
-              user: str = "user") -> ExecRequest:
+              user: str = "user", output_encoding: str | None = None) -> ExecRequest:
+    """``output_encoding="base64"``: stdout/stderr come back as base64 of the raw bytes (read
+    them with ``result.stdout_bytes``); the default, utf-8, turns invalid bytes into U+FFFD."""
     body = {"cmd": cmd, "cwd": cwd, "env": env or {}, "stdin": stdin, "timeout_s": timeout_s,
-            "output_limit": output_limit, "user": user}
+            "output_limit": output_limit, "user": user, "output_encoding": output_encoding}
     return ExecRequest.from_dict({k: v for k, v in body.items() if v is not None})
+
+
+def output_bytes(text: str, encoding: object) -> bytes:
+    """Exec output as bytes: base64 decoded, else the text's UTF-8 (an api that predates
+    ``encoding`` sends none: text)."""
+    return base64.b64decode(text) if encoding == "base64" else text.encode()
+
+
+@define
+class ExecResult(_GeneratedExecResult):
+    """The generated ExecResult, plus the output as bytes whatever its ``encoding``."""
+
+    @property
+    def stdout_bytes(self) -> bytes:
+        return output_bytes(self.stdout, self.encoding)
+
+    @property
+    def stderr_bytes(self) -> bytes:
+        return output_bytes(self.stderr, self.encoding)
 
 
 @dataclass
@@ -54,12 +78,17 @@ class ExecChunk:
     type: str
     data: str | None = None
     result: ExecResult | None = None
+    encoding: str | None = None  # of `data`: "utf-8" or "base64" (each base64 chunk decodes on its own)
+
+    @property
+    def data_bytes(self) -> bytes | None:
+        return None if self.data is None else output_bytes(self.data, self.encoding)
 
     @classmethod
     def from_line(cls, line: str) -> "ExecChunk":
         raw: dict[str, Any] = json.loads(line)
         result = ExecResult.from_dict(raw["result"]) if raw.get("result") else None
-        return cls(type=raw["type"], data=raw.get("data"), result=result)
+        return cls(type=raw["type"], data=raw.get("data"), result=result, encoding=raw.get("encoding"))
 
 
 def label_selectors(labels: dict[str, str] | None) -> list[str]:

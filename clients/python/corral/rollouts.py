@@ -33,10 +33,10 @@ from typing import Any, Self
 import httpx
 
 from corral import _calls as calls
-from corral._common import create_body, exec_body
+from corral._common import ExecResult, create_body, exec_body
 from corral._transport import Flavored, Op, Sleep, operation
 from corral.errors import CorralError, SandboxFailed
-from corral_client.models import ExecResult, FileInfo
+from corral_client.models import FileInfo
 from corral_client.models import Rollout as RolloutInfo
 
 # Transport failures and these statuses are retried: re-sending a step is always safe.
@@ -185,7 +185,8 @@ class _RolloutOps(Flavored):
 
     @operation
     def exec(self, cmd: list[str] | str, **kwargs: Any) -> Op[ExecResult]:
-        """A command step; kwargs as Sandbox.exec (cwd, env, stdin, timeout_s, output_limit, user)."""
+        """A command step; kwargs as Sandbox.exec (cwd, env, stdin, timeout_s, output_limit, user,
+        output_encoding)."""
         step = yield from self._step("exec", exec_body(cmd, **kwargs).to_dict())
         return ExecResult.from_dict(step.observation or {})
 

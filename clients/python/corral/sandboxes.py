@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from typing import Any, Self
 
 from corral import _calls as calls
-from corral._common import ExecChunk, click_event, create_body, exec_body, key_event, move_event, text_event
+from corral._common import ExecChunk, ExecResult, click_event, create_body, exec_body, key_event, move_event, text_event
 from corral._transport import Concurrently, Flavored, Op, operation, streaming
 from corral.errors import SandboxFailed
-from corral_client.models import ExecResult, FileInfo, Snapshot
+from corral_client.models import FileInfo, Snapshot
 from corral_client.models import Sandbox as SandboxInfo
 
 
@@ -53,12 +53,14 @@ class _SandboxOps(Flavored):
 
     @operation
     def exec(self, cmd: list[str] | str, **kwargs: Any) -> calls.Call[ExecResult]:
-        """Run a command; kwargs: cwd, env, stdin, timeout_s, output_limit, user."""
+        """Run a command; kwargs: cwd, env, stdin, timeout_s, output_limit, user, output_encoding
+        ("base64" keeps output that is not UTF-8 intact: read ``result.stdout_bytes``)."""
         return calls.exec_command(self.id, exec_body(cmd, **kwargs))
 
     @streaming
     def exec_stream(self, cmd: list[str] | str, **kwargs: Any) -> calls.Call[ExecChunk]:
-        """Yield output chunks as they are produced; the last chunk has type ``exit`` and the result."""
+        """Yield output chunks as they are produced; the last chunk has type ``exit`` and the result.
+        kwargs as ``exec``; ``chunk.data_bytes`` is a chunk's output as bytes."""
         return calls.exec_command_stream(self.id, exec_body(cmd, **kwargs))
 
     @operation

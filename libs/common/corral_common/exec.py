@@ -6,6 +6,10 @@ from pydantic import BaseModel, Field
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # bytes per stream per call
 
+# How stdout/stderr travel: "utf-8" decodes them as text (bytes that are not valid UTF-8
+# become U+FFFD, as they always did); "base64" is the raw bytes, intact.
+OutputEncoding = Literal["utf-8", "base64"]
+
 
 class ExecRequest(BaseModel):
     cmd: list[str] | str = Field(description="argv list, or a shell string run with /bin/sh -c")
@@ -16,6 +20,9 @@ class ExecRequest(BaseModel):
     output_limit: int = Field(DEFAULT_OUTPUT_LIMIT, ge=1, le=64 * 1024 * 1024,
                               description="Bytes kept per stream; beyond it output is dropped and truncated=true")
     user: Literal["user", "root"] = "user"
+    output_encoding: OutputEncoding = Field(
+        "utf-8", description="How stdout/stderr come back: utf-8 text (invalid bytes become U+FFFD) or base64 "
+                             "of the raw bytes; output_limit counts raw bytes either way")
 
 
 class ExecResult(BaseModel):
@@ -26,6 +33,8 @@ class ExecResult(BaseModel):
     timed_out: bool = False
     truncated: bool = False
     oom_killed: bool = False
+    encoding: OutputEncoding = Field("utf-8", description="How stdout and stderr are encoded (the request's "
+                                                          "output_encoding)")
 
 
 class ExecChunk(BaseModel):
@@ -33,6 +42,9 @@ class ExecChunk(BaseModel):
 
     type: Literal["stdout", "stderr", "exit"]
     data: str | None = None
+    # On stdout/stderr chunks: how `data` is encoded. A base64 chunk decodes on its own
+    # (it is the base64 of the bytes read at once); a utf-8 chunk never splits a character.
+    encoding: OutputEncoding | None = None
     result: ExecResult | None = None
 
 

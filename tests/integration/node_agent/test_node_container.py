@@ -1,6 +1,7 @@
 """ContainerBackend against real crun, on a busybox EROFS layer."""
 
 import asyncio
+import base64
 import os
 import signal
 import time
@@ -190,6 +191,33 @@ async def test_exec_stream(backend, base_layer):
     err = "".join(c.data for c in chunks if c.type == "stderr")
     assert (out, err) == ("a\n", "b\n")
     assert chunks[-1].result.stdout == "a\n"
+
+
+async def test_output_that_is_not_utf8_comes_back_intact_as_base64(backend, base_layer):
+    sid = await started(backend, base_layer)
+    mixed = "printf '\\377\\376abc\\n'; printf '\\303' >&2"  # not UTF-8; stderr ends mid-character
+    text = await backend.exec(sid, run(mixed))
+    assert (text.encoding, text.stdout, text.stderr) == ("utf-8", "\ufffd\ufffdabc\n", "\ufffd")  # as always
+    raw = await backend.exec(sid, run(mixed, output_encoding="base64"))
+    assert raw.encoding == "base64" and not raw.truncated
+    assert (base64.b64decode(raw.stdout), base64.b64decode(raw.stderr)) == (b"\xff\xfeabc\n", b"\xc3")
+
+    blob = bytes(range(256)) * 400  # every byte value, 100 KiB: more than one 64 KiB pipe read
+    await backend.write_file(sid, "blob.bin", blob)
+    cat = await backend.exec(sid, run(["cat", "blob.bin"], output_encoding="base64"))
+    assert base64.b64decode(cat.stdout, validate=True) == blob and not cat.truncated
+    capped = await backend.exec(sid, run(["cat", "blob.bin"], output_encoding="base64", output_limit=1000))
+    assert capped.truncated and base64.b64decode(capped.stdout) == blob[:1000]  # the cap counts raw bytes
+
+    chunks = [c async for c in backend.exec_stream(sid, run("cat blob.bin; printf '\\377' >&2",
+                                                            output_encoding="base64"))]
+    out = [c for c in chunks if c.type == "stdout"]
+    assert len(out) >= 2 and {c.encoding for c in chunks[:-1]} == {"base64"}
+    # each chunk is the base64 of its own bytes (validate: no padding in the middle)
+    assert b"".join(base64.b64decode(c.data, validate=True) for c in out) == blob
+    assert [base64.b64decode(c.data) for c in chunks if c.type == "stderr"] == [b"\xff"]
+    result = chunks[-1].result
+    assert result.encoding == "base64" and base64.b64decode(result.stdout) == blob and result.exit_code == 0
 
 
 async def test_stop_leaves_nothing(backend, base_layer):

@@ -82,6 +82,16 @@ async def test_create_exec_files_delete(node):
         lines = [json.loads(line) async for line in resp.aiter_lines() if line]
     assert lines[-1]["type"] == "exit" and lines[-1]["result"]["exit_code"] == 0
     assert {(c["type"], c["data"]) for c in lines[:-1]} == {("stdout", "a\n"), ("stderr", "b\n")}
+    raw = {"cmd": "printf '\\377\\376'; printf '\\303' >&2", "output_encoding": "base64"}
+    r = await client.post("/v1/sandboxes/m1/exec", json=raw)
+    assert (r.json()["encoding"], r.json()["stdout"], r.json()["stderr"]) == ("base64", "//4=", "ww==")
+    async with client.stream("POST", "/v1/sandboxes/m1/exec/stream", json=raw) as resp:
+        lines = [json.loads(line) async for line in resp.aiter_lines() if line]
+    assert {(c["type"], c["data"], c["encoding"]) for c in lines[:-1]} == {("stdout", "//4=", "base64"),
+                                                                            ("stderr", "ww==", "base64")}
+    assert lines[-1]["result"]["encoding"] == "base64"
+    r = await client.post("/v1/sandboxes/m1/exec", json={"cmd": "true", "output_encoding": "latin-1"})
+    assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["body", "output_encoding"]
 
     r = await client.put("/v1/sandboxes/m1/files", params={"path": "notes/a.txt", "mode": "600"}, content=b"data")
     assert r.status_code == 200 and r.json()["size"] == 4

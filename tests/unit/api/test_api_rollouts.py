@@ -28,9 +28,21 @@ def test_hash_is_over_normalized_args():
     assert len(request_hash("exec", short)) == 64
 
 
+def test_a_step_logged_before_output_encoding_existed_keeps_its_hash():
+    # sha256 of {"action":"exec","args":{cmd, cwd, env, output_limit, stdin, timeout_s, user}} as logged before
+    assert request_hash("exec", normalize_args("exec", {"cmd": "echo hi"})) == \
+        request_hash("exec", {"cmd": "echo hi", "cwd": None, "env": {}, "output_limit": 1048576, "stdin": None,
+                              "timeout_s": 60.0, "user": "user"})
+    assert normalize_args("exec", {"cmd": "x", "output_encoding": "utf-8"}) == normalize_args("exec", {"cmd": "x"})
+    raw = normalize_args("exec", {"cmd": "x", "output_encoding": "base64"})
+    assert raw["output_encoding"] == "base64"
+    assert request_hash("exec", raw) != request_hash("exec", normalize_args("exec", {"cmd": "x"}))
+
+
 @pytest.mark.parametrize("action,args", [("exec", {}), ("exec", {"cmd": "x", "bogus": 1}),
                                          ("write_file", {"path": ""}), ("read_file", {"path": "a", "max_bytes": 0}),
-                                         ("write_file", {"path": "a", "encoding": "rot13"})])
+                                         ("write_file", {"path": "a", "encoding": "rot13"}),
+                                         ("exec", {"cmd": "x", "output_encoding": "latin-1"})])
 def test_bad_step_args_are_422(action, args):
     with pytest.raises(Unprocessable) as err:
         normalize_args(action, args)

@@ -12,6 +12,13 @@ from corral_common.logging import configure_logging, get_logger
 def json_logs(capsys):
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    # Other tests in this process (a uvicorn server started in-process) may have configured
+    # uvicorn's loggers (own handlers, no propagation, disabled): start from stdlib defaults.
+    saved = {}
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "aio_pika", "httpx"):
+        lg = logging.getLogger(name)
+        saved[name] = (lg.handlers[:], lg.level, lg.propagate, lg.disabled)
+        lg.handlers[:], lg.level, lg.propagate, lg.disabled = [], logging.NOTSET, True, False
     configure_logging("test-service", "INFO", json=True)
     capsys.readouterr()
 
@@ -20,6 +27,9 @@ def json_logs(capsys):
 
     yield lines
     root.handlers[:], root.level = handlers, level
+    for name, (hs, lvl, prop, dis) in saved.items():
+        lg = logging.getLogger(name)
+        lg.handlers[:], lg.level, lg.propagate, lg.disabled = hs, lvl, prop, dis
 
 
 def test_structlog_and_stdlib_lines_are_json_with_the_logger_name(json_logs):

@@ -1,6 +1,7 @@
 """Node-agent logic that needs neither root nor crun."""
 
 import asyncio
+import base64
 import hashlib
 import os
 
@@ -19,7 +20,7 @@ from corral_node_agent.http_errors import http_error
 from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.userns import container_identity
 from corral_node_agent.layers import LayerCache
-from corral_node_agent.output import CappedPipe
+from corral_node_agent.output import CappedPipe, OutputEncoder, encode_output
 from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -186,10 +187,10 @@ def test_fs_list_and_stat(rootfs):
 # ---- output capping -------------------------------------------------------------------
 
 
-async def _pump(payloads: list[bytes], limit: int):
+async def _pump(payloads: list[bytes], limit: int, encoding: str = "utf-8"):
     r, w = os.pipe()
     seen: list[tuple[str, str]] = []
-    pipe = CappedPipe(r, limit, "stdout", lambda n, t: seen.append((n, t)))
+    pipe = CappedPipe(r, limit, "stdout", lambda n, t: seen.append((n, t)), encoding=encoding)
     for p in payloads:
         try:
             os.write(w, p)
@@ -224,6 +225,25 @@ async def test_capped_pipe_truncates_and_closes_read_end():
 async def test_capped_pipe_split_utf8_and_replace():
     pipe, seen = await _pump(["é".encode()[:1], "é".encode()[1:], b"\xff"], 100)
     assert "".join(t for _, t in seen) == "é\ufffd" and pipe.text() == "é\ufffd"
+
+
+@pytest.mark.asyncio
+async def test_capped_pipe_base64_keeps_every_byte_and_caps_raw_bytes():
+    payloads = [b"\xff\xfe", "é".encode()[:1], "é".encode()[1:] + bytes(range(256))]
+    pipe, seen = await _pump(payloads, 100, "base64")
+    raw = b"".join(payloads)[:100]
+    assert pipe.truncated and base64.b64decode(pipe.text(), validate=True) == raw  # the cap counts raw bytes
+    # each piece is the base64 of what one read brought: it decodes on its own
+    assert len(seen) == 3 and b"".join(base64.b64decode(t, validate=True) for _, t in seen) == raw
+
+
+def test_output_encoder_utf8_replaces_and_flushes_a_cut_character_base64_never_holds_back():
+    text = OutputEncoder("utf-8")
+    assert (text.feed(b"a\xff"), text.feed("é".encode()[:1]), text.flush()) == ("a\ufffd", "", "\ufffd")
+    raw = OutputEncoder("base64")
+    assert (raw.feed("é".encode()[:1]), raw.flush()) == ("ww==", "")
+    assert encode_output(b"\xff\xfeabc\n", "base64") == "//5hYmMK"
+    assert encode_output(b"\xff\xfeabc\n", "utf-8") == "\ufffd\ufffdabc\n"
 
 
 # ---- layer cache ----------------------------------------------------------------------

@@ -87,6 +87,7 @@ def _same_request(call: calls.Call, generated: dict, *, body: bool = True) -> No
 def test_builders_send_what_the_generated_client_sends():
     spec = create_body("busybox", memory_mb=64, labels={"a": "b"})
     run = exec_body("echo hi", timeout_s=5)
+    raw = exec_body("cat blob", output_encoding="base64")
     pairs = [
         (calls.create_sandbox(spec), create_sandbox._get_kwargs(body=spec)),
         (calls.create_sandbox(spec, wait_for="running", timeout=120.0),
@@ -99,6 +100,7 @@ def test_builders_send_what_the_generated_client_sends():
         (calls.delete_sandbox("sb-1", wait=True, timeout=30), delete_sandbox._get_kwargs("sb-1", wait=True, timeout=30)),
         (calls.exec_command("sb-1", run), exec_command._get_kwargs("sb-1", body=run)),
         (calls.exec_command_stream("sb-1", run), exec_command_stream._get_kwargs("sb-1", body=run)),
+        (calls.exec_command("sb-1", raw), exec_command._get_kwargs("sb-1", body=raw)),
         (calls.list_files("sb-1", "work"), list_files._get_kwargs("sb-1", path="work")),
         (calls.read_file("sb-1", "a.txt"), read_file._get_kwargs("sb-1", path="a.txt")),
         (calls.pause_sandbox("sb-1"), pause_sandbox._get_kwargs("sb-1")),
@@ -294,6 +296,32 @@ async def test_every_sandbox_call(corral, api, flavour):
 
 
 @scenario
+async def test_exec_output_as_bytes(corral, api, flavour):
+    """output_encoding="base64" is sent only when asked; stdout_bytes/stderr_bytes/data_bytes
+    give bytes whatever the answer's encoding (none, from an api that predates it: text)."""
+    api.on("POST", "/v1/sandboxes/sb-1/exec",
+           {"exit_code": 0, "stdout": "//5hYmMK", "stderr": "ww==", "duration_ms": 1.0, "encoding": "base64"},
+           {"exit_code": 0, "stdout": "\ufffdé", "stderr": "", "duration_ms": 1.0, "encoding": "utf-8"},
+           {"exit_code": 0, "stdout": "old", "stderr": "", "duration_ms": 1.0})
+    stream = b'{"type": "stdout", "data": "/w==", "encoding": "base64"}\n' \
+             b'{"type": "stdout", "data": "/g==", "encoding": "base64"}\n' \
+             b'{"type": "exit", "result": {"exit_code": 0, "stdout": "//4=", "stderr": "", "duration_ms": 2.0, ' \
+             b'"encoding": "base64"}}\n'
+    api.on("POST", "/v1/sandboxes/sb-1/exec/stream", stream)
+    sb = corral.sandboxes._sandbox(corral, SandboxInfo.from_dict(sandbox()))
+    raw = await done(sb.exec("printf '\\377\\376abc\\n'", output_encoding="base64"))
+    assert (raw.encoding, raw.stdout_bytes, raw.stderr_bytes) == ("base64", b"\xff\xfeabc\n", b"\xc3")
+    text = await done(sb.exec("x"))
+    assert (text.stdout, text.stdout_bytes) == ("\ufffdé", "\ufffdé".encode())
+    assert (await done(sb.exec("x"))).stdout_bytes == b"old"
+    chunks = await collect(sb.exec_stream("cat blob", output_encoding="base64"))
+    assert [c.data_bytes for c in chunks] == [b"\xff", b"\xfe", None]
+    assert chunks[-1].result.stdout_bytes == b"\xff\xfe"
+    bodies = api.bodies()
+    assert [b.get("output_encoding") for b in bodies] == ["base64", None, None, "base64"]
+
+
+@scenario
 async def test_list_delete_by_labels_and_many(corral, api, flavour):
     api.on("GET", "/v1/sandboxes", {"items": [sandbox("sb-1"), sandbox("sb-2")]})
     api.on("DELETE", "/v1/sandboxes", (202, {"items": [sandbox("sb-2", "stopping")]}))
@@ -370,7 +398,8 @@ async def test_rollout_steps_retry_and_replay(corral, api, flavour):
         await done(corral.rollouts.create(job_id="job-7"))
     r = await done(corral.rollouts.create("busybox", job_id="job-7", metadata={"episode": 3}, memory_mb=64))
     r.retry_timeout = 10
-    assert (await done(r.exec("echo x"))).stdout == "x\n"  # after a 503 and a refused connection
+    result = await done(r.exec("echo x"))  # after a 503 and a refused connection
+    assert (result.stdout, result.stdout_bytes) == ("x\n", b"x\n")  # the SDK's ExecResult, as from a sandbox
     assert await done(r.read_file("blob")) == b"\xff"
     with pytest.raises(StepFailed) as failed:
         await done(r.list_files())

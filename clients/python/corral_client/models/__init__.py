@@ -17,8 +17,10 @@ from .error_info import ErrorInfo
 from .error_response import ErrorResponse
 from .exec_request import ExecRequest
 from .exec_request_env import ExecRequestEnv
+from .exec_request_output_encoding import ExecRequestOutputEncoding
 from .exec_request_user import ExecRequestUser
 from .exec_result import ExecResult
+from .exec_result_encoding import ExecResultEncoding
 from .file_info import FileInfo
 from .file_info_type import FileInfoType
 from .fncall_request import FncallRequest
@@ -98,8 +100,10 @@ __all__ = (
     "ErrorResponse",
     "ExecRequest",
     "ExecRequestEnv",
+    "ExecRequestOutputEncoding",
     "ExecRequestUser",
     "ExecResult",
+    "ExecResultEncoding",
     "FileInfo",
     "FileInfoType",
     "FncallRequest",

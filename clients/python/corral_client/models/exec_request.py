@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..models.exec_request_output_encoding import ExecRequestOutputEncoding
 from ..models.exec_request_user import ExecRequestUser
 from ..types import UNSET, Unset
 
@@ -23,6 +24,9 @@ class ExecRequest:
         cmd (list[str] | str): argv list, or a shell string run with /bin/sh -c
         cwd (None | str | Unset): Working directory (default: the user's home)
         env (ExecRequestEnv | Unset):
+        output_encoding (ExecRequestOutputEncoding | Unset): How stdout/stderr come back: utf-8 text (invalid bytes
+            become U+FFFD) or base64 of the raw bytes; output_limit counts raw bytes either way Default:
+            ExecRequestOutputEncoding.UTF_8.
         output_limit (int | Unset): Bytes kept per stream; beyond it output is dropped and truncated=true Default:
             1048576.
         stdin (None | str | Unset): Text fed to the command's standard input
@@ -33,6 +37,7 @@ class ExecRequest:
     cmd: list[str] | str
     cwd: None | str | Unset = UNSET
     env: ExecRequestEnv | Unset = UNSET
+    output_encoding: ExecRequestOutputEncoding | Unset = ExecRequestOutputEncoding.UTF_8
     output_limit: int | Unset = 1048576
     stdin: None | str | Unset = UNSET
     timeout_s: float | Unset = 60.0
@@ -56,6 +61,10 @@ class ExecRequest:
         env: dict[str, Any] | Unset = UNSET
         if not isinstance(self.env, Unset):
             env = self.env.to_dict()
+
+        output_encoding: str | Unset = UNSET
+        if not isinstance(self.output_encoding, Unset):
+            output_encoding = self.output_encoding.value
 
         output_limit = self.output_limit
 
@@ -82,6 +91,8 @@ class ExecRequest:
             field_dict["cwd"] = cwd
         if env is not UNSET:
             field_dict["env"] = env
+        if output_encoding is not UNSET:
+            field_dict["output_encoding"] = output_encoding
         if output_limit is not UNSET:
             field_dict["output_limit"] = output_limit
         if stdin is not UNSET:
@@ -128,6 +139,13 @@ class ExecRequest:
         else:
             env = ExecRequestEnv.from_dict(_env)
 
+        _output_encoding = d.pop("output_encoding", UNSET)
+        output_encoding: ExecRequestOutputEncoding | Unset
+        if isinstance(_output_encoding, Unset):
+            output_encoding = UNSET
+        else:
+            output_encoding = ExecRequestOutputEncoding(_output_encoding)
+
         output_limit = d.pop("output_limit", UNSET)
 
         def _parse_stdin(data: object) -> None | str | Unset:
@@ -152,6 +170,7 @@ class ExecRequest:
             cmd=cmd,
             cwd=cwd,
             env=env,
+            output_encoding=output_encoding,
             output_limit=output_limit,
             stdin=stdin,
             timeout_s=timeout_s,

@@ -6,6 +6,7 @@ from typing import Any, Self, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..models.exec_result_encoding import ExecResultEncoding
 from ..types import UNSET, Unset
 
 T = TypeVar("T", bound="ExecResult")
@@ -19,6 +20,8 @@ class ExecResult:
         exit_code (int | None):
         stderr (str):
         stdout (str):
+        encoding (ExecResultEncoding | Unset): How stdout and stderr are encoded (the request's output_encoding)
+            Default: ExecResultEncoding.UTF_8.
         oom_killed (bool | Unset):  Default: False.
         timed_out (bool | Unset):  Default: False.
         truncated (bool | Unset):  Default: False.
@@ -28,6 +31,7 @@ class ExecResult:
     exit_code: int | None
     stderr: str
     stdout: str
+    encoding: ExecResultEncoding | Unset = ExecResultEncoding.UTF_8
     oom_killed: bool | Unset = False
     timed_out: bool | Unset = False
     truncated: bool | Unset = False
@@ -42,6 +46,10 @@ class ExecResult:
         stderr = self.stderr
 
         stdout = self.stdout
+
+        encoding: str | Unset = UNSET
+        if not isinstance(self.encoding, Unset):
+            encoding = self.encoding.value
 
         oom_killed = self.oom_killed
 
@@ -59,6 +67,8 @@ class ExecResult:
                 "stdout": stdout,
             }
         )
+        if encoding is not UNSET:
+            field_dict["encoding"] = encoding
         if oom_killed is not UNSET:
             field_dict["oom_killed"] = oom_killed
         if timed_out is not UNSET:
@@ -84,6 +94,13 @@ class ExecResult:
 
         stdout = d.pop("stdout")
 
+        _encoding = d.pop("encoding", UNSET)
+        encoding: ExecResultEncoding | Unset
+        if isinstance(_encoding, Unset):
+            encoding = UNSET
+        else:
+            encoding = ExecResultEncoding(_encoding)
+
         oom_killed = d.pop("oom_killed", UNSET)
 
         timed_out = d.pop("timed_out", UNSET)
@@ -95,6 +112,7 @@ class ExecResult:
             exit_code=exit_code,
             stderr=stderr,
             stdout=stdout,
+            encoding=encoding,
             oom_killed=oom_killed,
             timed_out=timed_out,
             truncated=truncated,

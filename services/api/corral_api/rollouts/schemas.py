@@ -48,15 +48,24 @@ ARGS: dict[str, type[BaseModel]] = {"exec": ExecArgs, "write_file": WriteFileArg
                                     "list_files": ListFilesArgs}
 
 
+# Fields added after rollouts shipped are left out of the normalized args while at their
+# default: a step logged before a field existed keeps its hash (a replay still matches).
+_LATER_FIELDS: dict[str, dict[str, Any]] = {"exec": {"output_encoding": "utf-8"}}
+
+
 def normalize_args(action: str, args: dict[str, Any]) -> dict[str, Any]:
     """Validate a step's args and fill defaults, so equal requests hash equally. 422 otherwise."""
     try:
-        return ARGS[action].model_validate(args).model_dump(mode="json")
+        normalized = ARGS[action].model_validate(args).model_dump(mode="json")
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ["body", "args", *first.get("loc", ())]
         raise Unprocessable(f"args for {action}: {'.'.join(map(str, first.get('loc', ())))}: {first['msg']}",
                             loc=loc, code="validation_error") from None
+    for name, default in _LATER_FIELDS.get(action, {}).items():
+        if normalized.get(name) == default:
+            del normalized[name]
+    return normalized
 
 
 def request_hash(action: str, args: dict[str, Any]) -> str:

@@ -184,7 +184,7 @@ class FakeBackend(SandboxBackend):
         if sb.paused:
             raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
         self.calls.append(("exec", sandbox_id))
-        return ExecResult(exit_code=0, stdout="", stderr="", duration_ms=0.0)
+        return ExecResult(exit_code=0, stdout="", stderr="", duration_ms=0.0, encoding=req.output_encoding)
 
     async def exec_stream(self, sandbox_id: str, req: ExecRequest) -> AsyncIterator[ExecChunk]:
         yield ExecChunk(type="exit", result=await self.exec(sandbox_id, req))

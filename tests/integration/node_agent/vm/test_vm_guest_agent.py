@@ -7,6 +7,7 @@ Every test connects its own client to the shared VM: each one is also a reconnec
 """
 
 import asyncio
+import base64
 import os
 import shutil
 import subprocess
@@ -233,6 +234,26 @@ async def test_exec_stream_in_order(agent):
     assert [(c.type, c.data) for c in chunks[:-1]] == [("stdout", "a\n"), ("stderr", "b\n"), ("stdout", "c\n")]
     assert chunks[-1].type == "exit" and chunks[-1].result.exit_code == 0
     assert chunks[-1].result.stdout == "a\nc\n"
+
+
+async def test_exec_output_that_is_not_utf8_comes_back_intact_as_base64(agent):
+    mixed = "printf '\\377\\376abc\\n'; printf '\\303' >&2"  # not UTF-8; stderr ends mid-character
+    text = await sh(agent, mixed)
+    assert (text.encoding, text.stdout, text.stderr) == ("utf-8", "\ufffd\ufffdabc\n", "\ufffd")
+    raw = await sh(agent, mixed, output_encoding="base64")
+    assert raw.encoding == "base64"
+    assert (base64.b64decode(raw.stdout), base64.b64decode(raw.stderr)) == (b"\xff\xfeabc\n", b"\xc3")
+    blob = bytes(range(256)) * 400  # every byte value, 100 KiB: several output frames
+    await agent.write_file("blob.bin", blob)
+    capped = await sh(agent, "cat blob.bin", output_encoding="base64", output_limit=1000)
+    assert capped.truncated and base64.b64decode(capped.stdout) == blob[:1000]  # the cap counts raw bytes
+    chunks = [c async for c in agent.exec_stream(ExecRequest(cmd="cat blob.bin", timeout_s=30,
+                                                             output_encoding="base64"))]
+    out = [c for c in chunks if c.type == "stdout"]
+    assert {c.encoding for c in out} == {"base64"}
+    assert b"".join(base64.b64decode(c.data, validate=True) for c in out) == blob  # each chunk on its own
+    result = chunks[-1].result
+    assert result.encoding == "base64" and base64.b64decode(result.stdout) == blob and not result.truncated
 
 
 async def test_concurrent_execs_share_the_port(agent):

@@ -222,6 +222,41 @@ async def test_client_ignores_stale_answers_from_an_earlier_session(tmp_path):
         await client.close()
 
 
+async def test_client_hands_back_output_bytes_as_asked(tmp_path):
+    """The guest sends raw bytes (base64 frames); the client decodes them as utf-8 text
+    (U+FFFD for invalid bytes, a character split across frames kept whole) or keeps them
+    intact as base64, marking which."""
+    path = str(tmp_path / "agent.sock")
+    pieces = [b"\xff\xfe" + "é".encode()[:1], "é".encode()[1:] + b"\n"]
+
+    def answer(msg):
+        if msg["op"] == "hello":
+            return hello_ok(msg)
+        if msg["op"] == "exec":
+            frames = [encode_frame({"id": msg["id"], "type": "stdout", "data": base64.b64encode(p).decode()})
+                      for p in pieces]
+            return b"".join(frames) + encode_frame({"id": msg["id"], "type": "stderr", "data": "ww=="}) \
+                + encode_frame({"id": msg["id"], "type": "exit", "exit_code": 0, "duration_ms": 1.0,
+                                "timed_out": False, "truncated": False, "oom_killed": False})
+        return None
+
+    async with FakeGuest(path, answer):
+        client = await GuestAgentClient.connect(path, timeout_s=5)
+        text = [c async for c in client.exec_stream(ExecRequest(cmd="x"))]
+        assert [(c.type, c.data, c.encoding) for c in text[:-1]] == [
+            ("stdout", "\ufffd\ufffd", "utf-8"), ("stdout", "é\n", "utf-8"), ("stderr", "\ufffd", "utf-8")]
+        result = text[-1].result
+        assert (result.encoding, result.stdout, result.stderr) == ("utf-8", "\ufffd\ufffdé\n", "\ufffd")
+
+        raw = [c async for c in client.exec_stream(ExecRequest(cmd="x", output_encoding="base64"))]
+        assert [(c.type, base64.b64decode(c.data), c.encoding) for c in raw[:-1]] == [
+            ("stdout", pieces[0], "base64"), ("stdout", pieces[1], "base64"), ("stderr", b"\xc3", "base64")]
+        result = raw[-1].result
+        assert result.encoding == "base64" and base64.b64decode(result.stdout) == b"".join(pieces)
+        assert base64.b64decode(result.stderr) == b"\xc3"
+        await client.close()
+
+
 async def test_client_retries_hello_until_the_guest_is_up(tmp_path):
     path = str(tmp_path / "agent.sock")
     hellos = []

@@ -376,7 +376,8 @@ class ContainerBackend(SandboxBackend):
 
     async def exec_stream(self, sandbox_id: str, req: ExecRequest) -> AsyncIterator[ExecChunk]:
         self._get(sandbox_id)  # fail before the first chunk
-        async for chunk in container_exec.stream(lambda on_data: self._exec(sandbox_id, req, on_data)):
+        async for chunk in container_exec.stream(lambda on_data: self._exec(sandbox_id, req, on_data),
+                                                 req.output_encoding):
             yield chunk
 
     async def _exec(self, sandbox_id: str, req: ExecRequest, on_data: container_exec.OnData | None) -> ExecResult:

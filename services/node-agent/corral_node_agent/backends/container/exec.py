@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult
+from corral_common.exec import ExecChunk, ExecRequest, ExecResult, OutputEncoding
 from corral_node_agent.backends.commands import checked_argv
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.container.crun import Crun
@@ -25,7 +25,7 @@ from corral_node_agent.output import CappedPipe
 # hold open (we do not wait for such children: the call returns when the command does).
 _DRAIN_GRACE_S = 0.2
 
-OnData = Callable[[str, str], None]  # (stream name, text) as output arrives
+OnData = Callable[[str, str], None]  # (stream name, piece in the request's output_encoding) as output arrives
 
 
 def process_for(req: ExecRequest, spec_env: dict[str, str], identity: Identity) -> dict[str, Any]:
@@ -63,7 +63,8 @@ async def run(crun: Crun, container_id: str, exec_dir: str, process: dict[str, A
         finally:
             os.close(out_w)
             os.close(err_w)
-        pipes = [CappedPipe(out_r, output_limit, "stdout", on_data), CappedPipe(err_r, output_limit, "stderr", on_data)]
+        pipes = [CappedPipe(fd, output_limit, name, on_data, encoding=req.output_encoding)
+                 for fd, name in ((out_r, "stdout"), (err_r, "stderr"))]
         out_r = err_r = -1
         feeder = asyncio.ensure_future(_feed_stdin(proc, req.stdin)) if req.stdin is not None else None
         try:
@@ -102,13 +103,16 @@ async def run(crun: Crun, container_id: str, exec_dir: str, process: dict[str, A
         exit_code=None if timed_out else (128 - rc if rc is not None and rc < 0 else rc),
         stdout=pipes[0].text(), stderr=pipes[1].text(),
         duration_ms=round((time.monotonic() - t0) * 1000, 2),
-        timed_out=timed_out, truncated=pipes[0].truncated or pipes[1].truncated)
+        timed_out=timed_out, truncated=pipes[0].truncated or pipes[1].truncated, encoding=req.output_encoding)
 
 
-async def stream(run_with: Callable[[OnData], Awaitable[ExecResult]]) -> AsyncIterator[ExecChunk]:
-    """Chunks of output as ``run_with(on_data)`` produces them, then the ``exit`` chunk."""
+async def stream(run_with: Callable[[OnData], Awaitable[ExecResult]],
+                 encoding: OutputEncoding = "utf-8") -> AsyncIterator[ExecChunk]:
+    """Chunks of output as ``run_with(on_data)`` produces them (pieces in ``encoding``),
+    then the ``exit`` chunk."""
     queue: asyncio.Queue[ExecChunk] = asyncio.Queue()
-    task = asyncio.ensure_future(run_with(lambda name, text: queue.put_nowait(ExecChunk(type=name, data=text))))
+    task = asyncio.ensure_future(run_with(
+        lambda name, piece: queue.put_nowait(ExecChunk(type=name, data=piece, encoding=encoding))))
     try:
         while True:
             getter = asyncio.ensure_future(queue.get())

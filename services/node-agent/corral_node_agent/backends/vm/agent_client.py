@@ -9,7 +9,6 @@ cannot tell a VM sandbox from a container by its errors.
 """
 
 import asyncio
-import codecs
 import errno as errno_mod
 import itertools
 import os
@@ -34,6 +33,7 @@ from corral_node_agent.backends.vm.protocol import (
     unb64,
 )
 from corral_node_agent.errors import BadInput, GuestAgentError, GuestLost, GuestTimeout, NodeAgentError, TooLarge
+from corral_node_agent.output import OutputEncoder, encode_output
 
 log = get_logger(__name__)
 
@@ -294,8 +294,10 @@ class GuestAgentClient:
         Closing the iterator early kills the command (like the container backend)."""
         message = self._exec_message(req)
         rid, queue = await self._request(message)
+        # The guest sends the raw bytes (base64 on the wire); they are encoded for the caller here.
+        encoding = req.output_encoding
         raw = {"stdout": bytearray(), "stderr": bytearray()}
-        decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in raw}
+        encoders = {name: OutputEncoder(encoding) for name in raw}
         finished = False
         try:
             while True:
@@ -304,19 +306,20 @@ class GuestAgentClient:
                 if kind in raw:
                     data = unb64(msg["data"])
                     raw[kind] += data
-                    text = decoders[kind].decode(data)
-                    if text:
-                        yield ExecChunk(type=kind, data=text)
+                    piece = encoders[kind].feed(data)
+                    if piece:
+                        yield ExecChunk(type=kind, data=piece, encoding=encoding)
                 elif kind == "exit":
                     finished = True
-                    for name, decoder in decoders.items():
-                        tail = decoder.decode(b"", final=True)
+                    for name, encoder in encoders.items():
+                        tail = encoder.flush()
                         if tail:
-                            yield ExecChunk(type=name, data=tail)
+                            yield ExecChunk(type=name, data=tail, encoding=encoding)
                     yield ExecChunk(type="exit", result=ExecResult(
-                        exit_code=msg["exit_code"], stdout=raw["stdout"].decode(errors="replace"),
-                        stderr=raw["stderr"].decode(errors="replace"), duration_ms=round(msg["duration_ms"], 2),
-                        timed_out=msg["timed_out"], truncated=msg["truncated"], oom_killed=msg["oom_killed"]))
+                        exit_code=msg["exit_code"], stdout=encode_output(raw["stdout"], encoding),
+                        stderr=encode_output(raw["stderr"], encoding), duration_ms=round(msg["duration_ms"], 2),
+                        timed_out=msg["timed_out"], truncated=msg["truncated"], oom_killed=msg["oom_killed"],
+                        encoding=encoding))
                     return
                 elif kind == "error":
                     finished = True
