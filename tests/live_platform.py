@@ -76,6 +76,8 @@ def run_platform(service_urls, tmp_path_factory):
                         env=env, capture_output=True, text=True)
     if up.returncode != 0:
         logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in (state / "logs").glob("*.log"))
+        # Stop what did start, or it keeps the ports (and its own keys) for the next session.
+        subprocess.run([*cmd[:2], "down", *cmd[2:]], env=env, capture_output=True)
         pytest.fail(f"platform did not come up:\n{up.stderr[-3000:]}\n{logs}")
     info = json.loads(up.stdout.strip().splitlines()[-1])
     info["state"] = state
