@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,6 +61,12 @@ def run_platform(service_urls, tmp_path_factory):
     service_urls = service_urls["isolated"](1, "e2e")
     redis.Redis.from_url(service_urls["redis_url"]).flushdb()
     state = tmp_path_factory.mktemp("platform")
+    # Sandboxes run as unprivileged host uids (a user namespace each): crun must reach their
+    # root filesystems below the state dir as those uids, through pytest's private (0700) dirs.
+    for directory in (state, *state.parents):
+        if directory == Path(tempfile.gettempdir()) or directory == directory.parent:
+            break
+        directory.chmod(directory.stat().st_mode | 0o001)
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     base_port = 21000 + 200 * worker
     # A short step lease so a test that kills the api sees its step interrupted quickly.
