@@ -60,8 +60,8 @@ def test_disk_fill_from_inside_is_enospc_not_oom(attack):
     result = attack.sh(sandbox, f"dd if=/dev/zero of={HOME}/{attack.marker} bs=1M count=192", timeout_s=120)
     assert not result.oom_killed, f"writing to the disk was OOM-killed: {result!r}"
     assert result.exit_code != 0 and ("No space left" in result.stderr or "quota exceeded" in result.stderr), result
-    used = int(attack.sh(sandbox, f"du -sm {HOME}/{attack.marker}").stdout.split()[0])
-    assert 64 < used <= 128, f"{used} MiB written into a disk_mb=128 sandbox"
+    written = int(attack.sh(sandbox, f"stat -c %s {HOME}/{attack.marker}").stdout)
+    assert 64 * MIB < written <= 128 * MIB, f"{written} bytes written into a disk_mb=128 sandbox"
     attack.sh(sandbox, f"rm {HOME}/{attack.marker}")
     again = attack.sh(sandbox, f"dd if=/dev/zero of={HOME}/again bs=1M count=32 && echo ok", timeout_s=60)
     assert again.stdout.strip().endswith("ok"), f"freed space did not come back: {again!r}"

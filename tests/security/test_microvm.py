@@ -80,21 +80,24 @@ def test_guest_has_no_network_and_no_vsock(attack, guest, lab):
     attack.contained()
 
 
-def _drives(pid: int) -> list[Path]:
-    """QEMU's disk images, seen through its mount namespace (the node-agent's private one)."""
+def _layer_images(pid: int) -> list[Path]:
+    """QEMU's read-only disk images (the layers), seen through its mount namespace (the
+    node-agent's private one)."""
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    return [Path(f"/proc/{pid}/root{opt.split('=', 1)[1]}") for arg in argv if arg.startswith("file=")
-            for opt in arg.split(",") if opt.startswith("file=")]
+    drives = [dict(opt.partition("=")[::2] for opt in arg.split(",")) for arg in argv if arg.startswith("file=")]
+    return [Path(f"/proc/{pid}/root{d['file']}") for d in drives if d.get("readonly") == "on"]
 
 
 def test_root_in_the_guest_cannot_write_its_layer_disk(attack, guest):
-    drives = _drives(_qemu(guest))
-    assert drives, "no layer disk on QEMU's command line"
-    before = {d: hashlib.sha256(d.read_bytes()).hexdigest() for d in drives}
-    script = ("for d in $(ls /dev | grep -E '^(vd|pmem)'); do "
-              "blockdev --setrw /dev/$d; dd if=/dev/zero of=/dev/$d bs=4k count=16 conv=notrunc,fsync; done; sync")
-    attack.sh(guest, script, user="root", timeout_s=60)
-    after = {d: hashlib.sha256(d.read_bytes()).hexdigest() for d in drives}
+    layers = _layer_images(_qemu(guest))
+    assert layers, "no read-only layer disk on QEMU's command line"
+    before = {d: hashlib.sha256(d.read_bytes()).hexdigest() for d in layers}
+    # Every read-only block device of the guest (its layers; not its own writable disk).
+    script = ("for s in /sys/block/*; do [ \"$(cat $s/ro)\" = 1 ] || continue; d=/dev/${s##*/}; echo $d; "
+              "blockdev --setrw $d; dd if=/dev/zero of=$d bs=4k count=16 conv=notrunc,fsync; done; sync")
+    tried = attack.sh(guest, script, user="root", timeout_s=60).stdout.split()
+    assert len(tried) >= len(layers), f"the guest's read-only devices: {tried}"
+    after = {d: hashlib.sha256(d.read_bytes()).hexdigest() for d in layers}
     assert before == after, "a layer image on the host changed"
     assert attack.sh(guest, "echo alive").stdout == "alive\n"
     attack.contained()
