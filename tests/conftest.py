@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+# The live platform's fixtures (tests/live_platform.py), registered here once so that tests/e2e
+# and tests/security share one platform per test process.
+from tests.live_platform import platform, vm_platform  # noqa: F401 - fixtures
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

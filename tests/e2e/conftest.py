@@ -1,45 +1,24 @@
 """The whole platform as processes (scripts/corral_platform.py, as `make up` runs it), driven by the SDK.
 
+The platform itself lives in tests/live_platform.py (shared with tests/security); its
+``platform`` and ``vm_platform`` fixtures are registered in tests/conftest.py.
 Needs root, crun and mkfs.erofs (real containers on real EROFS + overlay mounts).
 """
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-OTHER_TENANT_KEY = "other-tenant-key-123"
-# Long enough for a SIGKILLed node-agent to restart and re-adopt (Python start-up on a loaded
-# 2-core host takes up to ~3 s), short enough for the node-loss test to stay quick.
-HEARTBEAT_TIMEOUT_S = 8.0
-QEMU = "qemu-system-x86_64"
-GUESTKIT_DIR = Path("/var/cache/corral/guestkit")
-
-
-def vm_backends_missing() -> str:
-    """Why the platform's node-agents cannot run microvm/vm sandboxes; empty when they can.
-    CORRAL_E2E_VM=0 turns them off, =1 insists (a missing piece then fails the platform)."""
-    wanted = os.environ.get("CORRAL_E2E_VM", "auto")
-    if wanted == "0":
-        return "VM backends disabled (CORRAL_E2E_VM=0)"
-    missing = [] if shutil.which(QEMU) else [f"{QEMU} not on PATH"]
-    if not GUESTKIT_DIR.is_dir() or not any(GUESTKIT_DIR.iterdir()):
-        missing.append(f"no guest kit in {GUESTKIT_DIR} (python -m corral_node_agent guestkit build)")
-    if missing and wanted == "1":
-        pytest.fail(f"CORRAL_E2E_VM=1 but {'; '.join(missing)}")
-    return "; ".join(missing)
-
-
-def _missing() -> str:
-    if os.geteuid() != 0:
-        return "end-to-end tests need root (crun, mounts, cgroups)"
-    tools = [t for t in ("crun", "mkfs.erofs", "busybox", "redis-server", "rabbitmq-server") if not shutil.which(t)]
-    return f"missing tools: {', '.join(tools)}" if tools else ""
+from tests.live_platform import (  # noqa: F401 - re-exported: the e2e tests import them from here
+    GUESTKIT_DIR,
+    HEARTBEAT_TIMEOUT_S,
+    OTHER_TENANT_KEY,
+    QEMU,
+    agent_pid,
+    leftovers,
+    platform_missing,
+    vm_backends_missing,
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -47,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
     order; a test marked ``breaks_platform`` leaves the shared platform damaged (a node
     killed), so it is moved after all the others."""
     here = str(Path(__file__).parent)
-    reason = _missing()
+    reason = platform_missing()
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.xdist_group("e2e"))
@@ -57,94 +36,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def platform(service_urls, tmp_path_factory):
-    import redis
-
-    # Its own Redis database and vhost: the platform's processes outlive single tests and
-    # must not compete with the in-process services other tests start.
-    service_urls = service_urls["isolated"](1, "e2e")
-    redis.Redis.from_url(service_urls["redis_url"]).flushdb()
-    state = tmp_path_factory.mktemp("platform")
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    base_port = 21000 + 200 * worker
-    # A short step lease so a test that kills the api sees its step interrupted quickly.
-    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_API_ROLLOUT_STEP_LEASE_S="3")
-    # Node-agents enable microvm/vm when QEMU is on PATH; without a guest kit those could not
-    # boot, so the platform then runs containers only (a VM request is unschedulable).
-    vm_missing = vm_backends_missing()
-    if vm_missing:
-        env["CORRAL_NODE_QEMU"] = "/nonexistent/qemu-disabled-for-e2e"
-    cmd = [sys.executable, str(ROOT / "scripts/corral_platform.py"), "--state-dir", str(state),
-           "--redis-url", service_urls["redis_url"], "--amqp-url", service_urls["amqp_url"]]
-    # The two nodes split this host (half each); the suite holds twenty idle one-core sandboxes
-    # at once, so on a 2-core machine each node's one core takes 16 (the default ratio is 8).
-    up = subprocess.run([*cmd[:2], "up", *cmd[2:], "--nodes", "2", "--base-port", str(base_port),
-                         "--cpu-overcommit", "16", "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S),
-                         "--extra-api-key", f"other:{OTHER_TENANT_KEY}"],
-                        env=env, capture_output=True, text=True)
-    if up.returncode != 0:
-        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in (state / "logs").glob("*.log"))
-        pytest.fail(f"platform did not come up:\n{up.stderr[-3000:]}\n{logs}")
-    info = json.loads(up.stdout.strip().splitlines()[-1])
-    info["state"] = state
-    info["vm_backends"] = not vm_missing
-    info["vm_missing"] = vm_missing
-    yield info
-    subprocess.run([*cmd[:2], "down", *cmd[2:]], env=env, capture_output=True)
-
-
-@pytest.fixture(scope="session")
-def vm_platform(platform):
-    """The platform, for tests that need microvm/vm sandboxes: its node-agents run VM backends
-    (QEMU on PATH and a guest kit in /var/cache/corral/guestkit), else the test is skipped
-    with the reason. Its nodes advertise the kinds they run (GET /v1/nodes on the scheduler)."""
-    if not platform["vm_backends"]:
-        pytest.skip(f"VM sandboxes unavailable: {platform['vm_missing']}")
-    return platform
-
-
-@pytest.fixture(scope="session")
 def corral(platform):
     from corral import Corral
 
     with Corral(platform["api"], platform["api_key"]) as client:
         yield client
-
-
-def agent_pid(platform, node_id: str) -> int:
-    return int((platform["state"] / "run" / f"{node_id}.pid").read_text())
-
-
-def leftovers(platform, node_id: str, sandbox_id: str) -> list[str]:
-    """Everything a deleted sandbox could leave behind on its node; empty when clean."""
-    found = []
-    pid_file = platform["state"] / "run" / f"{node_id}.pid"
-    if pid_file.exists():
-        mountinfo = Path(f"/proc/{int(pid_file.read_text())}/mountinfo")
-        if mountinfo.exists():
-            found += [f"mount: {line.split()[4]}" for line in mountinfo.read_text().splitlines() if sandbox_id in line]
-    for controller in ("memory", "pids", "cpu,cpuacct", "cpu", "freezer"):
-        path = Path(f"/sys/fs/cgroup/{controller}/corral/{node_id}/{sandbox_id}")
-        if path.exists():
-            found.append(f"cgroup: {path}")
-    bundle = platform["state"] / "nodes" / node_id / "sandboxes" / sandbox_id
-    if bundle.exists():
-        found.append(f"dir: {bundle}")
-    crun_state = platform["state"] / "nodes" / node_id / "crun" / sandbox_id
-    if crun_state.exists():
-        found.append(f"crun state: {crun_state}")
-    vm_dir = platform["state"] / "nodes" / node_id / "vms" / sandbox_id
-    if vm_dir.exists():
-        found.append(f"vm dir: {vm_dir}")
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "qemu-system" in cmdline and f"/{sandbox_id}/" in cmdline:
-                found.append(f"qemu process: {proc.name}")
-    vm_cgroup = Path(f"/sys/fs/cgroup/memory/corral-vm/{node_id}/{sandbox_id}")
-    if vm_cgroup.exists():
-        found.append(f"cgroup: {vm_cgroup}")
-    return found

@@ -3,41 +3,21 @@ driven by the SDK, plain HTTP, and the sandbox-fusion client package from PyPI."
 
 import asyncio
 import base64
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 import corral
+from tests import live_platform
 
-ROOT = Path(__file__).resolve().parents[2]
 APLUSB = "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}\n"
 
 
 @pytest.fixture(scope="module")
 def fncall_ready(platform):
     """Build the runtime tree if this machine has none (cached), then wait for every node's pools."""
-    out = subprocess.run([sys.executable, str(ROOT / "scripts/build_fncall_runtime.py")], capture_output=True,
-                         text=True, timeout=1800)
-    if out.returncode != 0:
-        pytest.fail(f"building the fncall runtime failed:\n{out.stderr[-3000:]}")
-    # The runtimes run on the "judge" environment (a Corral layer): register the tree (a no-op
-    # when the platform already did at start).
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from corral_platform import register_judge
-
-    register_judge(platform["urls"]["image-service"])
-    nodes = [url for name, url in platform["urls"].items() if name.startswith("node-")]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        states = [httpx.get(f"{url}/v1/fncall/pools", timeout=5).json() for url in nodes]
-        if all(s["status"] == "ready" for s in states):
-            return platform
-        time.sleep(0.2)
-    pytest.fail(f"fncall pools not ready: {states}")
+    return live_platform.fncall_ready(platform)
 
 
 @pytest.fixture

@@ -68,17 +68,27 @@ def test_bad_kind_requests_are_422_and_create_nothing(corral):
     assert {s.id for s in corral.sandboxes.list()} == before
 
 
-def test_a_vm_no_node_could_hold_is_unschedulable(platform, corral):
-    """Without VM-capable nodes any VM request is; with them, one whose guest memory fits a
-    node but not with the node's VM overhead on top."""
+def test_a_vm_no_node_could_hold_is_refused(platform, corral):
+    """With VM-capable nodes, a VM whose guest memory fits a node but not with the node's VM
+    overhead on top is a 422 naming memory_mb, and nothing is created; without them there is no
+    node to judge by, so the request queues and fails unschedulable."""
     nodes = httpx.get(f"{platform['urls']['scheduler']}/v1/nodes").json()
-    biggest = max(nodes, key=lambda n: n["memory_mb"])
+    vm_nodes = [n for n in nodes if "microvm" in n["backends"]]
+    if not vm_nodes:
+        with pytest.raises(SandboxFailed) as failed:
+            corral.sandboxes.create("busybox", isolation="vm", memory_mb=128)
+        assert failed.value.reason == "unschedulable"
+        info = corral.sandboxes.get(failed.value.sandbox_id).info
+        assert info.backend == "microvm" and info.isolation == "vm" and info.node_id is None
+        return
+    biggest = max(vm_nodes, key=lambda n: n["memory_mb"] - n["vm_memory_overhead_mb"])
     memory_mb = biggest["memory_mb"] - biggest["vm_memory_overhead_mb"] + 1
-    with pytest.raises(SandboxFailed) as exc:
+    before = {s.id for s in corral.sandboxes.list()}
+    with pytest.raises(CorralError) as exc:
         corral.sandboxes.create("busybox", isolation="vm", memory_mb=memory_mb)
-    assert exc.value.reason == "unschedulable"
-    failed = corral.sandboxes.get(exc.value.sandbox_id).info
-    assert failed.backend == "microvm" and failed.isolation == "vm" and failed.node_id is None
+    assert exc.value.status == 422 and exc.value.code == "exceeds_node_capacity"
+    assert "memory_mb" in exc.value.message
+    assert {s.id for s in corral.sandboxes.list()} == before
 
 
 def test_snapshot_records_are_tenant_scoped_and_restore_on_their_node(platform, corral):

@@ -120,4 +120,4 @@ async def test_a_node_that_advertises_no_disk_is_not_limited_by_it(store):
         await store.redis.hincrby("node:nold:used", field, value)
     assert await store.release("sb-older") and await store.release("sb-old")
     used = await store.redis.hgetall("node:nold:used")
-    assert {k: int(v) for k, v in used.items()} == {"cpu_milli": 0, "memory_mb": 0, "sandboxes": 0, "disk_mb": 0}
+    assert {k: int(v) for k, v in used.items()} == {"cpu_milli": 0, "memory_mb": 0, "sandboxes": 0, "pids": 0, "disk_mb": 0}

@@ -15,7 +15,7 @@ from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.container import files, oci
 from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.backends.types import RootFs
-from corral_node_agent.errors import BadInput, EnvironmentNotFound, ImageUnavailable, NotFound, StartFailed
+from corral_node_agent.errors import BadInput, Conflict, EnvironmentNotFound, ImageUnavailable, NotFound, StartFailed
 from corral_node_agent.http_errors import http_error
 from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.userns import container_identity
@@ -174,6 +174,22 @@ def test_fs_write_creates_parents_and_refuses_escape(rootfs, tmp_path):
             files.open_write(rootfs, p, uid=uid, gid=gid)
     assert not (tmp_path / "outside/new").exists()
     assert (tmp_path / "outside/secret").read_text() == "host"
+
+
+def test_fs_write_over_a_running_program_is_a_conflict(rootfs):
+    """ETXTBSY (a sandbox overwriting the busybox its shell runs) is a 409, not a 500."""
+    import shutil
+    import subprocess
+
+    prog = f"{rootfs}/home/user/prog"
+    shutil.copy("/bin/sleep", prog)
+    running = subprocess.Popen([prog, "30"])
+    try:
+        with pytest.raises(Conflict):
+            files.open_write(rootfs, "prog", uid=os.getuid(), gid=os.getgid())
+    finally:
+        running.kill()
+        running.wait()
 
 
 def test_fs_list_and_stat(rootfs):

@@ -1,39 +1,32 @@
 """Requests no live node could ever hold because of one field, refused before anything is made.
 
 Each node advertises the tasks its sandboxes may take together (its pids cap: a share of the
-host's pid_max less a system reserve) and the disk it has for sandbox upper layers; the
-scheduler counts every sandbox's pids_limit and disk_mb against them. A request above what any
+host's pid_max less a system reserve), its cpu and memory, and the disk it has for sandbox
+upper layers; the scheduler counts every sandbox's request against them. A request above what any
 live node advertises could never be placed: that is the caller's mistake, so it is a 422 naming
 the field, not a sandbox that waits in the queue or fails later. The ceilings depend on the
 nodes, so they are read from their heartbeats (cached for a moment), never from a setting that
 could disagree with them; the one operator setting is ``max_disk_mb``, a deployment-wide
 maximum. With no live node that runs the sandbox's kind there is nothing to judge by: the
 request queues, and the scheduler fails it ``unschedulable`` if the nodes that come cannot hold
-it. (Memory and cpu beyond every node stay ``unschedulable``: they are bounded by the spec's own
-limits and sized per node.)
+it.
 """
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from corral_common.errors import Unprocessable
 from corral_common.sandboxes import SandboxSpec, reserved_pids
-from corral_common.state import NodeInfo, StateStore
+from corral_common.state import NodeInfo, StateStore, cpu_milli
 
 
-def most_pids(nodes: Sequence[NodeInfo], backend: str) -> int | None:
-    """The largest pids capacity among the nodes that run ``backend``; None when there is no
-    such node, or one of them counts no pids (it predates the node pids cap)."""
-    counted = [n.pids for n in nodes if backend in n.backends]
-    if not counted or any(p is None for p in counted):
+def _largest(nodes: Sequence[NodeInfo], backend: str, capacity: Callable[[NodeInfo], int | None]) -> int | None:
+    """The largest capacity among the live nodes that run ``backend``; None when there is no
+    such node or one of them does not count this resource (an agent from before it was counted)."""
+    counted = [capacity(n) for n in nodes if backend in n.backends]
+    if not counted or any(c is None for c in counted):
         return None
-    return max(counted)
-
-
-def most_disk_mb(nodes: Sequence[NodeInfo], backend: str) -> int | None:
-    """The largest sandbox disk among the nodes that run ``backend`` and advertise one."""
-    counted = [n.disk_mb for n in nodes if backend in n.backends and n.disk_mb is not None]
-    return max(counted) if counted else None
+    return max(c for c in counted if c is not None)
 
 
 class NodeCeilings:
@@ -53,20 +46,36 @@ class NodeCeilings:
         return self._nodes
 
     async def require(self, spec: SandboxSpec, loc: Sequence[str] = ("body",)) -> None:
-        """Raise a 422 naming ``pids_limit`` or ``disk_mb`` if no live node could ever hold ``spec``."""
+        """Raise a 422 naming the field (cpu, memory_mb, pids_limit, disk_mb) that no live node
+        that runs ``spec``'s kind could ever hold."""
         if self.max_disk_mb and spec.disk_mb > self.max_disk_mb:
             raise Unprocessable(f"disk_mb={spec.disk_mb} is over this deployment's maximum of {self.max_disk_mb}",
                                 loc=[*loc, "disk_mb"], code="disk_too_large")
-        nodes = await self._live()
-        most = most_pids(nodes, spec.backend)
-        need = reserved_pids(spec.backend, spec.pids_limit)
-        if most is not None and need > most:
-            message = (f"pids_limit {need} is more than any node allows (at most {most})" if need == spec.pids_limit
-                       else f"a {spec.backend} sandbox takes {need} host tasks, more than any node allows ({most})")
+        nodes, kind = await self._live(), spec.backend
+        # A VM takes QEMU's overhead beyond its guest RAM and QEMU's threads instead of the
+        # guest's pids: compare what the node would reserve, in the units the caller gave.
+        overhead = max((n.reserved_memory_mb(spec) - spec.memory_mb for n in nodes if kind in n.backends), default=0)
+        most_cpu = _largest(nodes, kind, lambda n: n.cpu_milli)
+        if most_cpu is not None and cpu_milli(spec.cpu) > most_cpu:
+            raise Unprocessable(f"cpu={spec.cpu} is more than any {kind} node has (at most {most_cpu / 1000:g})",
+                                loc=[*loc, "cpu"], code="exceeds_node_capacity", extra={"max_cpu": most_cpu / 1000})
+        most_memory = _largest(nodes, kind, lambda n: n.memory_mb - (n.reserved_memory_mb(spec) - spec.memory_mb))
+        if most_memory is not None and spec.memory_mb > most_memory:
+            raise Unprocessable(f"memory_mb={spec.memory_mb} is more than any {kind} node has (at most {most_memory}"
+                                + (f", after {overhead} MiB of VM overhead)" if overhead else ")"),
+                                loc=[*loc, "memory_mb"], code="exceeds_node_capacity",
+                                extra={"max_memory_mb": most_memory})
+        most_pids = _largest(nodes, kind, lambda n: n.pids)
+        need = reserved_pids(kind, spec.pids_limit)
+        if most_pids is not None and need > most_pids:
+            message = (f"pids_limit {need} is more than any node allows (at most {most_pids})"
+                       if need == spec.pids_limit
+                       else f"a {kind} sandbox takes {need} host tasks, more than any node allows ({most_pids})")
             raise Unprocessable(message, loc=[*loc, "pids_limit"], code="exceeds_node_capacity",
-                                extra={"max_pids_limit": most})
-        largest = most_disk_mb(nodes, spec.backend)
-        if largest is not None and spec.disk_mb > largest:
-            raise Unprocessable(f"disk_mb={spec.disk_mb} is more than any node can hold (the largest {spec.backend} "
-                                f"node has {largest} MiB for sandbox disks)", loc=[*loc, "disk_mb"],
+                                extra={"max_pids_limit": most_pids})
+        disk_nodes = [n for n in nodes if n.disk_mb is not None]  # older agents advertise none
+        largest_disk = _largest(disk_nodes, kind, lambda n: n.disk_mb)
+        if largest_disk is not None and spec.disk_mb > largest_disk:
+            raise Unprocessable(f"disk_mb={spec.disk_mb} is more than any node can hold (the largest {kind} "
+                                f"node has {largest_disk} MiB for sandbox disks)", loc=[*loc, "disk_mb"],
                                 code="disk_too_large")

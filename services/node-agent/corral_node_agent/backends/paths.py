@@ -9,7 +9,7 @@ apart by their errors.
 
 import errno
 
-from corral_node_agent.errors import BadInput, DiskFull, NotFound
+from corral_node_agent.errors import BadInput, Conflict, DiskFull, NotFound
 
 HOME = "/home/user"  # the sandbox user's home: the working dir of commands, base of relative paths
 LOC = ["query", "path"]
@@ -58,4 +58,6 @@ def os_error(exc: OSError, parts: list[str]) -> Exception:
         return BadInput(f"{where}: is a directory", loc=LOC)
     if exc.errno == errno.ENXIO:
         return BadInput(f"{where}: not a regular file", loc=LOC)
+    if exc.errno == errno.ETXTBSY:  # an upload over a program running in the sandbox
+        return Conflict(f"{where}: a running program is executing it", loc=LOC)
     return exc
