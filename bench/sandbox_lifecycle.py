@@ -8,7 +8,7 @@ Without --url/--api-key it brings its own platform up (scripts/corral_platform.p
 dir, non-default ports) and tears it down at the end. Must run as root (the raw floor runs
 crun directly, in a private mount namespace with the cgroup2 mount hidden).
 
-Phases (environment "busybox", memory_mb=64):
+Phases (environment "busybox", memory_mb=64, pids_limit=64):
   corral serial      N x [create(wait=True) -> exec(["true"]) -> delete(wait=True)], one at a time
   corral concurrent  N creates with C in flight (wall time -> creations/s), then the first exec of
                      each with C in flight, then the deletes with C in flight
@@ -215,13 +215,14 @@ def run_floor(n: int, concurrency: int, tmp_root: str) -> dict:
 # ------------------------------------------------------------------------------- corral
 
 async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb: int, serial_n: int,
-                        cpu: float) -> dict:
+                        cpu: float, pids_limit: int) -> dict:
     from corral import AsyncCorral
 
     res: dict = {}
+    size = {"memory_mb": memory_mb, "cpu": cpu, "pids_limit": pids_limit}
     async with AsyncCorral(url, key) as corral:
         # warm-up: connection, environment cache, layer mount on the nodes
-        warm = await corral.sandboxes.create_many("busybox", 4, concurrency=4, memory_mb=memory_mb, cpu=cpu)
+        warm = await corral.sandboxes.create_many("busybox", 4, concurrency=4, **size)
         for sb in warm:
             await sb.exec(["true"])
         await asyncio.gather(*(sb.delete(wait=True) for sb in warm))
@@ -231,7 +232,7 @@ async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb:
         for _ in range(serial_n):
             w0 = time.time()
             t0 = time.perf_counter()
-            sb = await corral.sandboxes.create("busybox", memory_mb=memory_mb, cpu=cpu, wait=True)
+            sb = await corral.sandboxes.create("busybox", **size, wait=True)
             t1 = time.perf_counter()
             r = await sb.exec(["true"])
             t2 = time.perf_counter()
@@ -256,8 +257,8 @@ async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb:
                 return (time.perf_counter() - t) * 1000, out
 
         t = time.perf_counter()
-        created = await asyncio.gather(*(timed(lambda: corral.sandboxes.create("busybox", memory_mb=memory_mb, cpu=cpu,
-                                                                                wait=True)) for _ in range(n)),
+        created = await asyncio.gather(*(timed(lambda: corral.sandboxes.create("busybox", **size, wait=True))
+                                         for _ in range(n)),
                                        return_exceptions=True)
         wall = time.perf_counter() - t
         errors = [repr(x) for x in created if isinstance(x, BaseException)]
@@ -393,6 +394,8 @@ def main() -> None:
     ap.add_argument("--memory-mb", type=int, default=64)
     ap.add_argument("--cpu", type=float, default=0.1,
                     help="cpu per sandbox; small so N sandboxes alive at once fit the nodes' (overcommitted) cpu")
+    ap.add_argument("--pids-limit", type=int, default=64,
+                    help="pids_limit per sandbox; small so N sandboxes alive at once fit the nodes' pids caps")
     ap.add_argument("--url", default=None, help="use this running platform instead of starting one")
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--base-port", type=int, default=18300)
@@ -426,7 +429,8 @@ def main() -> None:
                  "python": platform.python_version(),
                  "mem_total_kb": next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal")), None)},
         "params": {"n": args.n, "serial_n": serial_n, "concurrency": args.concurrency, "nodes": args.nodes,
-                   "environment": "busybox", "memory_mb": args.memory_mb, "cpu": args.cpu, "own_platform": own},
+                   "environment": "busybox", "memory_mb": args.memory_mb, "cpu": args.cpu,
+                   "pids_limit": args.pids_limit, "own_platform": own},
     }
     profilers: list[subprocess.Popen] = []
     try:
@@ -444,7 +448,7 @@ def main() -> None:
         print(f"corral: serial {serial_n}, then {args.n} at concurrency {args.concurrency} ...", file=sys.stderr)
         t = time.perf_counter()
         result["corral"] = asyncio.run(corral_phases(url, key, args.n, args.concurrency, args.memory_mb, serial_n,
-                                                    args.cpu))
+                                                    args.cpu, args.pids_limit))
         result["corral"]["phase_s"] = round(time.perf_counter() - t, 2)
         if profilers:
             stop_profilers(profilers)
