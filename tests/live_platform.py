@@ -70,7 +70,10 @@ def run_platform(service_urls, tmp_path_factory):
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     base_port = 21000 + 200 * worker
     # A short step lease so a test that kills the api sees its step interrupted quickly.
-    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_API_ROLLOUT_STEP_LEASE_S="3")
+    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_API_ROLLOUT_STEP_LEASE_S="3",
+               # Its nodes split the host between themselves only: a benchmark or another checkout's
+               # platform running on this host at the same time must not leave them nothing.
+               CORRAL_NODE_CAPACITY_REGISTRY_DIR=str(state / "capacity"))
     # Node-agents enable microvm/vm when QEMU is on PATH; without a guest kit those could not
     # boot, so the platform then runs containers only (a VM request is unschedulable).
     vm_missing = vm_backends_missing()
