@@ -188,7 +188,7 @@ class NodeEvents:
 
     async def heartbeat_once(self) -> None:
         s, cap = self.settings, self.capacity
-        await self.store.heartbeat(self.node_id, f"http://{s.host}:{s.port}", cap.cpu, cap.memory_mb, s.max_sandboxes,
+        await self.store.heartbeat(self.node_id, s.url, cap.cpu, cap.memory_mb, s.max_sandboxes,
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=s.disk_capacity_mb)
