@@ -38,7 +38,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
         jobs = JobStore(store.redis)
         admitter = JobAdmitter(jobs, placer, settings.placement_retry_s)
         admit_task = asyncio.create_task(admitter.run())
-        app.state.store, app.state.bus, app.state.admitter = store, bus, admitter
+        app.state.store, app.state.bus, app.state.admitter, app.state.placer = store, bus, admitter, placer
         try:
             yield
         finally:
@@ -52,8 +52,10 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
     instrument_app(app)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> dict[str, str | int]:
+        # waiting: requests this replica holds until a node has room (RabbitMQ redelivers
+        # them to another replica if this one dies).
+        return {"status": "ok", "waiting": app.state.placer.waiting}
 
     @app.get("/v1/nodes")
     async def nodes() -> list[dict]:

@@ -24,10 +24,18 @@ class Placer:
         self.store = store
         self.bus = bus
         self.settings = settings
+        # Requests held (their messages unacked) until a node has room for them.
+        self.waiting = 0
 
     async def handle(self, event: SandboxRequested) -> None:
-        while not await self.try_place(event):  # noqa: ASYNC110 - room frees in Redis; nothing here to wait on
-            await asyncio.sleep(self.settings.placement_retry_s)
+        if await self.try_place(event):
+            return
+        self.waiting += 1
+        try:
+            while not await self.try_place(event):  # noqa: ASYNC110 - room frees in Redis; nothing here to wait on
+                await asyncio.sleep(self.settings.placement_retry_s)
+        finally:
+            self.waiting -= 1
 
     async def try_place(self, event: SandboxRequested) -> bool:
         """One placement attempt; True when the request needs no more work."""
