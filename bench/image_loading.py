@@ -26,8 +26,8 @@ import asyncio
 import json
 import os
 import random
-import secrets
 import resource
+import secrets
 import shutil
 import signal
 import socket
