@@ -1,0 +1,63 @@
+"""The Redis and RabbitMQ that `make up` and CI start (scripts/servers.sh) listen on loopback
+only, every socket of them (Redis, AMQP, epmd, the Erlang distribution port), and RabbitMQ
+runs no management listener: a host with other users or a network sees nothing of them."""
+
+import ipaddress
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def listening() -> list[tuple[str, int, set[int]]]:
+    """(address, port, owner pids) of every TCP socket in LISTEN on this host."""
+    out = subprocess.run(["ss", "-Hltnp"], check=True, capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        fields = line.split()
+        owners = {int(part.split("=")[1].rstrip(",)")) for part in fields[-1].split(",") if part.startswith("pid=")}
+        address, _, port = fields[3].rpartition(":")
+        found.append((address.strip("[]"), int(port), owners))
+    return found
+
+
+def tree(pid: int) -> set[int]:
+    """pid and every descendant of it."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], check=True, capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        child, parent = map(int, line.split())
+        children.setdefault(parent, []).append(child)
+    seen, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        seen.add(p)
+        todo += children.get(p, [])
+    return seen
+
+
+def test_servers_listen_on_loopback_only(tmp_path):
+    if not (shutil.which("redis-server") and Path("/usr/lib/rabbitmq/bin/rabbitmq-server").exists()
+            and shutil.which("ss")):
+        pytest.skip("needs redis-server, rabbitmq-server and ss (iproute2)")
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    redis_port, amqp_port = 47000 + 100 * index + 60, 47000 + 100 * index + 61
+    epmd_port, dist_port = amqp_port - 1000, amqp_port + 10000  # as servers.sh derives them
+    state = tmp_path / "servers"
+    script = str(ROOT / "scripts/servers.sh")
+    subprocess.run([script, "start", str(state), str(redis_port), str(amqp_port)], check=True, capture_output=True)
+    try:
+        ours = tree(int((state / "redis/redis.pid").read_text())) | tree(int((state / "rabbitmq/rabbitmq.pid").read_text()))
+        # epmd is not the broker's child: it is found by its port.
+        sockets = [(a, p) for a, p, owners in listening() if owners & ours or p == epmd_port]
+        ports = {p for _, p in sockets}
+        assert {redis_port, amqp_port, epmd_port, dist_port} <= ports, sockets
+        assert ports.isdisjoint({15672, 15671}), sockets  # no management plugin
+        exposed = [s for s in sockets if not ipaddress.ip_address(s[0]).is_loopback]
+        assert exposed == [], f"listening beyond loopback: {exposed}"
+    finally:
+        subprocess.run([script, "stop", str(state)], check=False, capture_output=True)
