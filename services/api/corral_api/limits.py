@@ -5,7 +5,7 @@ Why in-process and not a Redis counter: the limit must hold when Redis itself is
 resource (a counter there costs two round trips per request, on the very pool one tenant's
 burst exhausts), and a replica that dies mid-request must not leave slots taken (a Redis
 counter needs expiries and a sweeper for that). The price: the limit is per replica, so a
-tenant gets at most R x tenant_max_inflight over R replicas (docs/configuration.md). It is a
+tenant gets at most R x tenant_max_inflight over R replicas (docs/security.md). It is a
 plain counter, not a queue: a request over the limit never waits, so a burst costs the others
 no more than its 429s.
 

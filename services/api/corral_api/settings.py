@@ -28,7 +28,7 @@ class ApiSettings(PrefixedServiceSettings):
     max_disk_mb: int = 0
     # Longest a client may block on ?wait_for=.
     max_wait_s: float = 300.0
-    # Overload (docs/configuration.md). Requests one tenant may have in flight on this replica
+    # Overload (docs/security.md). Requests one tenant may have in flight on this replica
     # (streams and ?wait_for= count while they last); beyond it 429 with Retry-After, so one
     # tenant cannot take every connection and slot from the others. Per replica: with R api
     # replicas a tenant gets at most R x this.
