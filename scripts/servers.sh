@@ -17,6 +17,10 @@ rabbit_env() {
     ERL_EPMD_PORT=$((amqp_port - 1000)) RABBITMQ_MNESIA_BASE="$state/rabbitmq/mnesia" \
     RABBITMQ_LOG_BASE="$state/rabbitmq/log" RABBITMQ_PID_FILE="$state/rabbitmq/rabbitmq.pid" \
     RABBITMQ_ENABLED_PLUGINS_FILE="$state/rabbitmq/enabled_plugins" RABBITMQ_CONFIG_FILE="$state/rabbitmq/rabbitmq"
+  # Erlang distribution (the broker's and the CLI tools' own) on loopback too: it listens on
+  # every address otherwise. No plugin is enabled (enabled_plugins is "[]."): no management UI.
+  export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
+    RABBITMQ_CTL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
 }
 
 case "$cmd" in

@@ -127,15 +127,22 @@ def fncall_ready(platform) -> dict:
     sys.path.insert(0, str(ROOT / "scripts"))
     from corral_platform import register_judge
 
-    register_judge(platform["urls"]["image-service"])
+    register_judge(platform["urls"]["image-service"], {**os.environ, "CORRAL_INTERNAL_TOKEN": platform["internal_token"]})
     nodes = [url for name, url in platform["urls"].items() if name.startswith("node-")]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        states = [httpx.get(f"{url}/v1/fncall/pools", timeout=5).json() for url in nodes]
+        states = [httpx.get(f"{url}/v1/fncall/pools", timeout=5, headers=internal_headers(platform)).json()
+                  for url in nodes]
         if all(s["status"] == "ready" for s in states):
             return platform
         time.sleep(0.2)
     pytest.fail(f"fncall pools not ready: {states}")
+
+
+def internal_headers(platform) -> dict[str, str]:
+    """What the platform's internal services (image-service, scheduler, node-agents,
+    memory-manager) want on every route but /healthz and /metrics."""
+    return {"X-Corral-Internal-Token": platform["internal_token"]}
 
 
 def agent_pid(platform, node_id: str) -> int:

@@ -12,6 +12,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+# Seconds a 429 or 503 tells the caller to wait before trying again, unless it says otherwise.
+DEFAULT_RETRY_AFTER_S = 1
+
 
 class CorralError(Exception):
     """An error with an HTTP status, a machine-readable code and where it happened."""
@@ -20,7 +23,8 @@ class CorralError(Exception):
     code = "bad_request"
 
     def __init__(self, message: str, *, loc: list[str | int] | None = None, code: str | None = None,
-                 status_code: int | None = None, extra: dict[str, Any] | None = None):
+                 status_code: int | None = None, extra: dict[str, Any] | None = None,
+                 retry_after_s: int | None = None):
         super().__init__(message)
         self.message = message
         self.loc = loc
@@ -29,6 +33,13 @@ class CorralError(Exception):
         if status_code:
             self.status_code = status_code
         self.extra = extra or {}
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        """Every 429 and 503 says when to come back (``Retry-After``, default 1 s)."""
+        if self.status_code in (429, 503):
+            return {"Retry-After": str(self.retry_after_s or DEFAULT_RETRY_AFTER_S)}
+        return {}
 
     def to_body(self) -> dict[str, Any]:
         details = [{"loc": self.loc, "msg": self.message}] if self.loc else []
@@ -65,9 +76,22 @@ class Unprocessable(CorralError):
     code = "unprocessable"
 
 
+class TooManyRequests(CorralError):
+    """The caller is over a limit of its own (its tenant's in-flight requests): 429."""
+
+    status_code = 429
+    code = "too_many_requests"
+
+
 class ServiceUnavailable(CorralError):
     status_code = 503
     code = "unavailable"
+
+
+class Overloaded(ServiceUnavailable):
+    """A bounded wait ran out (a pooled connection, a slot): 503, try again shortly."""
+
+    code = "overloaded"
 
 
 def error_body(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -77,7 +101,11 @@ def error_body(code: str, message: str, details: list[dict[str, Any]] | None = N
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CorralError)
     async def _corral_error(_: Request, exc: CorralError) -> JSONResponse:
-        return JSONResponse(exc.to_body(), status_code=exc.status_code)
+        return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.headers())
+
+    from corral_common.overload import install_overload_handlers  # it builds on this module
+
+    install_overload_handlers(app)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -116,5 +144,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": desc}
     for code, desc in {400: "Bad request", 401: "Missing or invalid API key", 404: "Not found",
                        409: "Conflict with the sandbox's state", 413: "Payload too large",
-                       422: "Invalid input", 503: "A backing service is unavailable"}.items()
+                       422: "Invalid input", 429: "Too many requests in flight for this tenant (see Retry-After)",
+                       503: "A backing service is unavailable or overloaded (see Retry-After)"}.items()
 }

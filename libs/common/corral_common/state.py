@@ -12,6 +12,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from corral_common.overload import redis_client
 from corral_common.sandboxes import (
     ALLOWED_TRANSITIONS,
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
@@ -194,8 +195,11 @@ class StateStore:
         self._release = redis.register_script(_RELEASE)
 
     @classmethod
-    def from_url(cls, url: str) -> "StateStore":
-        return cls(aioredis.from_url(url, decode_responses=True))
+    def from_url(cls, url: str, *, max_connections: int = 100, pool_timeout_s: float = 5.0) -> "StateStore":
+        """On a bounded pool (``corral_common.overload.redis_client``): past ``max_connections`` a
+        command waits up to ``pool_timeout_s``, then raises (a 503 in every service)."""
+        return cls(redis_client(url, max_connections=max_connections, pool_timeout_s=pool_timeout_s,
+                                decode_responses=True))
 
     async def close(self) -> None:
         await self.redis.aclose()

@@ -4,6 +4,7 @@ import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
@@ -11,6 +12,7 @@ from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
 from corral_api.jobs.router import router as jobs_router
 from corral_api.jobs.service import JobService
+from corral_api.limits import TenantConcurrencyMiddleware, TenantLimiter
 from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.router import router as rollouts_router
@@ -48,20 +50,24 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         if database_url.startswith("sqlite:///"):
             Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         migrate(database_url)
-        engine = make_engine(database_url)
+        engine = make_engine(database_url, **settings.sql_pool())
         api_keys = ApiKeyService(engine)
         for tenant, key in parse_bootstrap_keys(settings.keys):
             api_keys.add(tenant, key)
-        store = StateStore.from_url(settings.redis_url)
+        store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
         bus = await EventBus(settings.amqp_url).connect()
         history = HistoryRepository(engine)
         waiters = StateWaiters()
-        images = ImageServiceClient(settings.image_service_url, internal_token=settings.internal_token, timeout=10.0)
-        node_client = NodeClient(settings.internal_token)
+        images = ImageServiceClient(settings.image_service_url, internal_token=settings.internal_token,
+                                    timeout=httpx.Timeout(10.0, pool=settings.http_pool_timeout_s),
+                                    limits=httpx.Limits(max_connections=settings.image_service_max_connections))
+        node_client = NodeClient(settings.internal_token, max_connections=settings.node_max_connections,
+                                 pool_timeout_s=settings.http_pool_timeout_s)
         await bus.subscribe(state_routing_keys(SandboxState), SandboxStateChanged, waiters.on_event)
         await bus.consume(RECORDS_QUEUE, TERMINAL_KEYS, SandboxStateChanged, TerminalRecorder(store, history).handle)
         app.state.settings = settings
         app.state.api_keys = api_keys
+        app.state.tenant_limiter = TenantLimiter(settings.tenant_max_inflight)
         app.state.node_client = node_client
         snapshot_rows = SnapshotRepository(engine)
         app.state.sandboxes = SandboxService(store, bus, history, waiters, EnvironmentCatalog(images),
@@ -96,6 +102,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(TenantConcurrencyMiddleware)
     instrument_app(app)
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)

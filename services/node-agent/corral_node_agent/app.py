@@ -45,7 +45,7 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
             await manager.start(adopt=settings.adopt_on_start)
             # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
             node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
-            store = StateStore.from_url(settings.redis_url)
+            store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
             bus = await EventBus(settings.amqp_url).connect()
             events = NodeEvents(settings, store, bus, manager, capacity)
             app.state.settings, app.state.manager, app.state.events = settings, manager, events
@@ -70,6 +70,7 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
             claim.release()  # the claim file stays while sandboxes left to re-adopt run
 
     app = FastAPI(title=f"Corral node-agent {settings.node_id}", lifespan=lifespan)
+    app.state.settings = settings  # the internal token's check reads it
     install_node_error_handlers(app)
     instrument_app(app)
     app.include_router(sandboxes_router)

@@ -5,7 +5,6 @@ its settings are ``app.state.settings.fncall`` (the app factory's)."""
 from contextlib import asynccontextmanager
 from typing import Annotated
 
-import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
@@ -25,6 +24,7 @@ from corral_api.fncall.schemas import (
 from corral_api.fncall.service import FncallService
 from corral_common.contracts.fncall import RUNTIMES
 from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge, Unauthorized
+from corral_common.overload import redis_client
 
 
 class LimitedBodyRoute(APIRoute):
@@ -51,7 +51,7 @@ class LimitedBodyRoute(APIRoute):
 async def lifespan(app: FastAPI):
     settings = app.state.settings
     rpc = await FncallRpc(settings.amqp_url, RUNTIMES).connect()
-    redis = aioredis.Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.redis_url, **settings.redis_pool())
     app.state.fncall = FncallService(rpc, redis, settings.fncall)
     try:
         yield
