@@ -8,6 +8,7 @@ state change is a compare-and-set in a Lua script, so two services racing on one
 import json
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -40,7 +41,23 @@ local who = redis.call('HMGET', KEYS[1], 'tenant', 'node_id')
 return {1, cur, who[1] or '', who[2] or ''}
 """
 
-_RESERVE = """
+# Count a sandbox on its node (the used counters, its reservation resv:<id> = node|cpu|mem|pids|disk
+# and the node's sandbox set); shared by reserve and restore.
+_TAKE = """
+local function take(used, resv, members, sandbox, node, cpu, mem, pids, disk)
+  redis.call('HINCRBY', used, 'cpu_milli', cpu)
+  redis.call('HINCRBY', used, 'memory_mb', mem)
+  redis.call('HINCRBY', used, 'sandboxes', 1)
+  redis.call('HINCRBY', used, 'pids', pids)
+  redis.call('HINCRBY', used, 'disk_mb', disk)
+  local value = node .. '|' .. cpu .. '|' .. mem .. '|' .. pids .. '|' .. disk
+  redis.call('SET', resv, value)
+  redis.call('SADD', members, sandbox)
+  return value
+end
+"""
+
+_RESERVE = _TAKE + """
 local existing = redis.call('GET', KEYS[3])
 if existing then return existing end
 local cap = redis.call('HMGET', KEYS[1], 'cpu_milli', 'memory_mb', 'max_sandboxes', 'heartbeat_at', 'pids', 'disk_mb')
@@ -56,15 +73,7 @@ local upids = tonumber(used[4] or '0') + tonumber(ARGV[7])
 if cap[5] and upids > tonumber(cap[5]) then return false end
 local udisk = tonumber(used[5] or '0') + tonumber(ARGV[8])
 if cap[6] and udisk > tonumber(cap[6]) then return false end
-redis.call('HINCRBY', KEYS[2], 'cpu_milli', ARGV[1])
-redis.call('HINCRBY', KEYS[2], 'memory_mb', ARGV[2])
-redis.call('HINCRBY', KEYS[2], 'sandboxes', 1)
-redis.call('HINCRBY', KEYS[2], 'pids', ARGV[7])
-redis.call('HINCRBY', KEYS[2], 'disk_mb', ARGV[8])
-local value = ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[7] .. '|' .. ARGV[8]
-redis.call('SET', KEYS[3], value)
-redis.call('SADD', KEYS[4], ARGV[3])
-return value
+return take(KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[1], ARGV[2], ARGV[7], ARGV[8])
 """
 
 _RELEASE = """
@@ -82,6 +91,56 @@ redis.call('DEL', KEYS[1])
 redis.call('SREM', 'sb:node:' .. node, ARGV[1])
 return 1
 """
+
+
+# A node-agent re-registers a sandbox it runs (after Redis lost it). KEYS: sb:<id>,
+# node:<node>:used, resv:<id>, sb:node:<node>, node:<node>:lost; ARGV: id, node, cpu, mem,
+# pids, disk, then the record's field/value pairs. Returns {outcome, detail}: see RestoreOutcome.
+_RESTORE = _TAKE + """
+local state = redis.call('HGET', KEYS[1], 'state')
+local outcome = 'kept'
+if not state then
+  -- The reaper declared this node lost (and failed what it held): its records ended, even
+  -- once they expire. Only a Redis that lost its data has neither record nor tombstone.
+  if redis.call('EXISTS', KEYS[5]) == 1 then return {'lost', ''} end
+  for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+  outcome = 'restored'
+elseif state == 'terminated' or state == 'failed' then
+  return {'ended', state}
+else
+  local node = redis.call('HGET', KEYS[1], 'node_id') or ''
+  if state ~= 'pending' and node ~= '' and node ~= ARGV[2] then return {'elsewhere', node} end
+  if state == 'pending' or state == 'scheduled' or state == 'starting' then
+    -- A record re-created meanwhile (a job re-submitted) or one whose start went unrecorded:
+    -- the node says where it runs and how.
+    local own = {state = true, node_id = true, started_at = true, runtime = true, updated_at = true}
+    for i = 7, #ARGV, 2 do
+      if own[ARGV[i]] then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+    end
+    outcome = 'updated'
+  end
+end
+local who = redis.call('HMGET', KEYS[1], 'tenant', 'job_id')
+redis.call('SADD', 'sb:tenant:' .. who[1], ARGV[1])
+if who[2] and who[2] ~= '' then redis.call('SADD', 'job:' .. who[2] .. ':all', ARGV[1]) end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  take(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+else
+  redis.call('SADD', KEYS[4], ARGV[1])
+end
+return {outcome, ''}
+"""
+
+
+class RestoreOutcome(StrEnum):
+    """What ``StateStore.restore_sandbox`` did with a sandbox a node says it runs."""
+
+    restored = "restored"  # no record: written from the node's own
+    updated = "updated"  # a record not placed (or not yet running) there: now says the node runs it
+    kept = "kept"  # the record already said so (its reservation and sets were made sure of)
+    ended = "ended"  # the record ended (deleted, failed as node_lost...): the node must stop it
+    elsewhere = "elsewhere"  # the record runs it on another node: this copy must stop
+    lost = "lost"  # no record, but the node was declared lost meanwhile: stop it
 
 
 def _sandbox_key(sandbox_id: str) -> str:
@@ -106,6 +165,8 @@ class SandboxRecord:
     runtime: dict[str, str] = field(default_factory=dict)
     # The only node that may take it (a restored snapshot lives on that node's disk).
     required_node: str | None = None
+    # The job it belongs to (jobs.enqueue writes it).
+    job_id: str | None = None
 
     @classmethod
     def from_hash(cls, data: dict[str, str]) -> "SandboxRecord":
@@ -127,7 +188,20 @@ class SandboxRecord:
             delete_requested=data.get("delete_requested") == "1",
             runtime=json.loads(data["runtime"]) if data.get("runtime") else {},
             required_node=data.get("required_node") or None,
+            job_id=data.get("job_id") or None,
         )
+
+    def to_hash(self) -> dict[str, str]:
+        """The Redis hash of this record (from_hash's inverse; empty fields are left out)."""
+        data = {"id": self.id, "tenant": self.tenant, "state": self.state.value, "spec": self.spec.model_dump_json(),
+                "created_at": repr(self.created_at), "updated_at": repr(self.updated_at)}
+        optional = {"reason": self.reason, "node_id": self.node_id, "required_node": self.required_node,
+                    "job_id": self.job_id, "started_at": None if self.started_at is None else repr(self.started_at),
+                    "ended_at": None if self.ended_at is None else repr(self.ended_at),
+                    "usage": self.usage.model_dump_json() if self.usage else None,
+                    "runtime": json.dumps(self.runtime, sort_keys=True) if self.runtime else None,
+                    "delete_requested": "1" if self.delete_requested else None}
+        return data | {k: v for k, v in optional.items() if v}
 
 
 @dataclass
@@ -192,6 +266,7 @@ class StateStore:
         self._transition = redis.register_script(_TRANSITION)
         self._reserve = redis.register_script(_RESERVE)
         self._release = redis.register_script(_RELEASE)
+        self._restore = redis.register_script(_RESTORE)
 
     @classmethod
     def from_url(cls, url: str) -> "StateStore":
@@ -289,6 +364,7 @@ class StateStore:
                 else:
                     pipe.hdel(f"node:{node_id}", field)
             pipe.zadd("nodes", {node_id: now})
+            pipe.delete(f"node:{node_id}:lost")  # back: what it still runs may be registered again
             await pipe.execute()
 
     async def _nodes(self, node_ids: list[str]) -> list[NodeInfo]:
@@ -332,8 +408,14 @@ class StateStore:
         return await self.redis.smembers(f"sb:node:{node_id}")
 
     async def forget_node(self, node_id: str) -> None:
-        await self.redis.delete(f"node:{node_id}", f"node:{node_id}:used", f"sb:node:{node_id}")
-        await self.redis.zrem("nodes", node_id)
+        """The reaper gave the node up (its sandboxes failed as node_lost). A tombstone stays
+        until its next heartbeat, so that an agent coming back stops what it still runs
+        instead of registering it again (restore_sandbox answers ``lost``)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(f"node:{node_id}", f"node:{node_id}:used", f"sb:node:{node_id}")
+            pipe.zrem("nodes", node_id)
+            pipe.set(f"node:{node_id}:lost", repr(time.time()))
+            await pipe.execute()
 
     async def reserve(self, node_id: str, sandbox_id: str, spec: SandboxSpec, timeout_s: float, *,
                       memory_mb: int | None = None) -> str | None:
@@ -350,6 +432,22 @@ class StateStore:
 
     async def release(self, sandbox_id: str) -> bool:
         return bool(await self._release(keys=[f"resv:{sandbox_id}"], args=[sandbox_id]))
+
+    async def restore_sandbox(self, record: SandboxRecord, *, memory_mb: int | None = None) -> RestoreOutcome:
+        """A node-agent registers a sandbox it runs (``record``: node_id, state, spec, tenant...
+        from its own disk) after Redis lost it; idempotent. Writes the record if there is none,
+        takes its reservation (the same one ``reserve`` makes, ``memory_mb`` by default the
+        spec's; never refused: it runs already) and puts it in its tenant's, node's and job's
+        sets. An existing record is never overwritten, only told where a not yet running one runs."""
+        assert record.node_id, "a restored sandbox runs on a node"
+        spec, node = record.spec, record.node_id
+        argv: list[str | int] = [record.id, node, cpu_milli(spec.cpu), spec.memory_mb if memory_mb is None else memory_mb,
+                                 reserved_pids(spec.backend, spec.pids_limit), spec.disk_mb]
+        for key, value in record.to_hash().items():
+            argv += [key, value]
+        outcome, _ = await self._restore(keys=[_sandbox_key(record.id), f"node:{node}:used", f"resv:{record.id}",
+                                               f"sb:node:{node}", f"node:{node}:lost"], args=argv)
+        return RestoreOutcome(outcome)
 
     async def reservation_node(self, sandbox_id: str) -> str | None:
         value = await self.redis.get(f"resv:{sandbox_id}")
