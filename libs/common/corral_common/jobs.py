@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from corral_common.redis_client import connect
 from corral_common.sandboxes import SandboxSpec
 
 MAX_JOB_SANDBOXES = 32000
@@ -97,7 +98,7 @@ class JobStore:
 
     @classmethod
     def from_url(cls, url: str) -> "JobStore":
-        return cls(aioredis.from_url(url, decode_responses=True))
+        return cls(connect(url))
 
     async def close(self) -> None:
         await self.redis.aclose()

@@ -13,6 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from corral_common.redis_client import connect
 from corral_common.sandboxes import (
     ALLOWED_TRANSITIONS,
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
@@ -270,7 +271,7 @@ class StateStore:
 
     @classmethod
     def from_url(cls, url: str) -> "StateStore":
-        return cls(aioredis.from_url(url, decode_responses=True))
+        return cls(connect(url))
 
     async def close(self) -> None:
         await self.redis.aclose()
