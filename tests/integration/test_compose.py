@@ -83,3 +83,14 @@ def test_bind_addresses_and_env(compose):
     for name in ("api", "scheduler", "image-service", "node-agent", "memory-manager"):
         for var in ("CORRAL_REDIS_URL", "CORRAL_AMQP_URL", "CORRAL_IMAGE_SERVICE_URL", "CORRAL_INTERNAL_TOKEN"):
             assert var in env[name], f"{name} lacks {var}"
+
+
+def test_redis_persists_on_its_volume(compose):
+    """An append-only file fsynced every second, on a named volume: a restarted Redis
+    container comes back with every sandbox record and job queue."""
+    redis = compose["services"]["redis"]
+    command = redis["command"]
+    flags = dict(zip(command[1::2], command[2::2], strict=False))
+    assert (flags["--appendonly"], flags["--appendfsync"]) == ("yes", "everysec")
+    volume, target = redis["volumes"][0].split(":")[:2]
+    assert target == "/data" and volume in compose["volumes"]
