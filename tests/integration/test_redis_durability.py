@@ -71,8 +71,8 @@ def redis_server():
 
 
 class Platform:
-    def __init__(self, api: httpx.AsyncClient, other: httpx.AsyncClient, node_app, redis):
-        self.api, self.other, self.node_app, self.redis = api, other, node_app, redis
+    def __init__(self, api: httpx.AsyncClient, other: httpx.AsyncClient, node_app, redis, amqp_url: str):
+        self.api, self.other, self.node_app, self.redis, self.amqp_url = api, other, node_app, redis, amqp_url
         self.node_id = node_app.state.settings.node_id
 
     @property
@@ -124,13 +124,15 @@ async def platform(redis_server, amqp_url):
     images_task = asyncio.create_task(images.serve())
     common = {"redis_url": redis_server.url, "amqp_url": amqp_url, "image_service_url": images_url,
               "internal_token": TOKEN}
-    api = create_api(ApiSettings(**common, database_url=f"sqlite:///{work}/api.db",
-                                 keys=f"durable:{KEY},other:{OTHER_KEY}"))
+    # A short heartbeat timeout: how long the api gives the nodes to register what they run
+    # before it queues the jobs of a Redis that lost them again.
+    api = create_api(ApiSettings(**common, database_url=f"sqlite:///{work}/api.db", heartbeat_timeout_s=3,
+                                 keys=f"durable:{KEY},other:{OTHER_KEY}", rollout_idle_pause_s=0))
     scheduler = create_scheduler(SchedulerSettings(**common))
     # Eager layers: image-service shares this loop, so a lazy (FUSE) read could only be
     # answered by the loop it blocks. Its own capacity registry, not the host's.
     node_settings = NodeAgentSettings(**common, node_id=f"durable-{os.urandom(3).hex()}", state_dir=f"{work}/node",
-                                      port=free_port(), layer_mode="eager", heartbeat_interval_s=0.3,
+                                      port=free_port(), layer_mode="eager", heartbeat_interval_s=0.3, max_sandboxes=5,
                                       capacity_registry_dir=f"{work}/capacity", disk_capacity_mb=8192)
     node_app = create_node(node_settings)
     node = uvicorn.Server(uvicorn.Config(node_app, host="127.0.0.1", port=node_settings.port, log_level="warning"))
@@ -153,7 +155,7 @@ async def platform(redis_server, amqp_url):
                                          headers={"authorization": f"Bearer {KEY}"}) as client, \
                     httpx.AsyncClient(transport=transport, base_url="http://api", timeout=60,
                                       headers={"authorization": f"Bearer {OTHER_KEY}"}) as other:
-                yield Platform(client, other, node_app, redis)
+                yield Platform(client, other, node_app, redis, amqp_url)
     finally:
         if node_task is not None:
             node.should_exit = True
@@ -271,3 +273,56 @@ async def test_a_sandbox_nobody_owns_is_stopped_and_reported(platform):
     assert (await p.api.get(f"/v1/sandboxes/{orphan['id']}")).status_code == 404
     assert (await p.exec(kept["id"], "echo ok")).json()["stdout"] == "ok\n"
     assert (await p.node_view())["members"] == {kept["id"]}
+
+
+async def test_a_job_and_a_rollout_in_flight_finish_after_redis_lost_everything(platform, redis_server):
+    """A job larger than the node (5 at a time, 3 s each) and a rollout, when Redis restarts
+    without its data: the sandboxes running are registered again by the node, the job is
+    queued again from SQL without the ones that ended, and every sandbox runs exactly once."""
+    p = platform
+    started: list[str] = []  # every start of a sandbox on the node
+    create = p.manager.create
+
+    async def counted_create(sandbox_id, spec, owner=None):
+        started.append(sandbox_id)
+        return await create(sandbox_id, spec, owner)
+
+    p.manager.create = counted_create
+    try:
+        rollout = (await p.api.post("/v1/rollouts", json={
+            "job_id": "train-1", "sandbox": {"environment": "busybox", "memory_mb": 32, "cpu": 0.1, "disk_mb": 64}},
+        )).json()
+        step = {"index": 0, "action": "exec", "args": {"cmd": "echo before > /tmp/r"}}
+        assert (await p.api.post(f"/v1/rollouts/{rollout['id']}/steps", json=step)).status_code == 200
+        count = 12
+        job = (await p.api.post("/v1/jobs", json={"spec": {"environment": "busybox", "memory_mb": 32, "cpu": 0.1,
+                                                           "disk_mb": 64, "timeout_s": 3}, "count": count})).json()
+
+        async def job_view() -> dict:
+            return (await p.api.get(f"/v1/jobs/{job['id']}")).json()
+
+        async def some_ended_some_running() -> bool:
+            counts = (await job_view())["counts"]
+            return counts.get("terminated", 0) >= 2 and counts.get("running", 0) >= 2
+
+        await until(some_ended_some_running, timeout_s=60, what="a job half way")
+        ended_before = (await job_view())["counts"]["terminated"]
+
+        redis_server.restart(keep_data=False)
+
+        async def job_done() -> dict | None:
+            r = await p.api.get(f"/v1/jobs/{job['id']}")
+            return r.json() if r.status_code == 200 and r.json()["counts"] == {"terminated": count} else None
+
+        done = await until(job_done, timeout_s=120, what="the job finished after the wipe")
+        assert done["pending"] == 0 and done["admitted"] == count, done
+        job_ids = sorted(sid for sid in started if sid.startswith(job["id"]))
+        assert job_ids == [f"{job['id']}-{i:05d}" for i in range(count)], "each job sandbox ran exactly once"
+        assert ended_before < count
+        # The rollout's sandbox was registered again: its next step runs where the last one wrote.
+        step = {"index": 1, "action": "exec", "args": {"cmd": "cat /tmp/r"}}
+        got = await p.api.post(f"/v1/rollouts/{rollout['id']}/steps", json=step)
+        assert got.status_code == 200 and got.json()["observation"]["stdout"] == "before\n", got.text
+        assert await p.crun_ids() == {rollout["sandbox_id"]}  # nothing orphaned
+    finally:
+        p.manager.create = create

@@ -9,7 +9,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
@@ -28,7 +28,8 @@ from corral_common.sandboxes import (
 # Terminal records stay readable in Redis this long; SQL keeps them for good.
 TERMINAL_TTL_S = 3600
 
-# Returns {changed, previous state, tenant, node_id} so callers need no second read.
+# Returns {changed, previous state, tenant, node_id} so callers need no second read; a
+# terminal transition also returns the whole record as it ended (HGETALL's flat list).
 _TRANSITION = """
 local cur = redis.call('HGET', KEYS[1], 'state')
 if not cur then return {0, '', '', ''} end
@@ -39,7 +40,11 @@ for i = 3, #ARGV, 2 do
 end
 if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 local who = redis.call('HMGET', KEYS[1], 'tenant', 'node_id')
-return {1, cur, who[1] or '', who[2] or ''}
+local out = {1, cur, who[1] or '', who[2] or ''}
+if tonumber(ARGV[2]) > 0 then
+  for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = v end
+end
+return out
 """
 
 # Count a sandbox on its node (the used counters, its reservation resv:<id> = node|cpu|mem|pids|disk
@@ -205,6 +210,14 @@ class SandboxRecord:
         return data | {k: v for k, v in optional.items() if v}
 
 
+class Transition(NamedTuple):
+    changed: bool
+    previous: SandboxState | None
+    tenant: str
+    node_id: str | None
+    ended: SandboxRecord | None = None  # a terminal transition's record, as it ended
+
+
 @dataclass
 class NodeInfo:
     node_id: str
@@ -312,12 +325,12 @@ class StateStore:
 
     async def transition(self, sandbox_id: str, target: SandboxState, **fields: Any) -> tuple[bool, SandboxState | None]:
         """Move to ``target`` if the current state allows it; returns (changed, previous state)."""
-        changed, previous, _, _ = await self.transition_ex(sandbox_id, target, **fields)
-        return changed, previous
+        done = await self.transition_ex(sandbox_id, target, **fields)
+        return done.changed, done.previous
 
-    async def transition_ex(self, sandbox_id: str, target: SandboxState,
-                            **fields: Any) -> tuple[bool, SandboxState | None, str, str | None]:
-        """Like ``transition``, also returning the record's tenant and node."""
+    async def transition_ex(self, sandbox_id: str, target: SandboxState, **fields: Any) -> "Transition":
+        """Like ``transition``, also returning the record's tenant and node (and, once it
+        ended, the record itself, read in the same atomic step)."""
         allowed_from = [s.value for s, nxt in ALLOWED_TRANSITIONS.items() if target in nxt]
         now = time.time()
         values: dict[str, str] = {"state": target.value, "updated_at": repr(now)}
@@ -338,8 +351,9 @@ class StateStore:
         argv: list[str] = [",".join(allowed_from), str(ttl)]
         for key, value in values.items():
             argv += [key, value]
-        changed, previous, tenant, node_id = await self._transition(keys=[_sandbox_key(sandbox_id)], args=argv)
-        return bool(changed), (SandboxState(previous) if previous else None), tenant, node_id or None
+        changed, previous, tenant, node_id, *flat = await self._transition(keys=[_sandbox_key(sandbox_id)], args=argv)
+        ended = SandboxRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True))) if flat else None
+        return Transition(bool(changed), SandboxState(previous) if previous else None, tenant, node_id or None, ended)
 
     async def mark_delete_requested(self, sandbox_id: str) -> None:
         await self.redis.hset(_sandbox_key(sandbox_id), "delete_requested", "1")

@@ -63,21 +63,23 @@ class NodeRegistration:
                     log.exception("sandbox.register_failed", sandbox_id=sandbox_id)
         return missing
 
-    async def restore(self, sandbox_id: str) -> RestoreOutcome | None:
+    async def restore(self, sandbox_id: str, *, live: bool = True) -> RestoreOutcome | None:
         """Register one sandbox that runs here (the caller holds its lock). None: it had no
-        owner anywhere and was stopped."""
+        owner anywhere and was stopped. ``live=False``: it has just ended on its own, and is
+        registered (as running) only so that its end can be recorded as usual."""
         owners = self.manager.owners
         owner = owners.get(sandbox_id) if owners is not None else None
         if owner is None:
             existing = await self.store.get_sandbox(sandbox_id)
             if existing is None:
-                await self._stop_orphan(sandbox_id)
+                if live:
+                    await self._stop_orphan(sandbox_id)
                 return None
             # Started by an agent that kept no owner records: Redis still knows; keep it here too.
-            owner = OwnerRecord.of(existing, self.manager.spec(sandbox_id), time.time())
+            owner = OwnerRecord.of(existing, self.manager.spec(sandbox_id) if live else existing.spec, time.time())
             if owners is not None and existing.node_id == self.node_id and existing.state not in TERMINAL_STATES:
                 owners.write(owner)
-        state = SandboxState.paused if self.manager.is_paused(sandbox_id) else SandboxState.running
+        state = SandboxState.paused if live and self.manager.is_paused(sandbox_id) else SandboxState.running
         record = owner.record(self.node_id, state, self.manager.runtime(sandbox_id), time.time())
         spec = record.spec
         outcome = await self.store.restore_sandbox(
@@ -85,7 +87,8 @@ class NodeRegistration:
         REGISTERED.labels(self.node_id, outcome.value).inc()
         if outcome in _STOP:
             log.warning("sandbox.stopped_on_register", sandbox_id=sandbox_id, outcome=outcome.value)
-            await self.manager.delete(sandbox_id)
+            if live:
+                await self.manager.delete(sandbox_id)
         else:
             log.info("sandbox.registered", sandbox_id=sandbox_id, outcome=outcome.value, state=state.value,
                      tenant=owner.tenant)

@@ -94,6 +94,10 @@ class NodeEvents:
         sandbox_id = event.sandbox_id
         async with self._locks[sandbox_id]:
             record = await self.store.get_sandbox(sandbox_id)
+            if record is None and self.manager.is_live(sandbox_id):
+                # Redis lost it (asked to stop before that): register it, then stop it as asked.
+                await self.registration.restore(sandbox_id)
+                record = await self.store.get_sandbox(sandbox_id)
             if record is None or record.state in TERMINAL_STATES:
                 return
             if record.state in (SandboxState.scheduled, SandboxState.pending):
@@ -139,11 +143,19 @@ class NodeEvents:
 
     async def on_exit(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> None:
         """A sandbox ended on its own: its timeout elapsed, or its init process died."""
+        if await self._end_on_own(sandbox_id, reason, usage) or await self.store.get_sandbox(sandbox_id):
+            return
+        # Redis lost its record before this node registered it again: register it from the
+        # owner record, then end it as usual (so its end reaches the history, and a job
+        # queued again does not run it twice).
+        if await self.registration.restore(sandbox_id, live=False) is not None:
+            await self._end_on_own(sandbox_id, reason, usage)
+
+    async def _end_on_own(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> bool:
         if reason is ExitReason.timeout:
             await self._transition(sandbox_id, SandboxState.stopping, reason="timeout")
-            await self._transition(sandbox_id, SandboxState.terminated, reason="timeout", usage=usage)
-        else:
-            await self._transition(sandbox_id, SandboxState.failed, reason=reason.value, usage=usage)
+            return await self._transition(sandbox_id, SandboxState.terminated, reason="timeout", usage=usage)
+        return await self._transition(sandbox_id, SandboxState.failed, reason=reason.value, usage=usage)
 
     async def reconcile(self) -> None:
         """At start, after the manager adopted what still runs: align the records with it.

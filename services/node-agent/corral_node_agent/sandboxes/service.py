@@ -99,7 +99,8 @@ class SandboxManager:
 
     def on_exit(self, listener: ExitListener) -> None:
         """Register listener(sandbox_id, reason, usage) for sandboxes that ended on their own
-        (init exited / OOM / timeout_s). Resources are already released when it runs."""
+        (init exited / OOM / timeout_s). Resources are already released when it runs (its
+        owner record is not: it goes once every listener returned)."""
         self._listeners.append(listener)
 
     async def start(self, adopt: bool = False) -> list[str]:
@@ -250,7 +251,6 @@ class SandboxManager:
         entry = self._entries.pop(sandbox_id, None)
         if entry is not None:
             await self._release(entry)
-        self._forget_owner(sandbox_id)
         for listener in list(self._listeners):
             try:
                 res = listener(sandbox_id, reason, usage)
@@ -258,6 +258,7 @@ class SandboxManager:
                     await res
             except Exception:
                 log.exception("sandbox.exit_listener_failed", sandbox_id=sandbox_id)
+        self._forget_owner(sandbox_id)  # after the listeners: reporting the end may need it
 
     # ---- inventory ----------------------------------------------------------------------
 
