@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -158,9 +159,12 @@ async def platform(redis_server, amqp_url):
                 yield Platform(client, other, node_app, redis, amqp_url)
     finally:
         if node_task is not None:
+            if node.started:  # the sandboxes outlive their agent (to be re-adopted): remove them first
+                for sandbox_id in node_app.state.manager.ids():
+                    await node_app.state.manager.delete(sandbox_id)
             node.should_exit = True
             await node_task
-            await cleanup(node_settings)  # the sandboxes outlive their agent (to be re-adopted): remove them
+            await cleanup(node_settings)  # and whatever else it left
         images.should_exit = True
         await images_task
         await redis.aclose()
@@ -239,11 +243,13 @@ async def test_a_redis_restarted_without_its_data_gets_every_sandbox_back_from_i
     counted = registered(p.node_id, "restored")
 
     redis_server.restart(keep_data=False)
+    restarted = time.monotonic()
 
     async def back() -> bool:
         return all([await p.found(b["id"]) for b in boxes])
 
     await until(back, timeout_s=30, what="the node registered its sandboxes again")
+    print(f"registered again {time.monotonic() - restarted:.2f} s after Redis came back empty")
     # (the paused one was registered paused; assert_all_there resumes it)
     await assert_all_there(p, boxes, before)
     assert registered(p.node_id, "restored") - counted == 3
@@ -314,7 +320,9 @@ async def test_a_job_and_a_rollout_in_flight_finish_after_redis_lost_everything(
             r = await p.api.get(f"/v1/jobs/{job['id']}")
             return r.json() if r.status_code == 200 and r.json()["counts"] == {"terminated": count} else None
 
+        wiped = time.monotonic()
         done = await until(job_done, timeout_s=120, what="the job finished after the wipe")
+        print(f"job of {count} done {time.monotonic() - wiped:.1f} s after the wipe ({ended_before} had ended before)")
         assert done["pending"] == 0 and done["admitted"] == count, done
         job_ids = sorted(sid for sid in started if sid.startswith(job["id"]))
         assert job_ids == [f"{job['id']}-{i:05d}" for i in range(count)], "each job sandbox ran exactly once"
