@@ -71,14 +71,43 @@ def redis_server():
     shutil.rmtree(directory, ignore_errors=True)
 
 
+class NodeAgent:
+    """The node-agent app, served over HTTP (the api reaches it there); can be restarted."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.app = self.server = self.task = None
+
+    async def start(self) -> None:
+        from corral_node_agent.app import create_app
+
+        self.app = create_app(self.settings)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.settings.port,
+                                                    log_level="warning"))
+        self.task = asyncio.create_task(self.server.serve())
+        await until(lambda: self.server.started or self.task.done(), what="node-agent started")
+        assert not self.task.done(), "node-agent failed to start"
+
+    async def stop(self, *, keep_sandboxes: bool = False) -> None:
+        """Stop the agent; its sandboxes go first unless kept (to be re-adopted by the next)."""
+        if self.task is None:
+            return
+        if self.server.started and not keep_sandboxes:
+            for sandbox_id in self.app.state.manager.ids():
+                await self.app.state.manager.delete(sandbox_id)
+        self.server.should_exit = True
+        await self.task
+        self.task = None
+
+
 class Platform:
-    def __init__(self, api: httpx.AsyncClient, other: httpx.AsyncClient, node_app, redis, amqp_url: str):
-        self.api, self.other, self.node_app, self.redis, self.amqp_url = api, other, node_app, redis, amqp_url
-        self.node_id = node_app.state.settings.node_id
+    def __init__(self, api: httpx.AsyncClient, other: httpx.AsyncClient, node: NodeAgent, redis, amqp_url: str):
+        self.api, self.other, self.node, self.redis, self.amqp_url = api, other, node, redis, amqp_url
+        self.node_id = node.settings.node_id
 
     @property
     def manager(self):
-        return self.node_app.state.manager
+        return self.node.app.state.manager
 
     async def create(self, **spec) -> dict:
         r = await self.api.post("/v1/sandboxes", params={"wait_for": "running", "timeout": 60},
@@ -111,7 +140,6 @@ async def platform(redis_server, amqp_url):
     from corral_image_service.builders import build_busybox
     from corral_image_service.settings import ImageServiceSettings
     from corral_node_agent.app import cleanup
-    from corral_node_agent.app import create_app as create_node
     from corral_node_agent.settings import NodeAgentSettings
     from corral_scheduler.app import create_app as create_scheduler
     from corral_scheduler.settings import SchedulerSettings
@@ -135,9 +163,7 @@ async def platform(redis_server, amqp_url):
     node_settings = NodeAgentSettings(**common, node_id=f"durable-{os.urandom(3).hex()}", state_dir=f"{work}/node",
                                       port=free_port(), layer_mode="eager", heartbeat_interval_s=0.3, max_sandboxes=5,
                                       capacity_registry_dir=f"{work}/capacity", disk_capacity_mb=8192)
-    node_app = create_node(node_settings)
-    node = uvicorn.Server(uvicorn.Config(node_app, host="127.0.0.1", port=node_settings.port, log_level="warning"))
-    node_task = None
+    node = NodeAgent(node_settings)
     redis = connect(redis_server.url)  # the services' client: it reconnects after a restart
     try:
         await until(lambda: images.started, what="image-service started", interval_s=0.01)
@@ -147,24 +173,17 @@ async def platform(redis_server, amqp_url):
                                                              "source_dir": str(root)})).json()
             created = await client.post("/v1/environments", json={"name": "busybox", "base": layer["ref"]})
             assert created.status_code == 201, created.text
-        node_task = asyncio.create_task(node.serve())
-        await until(lambda: node.started or node_task.done(), what="node-agent started")
-        assert not node_task.done(), "node-agent failed to start"
+        await node.start()
         async with api.router.lifespan_context(api), scheduler.router.lifespan_context(scheduler):
             transport = httpx.ASGITransport(app=api)
             async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=60,
                                          headers={"authorization": f"Bearer {KEY}"}) as client, \
                     httpx.AsyncClient(transport=transport, base_url="http://api", timeout=60,
                                       headers={"authorization": f"Bearer {OTHER_KEY}"}) as other:
-                yield Platform(client, other, node_app, redis, amqp_url)
+                yield Platform(client, other, node, redis, amqp_url)
     finally:
-        if node_task is not None:
-            if node.started:  # the sandboxes outlive their agent (to be re-adopted): remove them first
-                for sandbox_id in node_app.state.manager.ids():
-                    await node_app.state.manager.delete(sandbox_id)
-            node.should_exit = True
-            await node_task
-            await cleanup(node_settings)  # and whatever else it left
+        await node.stop()
+        await cleanup(node_settings)  # whatever else it left
         images.should_exit = True
         await images_task
         await redis.aclose()
@@ -334,3 +353,22 @@ async def test_a_job_and_a_rollout_in_flight_finish_after_redis_lost_everything(
         assert await p.crun_ids() == {rollout["sandbox_id"]}  # nothing orphaned
     finally:
         p.manager.create = create
+
+
+async def test_an_agent_away_while_redis_lost_everything_gets_its_sandboxes_back(platform):
+    """The node-agent is down (its sandboxes run on) while Redis is flushed: the agent that
+    starts re-adopts them and registers them again before its first heartbeat."""
+    p = platform
+    boxes = [await p.create(labels={"suite": "away"}) for _ in range(2)]
+    before = await p.node_view()
+    await p.node.stop(keep_sandboxes=True)
+
+    await p.redis.flushall()
+    await p.node.start()
+
+    for box in boxes:  # no polling: registered before the agent took any work
+        got = (await p.api.get(f"/v1/sandboxes/{box['id']}")).json()
+        assert (got["state"], got["created_at"], got["labels"]) == ("running", box["created_at"], {"suite": "away"})
+        assert (await p.exec(box["id"], "echo back")).json()["stdout"] == "back\n"
+    assert await p.node_view() == before
+    assert await p.crun_ids() == {b["id"] for b in boxes}
