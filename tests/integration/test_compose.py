@@ -98,3 +98,14 @@ def test_only_the_public_api_is_published_beyond_loopback(compose):
             continue
         assert svc["environment"].get("CORRAL_INTERNAL_TOKEN"), f"{name} has no internal token"
     assert not compose["services"]["redis"].get("ports"), "Redis (no password) must not be published"
+
+
+def test_redis_persists_on_its_volume(compose):
+    """An append-only file fsynced every second, on a named volume: a restarted Redis
+    container comes back with every sandbox record and job queue."""
+    redis = compose["services"]["redis"]
+    command = redis["command"]
+    flags = dict(zip(command[1::2], command[2::2], strict=False))
+    assert (flags["--appendonly"], flags["--appendfsync"]) == ("yes", "everysec")
+    volume, target = redis["volumes"][0].split(":")[:2]
+    assert target == "/data" and volume in compose["volumes"]

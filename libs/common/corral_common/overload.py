@@ -10,7 +10,6 @@ itself; ``install_error_handlers`` installs this table in every service.
 from collections.abc import Callable
 
 import httpx
-import redis.asyncio as aioredis
 import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -66,10 +65,3 @@ def install_overload_handlers(app: FastAPI) -> None:
     for cls in OVERLOAD_ERRORS:
         app.add_exception_handler(cls, _overloaded)
 
-
-def redis_client(url: str, *, max_connections: int, pool_timeout_s: float, **kwargs) -> aioredis.Redis:
-    """A Redis client on a bounded pool: at most ``max_connections``, and a caller waits at
-    most ``pool_timeout_s`` for a free one before ``ConnectionError`` (the table's 503)."""
-    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=pool_timeout_s,
-                                                    **kwargs)
-    return aioredis.Redis.from_pool(pool)

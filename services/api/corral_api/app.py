@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
+from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.router import router as jobs_router
 from corral_api.jobs.service import JobService
 from corral_api.limits import TenantConcurrencyMiddleware, TenantLimiter
@@ -81,11 +82,15 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
             lease_s=settings.rollout_step_lease_s, max_write_bytes=settings.max_upload_mb * 1024 * 1024)
         sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
-        app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes)
+        app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes, JobRepository(engine))
         await app.state.jobs.resume_submissions()
+        # A Redis that lost its data gets its jobs queued again (once the nodes re-registered theirs).
+        requeuer = asyncio.create_task(app.state.jobs.requeue_forever(settings.heartbeat_interval_s,
+                                                                      grace_s=settings.heartbeat_timeout_s))
         try:
             yield
         finally:
+            requeuer.cancel()
             sweeper.cancel()
             await app.state.jobs.close()
             await app.state.rollouts.close()

@@ -24,7 +24,7 @@ from corral_api.fncall.schemas import (
 from corral_api.fncall.service import FncallService
 from corral_common.contracts.fncall import RUNTIMES
 from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge, Unauthorized
-from corral_common.overload import redis_client
+from corral_common.redis_client import connect
 
 
 class LimitedBodyRoute(APIRoute):
@@ -51,7 +51,7 @@ class LimitedBodyRoute(APIRoute):
 async def lifespan(app: FastAPI):
     settings = app.state.settings
     rpc = await FncallRpc(settings.amqp_url, RUNTIMES).connect()
-    redis = redis_client(settings.redis_url, **settings.redis_pool())
+    redis = connect(settings.redis_url, decode_responses=False, **settings.redis_pool())
     app.state.fncall = FncallService(rpc, redis, settings.fncall)
     try:
         yield

@@ -3,6 +3,7 @@ from sqlalchemy import engine_from_config, pool
 from sqlmodel import SQLModel
 
 import corral_api.auth.models  # noqa: F401  (registers tables)
+import corral_api.jobs.models  # noqa: F401
 import corral_api.rollouts.models  # noqa: F401
 import corral_api.sandboxes.models  # noqa: F401
 import corral_api.snapshots.models  # noqa: F401
