@@ -132,7 +132,7 @@ async def _run_code(body: sf.RunCodeRequest, service: FncallService) -> sf.RunCo
                          f"{', '.join(sorted(sf.LANGUAGES))}", loc=["body", "language"], code="unknown_runtime")
     call, extra = sf.to_fncall(body)
     job = service.build_job(call, **extra)
-    return sf.from_fncall((await service.run_job(job)).result)
+    return sf.from_fncall((await service.run_call(job, ["body", "language"])).result)
 
 
 @router.post("/run_code", response_model=sf.RunCodeResponse, tags=["sandboxfusion"], operation_id="run_code",
