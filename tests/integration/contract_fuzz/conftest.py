@@ -36,6 +36,8 @@ API_KEY = "fuzz-key-0123456789"
 TOKEN = "fuzz-internal-token"
 TENANT = "fuzz"
 OTHER_KEY = "fuzz-other-key-0123456789"
+# The tenant of tests/integration/contract_fuzz/test_bad_input.py: it must end with nothing.
+INPUTS_TENANT, INPUTS_KEY = "inputs", "inputs-key-0123456789"
 
 
 def free_port() -> int:
@@ -173,8 +175,8 @@ def fuzz_platform(service_urls, tmp_path_factory):
         node = create_node(NodeAgentSettings(**common, node_id=node_id, port=node_port, disk_capacity_mb=100_000,
                                              state_dir=str(tmp / "node"), layer_mode="eager",
                                              capacity_registry_dir=str(tmp / "capacity"), adopt_on_start=False),
-                           backends=FakeBackend())
-        api = create_api(ApiSettings(**common, database_url=f"sqlite:///{tmp}/api.db", keys=f"{TENANT}:{API_KEY},other:{OTHER_KEY}",
+                           backends=(backend := FakeBackend()))
+        api = create_api(ApiSettings(**common, database_url=f"sqlite:///{tmp}/api.db", keys=f"{TENANT}:{API_KEY},other:{OTHER_KEY},{INPUTS_TENANT}:{INPUTS_KEY}",
                                      max_wait_s=0.5))
         with StubFncallWorker(urls["amqp_url"]), served(create_scheduler(SchedulerSettings(**common)), "scheduler"), \
                 served(node, "node-agent", node_port) as node_url, served(api, "api") as api_url:
@@ -187,5 +189,6 @@ def fuzz_platform(service_urls, tmp_path_factory):
                                      timeout=60)
                 assert sandbox.status_code == 202 and sandbox.json()["state"] == "running", sandbox.text
                 running[target] = sandbox.json()["id"]
-            yield {"image-service": images_url, "api": api_url, "node-agent": node_url, "sandboxes": running}
+            yield {"image-service": images_url, "api": api_url, "node-agent": node_url, "sandboxes": running,
+                   "backend": backend, "redis_url": urls["redis_url"]}
 
