@@ -15,7 +15,6 @@
   exception goes on to the server, which closes the connection.
 """
 
-import email.message
 import json
 import re
 from typing import Any
@@ -78,14 +77,13 @@ def unencodable(value: Any, loc: list[str | int]) -> tuple[list[str | int], str]
 
 
 def _is_json(scope: Scope) -> bool:
-    """FastAPI's own rule for which bodies it parses as JSON."""
+    """FastAPI's own rule for which bodies it parses as JSON: application/json or
+    application/*+json, parameters aside."""
     for name, value in scope.get("headers", ()):
         if name == b"content-type":
-            message = email.message.Message()
-            message["content-type"] = value.decode("latin-1")
-            subtype = message.get_content_subtype()
-            return message.get_content_maintype() == "application" and (subtype == "json"
-                                                                           or subtype.endswith("+json"))
+            media_type = value.split(b";", 1)[0].strip().lower()
+            return media_type == b"application/json" or (media_type.startswith(b"application/")
+                                                          and media_type.endswith(b"+json"))
     return False
 
 
