@@ -158,9 +158,9 @@ def _checked(receive: Receive) -> Receive:
         if message["type"] != "http.request":
             return message
         chunk = message.get("body", b"")
-        # An escape split across two chunks is found in the joined tail.
-        tail = chunks[-1][-5:] if chunks else b""
-        suspicious = suspicious or bool(_SURROGATE_ESCAPE.search(tail + chunk))
+        # An escape split across two chunks is found where they join.
+        suspicious = suspicious or bool(_SURROGATE_ESCAPE.search(chunk)) or bool(
+            chunks and _SURROGATE_ESCAPE.search(chunks[-1][-5:] + chunk[:5]))
         chunks.append(chunk)
         if not message.get("more_body", False) and suspicious:
             check_json_text(b"".join(chunks))
