@@ -68,6 +68,7 @@ class FncallService:
         self._rates: dict[str, RateWindow] = defaultdict(RateWindow)
         self._batches: set[asyncio.Task] = set()
         self._served_until: dict[str, float] = {}
+        self._asking: dict[str, asyncio.Future[int]] = {}
 
     async def close(self) -> None:
         for task in list(self._batches):
@@ -113,13 +114,16 @@ class FncallService:
     async def require_workers(self, runtime: str, loc: list[str | int]) -> None:
         """503 at once when no node consumes ``runtime``'s queue: a call would only wait out
         its queueing time there. A runtime seen served is not asked about again for a moment."""
-        now = time.monotonic()
-        if self._served_until.get(runtime, 0.0) > now:
+        if self._served_until.get(runtime, 0.0) > time.monotonic():
             return
-        if await self.rpc.consumers(runtime) == 0:
+        asking = self._asking.get(runtime)
+        if asking is None:  # a burst asks the broker once
+            asking = self._asking[runtime] = asyncio.ensure_future(self.rpc.consumers(runtime))
+            asking.add_done_callback(lambda _: self._asking.pop(runtime, None))
+        if await asyncio.shield(asking) == 0:
             raise ServiceUnavailable(f"no fncall worker serves runtime {runtime!r} now (no node runs its pool)",
                                      loc=loc, code="fncall_unavailable")
-        self._served_until[runtime] = now + WORKERS_SEEN_TTL_S
+        self._served_until[runtime] = time.monotonic() + WORKERS_SEEN_TTL_S
 
     def timeout_for(self, job: FncallJob) -> float:
         return min(self.settings.max_wait_s, self.settings.queue_wait_s + job.longest_run_s())
