@@ -60,7 +60,7 @@ def install_overload_handlers(app: FastAPI) -> None:
     async def _overloaded(_: Request, exc: Exception) -> JSONResponse:
         error = as_unavailable(exc)
         assert error is not None
-        return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.headers())
+        return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.response_headers())
 
     for cls in OVERLOAD_ERRORS:
         app.add_exception_handler(cls, _overloaded)

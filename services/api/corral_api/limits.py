@@ -73,7 +73,7 @@ class TenantConcurrencyMiddleware:
             error = TooManyRequests(f"tenant {tenant!r} already has {limiter.limit} requests in flight on this "
                                     "api replica (tenant_max_inflight); retry after the Retry-After seconds",
                                     code="tenant_concurrency_limit")
-            await JSONResponse(error.to_body(), status_code=429, headers=error.headers())(scope, receive, send)
+            await JSONResponse(error.to_body(), status_code=429, headers=error.response_headers())(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)

@@ -14,6 +14,7 @@ from corral_api.auth.dependencies import Tenant
 from corral_api.fncall import sandboxfusion as sf
 from corral_api.fncall.rpc import FncallRpc
 from corral_api.fncall.schemas import (
+    MAX_BATCH_CALLS,
     Batch,
     BatchPage,
     BatchRequest,
@@ -94,12 +95,14 @@ async def create_batch(body: BatchRequest, tenant: Tenant, service: Service, res
 
 
 BatchId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
+# Past the largest batch nothing is left to read (and Redis takes no index beyond 64 bits).
+BatchOffset = Annotated[int, Query(ge=0, le=MAX_BATCH_CALLS)]
 
 
 @router.get("/v1/fncall/batch/{batch_id}", response_model=BatchPage, tags=["fncall"], operation_id="get_fncall_batch",
             responses=ERROR_RESPONSES)
 async def get_batch(batch_id: BatchId, tenant: Tenant, service: Service,
-                    offset: Annotated[int, Query(ge=0)] = 0,
+                    offset: BatchOffset = 0,
                     limit: Annotated[int, Query(ge=0, le=10_000)] = 1000,
                     wait: Annotated[bool, Query(description="Block until every call has finished")] = False,
                     timeout: Annotated[float, Query(gt=0, le=3600)] = 300.0) -> BatchPage:
@@ -111,7 +114,7 @@ async def get_batch(batch_id: BatchId, tenant: Tenant, service: Service,
             responses={**ERROR_RESPONSES, 200: {"content": {"application/x-ndjson": {}},
                                                 "description": "One {index, result} per line, then {batch}"}})
 async def stream_batch(batch_id: BatchId, tenant: Tenant, service: Service,
-                       offset: Annotated[int, Query(ge=0)] = 0) -> StreamingResponse:
+                       offset: BatchOffset = 0) -> StreamingResponse:
     stream = service.stream_batch(tenant, batch_id, offset)
     first = await anext(stream)  # a missing batch is a 404, not an empty 200
     return StreamingResponse(_prepend(first, stream), media_type="application/x-ndjson")
@@ -132,7 +135,7 @@ async def _run_code(body: sf.RunCodeRequest, service: FncallService) -> sf.RunCo
                          f"{', '.join(sorted(sf.LANGUAGES))}", loc=["body", "language"], code="unknown_runtime")
     call, extra = sf.to_fncall(body)
     job = service.build_job(call, **extra)
-    return sf.from_fncall((await service.run_job(job)).result)
+    return sf.from_fncall((await service.run_call(job, ["body", "language"])).result)
 
 
 @router.post("/run_code", response_model=sf.RunCodeResponse, tags=["sandboxfusion"], operation_id="run_code",

@@ -5,8 +5,16 @@ from typing import Any
 
 import httpx
 
+from corral_common.contracts.images import path_segment
 from corral_common.errors import CorralError, PayloadTooLarge, ServiceUnavailable
 from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.state import NodeInfo
+
+
+def node_url(node: NodeInfo, *segments: str) -> str:
+    """The URL of a path on ``node``, each segment escaped as exactly one (an id can neither
+    add a segment nor a query)."""
+    return node.url.rstrip("/") + "".join("/" + path_segment(segment) for segment in segments)
 
 
 class NodeClient:

@@ -388,11 +388,11 @@ def build_backends(settings: NodeAgentSettings) -> dict[str, SandboxBackend]:
     return backends
 
 
-def build_manager(settings: NodeAgentSettings) -> SandboxManager:
-    """The production wiring: every backend this host supports + layers from image-service.
-    Call inside the event loop, after host.enter_private_mount_namespace(), then
-    `await manager.start()`."""
+def build_manager(settings: NodeAgentSettings, backends: SandboxBackend | None = None) -> SandboxManager:
+    """The production wiring: every backend this host supports (or ``backends``: tests give a
+    FakeBackend) + layers from image-service. Call inside the event loop, after
+    host.enter_private_mount_namespace(), then `await manager.start()`."""
     layers = LayerCache(settings.layers())
-    return SandboxManager(build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
+    return SandboxManager(backends or build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
                           vm_memory_overhead_mb=settings.vm_memory_overhead_mb,
                           owners=OwnerRecords(f"{settings.state_dir}/owners"))
