@@ -38,6 +38,8 @@ guestkit: venv
 	@$(PY) -m corral_node_agent guestkit build
 
 up: venv guestkit
+	@# $(STATE).json holds the API key and the internal token: 0600 before anything is written to it.
+	@install -m 600 /dev/null $(STATE).json
 	@$(PY) scripts/corral_platform.py up --state-dir $(STATE) --nodes $(NODES) $(UP_ARGS) > $(STATE).json
 	@echo "== running examples/quickstart.py against it =="
 	@CORRAL_URL=$$($(PY) -c 'import json,sys; print(json.load(open(sys.argv[1]))["api"])' $(STATE).json) \

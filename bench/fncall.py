@@ -56,6 +56,11 @@ def summary(values: list[float]) -> dict:
             "mean": round(statistics.mean(values), 2), "n": len(values)}
 
 
+def internal(info: dict) -> dict[str, str]:
+    """The header node-agents want on everything but /healthz and /metrics."""
+    return {"X-Corral-Internal-Token": info["internal_token"]}
+
+
 def bring_up(args) -> tuple[dict, Path]:
     subprocess.run([sys.executable, str(ROOT / "scripts/build_fncall_runtime.py")], check=True, capture_output=True)
     state = Path(tempfile.mkdtemp(prefix="corral-bench-fncall-"))
@@ -69,7 +74,7 @@ def bring_up(args) -> tuple[dict, Path]:
     nodes = [url for name, url in info["urls"].items() if name.startswith("node-")]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if all(httpx.get(f"{u}/v1/fncall/pools").json()["status"] == "ready" for u in nodes):
+        if all(httpx.get(f"{u}/v1/fncall/pools", headers=internal(info)).json()["status"] == "ready" for u in nodes):
             break
         time.sleep(0.2)
     return info, state
@@ -244,7 +249,8 @@ def main() -> None:
             results["cpp_aplusb_client_ms"] = summary(cpp_client)
         results["host"]["loadavg_at_end"] = os.getloadavg()
         if state is not None:
-            nodes = [httpx.get(f"{u}/v1/fncall/pools").json() for n, u in info["urls"].items() if n.startswith("node-")]
+            nodes = [httpx.get(f"{u}/v1/fncall/pools", headers=internal(info)).json()
+                     for n, u in info["urls"].items() if n.startswith("node-")]
             results["pools_at_end"] = [{"node": s["node_id"], **{p["runtime"]: p["size"] for p in s["pools"]}}
                                        for s in nodes]
     finally:

@@ -27,6 +27,7 @@ import json
 import os
 import random
 import resource
+import secrets
 import shutil
 import signal
 import socket
@@ -149,12 +150,14 @@ class Services:
         self.work = work
         self.chunk_kb = chunk_kb
         self.procs: list[subprocess.Popen] = []
+        # image-service wants the internal token on every call but /healthz.
+        self.token = secrets.token_urlsafe(16)
 
     def start(self) -> None:
         self.image_port, self.archive_port = free_port(), free_port()
         env = dict(os.environ, CORRAL_IMAGE_DATA_DIR=str(self.work / "image-service"),
                    CORRAL_IMAGE_PORT=str(self.image_port), CORRAL_IMAGE_CHUNK_SIZE_KB=str(self.chunk_kb),
-                   CORRAL_LOG_LEVEL="WARNING")
+                   CORRAL_LOG_LEVEL="WARNING", CORRAL_INTERNAL_TOKEN=self.token)
         log = open(self.work / "image-service.log", "ab")
         self.procs.append(subprocess.Popen([PY, "-m", "corral_image_service"], env=env, stdout=log, stderr=log))
         (self.work / "archives").mkdir(exist_ok=True)
@@ -184,7 +187,7 @@ class Services:
 
 def register(svc: Services, envs: int) -> list[str]:
     names = []
-    with httpx.Client(base_url=svc.image_url, timeout=600) as c:
+    with httpx.Client(base_url=svc.image_url, timeout=600, headers={"X-Corral-Internal-Token": svc.token}) as c:
         def layer(kind: str, name: str, tree: Path) -> None:
             r = c.post("/v1/layers", params={"kind": kind, "name": name, "version": "1", "source_dir": str(tree)})
             r.raise_for_status()
@@ -318,7 +321,8 @@ class Layers:
 
         self.mode = mode
         self.cache = LayerCache(LayerSettings(state_dir=str(state), image_service_url=svc.image_url, mode=mode,
-                                              cache_mb=100 * 1024, fetch_deadline_s=30, prefetch=False))
+                                              internal_token=svc.token, cache_mb=100 * 1024, fetch_deadline_s=30,
+                                              prefetch=False))
         self.env_layers = env_layers
         self.requests = 0
 
@@ -406,7 +410,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         t0 = time.monotonic()
         names = await asyncio.to_thread(register, svc, args.envs)
         print(f"layers, chunks and archives ready in {time.monotonic() - t0:.1f}s", file=sys.stderr)
-        images = ImageServiceClient(svc.image_url)
+        images = ImageServiceClient(svc.image_url, internal_token=svc.token)
         env_layers = {e: (await images.environment(n)).layers for e, n in enumerate(names)}
         await images.aclose()
         plan = plan_tasks(manifest, args.envs, args.tasks, args.read_pct)

@@ -71,12 +71,23 @@ def _node_disk_mb(state: Path, nodes: int) -> str:
     return str(int(st.f_bavail * st.f_frsize * 0.9 / max(nodes, 1)) // (1024 * 1024))
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (0600 from its first byte, and again if it existed
+    with looser bits): the API key, the internal token, platform.json which holds both."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
 def _secret(path: Path) -> str:
     if not path.exists():
         import secrets
 
-        path.write_text(secrets.token_urlsafe(24))
-        path.chmod(0o600)
+        write_private(path, secrets.token_urlsafe(24))
+    path.chmod(0o600)  # one an older version left 0644
     return path.read_text().strip()
 
 
@@ -171,7 +182,7 @@ def up(args: argparse.Namespace) -> dict:
                        env={**env, "CORRAL_IMAGE_DATA_DIR": str(state / "images")})
     info = {"api": urls["api"], "api_key": api_key, "tenant": args.tenant, "urls": urls, "redis_url": redis_url,
             "amqp_url": amqp_url, "state_dir": str(state), "internal_token": env["CORRAL_INTERNAL_TOKEN"]}
-    (state / "platform.json").write_text(json.dumps(info, indent=2))
+    write_private(state / "platform.json", json.dumps(info, indent=2))
     return info
 
 

@@ -3,6 +3,10 @@
 #   scripts/servers.sh start STATE_DIR REDIS_PORT AMQP_PORT
 #   scripts/servers.sh stop  STATE_DIR
 #   scripts/servers.sh start-postgres STATE_DIR PORT   (prints a SQLAlchemy URL)
+#   scripts/servers.sh start-redis STATE_DIR PORT      (Redis alone; prints its URL)
+#   scripts/servers.sh stop-redis  STATE_DIR           (returns once it has exited)
+# Redis persists: an append-only file fsynced every second (at most ~1 s of writes lost to a
+# crash) in STATE_DIR/redis (0700), replayed when it starts again on the same dir.
 # (Avoid AMQP ports 35672-35682: the RabbitMQ CLI tools take those for themselves.)
 # RabbitMQ runs as its own node (own name, ports, epmd, mnesia dir) so it never touches a
 # system-wide broker; epmd outlives rabbitmqctl stop, so it is stopped by pid.
@@ -17,15 +21,43 @@ rabbit_env() {
     ERL_EPMD_PORT=$((amqp_port - 1000)) RABBITMQ_MNESIA_BASE="$state/rabbitmq/mnesia" \
     RABBITMQ_LOG_BASE="$state/rabbitmq/log" RABBITMQ_PID_FILE="$state/rabbitmq/rabbitmq.pid" \
     RABBITMQ_ENABLED_PLUGINS_FILE="$state/rabbitmq/enabled_plugins" RABBITMQ_CONFIG_FILE="$state/rabbitmq/rabbitmq"
+  # Erlang distribution (the broker's and the CLI tools' own) on loopback too: it listens on
+  # every address otherwise. No plugin is enabled (enabled_plugins is "[]."): no management UI.
+  export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
+    RABBITMQ_CTL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
+}
+
+redis_up() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; }  # not while it replays its AOF (LOADING)
+
+start_redis() {
+  mkdir -p "$state/redis" && chmod 700 "$state/redis"
+  if ! redis-cli -p "$1" ping >/dev/null 2>&1; then
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$1" --save '' \
+      --appendonly yes --appendfsync everysec --aof-use-rdb-preamble yes \
+      --pidfile "$state/redis/redis.pid" --logfile "$state/redis/redis.log" --dir "$state/redis"
+  fi
+}
+
+stop_redis() {
+  [ -f "$state/redis/redis.pid" ] || return 0
+  pid=$(cat "$state/redis/redis.pid")
+  kill "$pid" 2>/dev/null || true  # SIGTERM: Redis fsyncs its AOF and exits
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$state/redis/redis.pid"
 }
 
 case "$cmd" in
+start-redis)
+  start_redis "$redis_port"
+  for _ in $(seq 300); do redis_up "$redis_port" && break; sleep 0.1; done
+  echo "redis://127.0.0.1:${redis_port}/0"
+  ;;
+stop-redis)
+  stop_redis
+  ;;
 start)
-  mkdir -p "$state/redis" "$state/rabbitmq"
-  if ! redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
-    redis-server --daemonize yes --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
-      --pidfile "$state/redis/redis.pid" --logfile "$state/redis/redis.log" --dir "$state/redis"
-  fi
+  mkdir -p "$state/rabbitmq"
+  start_redis "$redis_port"
   rabbit_env
   echo "$amqp_port" > "$state/rabbitmq/port"
   [ -f "$state/rabbitmq/enabled_plugins" ] || echo "[]." > "$state/rabbitmq/enabled_plugins"
@@ -37,7 +69,7 @@ start)
   # await_startup gives up at once while the node is not yet registered with epmd: poll first.
   for _ in $(seq 60); do /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" -q ping >/dev/null 2>&1 && break; sleep 0.2; done
   /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" await_startup --timeout 90 >/dev/null
-  for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 300); do redis_up "$redis_port" && break; sleep 0.1; done
   echo "redis://127.0.0.1:${redis_port}/0 amqp://guest:guest@127.0.0.1:${amqp_port}/"
   ;;
 stop)
@@ -45,7 +77,7 @@ stop)
     bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
     runuser -u postgres -- "$bin/pg_ctl" -D "$state/postgres/data" -m fast -w stop >/dev/null 2>&1 || true
   fi
-  if [ -f "$state/redis/redis.pid" ]; then kill "$(cat "$state/redis/redis.pid")" 2>/dev/null || true; rm -f "$state/redis/redis.pid"; fi
+  stop_redis
   if [ -f "$state/rabbitmq/port" ]; then
     amqp_port=$(cat "$state/rabbitmq/port"); node="corral-${amqp_port}@localhost"; rabbit_env
     beam=$(cat "$state/rabbitmq/rabbitmq.pid" 2>/dev/null || true)
@@ -72,5 +104,5 @@ start-postgres)
   fi
   echo "postgresql+psycopg://postgres@127.0.0.1:${pg_port}/postgres"
   ;;
-*) echo "usage: $0 start|stop|start-postgres STATE_DIR [PORTS]" >&2; exit 2 ;;
+*) echo "usage: $0 start|stop|start-postgres|start-redis|stop-redis STATE_DIR [PORTS]" >&2; exit 2 ;;
 esac

@@ -63,7 +63,10 @@ def run_platform(service_urls, tmp_path_factory):
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     base_port = 21000 + 200 * worker
     # A short step lease so a test that kills the api sees its step interrupted quickly.
-    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_API_ROLLOUT_STEP_LEASE_S="3")
+    env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_API_ROLLOUT_STEP_LEASE_S="3",
+               # Its nodes split the host between themselves only: a benchmark or another checkout's
+               # platform running on this host at the same time must not leave them nothing.
+               CORRAL_NODE_CAPACITY_REGISTRY_DIR=str(state / "capacity"))
     # Node-agents enable microvm/vm when QEMU is on PATH; without a guest kit those could not
     # boot, so the platform then runs containers only (a VM request is unschedulable).
     vm_missing = vm_backends_missing()
@@ -117,15 +120,22 @@ def fncall_ready(platform) -> dict:
     sys.path.insert(0, str(ROOT / "scripts"))
     from corral_platform import register_judge
 
-    register_judge(platform["urls"]["image-service"])
+    register_judge(platform["urls"]["image-service"], {**os.environ, "CORRAL_INTERNAL_TOKEN": platform["internal_token"]})
     nodes = [url for name, url in platform["urls"].items() if name.startswith("node-")]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        states = [httpx.get(f"{url}/v1/fncall/pools", timeout=5).json() for url in nodes]
+        states = [httpx.get(f"{url}/v1/fncall/pools", timeout=5, headers=internal_headers(platform)).json()
+                  for url in nodes]
         if all(s["status"] == "ready" for s in states):
             return platform
         time.sleep(0.2)
     pytest.fail(f"fncall pools not ready: {states}")
+
+
+def internal_headers(platform) -> dict[str, str]:
+    """What the platform's internal services (image-service, scheduler, node-agents,
+    memory-manager) want on every route but /healthz and /metrics."""
+    return {"X-Corral-Internal-Token": platform["internal_token"]}
 
 
 def agent_pid(platform, node_id: str) -> int:

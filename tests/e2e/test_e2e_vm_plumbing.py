@@ -14,6 +14,7 @@ from corral import AsyncCorral, Corral, CorralError, SandboxFailed
 from corral_api.snapshots.models import SnapshotRow
 from corral_common.sandboxes import SandboxSpec
 from tests.e2e.conftest import OTHER_TENANT_KEY
+from tests.live_platform import internal_headers
 
 
 def test_a_container_has_no_screen_nor_snapshot_and_still_pauses(platform, corral):
@@ -51,7 +52,7 @@ def test_a_container_has_no_screen_nor_snapshot_and_still_pauses(platform, corra
 
 
 def test_nodes_advertise_their_backends(platform):
-    nodes = httpx.get(f"{platform['urls']['scheduler']}/v1/nodes").json()
+    nodes = httpx.get(f"{platform['urls']['scheduler']}/v1/nodes", headers=internal_headers(platform)).json()
     assert {n["node_id"] for n in nodes} >= {"node-1", "node-2"}
     expected = {"container", "microvm", "vm"} if platform["vm_backends"] else {"container"}
     assert all(set(n["backends"]) == expected for n in nodes), nodes
@@ -72,7 +73,7 @@ def test_a_vm_no_node_could_hold_is_refused(platform, corral):
     """With VM-capable nodes, a VM whose guest memory fits a node but not with the node's VM
     overhead on top is a 422 naming memory_mb, and nothing is created; without them there is no
     node to judge by, so the request queues and fails unschedulable."""
-    nodes = httpx.get(f"{platform['urls']['scheduler']}/v1/nodes").json()
+    nodes = httpx.get(f"{platform['urls']['scheduler']}/v1/nodes", headers=internal_headers(platform)).json()
     vm_nodes = [n for n in nodes if "microvm" in n["backends"]]
     if not vm_nodes:
         with pytest.raises(SandboxFailed) as failed:

@@ -83,3 +83,29 @@ def test_bind_addresses_and_env(compose):
     for name in ("api", "scheduler", "image-service", "node-agent", "memory-manager"):
         for var in ("CORRAL_REDIS_URL", "CORRAL_AMQP_URL", "CORRAL_IMAGE_SERVICE_URL", "CORRAL_INTERNAL_TOKEN"):
             assert var in env[name], f"{name} lacks {var}"
+
+
+def test_only_the_public_api_is_published_beyond_loopback(compose):
+    """Redis, RabbitMQ (and its management UI), PostgreSQL and the internal services are
+    reachable from the host's loopback at most; every Corral service carries the internal token."""
+    for name, svc in compose["services"].items():
+        for port in svc.get("ports") or []:
+            spec = str(port)
+            if name == "api":
+                continue
+            assert spec.startswith("127.0.0.1:"), f"{name} publishes {spec} beyond loopback"
+        if name in ("redis", "rabbitmq", "postgres"):
+            continue
+        assert svc["environment"].get("CORRAL_INTERNAL_TOKEN"), f"{name} has no internal token"
+    assert not compose["services"]["redis"].get("ports"), "Redis (no password) must not be published"
+
+
+def test_redis_persists_on_its_volume(compose):
+    """An append-only file fsynced every second, on a named volume: a restarted Redis
+    container comes back with every sandbox record and job queue."""
+    redis = compose["services"]["redis"]
+    command = redis["command"]
+    flags = dict(zip(command[1::2], command[2::2], strict=False))
+    assert (flags["--appendonly"], flags["--appendfsync"]) == ("yes", "everysec")
+    volume, target = redis["volumes"][0].split(":")[:2]
+    assert target == "/data" and volume in compose["volumes"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.live_platform import internal_headers
 from tests.polling import until_sync
 from tests.security.harness import HOME, LABELS, host_memtotal_mb, host_shmem_mb
 
@@ -206,7 +207,8 @@ def test_two_sandboxes_cannot_overcommit_host_memory(attack, lab):
 
 
 def test_nodes_on_one_host_advertise_no_more_memory_than_it_has(attack, lab):
-    nodes = httpx.get(f"{lab.platform['urls']['scheduler']}/v1/nodes", timeout=10).json()
+    nodes = httpx.get(f"{lab.platform['urls']['scheduler']}/v1/nodes", timeout=10,
+                      headers=internal_headers(lab.platform)).json()
     here = [n for n in nodes if urllib.parse.urlparse(n["url"]).hostname in ("127.0.0.1", "localhost")]
     assert len(here) == len(lab.node_ids), nodes
     advertised = sum(n["memory_mb"] for n in here)

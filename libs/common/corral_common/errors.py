@@ -2,15 +2,33 @@
 
 ``details`` is a list of ``{"loc": [...], "msg": ...}`` so a client can tell which field
 (query, body, path) was wrong.
+
+``install_error_handlers`` gives every service that shape for every error: its own
+(``CorralError``), validation (422; the checks of ``corral_common.inputs`` name their code),
+Starlette's 404/405 (a 405 says ``Allow``: every method of the path; ``OPTIONS`` on a known
+path is a 204 with it), text a JSON body cannot carry and unexpected exceptions (500
+``internal_error``), the last two through ``corral_common.guards``.
 """
 
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path, get_route_path
+
+try:  # newer FastAPI keeps included routers nested; this lists their routes with full paths
+    from fastapi.routing import iter_route_contexts as _flat_routes
+except ImportError:  # older FastAPI copies every route, full path and all, into the app's router
+    def _flat_routes(routes):
+        return routes
+
+from corral_common.inputs import INPUT_ERROR_CODES
+
+# Seconds a 429 or 503 tells the caller to wait before trying again, unless it says otherwise.
+DEFAULT_RETRY_AFTER_S = 1
 
 
 class CorralError(Exception):
@@ -20,7 +38,8 @@ class CorralError(Exception):
     code = "bad_request"
 
     def __init__(self, message: str, *, loc: list[str | int] | None = None, code: str | None = None,
-                 status_code: int | None = None, extra: dict[str, Any] | None = None):
+                 status_code: int | None = None, extra: dict[str, Any] | None = None,
+                 retry_after_s: int | None = None):
         super().__init__(message)
         self.message = message
         self.loc = loc
@@ -29,6 +48,13 @@ class CorralError(Exception):
         if status_code:
             self.status_code = status_code
         self.extra = extra or {}
+        self.retry_after_s = retry_after_s
+
+    def response_headers(self) -> dict[str, str]:
+        """Every 429 and 503 says when to come back (``Retry-After``, default 1 s)."""
+        if self.status_code in (429, 503):
+            return {"Retry-After": str(self.retry_after_s or DEFAULT_RETRY_AFTER_S)}
+        return {}
 
     def to_body(self) -> dict[str, Any]:
         details = [{"loc": self.loc, "msg": self.message}] if self.loc else []
@@ -65,9 +91,22 @@ class Unprocessable(CorralError):
     code = "unprocessable"
 
 
+class TooManyRequests(CorralError):
+    """The caller is over a limit of its own (its tenant's in-flight requests): 429."""
+
+    status_code = 429
+    code = "too_many_requests"
+
+
 class ServiceUnavailable(CorralError):
     status_code = 503
     code = "unavailable"
+
+
+class Overloaded(ServiceUnavailable):
+    """A bounded wait ran out (a pooled connection, a slot): 503, try again shortly."""
+
+    code = "overloaded"
 
 
 def error_body(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -77,22 +116,46 @@ def error_body(code: str, message: str, details: list[dict[str, Any]] | None = N
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CorralError)
     async def _corral_error(_: Request, exc: CorralError) -> JSONResponse:
-        return JSONResponse(exc.to_body(), status_code=exc.status_code)
+        return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.response_headers())
+
+    from corral_common.overload import install_overload_handlers  # it builds on this module
+
+    install_overload_handlers(app)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+        errors = exc.errors()
+        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors]
         first = details[0] if details else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(p) for p in first["loc"])
-        return JSONResponse(
-            error_body("validation_error", f"{where}: {first['msg']}", details), status_code=422
-        )
+        # A check of corral_common.inputs names its own code (invalid_name...).
+        code = errors[0].get("type") if errors and errors[0].get("type") in INPUT_ERROR_CODES else "validation_error"
+        return JSONResponse(error_body(code, f"{where}: {first['msg']}", details), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            # Starlette's Allow lists the first route of the path only; OPTIONS asks for them all.
+            headers["Allow"] = ", ".join(allowed_methods(request))
+            if request.method == "OPTIONS":
+                return Response(status_code=204, headers=headers)
         code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers or None)
+
+    from corral_common.guards import RequestGuard  # it builds on this module
+
+    app.add_middleware(RequestGuard)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app takes at the request's path, and OPTIONS."""
+    path, methods = get_route_path(request.scope), {"OPTIONS"}
+    for route in _flat_routes(request.app.router.routes):
+        route_methods, route_path = getattr(route, "methods", None), getattr(route, "path", None)
+        if route_methods and route_path and compile_path(route_path)[0].match(path):
+            methods |= route_methods
+    return sorted(methods)
 
 
 class ErrorDetail(BaseModel):
@@ -116,5 +179,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": desc}
     for code, desc in {400: "Bad request", 401: "Missing or invalid API key", 404: "Not found",
                        409: "Conflict with the sandbox's state", 413: "Payload too large",
-                       422: "Invalid input", 503: "A backing service is unavailable"}.items()
+                       422: "Invalid input", 429: "Too many requests in flight for this tenant (see Retry-After)",
+                       503: "A backing service is unavailable or overloaded (see Retry-After)"}.items()
 }

@@ -78,3 +78,6 @@ class SandboxStateChanged(Event):
     reason: str | None = None
     node_id: str | None = None
     usage: Usage | None = None
+    # Terminal events: the record as it ended (its Redis hash), so that its history is written
+    # even when Redis lost it before the api read it.
+    record: dict[str, str] | None = None

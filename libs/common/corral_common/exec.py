@@ -4,6 +4,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from corral_common.inputs import ProcessArgs, ProcessCwd, ProcessEnv
+
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # bytes per stream per call
 
 # How stdout/stderr travel: "utf-8" decodes them as text (bytes that are not valid UTF-8
@@ -12,9 +14,9 @@ OutputEncoding = Literal["utf-8", "base64"]
 
 
 class ExecRequest(BaseModel):
-    cmd: list[str] | str = Field(description="argv list, or a shell string run with /bin/sh -c")
-    cwd: str | None = Field(None, max_length=4096, description="Working directory (default: the user's home)")
-    env: dict[str, str] = Field(default_factory=dict)
+    cmd: ProcessArgs = Field(description="argv list, or a shell string run with /bin/sh -c")
+    cwd: ProcessCwd = Field(None, max_length=4096, description="Working directory (default: the user's home)")
+    env: ProcessEnv = Field(default_factory=dict)
     stdin: str | None = Field(None, description="Text fed to the command's standard input")
     timeout_s: float = Field(60.0, gt=0, le=24 * 3600)
     output_limit: int = Field(DEFAULT_OUTPUT_LIMIT, ge=1, le=64 * 1024 * 1024,

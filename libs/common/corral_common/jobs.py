@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from corral_common.redis_client import connect
 from corral_common.sandboxes import SandboxSpec
 
 MAX_JOB_SANDBOXES = 32000
@@ -97,13 +98,14 @@ class JobStore:
 
     @classmethod
     def from_url(cls, url: str) -> "JobStore":
-        return cls(aioredis.from_url(url, decode_responses=True))
+        return cls(connect(url))
 
     async def close(self) -> None:
         await self.redis.aclose()
 
     async def create_job(self, job_id: str, tenant: str, spec: SandboxSpec, count: int, *, weight: float = 1.0,
-                         priority: int = 0, labels: dict[str, str] | None = None) -> None:
+                         priority: int = 0, labels: dict[str, str] | None = None,
+                         created_at: float | None = None) -> None:
         if not 1 <= count <= MAX_JOB_SANDBOXES:
             raise ValueError(f"count must be 1..{MAX_JOB_SANDBOXES}")
         # A job joins at the current virtual time (the least pass among active jobs), so it
@@ -111,7 +113,7 @@ class JobStore:
         vstart = await self._virtual_time()
         mapping = {"vstart": repr(vstart), "id": job_id, "tenant": tenant, "count": count, "weight": repr(float(weight)),
                    "priority": priority, "spec": spec.model_dump_json(), "labels": json.dumps(labels or {}),
-                   "created_at": repr(time.time()), "submitted": 0, "admitted": 0, "dropped": 0}
+                   "created_at": repr(time.time() if created_at is None else created_at), "submitted": 0, "admitted": 0, "dropped": 0}
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"job:{job_id}", mapping=mapping)
             pipe.sadd(f"jobs:tenant:{tenant}", job_id)
@@ -125,17 +127,24 @@ class JobStore:
                 passes.append(float(vstart or 0) + int(admitted or 0) / float(weight))
         return min(passes, default=0.0)
 
-    async def enqueue(self, job_id: str, tenant: str, spec: SandboxSpec, start: int, stop: int) -> list[str]:
-        """Create the records of sandboxes [start, stop) and queue them, in one pipeline."""
+    async def enqueue(self, job_id: str, tenant: str, spec: SandboxSpec, start: int, stop: int,
+                      skip: frozenset[str] = frozenset()) -> list[str]:
+        """Create the records of sandboxes [start, stop) and queue them, in one pipeline.
+        Those in ``skip`` (ended already: a job queued again after Redis lost it) are only
+        counted as the job's."""
         now = repr(time.time())
         spec_json = spec.model_dump_json()
         ids = [sandbox_id_for(job_id, i) for i in range(start, stop)]
         async with self.redis.pipeline(transaction=True) as pipe:
             for i, sid in zip(range(start, stop), ids, strict=True):
+                if sid in skip:
+                    pipe.sadd(f"job:{job_id}:all", sid)
+                    continue
                 # HSETNX on state: a re-run never resets a record that already moved on.
                 pipe.hsetnx(f"sb:{sid}", "state", "pending")
+                pipe.hsetnx(f"sb:{sid}", "created_at", now)  # and never moves its creation
                 pipe.hset(f"sb:{sid}", mapping={"id": sid, "tenant": tenant, "spec": spec_json, "job_id": job_id,
-                                                 "created_at": now, "updated_at": now})
+                                                 "updated_at": now})
                 pipe.sadd(f"sb:tenant:{tenant}", sid)
                 pipe.sadd(f"job:{job_id}:all", sid)
                 pipe.zadd(f"job:{job_id}:pending", {sid: i}, nx=True)

@@ -14,7 +14,7 @@ log = get_logger(__name__)
 async def transition(store: StateStore, bus: EventBus, sandbox_id: str, target: SandboxState, *,
                      reason: str | None = None, node_id: str | None = None, usage: Usage | None = None,
                      **fields: Any) -> bool:
-    changed, previous, tenant, recorded_node = await store.transition_ex(
+    changed, previous, tenant, recorded_node, ended = await store.transition_ex(
         sandbox_id, target, reason=reason, node_id=node_id, usage=usage, **fields)
     if not changed:
         log.info("sandbox.transition_refused", sandbox_id=sandbox_id, target=target.value,
@@ -23,11 +23,11 @@ async def transition(store: StateStore, bus: EventBus, sandbox_id: str, target: 
     terminal = target in TERMINAL_STATES
     if terminal:
         await store.release(sandbox_id)
-    # Terminal events feed the SQL history, so they wait for the broker's confirm. The others
-    # only wake waiters (who re-read Redis anyway), so they skip that round trip.
+    # Terminal events feed the SQL history, so they wait for the broker's confirm (and carry
+    # the record). The others only wake waiters (who re-read Redis anyway): no round trip.
     await bus.publish(state_routing_key(target), SandboxStateChanged(
         sandbox_id=sandbox_id, tenant=tenant, state=target, reason=reason, node_id=node_id or recorded_node,
-        usage=usage,
+        usage=usage, record=ended.to_hash() if ended else None,
     ), confirm=terminal)
     log.info("sandbox.transition", sandbox_id=sandbox_id, state=target.value, previous=previous.value if previous else None,
              reason=reason)

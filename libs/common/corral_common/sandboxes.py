@@ -5,6 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from corral_common.inputs import env_names
+
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]{0,62}[A-Za-z0-9])?$"
 
 
@@ -129,12 +131,7 @@ class SandboxSpec(BaseModel):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not name or "=" in name or "\0" in name or len(name) > 256:
-                raise ValueError(f"invalid environment variable name {name!r}")
-        if len(value) > 256:
-            raise ValueError("at most 256 environment variables")
-        return value
+        return env_names(value)
 
     @field_validator("labels")
     @classmethod

@@ -33,8 +33,20 @@ class CommonSettings(BaseSettings):
     # The event bus (topic exchange "corral") and the fncall work queues.
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
     image_service_url: str = "http://127.0.0.1:8002"
-    # Shared secret the api presents to node-agents (data path). Empty disables the check (dev).
+    # Shared secret every internal call carries (header X-Corral-Internal-Token): the api's to
+    # image-service, the scheduler, node-agents and memory-managers, node-agents' to image-service.
+    # Every internal service refuses a non-health request without it (401). Empty disables the
+    # check: for a single-user development machine only (`make up` and compose always set one).
     internal_token: str = ""
+    # Redis connections one process keeps at most; a caller waits up to redis_pool_timeout_s for a
+    # free one, then gets 503 with Retry-After (never a 500).
+    redis_max_connections: int = Field(100, ge=1)
+    redis_pool_timeout_s: float = Field(5.0, gt=0)
+    # The SQL pool of the services with a database (api, image-service): connections kept, extra
+    # ones allowed under load, and the wait for one before a 503 with Retry-After.
+    db_pool_size: int = Field(10, ge=1)
+    db_max_overflow: int = Field(20, ge=0)
+    db_pool_timeout_s: float = Field(5.0, gt=0)
     log_level: str = "INFO"
     # One JSON object per log line (false: human-readable console lines).
     log_json: bool = True
@@ -52,6 +64,15 @@ class CommonSettings(BaseSettings):
             if old in values:
                 values.setdefault(new, values.pop(old))
         super().__init__(**values)
+
+    def redis_pool(self) -> dict[str, Any]:
+        """The bounds of this service's Redis pool, as ``StateStore.from_url`` takes them."""
+        return {"max_connections": self.redis_max_connections, "pool_timeout_s": self.redis_pool_timeout_s}
+
+    def sql_pool(self) -> dict[str, Any]:
+        """The bounds of this service's SQL pool, as ``create_engine`` takes them."""
+        return {"pool_size": self.db_pool_size, "max_overflow": self.db_max_overflow,
+                "pool_timeout": self.db_pool_timeout_s}
 
 
 class _CommonEnvSource(EnvSettingsSource):

@@ -8,10 +8,12 @@ state change is a compare-and-set in a Lua script, so two services racing on one
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
+from corral_common.redis_client import connect
 from corral_common.sandboxes import (
     ALLOWED_TRANSITIONS,
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
@@ -26,7 +28,8 @@ from corral_common.sandboxes import (
 # Terminal records stay readable in Redis this long; SQL keeps them for good.
 TERMINAL_TTL_S = 3600
 
-# Returns {changed, previous state, tenant, node_id} so callers need no second read.
+# Returns {changed, previous state, tenant, node_id} so callers need no second read; a
+# terminal transition also returns the whole record as it ended (HGETALL's flat list).
 _TRANSITION = """
 local cur = redis.call('HGET', KEYS[1], 'state')
 if not cur then return {0, '', '', ''} end
@@ -37,10 +40,30 @@ for i = 3, #ARGV, 2 do
 end
 if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 local who = redis.call('HMGET', KEYS[1], 'tenant', 'node_id')
-return {1, cur, who[1] or '', who[2] or ''}
+local out = {1, cur, who[1] or '', who[2] or ''}
+if tonumber(ARGV[2]) > 0 then
+  for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = v end
+end
+return out
 """
 
-_RESERVE = """
+# Count a sandbox on its node (the used counters, its reservation resv:<id> = node|cpu|mem|pids|disk
+# and the node's sandbox set); shared by reserve and restore.
+_TAKE = """
+local function take(used, resv, members, sandbox, node, cpu, mem, pids, disk)
+  redis.call('HINCRBY', used, 'cpu_milli', cpu)
+  redis.call('HINCRBY', used, 'memory_mb', mem)
+  redis.call('HINCRBY', used, 'sandboxes', 1)
+  redis.call('HINCRBY', used, 'pids', pids)
+  redis.call('HINCRBY', used, 'disk_mb', disk)
+  local value = node .. '|' .. cpu .. '|' .. mem .. '|' .. pids .. '|' .. disk
+  redis.call('SET', resv, value)
+  redis.call('SADD', members, sandbox)
+  return value
+end
+"""
+
+_RESERVE = _TAKE + """
 local existing = redis.call('GET', KEYS[3])
 if existing then return existing end
 local cap = redis.call('HMGET', KEYS[1], 'cpu_milli', 'memory_mb', 'max_sandboxes', 'heartbeat_at', 'pids', 'disk_mb')
@@ -56,15 +79,7 @@ local upids = tonumber(used[4] or '0') + tonumber(ARGV[7])
 if cap[5] and upids > tonumber(cap[5]) then return false end
 local udisk = tonumber(used[5] or '0') + tonumber(ARGV[8])
 if cap[6] and udisk > tonumber(cap[6]) then return false end
-redis.call('HINCRBY', KEYS[2], 'cpu_milli', ARGV[1])
-redis.call('HINCRBY', KEYS[2], 'memory_mb', ARGV[2])
-redis.call('HINCRBY', KEYS[2], 'sandboxes', 1)
-redis.call('HINCRBY', KEYS[2], 'pids', ARGV[7])
-redis.call('HINCRBY', KEYS[2], 'disk_mb', ARGV[8])
-local value = ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[7] .. '|' .. ARGV[8]
-redis.call('SET', KEYS[3], value)
-redis.call('SADD', KEYS[4], ARGV[3])
-return value
+return take(KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[1], ARGV[2], ARGV[7], ARGV[8])
 """
 
 _RELEASE = """
@@ -82,6 +97,56 @@ redis.call('DEL', KEYS[1])
 redis.call('SREM', 'sb:node:' .. node, ARGV[1])
 return 1
 """
+
+
+# A node-agent re-registers a sandbox it runs (after Redis lost it). KEYS: sb:<id>,
+# node:<node>:used, resv:<id>, sb:node:<node>, node:<node>:lost; ARGV: id, node, cpu, mem,
+# pids, disk, then the record's field/value pairs. Returns {outcome, detail}: see RestoreOutcome.
+_RESTORE = _TAKE + """
+local state = redis.call('HGET', KEYS[1], 'state')
+local outcome = 'kept'
+if not state then
+  -- The reaper declared this node lost (and failed what it held): its records ended, even
+  -- once they expire. Only a Redis that lost its data has neither record nor tombstone.
+  if redis.call('EXISTS', KEYS[5]) == 1 then return {'lost', ''} end
+  for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+  outcome = 'restored'
+elseif state == 'terminated' or state == 'failed' then
+  return {'ended', state}
+else
+  local node = redis.call('HGET', KEYS[1], 'node_id') or ''
+  if state ~= 'pending' and node ~= '' and node ~= ARGV[2] then return {'elsewhere', node} end
+  if state == 'pending' or state == 'scheduled' or state == 'starting' then
+    -- A record re-created meanwhile (a job re-submitted) or one whose start went unrecorded:
+    -- the node says where it runs and how.
+    local own = {state = true, node_id = true, started_at = true, runtime = true, updated_at = true}
+    for i = 7, #ARGV, 2 do
+      if own[ARGV[i]] then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+    end
+    outcome = 'updated'
+  end
+end
+local who = redis.call('HMGET', KEYS[1], 'tenant', 'job_id')
+redis.call('SADD', 'sb:tenant:' .. who[1], ARGV[1])
+if who[2] and who[2] ~= '' then redis.call('SADD', 'job:' .. who[2] .. ':all', ARGV[1]) end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  take(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+else
+  redis.call('SADD', KEYS[4], ARGV[1])
+end
+return {outcome, ''}
+"""
+
+
+class RestoreOutcome(StrEnum):
+    """What ``StateStore.restore_sandbox`` did with a sandbox a node says it runs."""
+
+    restored = "restored"  # no record: written from the node's own
+    updated = "updated"  # a record not placed (or not yet running) there: now says the node runs it
+    kept = "kept"  # the record already said so (its reservation and sets were made sure of)
+    ended = "ended"  # the record ended (deleted, failed as node_lost...): the node must stop it
+    elsewhere = "elsewhere"  # the record runs it on another node: this copy must stop
+    lost = "lost"  # no record, but the node was declared lost meanwhile: stop it
 
 
 def _sandbox_key(sandbox_id: str) -> str:
@@ -106,6 +171,8 @@ class SandboxRecord:
     runtime: dict[str, str] = field(default_factory=dict)
     # The only node that may take it (a restored snapshot lives on that node's disk).
     required_node: str | None = None
+    # The job it belongs to (jobs.enqueue writes it).
+    job_id: str | None = None
 
     @classmethod
     def from_hash(cls, data: dict[str, str]) -> "SandboxRecord":
@@ -127,7 +194,28 @@ class SandboxRecord:
             delete_requested=data.get("delete_requested") == "1",
             runtime=json.loads(data["runtime"]) if data.get("runtime") else {},
             required_node=data.get("required_node") or None,
+            job_id=data.get("job_id") or None,
         )
+
+    def to_hash(self) -> dict[str, str]:
+        """The Redis hash of this record (from_hash's inverse; empty fields are left out)."""
+        data = {"id": self.id, "tenant": self.tenant, "state": self.state.value, "spec": self.spec.model_dump_json(),
+                "created_at": repr(self.created_at), "updated_at": repr(self.updated_at)}
+        optional = {"reason": self.reason, "node_id": self.node_id, "required_node": self.required_node,
+                    "job_id": self.job_id, "started_at": None if self.started_at is None else repr(self.started_at),
+                    "ended_at": None if self.ended_at is None else repr(self.ended_at),
+                    "usage": self.usage.model_dump_json() if self.usage else None,
+                    "runtime": json.dumps(self.runtime, sort_keys=True) if self.runtime else None,
+                    "delete_requested": "1" if self.delete_requested else None}
+        return data | {k: v for k, v in optional.items() if v}
+
+
+class Transition(NamedTuple):
+    changed: bool
+    previous: SandboxState | None
+    tenant: str
+    node_id: str | None
+    ended: SandboxRecord | None = None  # a terminal transition's record, as it ended
 
 
 @dataclass
@@ -192,10 +280,12 @@ class StateStore:
         self._transition = redis.register_script(_TRANSITION)
         self._reserve = redis.register_script(_RESERVE)
         self._release = redis.register_script(_RELEASE)
+        self._restore = redis.register_script(_RESTORE)
 
     @classmethod
-    def from_url(cls, url: str) -> "StateStore":
-        return cls(aioredis.from_url(url, decode_responses=True))
+    def from_url(cls, url: str, *, max_connections: int = 100, pool_timeout_s: float = 5.0) -> "StateStore":
+        """On a bounded pool that survives a Redis restart (``corral_common.redis_client``)."""
+        return cls(connect(url, max_connections=max_connections, pool_timeout_s=pool_timeout_s))
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -236,12 +326,12 @@ class StateStore:
 
     async def transition(self, sandbox_id: str, target: SandboxState, **fields: Any) -> tuple[bool, SandboxState | None]:
         """Move to ``target`` if the current state allows it; returns (changed, previous state)."""
-        changed, previous, _, _ = await self.transition_ex(sandbox_id, target, **fields)
-        return changed, previous
+        done = await self.transition_ex(sandbox_id, target, **fields)
+        return done.changed, done.previous
 
-    async def transition_ex(self, sandbox_id: str, target: SandboxState,
-                            **fields: Any) -> tuple[bool, SandboxState | None, str, str | None]:
-        """Like ``transition``, also returning the record's tenant and node."""
+    async def transition_ex(self, sandbox_id: str, target: SandboxState, **fields: Any) -> "Transition":
+        """Like ``transition``, also returning the record's tenant and node (and, once it
+        ended, the record itself, read in the same atomic step)."""
         allowed_from = [s.value for s, nxt in ALLOWED_TRANSITIONS.items() if target in nxt]
         now = time.time()
         values: dict[str, str] = {"state": target.value, "updated_at": repr(now)}
@@ -262,8 +352,9 @@ class StateStore:
         argv: list[str] = [",".join(allowed_from), str(ttl)]
         for key, value in values.items():
             argv += [key, value]
-        changed, previous, tenant, node_id = await self._transition(keys=[_sandbox_key(sandbox_id)], args=argv)
-        return bool(changed), (SandboxState(previous) if previous else None), tenant, node_id or None
+        changed, previous, tenant, node_id, *flat = await self._transition(keys=[_sandbox_key(sandbox_id)], args=argv)
+        ended = SandboxRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True))) if flat else None
+        return Transition(bool(changed), SandboxState(previous) if previous else None, tenant, node_id or None, ended)
 
     async def mark_delete_requested(self, sandbox_id: str) -> None:
         await self.redis.hset(_sandbox_key(sandbox_id), "delete_requested", "1")
@@ -289,6 +380,7 @@ class StateStore:
                 else:
                     pipe.hdel(f"node:{node_id}", field)
             pipe.zadd("nodes", {node_id: now})
+            pipe.delete(f"node:{node_id}:lost")  # back: what it still runs may be registered again
             await pipe.execute()
 
     async def _nodes(self, node_ids: list[str]) -> list[NodeInfo]:
@@ -332,8 +424,14 @@ class StateStore:
         return await self.redis.smembers(f"sb:node:{node_id}")
 
     async def forget_node(self, node_id: str) -> None:
-        await self.redis.delete(f"node:{node_id}", f"node:{node_id}:used", f"sb:node:{node_id}")
-        await self.redis.zrem("nodes", node_id)
+        """The reaper gave the node up (its sandboxes failed as node_lost). A tombstone stays
+        until its next heartbeat, so that an agent coming back stops what it still runs
+        instead of registering it again (restore_sandbox answers ``lost``)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(f"node:{node_id}", f"node:{node_id}:used", f"sb:node:{node_id}")
+            pipe.zrem("nodes", node_id)
+            pipe.set(f"node:{node_id}:lost", repr(time.time()))
+            await pipe.execute()
 
     async def reserve(self, node_id: str, sandbox_id: str, spec: SandboxSpec, timeout_s: float, *,
                       memory_mb: int | None = None) -> str | None:
@@ -350,6 +448,22 @@ class StateStore:
 
     async def release(self, sandbox_id: str) -> bool:
         return bool(await self._release(keys=[f"resv:{sandbox_id}"], args=[sandbox_id]))
+
+    async def restore_sandbox(self, record: SandboxRecord, *, memory_mb: int | None = None) -> RestoreOutcome:
+        """A node-agent registers a sandbox it runs (``record``: node_id, state, spec, tenant...
+        from its own disk) after Redis lost it; idempotent. Writes the record if there is none,
+        takes its reservation (the same one ``reserve`` makes, ``memory_mb`` by default the
+        spec's; never refused: it runs already) and puts it in its tenant's, node's and job's
+        sets. An existing record is never overwritten, only told where a not yet running one runs."""
+        assert record.node_id, "a restored sandbox runs on a node"
+        spec, node = record.spec, record.node_id
+        argv: list[str | int] = [record.id, node, cpu_milli(spec.cpu), spec.memory_mb if memory_mb is None else memory_mb,
+                                 reserved_pids(spec.backend, spec.pids_limit), spec.disk_mb]
+        for key, value in record.to_hash().items():
+            argv += [key, value]
+        outcome, _ = await self._restore(keys=[_sandbox_key(record.id), f"node:{node}:used", f"resv:{record.id}",
+                                               f"sb:node:{node}", f"node:{node}:lost"], args=argv)
+        return RestoreOutcome(outcome)
 
     async def reservation_node(self, sandbox_id: str) -> str | None:
         value = await self.redis.get(f"resv:{sandbox_id}")

@@ -4,13 +4,16 @@ import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
+from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.router import router as jobs_router
 from corral_api.jobs.service import JobService
+from corral_api.limits import TenantConcurrencyMiddleware, TenantLimiter
 from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.router import router as rollouts_router
@@ -48,20 +51,24 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         if database_url.startswith("sqlite:///"):
             Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         migrate(database_url)
-        engine = make_engine(database_url)
+        engine = make_engine(database_url, **settings.sql_pool())
         api_keys = ApiKeyService(engine)
         for tenant, key in parse_bootstrap_keys(settings.keys):
             api_keys.add(tenant, key)
-        store = StateStore.from_url(settings.redis_url)
+        store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
         bus = await EventBus(settings.amqp_url).connect()
         history = HistoryRepository(engine)
         waiters = StateWaiters()
-        images = ImageServiceClient(settings.image_service_url, internal_token=settings.internal_token, timeout=10.0)
-        node_client = NodeClient(settings.internal_token)
+        images = ImageServiceClient(settings.image_service_url, internal_token=settings.internal_token,
+                                    timeout=httpx.Timeout(10.0, pool=settings.http_pool_timeout_s),
+                                    limits=httpx.Limits(max_connections=settings.image_service_max_connections))
+        node_client = NodeClient(settings.internal_token, max_connections=settings.node_max_connections,
+                                 pool_timeout_s=settings.http_pool_timeout_s)
         await bus.subscribe(state_routing_keys(SandboxState), SandboxStateChanged, waiters.on_event)
         await bus.consume(RECORDS_QUEUE, TERMINAL_KEYS, SandboxStateChanged, TerminalRecorder(store, history).handle)
         app.state.settings = settings
         app.state.api_keys = api_keys
+        app.state.tenant_limiter = TenantLimiter(settings.tenant_max_inflight)
         app.state.node_client = node_client
         snapshot_rows = SnapshotRepository(engine)
         app.state.sandboxes = SandboxService(store, bus, history, waiters, EnvironmentCatalog(images),
@@ -75,11 +82,15 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
             lease_s=settings.rollout_step_lease_s, max_write_bytes=settings.max_upload_mb * 1024 * 1024)
         sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
-        app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes)
+        app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes, JobRepository(engine))
         await app.state.jobs.resume_submissions()
+        # A Redis that lost its data gets its jobs queued again (once the nodes re-registered theirs).
+        requeuer = asyncio.create_task(app.state.jobs.requeue_forever(settings.heartbeat_interval_s,
+                                                                      grace_s=settings.heartbeat_timeout_s))
         try:
             yield
         finally:
+            requeuer.cancel()
             sweeper.cancel()
             await app.state.jobs.close()
             await app.state.rollouts.close()
@@ -96,6 +107,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(TenantConcurrencyMiddleware)
     instrument_app(app)
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)

@@ -5,7 +5,7 @@ import asyncio
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.sandboxes import TERMINAL_STATES
-from corral_common.state import StateStore
+from corral_common.state import SandboxRecord, StateStore
 
 RECORDS_QUEUE = "api.records"
 TERMINAL_KEYS = state_routing_keys(sorted(TERMINAL_STATES))
@@ -18,6 +18,8 @@ class TerminalRecorder:
 
     async def handle(self, event: SandboxStateChanged) -> None:
         record = await self.store.get_sandbox(event.sandbox_id)
+        if record is None and event.record:  # Redis lost it meanwhile: the event has it as it ended
+            record = SandboxRecord.from_hash(event.record)
         if record is None:  # already expired from Redis: it was recorded back then
             return
         if event.usage is not None and record.usage is None:

@@ -28,6 +28,16 @@ class ApiSettings(PrefixedServiceSettings):
     max_disk_mb: int = 0
     # Longest a client may block on ?wait_for=.
     max_wait_s: float = 300.0
+    # Overload (docs/security.md). Requests one tenant may have in flight on this replica
+    # (streams and ?wait_for= count while they last); beyond it 429 with Retry-After, so one
+    # tenant cannot take every connection and slot from the others. Per replica: with R api
+    # replicas a tenant gets at most R x this.
+    tenant_max_inflight: int = Field(256, ge=1)
+    # Connections to node-agents (the data path) and to image-service; a request waits up to
+    # http_pool_timeout_s for a free one, then 503 with Retry-After.
+    node_max_connections: int = Field(1000, ge=1)
+    image_service_max_connections: int = Field(100, ge=1)
+    http_pool_timeout_s: float = Field(5.0, gt=0)
     # Rollouts: pause a rollout's sandbox after this idle time (0: never), release it after
     # this idle time, how often the sweeper looks, and the lease a running step holds.
     rollout_idle_pause_s: float = Field(300.0, validation_alias=AliasChoices(

@@ -5,6 +5,7 @@ import anyio
 from fastapi import FastAPI
 
 from corral_common.errors import install_error_handlers
+from corral_common.internal import INTERNAL_ONLY
 from corral_common.logging import configure_logging, get_logger
 from corral_image_service.blobs.router import router as blobs_router
 from corral_image_service.blobs.service import BlobStore
@@ -35,7 +36,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
         await anyio.to_thread.run_sync(store.clean_tmp)
         chunks = LocalChunkStore(settings.effective_chunk_dir)
         chunks.ensure_dirs()
-        engine = make_engine(settings.effective_database_url)
+        engine = make_engine(settings.effective_database_url, **settings.sql_pool())
         await anyio.to_thread.run_sync(run_migrations, engine)
         app.state.services = Services(
             settings=settings, engine=engine, store=store, chunks=chunks,
@@ -54,12 +55,11 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
     app = FastAPI(title="Corral image-service", version="0.1.0", lifespan=lifespan,
                   description="EROFS layers, environments (layer combinations), VM disk images, "
                               "content-addressed blobs and their chunks.")
+    app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
-    app.include_router(layers_router)
-    app.include_router(environments_router)
-    app.include_router(disk_images_router)
-    app.include_router(blobs_router)
-    app.include_router(chunks_router)
+    # Reads too: layers, blobs and chunks are tenants' file systems.
+    for router in (layers_router, environments_router, disk_images_router, blobs_router, chunks_router):
+        app.include_router(router, dependencies=INTERNAL_ONLY)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

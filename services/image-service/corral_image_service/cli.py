@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_image_service.builders import BUILDERS
 from corral_image_service.settings import ImageServiceSettings
 
@@ -39,8 +40,10 @@ def build_base(args: argparse.Namespace, client: httpx.Client | None = None) -> 
     root = BUILDERS[args.flavor](out, rebuild=args.rebuild, mirror=args.mirror, suite=args.suite)
 
     own = client is None
-    # mkfs of a ~200 MB tree takes seconds; no read timeout.
-    client = client or httpx.Client(base_url=args.url or settings.image_service_url,
+    # mkfs of a ~200 MB tree takes seconds; no read timeout. The service wants the internal
+    # token (CORRAL_INTERNAL_TOKEN) on every call.
+    headers = {INTERNAL_TOKEN_HEADER: settings.internal_token} if settings.internal_token else {}
+    client = client or httpx.Client(base_url=args.url or settings.image_service_url, headers=headers,
                                     timeout=httpx.Timeout(10.0, read=None))
     try:
         layer = _check(client.post("/v1/layers", params={"kind": "base", "name": args.name,

@@ -12,6 +12,7 @@ from corral_common.logging import configure_logging
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_node_agent import capacity as node_capacity
+from corral_node_agent.backends.base import SandboxBackend
 from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.events.service import NodeEvents
@@ -23,7 +24,8 @@ from corral_node_agent.sandboxes.service import build_manager
 from corral_node_agent.settings import NodeAgentSettings
 
 
-def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
+def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBackend | None = None) -> FastAPI:
+    """The node-agent; ``backends`` replaces this host's (tests run it on a FakeBackend)."""
     settings = settings or NodeAgentSettings()
 
     configure_logging(f"node-agent:{settings.node_id}", settings.log_level, settings.log_json)
@@ -40,12 +42,12 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
         capacity, claim = node_capacity.claim(settings)
         try:
             # crun containers always; microvm and vm where QEMU is installed.
-            manager = build_manager(settings)
+            manager = build_manager(settings, backends)
             # Sandboxes a previous run of this agent left running are re-adopted, not killed.
             await manager.start(adopt=settings.adopt_on_start)
             # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
             node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
-            store = StateStore.from_url(settings.redis_url)
+            store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
             bus = await EventBus(settings.amqp_url).connect()
             events = NodeEvents(settings, store, bus, manager, capacity)
             app.state.settings, app.state.manager, app.state.events = settings, manager, events
@@ -70,6 +72,7 @@ def create_app(settings: NodeAgentSettings | None = None) -> FastAPI:
             claim.release()  # the claim file stays while sandboxes left to re-adopt run
 
     app = FastAPI(title=f"Corral node-agent {settings.node_id}", lifespan=lifespan)
+    app.state.settings = settings  # the internal token's check reads it
     install_node_error_handlers(app)
     instrument_app(app)
     app.include_router(sandboxes_router)

@@ -10,6 +10,7 @@ under its own prefix (``CORRAL_NODE_REDIS_URL`` still wins when both are set).
 
 import os
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import (
@@ -55,6 +56,11 @@ class NodeAgentSettings(PrefixedServiceSettings):
     node_id: str = Field("node-1", validation_alias=AliasChoices("CORRAL_NODE_ID", "CORRAL_NODE_NODE_ID"))
     host: str = "127.0.0.1"
     port: int = 8100
+    # The URL the api reaches this agent at (the data path), as the heartbeat advertises it.
+    # Empty: http://<host>:<port>, right when host is a name or address the api can reach; set
+    # it where the agent binds 0.0.0.0 or is reached through another address (a pod IP, a
+    # load balancer, https), e.g. http://10.0.3.7:8100.
+    advertise_url: str = ""
     # Empty means /var/lib/corral/<node_id>, so two agents on one host never share state.
     state_dir: str = ""
     crun: str = "crun"
@@ -146,6 +152,10 @@ class NodeAgentSettings(PrefixedServiceSettings):
             self.state_dir = f"/var/lib/corral/{self.node_id}"
         if self.disk_capacity_mb <= 0:
             self.disk_capacity_mb = _default_disk_capacity_mb(self.state_dir)
+        if self.advertise_url:
+            parts = urlsplit(self.advertise_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+                raise ValueError(f"advertise_url {self.advertise_url!r} must be an http(s)://host[:port] URL")
         uid, _, gid = self.sandbox_user.partition(":")
         if not uid.isdigit() or (gid and not gid.isdigit()):
             raise ValueError("sandbox_user must be UID[:GID] (numbers)")
@@ -155,6 +165,11 @@ class NodeAgentSettings(PrefixedServiceSettings):
         return LayerSettings(state_dir=self.state_dir, image_service_url=self.image_service_url,
                              internal_token=self.internal_token, mode=self.layer_mode, cache_mb=self.layer_cache_mb,
                              fetch_deadline_s=self.layer_fetch_deadline_s, prefetch=self.layer_prefetch)
+
+    @property
+    def url(self) -> str:
+        """What the heartbeat advertises: advertise_url, else http://<host>:<port>."""
+        return self.advertise_url.rstrip("/") or f"http://{self.host}:{self.port}"
 
     @property
     def sandbox_uid(self) -> int:

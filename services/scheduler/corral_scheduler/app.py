@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from corral_common.amqp import EventBus
 from corral_common.errors import install_error_handlers
 from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested
+from corral_common.internal import INTERNAL_ONLY
 from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
 from corral_common.state import StateStore
@@ -27,7 +28,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         setup_tracing("corral-scheduler", settings.otel_exporter_otlp_endpoint)
-        store = StateStore.from_url(settings.redis_url)
+        store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
         bus = await EventBus(settings.amqp_url).connect()
         placer = Placer(store, bus, settings)
         reaper = NodeReaper(store, bus, settings.heartbeat_timeout_s, settings.reaper_interval_s)
@@ -38,7 +39,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
         jobs = JobStore(store.redis)
         admitter = JobAdmitter(jobs, placer, settings.placement_retry_s)
         admit_task = asyncio.create_task(admitter.run())
-        app.state.store, app.state.bus, app.state.admitter = store, bus, admitter
+        app.state.store, app.state.bus, app.state.admitter, app.state.placer = store, bus, admitter, placer
         try:
             yield
         finally:
@@ -48,14 +49,17 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
             await store.close()
 
     app = FastAPI(title="Corral scheduler", lifespan=lifespan)
+    app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
     instrument_app(app)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> dict[str, str | int]:
+        # waiting: requests this replica holds until a node has room (RabbitMQ redelivers
+        # them to another replica if this one dies).
+        return {"status": "ok", "waiting": app.state.placer.waiting}
 
-    @app.get("/v1/nodes")
+    @app.get("/v1/nodes", dependencies=INTERNAL_ONLY)
     async def nodes() -> list[dict]:
         live = await app.state.store.live_nodes(settings.heartbeat_timeout_s)
         return [vars(n) for n in live]

@@ -1,5 +1,7 @@
 """The api's durable records (keys, sandbox history) on SQLite and PostgreSQL, via Alembic."""
 
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -149,3 +151,53 @@ def test_snapshot_records_and_history_runtime(database_url):
                                  runtime={"backend": "vm", "accelerator": "tcg"}))
     assert history.get("sb-vm").runtime == {"backend": "vm", "accelerator": "tcg"}
     engine.dispose()
+
+
+# Each child imports first, says "ready", then migrates when told: they all start the upgrade together.
+_MIGRATE = """
+import sys
+from {module} import {function}
+from sqlalchemy import create_engine
+print("ready", flush=True)
+sys.stdin.readline()
+{call}
+"""
+
+
+def test_replicas_starting_together_migrate_one_database_once(request):
+    """Two api replicas (and two image-service replicas sharing the database) starting at the
+    same moment all run their migrations on one empty PostgreSQL database: each must wait for
+    the other, not fail on a table the other just created."""
+    server = request.getfixturevalue("postgres_url")
+    name = f"api_race_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = server.rsplit("/", 1)[0] + f"/{name}"
+    api = _MIGRATE.format(module="corral_api.db.engine", function="migrate", call=f"migrate({url!r})")
+    images = _MIGRATE.format(module="corral_image_service.db", function="run_migrations",
+                             call=f"engine = create_engine({url!r}); run_migrations(engine); engine.dispose()")
+    children = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for code in (api, api, images, images)]
+    try:
+        for child in children:
+            assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        for child in children:
+            child.stdin.write("\n")
+            child.stdin.flush()
+        for child in children:
+            _, err = child.communicate(timeout=120)
+            assert child.returncode == 0, err[-3000:]
+        engine = create_engine(url)
+        tables = set(inspect(engine).get_table_names())
+        assert {"api_keys", "sandbox_history", "alembic_version", "alembic_version_image_service"} <= tables
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM alembic_version").scalar() == 1
+        engine.dispose()
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin.dispose()

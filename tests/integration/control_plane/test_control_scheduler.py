@@ -76,6 +76,30 @@ async def test_redelivered_request_is_placed_once(plane):
     assert (await store.get_node(node)).used_sandboxes == 1
 
 
+async def test_two_schedulers_racing_on_one_sandbox_place_it_once_and_keep_its_reservation(plane):
+    """Two schedulers (two job admitters peeking the same head, or a redelivery racing the
+    first delivery) try the same sandbox at once: one wins, and the loser must not give back
+    the reservation the winner placed it with."""
+    store, bus, _ = plane
+    settings = SchedulerSettings(redis_url="redis://unused", amqp_url="amqp://unused", placement_retry_s=0.05)
+    placers = [Placer(store, bus, settings) for _ in range(2)]
+    nodes = [f"n{i}-{uuid.uuid4().hex[:4]}" for i in range(2)]
+    for node in nodes:
+        await store.heartbeat(node, f"http://{node}", 64, 100_000, 100)
+    events = [await request(store, SandboxSpec(environment="e", memory_mb=100)) for _ in range(20)]
+    for event in events:
+        assert await asyncio.gather(*(p.try_place(event) for p in placers)) == [True, True]
+    for event in events:
+        record = await store.get_sandbox(event.sandbox_id)
+        assert record.state is SandboxState.scheduled
+        assert await store.reservation_node(event.sandbox_id) == record.node_id
+    infos = [await store.get_node(n) for n in nodes]
+    assert sum(i.used_sandboxes for i in infos) == len(events)
+    assert sum(i.used_memory_mb for i in infos) == 100 * len(events)
+    holders = [await store.node_sandboxes(n) for n in nodes]
+    assert not holders[0] & holders[1] and holders[0] | holders[1] == {e.sandbox_id for e in events}
+
+
 async def test_too_big_for_any_node_fails_unschedulable(plane):
     store, bus, placer = plane
     await store.heartbeat(f"n-{uuid.uuid4().hex[:4]}", "http://n", 4, 1000, 10)

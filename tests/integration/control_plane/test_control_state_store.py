@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state import StateStore
+from corral_common.state import RestoreOutcome, SandboxRecord, StateStore
 
 
 @pytest.fixture
@@ -121,3 +121,69 @@ async def test_a_node_that_advertises_no_disk_is_not_limited_by_it(store):
     assert await store.release("sb-older") and await store.release("sb-old")
     used = await store.redis.hgetall("node:nold:used")
     assert {k: int(v) for k, v in used.items()} == {"cpu_milli": 0, "memory_mb": 0, "sandboxes": 0, "pids": 0, "disk_mb": 0}
+
+
+# ---- a node registers what it runs again (restore_sandbox) ----------------------------------
+
+
+def _running(sandbox_id: str, node: str, **fields) -> SandboxRecord:
+    spec = SandboxSpec(environment="e", memory_mb=128, cpu=0.5, pids_limit=64, disk_mb=100, labels={"k": "v"})
+    return SandboxRecord(id=sandbox_id, tenant="t1", state=SandboxState.running, spec=spec, created_at=100.0,
+                         updated_at=200.0, node_id=node, started_at=150.0, runtime={"backend": "container"}, **fields)
+
+
+async def test_restore_writes_what_a_wiped_redis_lost_like_a_placement_had(store):
+    """The same record, reservation and sets as reserve + transitions made (value format
+    node|cpu|mem|pids|disk), so release and list work on it as on any other."""
+    await store.heartbeat("n1", "http://n1", cpu_capacity=4, memory_mb=1000, max_sandboxes=10)
+    record = _running("sb-r", "n1", job_id="job-1")
+    assert await store.restore_sandbox(record) is RestoreOutcome.restored
+    assert await store.restore_sandbox(record) is RestoreOutcome.kept  # idempotent: counted once
+    got = await store.get_sandbox("sb-r")
+    assert (got.tenant, got.state, got.node_id, got.spec, got.created_at, got.started_at, got.job_id) == (
+        "t1", SandboxState.running, "n1", record.spec, 100.0, 150.0, "job-1")
+    assert await store.redis.get("resv:sb-r") == "n1|500|128|64|100"
+    node = await store.get_node("n1")
+    assert (node.used_cpu_milli, node.used_memory_mb, node.used_sandboxes, node.used_pids, node.used_disk_mb) == (
+        500, 128, 1, 64, 100)
+    assert [r.id for r in await store.list_sandboxes("t1")] == ["sb-r"]
+    assert await store.node_sandboxes("n1") == {"sb-r"}
+    assert await store.redis.smembers("job:job-1:all") == {"sb-r"}
+    assert await store.release("sb-r")
+    node = await store.get_node("n1")
+    assert (node.used_memory_mb, node.used_sandboxes, node.used_pids, node.used_disk_mb) == (0, 0, 0, 0)
+
+
+async def test_restore_never_overwrites_a_record_that_moved_on(store):
+    await store.heartbeat("n1", "http://n1", cpu_capacity=4, memory_mb=1000, max_sandboxes=10)
+    await store.create_sandbox("sb-done", "t1", SandboxSpec(environment="e"))
+    await store.transition("sb-done", SandboxState.terminated, reason="deleted")
+    assert await store.restore_sandbox(_running("sb-done", "n1")) is RestoreOutcome.ended
+    assert (await store.get_sandbox("sb-done")).state is SandboxState.terminated
+    assert await store.redis.exists("resv:sb-done") == 0
+    # Running on another node per its record: this copy is the one to stop.
+    await store.create_sandbox("sb-away", "t1", SandboxSpec(environment="e"))
+    await store.transition("sb-away", SandboxState.scheduled, node_id="n2")
+    assert await store.restore_sandbox(_running("sb-away", "n1")) is RestoreOutcome.elsewhere
+    assert (await store.get_sandbox("sb-away")).node_id == "n2"
+
+
+async def test_restore_tells_a_record_not_yet_running_where_it_runs(store):
+    """A job re-submitted after a wipe made a pending record of a sandbox a node still runs."""
+    await store.heartbeat("n1", "http://n1", cpu_capacity=4, memory_mb=1000, max_sandboxes=10)
+    await store.create_sandbox("sb-p", "t1", SandboxSpec(environment="e", memory_mb=128))
+    assert await store.restore_sandbox(_running("sb-p", "n1")) is RestoreOutcome.updated
+    got = await store.get_sandbox("sb-p")
+    assert (got.state, got.node_id, got.runtime) == (SandboxState.running, "n1", {"backend": "container"})
+    assert await store.reservation_node("sb-p") == "n1"
+
+
+async def test_a_node_the_reaper_gave_up_stops_instead_of_registering(store):
+    """Its records failed as node_lost and may have expired: the tombstone says so until the
+    node's next heartbeat."""
+    await store.heartbeat("n1", "http://n1", cpu_capacity=4, memory_mb=1000, max_sandboxes=10)
+    await store.forget_node("n1")
+    assert await store.restore_sandbox(_running("sb-gone", "n1")) is RestoreOutcome.lost
+    assert await store.get_sandbox("sb-gone") is None and await store.node_sandboxes("n1") == set()
+    await store.heartbeat("n1", "http://n1", cpu_capacity=4, memory_mb=1000, max_sandboxes=10)
+    assert await store.restore_sandbox(_running("sb-new", "n1")) is RestoreOutcome.restored

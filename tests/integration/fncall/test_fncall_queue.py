@@ -239,3 +239,42 @@ async def test_a_pool_grows_for_calls_of_a_bundle_waiting_in_the_node(amqp_url, 
         await rpc.close()
     assert all(r.verdict == "accepted" for r in results)
     assert pool.size > 1
+
+
+async def test_a_call_no_node_serves_fails_at_once_with_a_503_saying_so(amqp_url):
+    """Issue 10: with no pool for a runtime a call waited out its queueing time (64 s)."""
+    import time
+
+    import aio_pika
+
+    from corral_api.fncall.schemas import FncallRequest
+    from corral_api.fncall.service import FncallService
+    from corral_api.fncall.settings import FncallApiSettings
+    from corral_common.contracts.fncall import declare_work_queue
+    from corral_common.errors import ServiceUnavailable
+
+    rpc = await FncallRpc(amqp_url, ("c",)).connect()  # no node consumes "c" here
+    service = FncallService(rpc, None, FncallApiSettings())  # a call would queue for 60 s
+    request = FncallRequest(runtime="c", code="int main(void) { return 0; }")
+    try:
+        started = time.monotonic()
+        with pytest.raises(ServiceUnavailable) as info:
+            await service.call(request)
+        assert time.monotonic() - started < 2
+        assert (info.value.code, info.value.loc) == ("fncall_unavailable", ["body", "runtime"])
+        assert "'c'" in info.value.message
+        with pytest.raises(ServiceUnavailable) as info:
+            await service.create_batch("t", [FncallRequest(runtime="c", code="x")] * 3)
+        assert info.value.loc == ["body", "calls", 0, "runtime"]
+        assert (await rpc.queue_depths())["c"] == 0  # nothing was sent
+        # Once a node consumes the queue, calls go out again.
+        connection = await aio_pika.connect_robust(amqp_url)
+        try:
+            queue = await declare_work_queue(await connection.channel(), "c")
+            tag = await queue.consume(lambda message: None)
+            await service.require_workers("c", ["body", "runtime"])
+            await queue.cancel(tag)
+        finally:
+            await connection.close()
+    finally:
+        await rpc.close()

@@ -61,6 +61,20 @@ def test_settings_defaults_and_overrides(monkeypatch):
         NodeAgentSettings(sandbox_user="user")
 
 
+
+def test_the_advertised_url_defaults_to_host_and_port_and_can_be_set(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("CORRAL_"):
+            monkeypatch.delenv(k)
+    assert NodeAgentSettings(host="node-a", port=9100).url == "http://node-a:9100"
+    monkeypatch.setenv("CORRAL_NODE_HOST", "0.0.0.0")
+    monkeypatch.setenv("CORRAL_NODE_ADVERTISE_URL", "https://10.0.3.7:8443/")
+    s = NodeAgentSettings()
+    assert (s.host, s.url) == ("0.0.0.0", "https://10.0.3.7:8443")
+    for bad in ("10.0.3.7:8100", "ftp://h", "http://", "http://h:1/?x=1"):
+        with pytest.raises(ValueError, match="advertise_url"):
+            NodeAgentSettings(advertise_url=bad)
+
 def test_layer_settings_come_from_the_node_settings(monkeypatch):
     for k in list(os.environ):
         if k.startswith("CORRAL_"):

@@ -22,7 +22,12 @@ class JobCreate:
 
     Attributes:
         count (int): Sandboxes to run, at most 32000
-        spec (SandboxCreate): Request body of ``POST /v1/sandboxes``.
+        spec (SandboxCreate): Request body of ``POST /v1/sandboxes`` (and the spec of a job or a rollout).
+
+            ``environment`` and ``disk_image`` are names as image-service registers them (lowercase
+            letters, digits, '.', '_' and '-'; a disk image may add ``:version``), else 422
+            ``invalid_name``; one it does not know is 422 ``unknown_environment`` /
+            ``unknown_disk_image``. ``env`` values must not contain NUL (422 ``invalid_text``).
         labels (JobCreateLabels | Unset): Added to every sandbox (plus job=<id>)
         priority (int | Unset): Higher is admitted first; weight shares within a priority Default: 0.
         weight (float | Unset): Share of admissions relative to concurrent jobs Default: 1.0.

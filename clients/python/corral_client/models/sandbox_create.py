@@ -27,26 +27,31 @@ T = TypeVar("T", bound="SandboxCreate")
 
 @_attrs_define
 class SandboxCreate:
-    """Request body of ``POST /v1/sandboxes``.
+    """Request body of ``POST /v1/sandboxes`` (and the spec of a job or a rollout).
 
-    Attributes:
-        backend (SandboxCreateBackend | Unset): Sandbox kind; 'auto' is resolved at creation (see isolation, display)
-            Default: SandboxCreateBackend.AUTO.
-        cpu (float | Unset): CPU cores (cgroup quota) Default: 1.0.
-        disk_image (None | str | Unset): Boot this disk image (image-service name[:version]) instead of layers
-        disk_mb (int | Unset): Size of the writable upper layer Default: 1024.
-        display (bool | Unset): A screen with keyboard and mouse (auto picks vm) Default: False.
-        env (SandboxCreateEnv | Unset):
-        environment (str | Unset): Environment name (image-service); not needed with disk_image or from_snapshot
-            Default: ''.
-        from_snapshot (None | str | Unset): Restore this snapshot as a new sandbox
-        isolation (SandboxCreateIsolation | Unset): 'vm' asks for a hardware boundary (auto picks microvm) Default:
-            SandboxCreateIsolation.CONTAINER.
-        labels (SandboxCreateLabels | Unset):
-        memory_mb (int | Unset):  Default: 256.
-        network (Literal['none'] | Unset):  Default: 'none'.
-        pids_limit (int | Unset):  Default: 512.
-        timeout_s (int | Unset): Wall-clock lifetime; the sandbox is ended after it Default: 3600.
+    ``environment`` and ``disk_image`` are names as image-service registers them (lowercase
+    letters, digits, '.', '_' and '-'; a disk image may add ``:version``), else 422
+    ``invalid_name``; one it does not know is 422 ``unknown_environment`` /
+    ``unknown_disk_image``. ``env`` values must not contain NUL (422 ``invalid_text``).
+
+        Attributes:
+            backend (SandboxCreateBackend | Unset): Sandbox kind; 'auto' is resolved at creation (see isolation, display)
+                Default: SandboxCreateBackend.AUTO.
+            cpu (float | Unset): CPU cores (cgroup quota) Default: 1.0.
+            disk_image (None | str | Unset): Boot this disk image (image-service name[:version]) instead of layers
+            disk_mb (int | Unset): Size of the writable upper layer Default: 1024.
+            display (bool | Unset): A screen with keyboard and mouse (auto picks vm) Default: False.
+            env (SandboxCreateEnv | Unset):
+            environment (str | Unset): Environment name (image-service); not needed with disk_image or from_snapshot
+                Default: ''.
+            from_snapshot (None | str | Unset): Restore this snapshot as a new sandbox
+            isolation (SandboxCreateIsolation | Unset): 'vm' asks for a hardware boundary (auto picks microvm) Default:
+                SandboxCreateIsolation.CONTAINER.
+            labels (SandboxCreateLabels | Unset):
+            memory_mb (int | Unset):  Default: 256.
+            network (Literal['none'] | Unset):  Default: 'none'.
+            pids_limit (int | Unset):  Default: 512.
+            timeout_s (int | Unset): Wall-clock lifetime; the sandbox is ended after it Default: 3600.
     """
 
     backend: SandboxCreateBackend | Unset = SandboxCreateBackend.AUTO

@@ -5,7 +5,6 @@ its settings are ``app.state.settings.fncall`` (the app factory's)."""
 from contextlib import asynccontextmanager
 from typing import Annotated
 
-import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
@@ -15,6 +14,7 @@ from corral_api.auth.dependencies import Tenant
 from corral_api.fncall import sandboxfusion as sf
 from corral_api.fncall.rpc import FncallRpc
 from corral_api.fncall.schemas import (
+    MAX_BATCH_CALLS,
     Batch,
     BatchPage,
     BatchRequest,
@@ -25,6 +25,7 @@ from corral_api.fncall.schemas import (
 from corral_api.fncall.service import FncallService
 from corral_common.contracts.fncall import RUNTIMES
 from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge, Unauthorized
+from corral_common.redis_client import connect
 
 
 class LimitedBodyRoute(APIRoute):
@@ -51,7 +52,7 @@ class LimitedBodyRoute(APIRoute):
 async def lifespan(app: FastAPI):
     settings = app.state.settings
     rpc = await FncallRpc(settings.amqp_url, RUNTIMES).connect()
-    redis = aioredis.Redis.from_url(settings.redis_url)
+    redis = connect(settings.redis_url, decode_responses=False, **settings.redis_pool())
     app.state.fncall = FncallService(rpc, redis, settings.fncall)
     try:
         yield
@@ -94,12 +95,14 @@ async def create_batch(body: BatchRequest, tenant: Tenant, service: Service, res
 
 
 BatchId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
+# Past the largest batch nothing is left to read (and Redis takes no index beyond 64 bits).
+BatchOffset = Annotated[int, Query(ge=0, le=MAX_BATCH_CALLS)]
 
 
 @router.get("/v1/fncall/batch/{batch_id}", response_model=BatchPage, tags=["fncall"], operation_id="get_fncall_batch",
             responses=ERROR_RESPONSES)
 async def get_batch(batch_id: BatchId, tenant: Tenant, service: Service,
-                    offset: Annotated[int, Query(ge=0)] = 0,
+                    offset: BatchOffset = 0,
                     limit: Annotated[int, Query(ge=0, le=10_000)] = 1000,
                     wait: Annotated[bool, Query(description="Block until every call has finished")] = False,
                     timeout: Annotated[float, Query(gt=0, le=3600)] = 300.0) -> BatchPage:
@@ -111,7 +114,7 @@ async def get_batch(batch_id: BatchId, tenant: Tenant, service: Service,
             responses={**ERROR_RESPONSES, 200: {"content": {"application/x-ndjson": {}},
                                                 "description": "One {index, result} per line, then {batch}"}})
 async def stream_batch(batch_id: BatchId, tenant: Tenant, service: Service,
-                       offset: Annotated[int, Query(ge=0)] = 0) -> StreamingResponse:
+                       offset: BatchOffset = 0) -> StreamingResponse:
     stream = service.stream_batch(tenant, batch_id, offset)
     first = await anext(stream)  # a missing batch is a 404, not an empty 200
     return StreamingResponse(_prepend(first, stream), media_type="application/x-ndjson")
@@ -132,7 +135,7 @@ async def _run_code(body: sf.RunCodeRequest, service: FncallService) -> sf.RunCo
                          f"{', '.join(sorted(sf.LANGUAGES))}", loc=["body", "language"], code="unknown_runtime")
     call, extra = sf.to_fncall(body)
     job = service.build_job(call, **extra)
-    return sf.from_fncall((await service.run_job(job)).result)
+    return sf.from_fncall((await service.run_call(job, ["body", "language"])).result)
 
 
 @router.post("/run_code", response_model=sf.RunCodeResponse, tags=["sandboxfusion"], operation_id="run_code",

@@ -98,6 +98,10 @@ class FncallRpc:
         finally:
             self._pending.pop(correlation_id, None)
 
+    async def consumers(self, runtime: str) -> int:
+        """Workers consuming ``runtime``'s queue, as the broker counts them now."""
+        return (await self._queues[runtime].declare()).consumer_count or 0
+
     async def queue_depths(self) -> dict[str, int]:
         depths = {}
         for runtime, queue in self._queues.items():

@@ -41,6 +41,7 @@ from corral_common.telemetry import RateWindow
 
 log = get_logger(__name__)
 COMPILE_TIMEOUT_MS = 10_000
+WORKERS_SEEN_TTL_S = 2.0
 MAX_FILE_PATH = 255  # characters of a file's relative path (the api's limit; the workers take any)
 
 
@@ -66,6 +67,8 @@ class FncallService:
         self.settings = settings
         self._rates: dict[str, RateWindow] = defaultdict(RateWindow)
         self._batches: set[asyncio.Task] = set()
+        self._served_until: dict[str, float] = {}
+        self._asking: dict[str, asyncio.Future[int]] = {}
 
     async def close(self) -> None:
         for task in list(self._batches):
@@ -107,6 +110,20 @@ class FncallService:
                   "output_limit_kb": req.output_limit_kb, "compare": req.compare,
                   "compile_timeout_ms": COMPILE_TIMEOUT_MS, "stop_on_failure": req.stop_on_failure, **extra}
         return FncallJob(**fields)
+
+    async def require_workers(self, runtime: str, loc: list[str | int]) -> None:
+        """503 at once when no node consumes ``runtime``'s queue: a call would only wait out
+        its queueing time there. A runtime seen served is not asked about again for a moment."""
+        if self._served_until.get(runtime, 0.0) > time.monotonic():
+            return
+        asking = self._asking.get(runtime)
+        if asking is None:  # a burst asks the broker once
+            asking = self._asking[runtime] = asyncio.ensure_future(self.rpc.consumers(runtime))
+            asking.add_done_callback(lambda _: self._asking.pop(runtime, None))
+        if await asyncio.shield(asking) == 0:
+            raise ServiceUnavailable(f"no fncall worker serves runtime {runtime!r} now (no node runs its pool)",
+                                     loc=loc, code="fncall_unavailable")
+        self._served_until[runtime] = time.monotonic() + WORKERS_SEEN_TTL_S
 
     def timeout_for(self, job: FncallJob) -> float:
         return min(self.settings.max_wait_s, self.settings.queue_wait_s + job.longest_run_s())
@@ -164,9 +181,14 @@ class FncallService:
                               compile=result.compile, cases=result.cases, node_id=result.node_id,
                               latency_ms=answer.latency_ms, message=result.message)
 
+    async def run_call(self, job: FncallJob, loc: list[str | int]) -> Answer:
+        """One call of a request (``loc`` names its runtime field): 503 when nobody serves it."""
+        await self.require_workers(job.runtime, loc)
+        return await self.run_job(job)
+
     async def call(self, req: FncallRequest) -> FncallResponse:
         job = self.build_job(req)
-        answer = await self.run_job(job)
+        answer = await self.run_call(job, ["body", "runtime"])
         result = answer.result
         if result.verdict == Verdict.system_error and not result.cases and "no worker" in result.message:
             raise ServiceUnavailable(result.message, code="fncall_unavailable")
@@ -192,6 +214,11 @@ class FncallService:
 
     async def create_batch(self, tenant: str, calls: list[FncallRequest]) -> Batch:
         jobs = [self.build_job(req, loc=["body", "calls", i]) for i, req in enumerate(calls)]
+        first_of: dict[str, int] = {}
+        for i, job in enumerate(jobs):
+            first_of.setdefault(job.runtime, i)
+        for runtime, first in first_of.items():
+            await self.require_workers(runtime, ["body", "calls", first, "runtime"])
         batch_id = uuid.uuid4().hex
         key = _batch_key(batch_id)
         ttl = self.settings.batch_ttl_s

@@ -4,11 +4,20 @@ admits them by fair share (``corral_common.jobs``, ``corral_scheduler.jobs``).
 POST answers at once: the records are created and queued in chunks by a background task
 (pipelined). A job whose submission an api crash interrupted is finished by the next api
 process (``jobs:submitting``); ids are deterministic, so nothing is created twice.
+
+Redis keeps the queues (its append-only file survives a restart); the job as asked for is
+also a SQL row. When Redis lost its data (the marker ``jobs:durable`` is gone), every job
+not deleted whose Redis record is gone is queued again from its row, after a grace period
+in which the node-agents register the sandboxes they run: those are found running, the
+ones that ended (in the SQL history) are not queued again, the rest are queued anew.
 """
 
 import asyncio
 import secrets
+import time
 
+from corral_api.jobs.models import JobRow
+from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.schemas import Job, JobCreate
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import NotFound, Unprocessable
@@ -19,12 +28,15 @@ from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec
 log = get_logger(__name__)
 
 CHUNK = 500
+# Present while Redis holds what it held: set once the jobs of a Redis that lost it are queued again.
+MARKER = "jobs:durable"
 
 
 class JobService:
-    def __init__(self, jobs: JobStore, sandboxes: SandboxService):
+    def __init__(self, jobs: JobStore, sandboxes: SandboxService, rows: JobRepository | None = None):
         self.jobs = jobs
         self.sandboxes = sandboxes
+        self.rows = rows  # None: jobs live in Redis only (not queued again after a wipe)
         self.redis = jobs.redis
         self._tasks: set[asyncio.Task] = set()
 
@@ -46,12 +58,16 @@ class JobService:
                                 loc=["body", "spec", "from_snapshot"], code="unsupported_in_jobs")
         if self.sandboxes.ceilings is not None:
             await self.sandboxes.ceilings.require(spec, loc=("body", "spec"))
-        if spec.environment:
-            await self.sandboxes.environments.require(spec.environment)
+        await self.sandboxes.environments.require_spec(spec, loc=("body", "spec"))
         job_id = f"job-{secrets.token_hex(6)}"
         spec = spec.model_copy(update={"labels": {**spec.labels, **body.labels, "job": job_id}})
+        created_at = time.time()
+        if self.rows is not None:  # durable first: a job Redis has is one SQL can queue again
+            await asyncio.to_thread(self.rows.add, JobRow(
+                id=job_id, tenant=tenant, count=body.count, weight=body.weight, priority=body.priority,
+                spec=spec.model_dump(mode="json"), labels=body.labels, created_at=created_at))
         await self.jobs.create_job(job_id, tenant, spec, body.count, weight=body.weight, priority=body.priority,
-                                   labels=body.labels)
+                                   labels=body.labels, created_at=created_at)
         await self.redis.sadd("jobs:submitting", job_id)
         self._spawn(self._submit(job_id))
         record = await self.jobs.get(job_id)
@@ -65,12 +81,15 @@ class JobService:
 
     async def _submit(self, job_id: str) -> None:
         try:
+            ended: frozenset[str] = frozenset()
+            if await self.redis.hget(f"job:{job_id}", "requeued"):  # its sandboxes that ended are not run again
+                ended = frozenset(await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{job_id}-"))
             while True:
                 job = await self.jobs.get(job_id)
                 if job is None or job.deleted or job.submitted >= job.count:
                     break
                 stop = min(job.count, job.submitted + CHUNK)
-                await self.jobs.enqueue(job_id, job.tenant, job.spec, job.submitted, stop)
+                await self.jobs.enqueue(job_id, job.tenant, job.spec, job.submitted, stop, skip=ended)
             await self.redis.srem("jobs:submitting", job_id)
         except Exception:
             log.exception("job.submit_failed", job_id=job_id)  # the next api start resumes it
@@ -85,13 +104,22 @@ class JobService:
         record = await self._get(tenant, job_id)
         ids = await self.jobs.sandbox_ids(job_id)
         counts: dict[str, int] = {}
+        forgotten = []  # gone from Redis (expired, or lost with its data): the SQL history has the ended
         for start in range(0, len(ids), 2000):
+            chunk = ids[start:start + 2000]
             async with self.redis.pipeline(transaction=False) as pipe:
-                for sid in ids[start:start + 2000]:
+                for sid in chunk:
                     pipe.hget(f"sb:{sid}", "state")
-                for state in await pipe.execute():
-                    key = state or "expired"
-                    counts[key] = counts.get(key, 0) + 1
+                for sid, state in zip(chunk, await pipe.execute(), strict=True):
+                    if state is None:
+                        forgotten.append(sid)
+                    else:
+                        counts[state] = counts.get(state, 0) + 1
+        if forgotten:
+            ended = await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{job_id}-")
+            for sid in forgotten:
+                key = ended.get(sid, "expired")
+                counts[key] = counts.get(key, 0) + 1
         return Job(id=record.id, count=record.count, weight=record.weight, priority=record.priority,
                    labels=record.labels, created_at=record.created_at, deleted=record.deleted,
                    submitted=record.submitted, admitted=record.admitted, pending=record.pending,
@@ -113,6 +141,8 @@ class JobService:
 
     async def delete(self, tenant: str, job_id: str) -> Job:
         record = await self._get(tenant, job_id)
+        if self.rows is not None:
+            await asyncio.to_thread(self.rows.mark_deleted, job_id)
         await self.jobs.mark_deleted(job_id)
         self._spawn(self._terminate_all(tenant, job_id))
         return await self.get(tenant, record.id)
@@ -141,3 +171,44 @@ class JobService:
                     log.exception("job.delete_sandbox_failed", job_id=job_id, sandbox_id=sid)
 
         await asyncio.gather(*(one(sid) for sid in ids))
+
+    # ---- Redis lost its data: queue the jobs again from SQL --------------------------------
+
+    async def requeue_forever(self, interval_s: float, grace_s: float) -> None:
+        while True:
+            try:
+                await self.requeue_lost(grace_s)
+            except Exception:
+                log.exception("job.requeue_failed")
+            await asyncio.sleep(interval_s)
+
+    async def requeue_lost(self, grace_s: float) -> list[str]:
+        """When Redis lost its data, queue again every job it lost; returns those."""
+        if self.rows is None or await self.redis.exists(MARKER):
+            return []
+        if not await asyncio.to_thread(self.rows.live):
+            await self.redis.set(MARKER, "1")
+            return []
+        # Let every live node register what it runs first (each does before its next heartbeat):
+        # a sandbox found running is not started twice.
+        await asyncio.sleep(grace_s)
+        requeued = []
+        for row in await asyncio.to_thread(self.rows.live):
+            if await self.redis.exists(f"job:{row.id}"):
+                continue
+            await self._requeue(row)
+            requeued.append(row.id)
+        await self.redis.set(MARKER, "1")
+        if requeued:
+            log.warning("job.requeued_after_redis_loss", jobs=len(requeued))
+        return requeued
+
+    async def _requeue(self, row: JobRow) -> None:
+        spec = SandboxSpec.model_validate(row.spec)
+        await self.jobs.create_job(row.id, row.tenant, spec, row.count, weight=row.weight, priority=row.priority,
+                                   labels=row.labels, created_at=row.created_at)
+        ended = await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{row.id}-")
+        # Those that ended count as admitted once (they were), so the job's totals add up.
+        await self.redis.hset(f"job:{row.id}", mapping={"requeued": "1", "admitted": len(ended)})
+        await self.redis.sadd("jobs:submitting", row.id)
+        self._spawn(self._submit(row.id))

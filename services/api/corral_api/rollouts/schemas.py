@@ -5,11 +5,12 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from corral_api.sandboxes.schemas import SandboxCreate
 from corral_common.errors import Unprocessable
 from corral_common.exec import ExecRequest
+from corral_common.inputs import INPUT_ERROR_CODES, storable_text, valid_id
 from corral_common.sandboxes import SandboxState
 
 Action = Literal["exec", "write_file", "read_file", "list_files"]
@@ -60,8 +61,9 @@ def normalize_args(action: str, args: dict[str, Any]) -> dict[str, Any]:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ["body", "args", *first.get("loc", ())]
+        code = first["type"] if first["type"] in INPUT_ERROR_CODES else "validation_error"
         raise Unprocessable(f"args for {action}: {'.'.join(map(str, first.get('loc', ())))}: {first['msg']}",
-                            loc=loc, code="validation_error") from None
+                            loc=loc, code=code) from None
     for name, default in _LATER_FIELDS.get(action, {}).items():
         if normalized.get(name) == default:
             del normalized[name]
@@ -117,6 +119,9 @@ class RolloutCreate(BaseModel):
                                                    "default CORRAL_ROLLOUT_IDLE_PAUSE_S")
     ttl_s: float | None = Field(None, gt=0, le=30 * 24 * 3600,
                                 description="Release the sandbox after this idle time; default CORRAL_ROLLOUT_TTL_S")
+
+    _job_id = field_validator("job_id")(storable_text)
+    _sandbox_id = field_validator("sandbox_id")(valid_id)
 
     @model_validator(mode="after")
     def _one_sandbox(self) -> "RolloutCreate":

@@ -6,7 +6,7 @@ forwards the request through the shared ``NodeClient``.
 
 from collections.abc import AsyncIterator
 
-from corral_api.sandboxes.node_client import NodeClient
+from corral_api.sandboxes.node_client import NodeClient, node_url
 from corral_api.sandboxes.service import SandboxService
 from corral_common.display import InputRequest, InputSent
 from corral_common.errors import BadRequest
@@ -25,7 +25,7 @@ class SandboxDataPath:
     async def _url(self, tenant: str, sandbox_id: str, tail: str,
                    states: frozenset[SandboxState] = frozenset({SandboxState.running})) -> str:
         _, node = await self.sandboxes.node_for(tenant, sandbox_id, states)
-        return f"{node.url}/v1/sandboxes/{sandbox_id}/{tail}"
+        return node_url(node, "v1", "sandboxes", sandbox_id, *tail.split("/"))
 
     async def exec(self, tenant: str, sandbox_id: str, body: ExecRequest) -> ExecResult:
         response = await self.nodes.request("POST", await self._url(tenant, sandbox_id, "exec"),

@@ -5,14 +5,27 @@ from typing import Any
 
 import httpx
 
+from corral_common.contracts.images import path_segment
 from corral_common.errors import CorralError, PayloadTooLarge, ServiceUnavailable
+from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.state import NodeInfo
+
+
+def node_url(node: NodeInfo, *segments: str) -> str:
+    """The URL of a path on ``node``, each segment escaped as exactly one (an id can neither
+    add a segment nor a query)."""
+    return node.url.rstrip("/") + "".join("/" + path_segment(segment) for segment in segments)
 
 
 class NodeClient:
-    def __init__(self, internal_token: str, timeout_s: float = 3600.0):
-        headers = {"x-corral-internal-token": internal_token} if internal_token else {}
-        self.http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0),
-                                      limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200))
+    def __init__(self, internal_token: str, timeout_s: float = 3600.0, *, max_connections: int = 1000,
+                 pool_timeout_s: float = 5.0):
+        headers = {INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {}
+        # A request waits pool_timeout_s at most for a free connection: httpx.PoolTimeout, which
+        # corral_common.overload answers with a 503 (so it is not caught below).
+        self.http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0, pool=pool_timeout_s),
+                                      limits=httpx.Limits(max_connections=max_connections,
+                                                          max_keepalive_connections=min(200, max_connections)))
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -33,6 +46,8 @@ class NodeClient:
     async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         try:
             response = await self.http.request(method, url, **kwargs)
+        except httpx.PoolTimeout:
+            raise
         except httpx.HTTPError as exc:
             raise ServiceUnavailable(f"node-agent unreachable: {exc.__class__.__name__}") from exc
         self._raise_for(response)
@@ -41,6 +56,8 @@ class NodeClient:
     async def stream(self, method: str, url: str, **kwargs: Any) -> tuple[httpx.Response, AsyncIterator[bytes]]:
         try:
             response = await self.http.send(self.http.build_request(method, url, **kwargs), stream=True)
+        except httpx.PoolTimeout:
+            raise
         except httpx.HTTPError as exc:
             raise ServiceUnavailable(f"node-agent unreachable: {exc.__class__.__name__}") from exc
         if response.status_code >= 400:

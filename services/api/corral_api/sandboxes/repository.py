@@ -3,7 +3,7 @@
 from datetime import UTC, datetime
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from corral_api.sandboxes.models import SandboxHistory
 from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
@@ -53,3 +53,10 @@ class HistoryRepository:
                         wall_time_s=row.wall_time_s),
             runtime=row.runtime or {},
         )
+
+    def states_with_prefix(self, prefix: str) -> dict[str, str]:
+        """id → final state of every ended sandbox whose id starts with prefix (a job's)."""
+        query = select(SandboxHistory.id, SandboxHistory.state).where(col(SandboxHistory.id).startswith(
+            prefix, autoescape=True))
+        with Session(self.engine) as session:
+            return dict(session.exec(query).all())

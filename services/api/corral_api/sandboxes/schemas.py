@@ -1,14 +1,29 @@
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
+from corral_common.inputs import process_env, valid_disk_image, valid_id, valid_name
 from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
 from corral_common.state import SandboxRecord
 
 
 class SandboxCreate(SandboxSpec):
-    """Request body of ``POST /v1/sandboxes``."""
+    """Request body of ``POST /v1/sandboxes`` (and the spec of a job or a rollout).
+
+    ``environment`` and ``disk_image`` are names as image-service registers them (lowercase
+    letters, digits, '.', '_' and '-'; a disk image may add ``:version``), else 422
+    ``invalid_name``; one it does not know is 422 ``unknown_environment`` /
+    ``unknown_disk_image``. ``env`` values must not contain NUL (422 ``invalid_text``).
+    """
+
+    # Stricter than the SandboxSpec it becomes (corral_common.inputs): records already stored
+    # are read back as SandboxSpec, which does not judge their names again.
+
+    _environment = field_validator("environment")(valid_name)
+    _disk_image = field_validator("disk_image")(valid_disk_image)
+    _from_snapshot = field_validator("from_snapshot")(valid_id)
+    _env = field_validator("env")(process_env)
 
     # The fields the caller sent. Not model_fields_set: the spec's validator assigns the
     # resolved backend, which marks it as set.

@@ -3,6 +3,7 @@
 import asyncio
 import secrets
 import time
+from collections.abc import Awaitable, Sequence
 
 from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.repository import HistoryRepository
@@ -14,6 +15,7 @@ from corral_common.amqp import EventBus
 from corral_common.contracts.images import EnvironmentCache, ImageNotFound, ImageServiceClient, ImageServiceError
 from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested, SandboxStop, node_routing_key
+from corral_common.inputs import split_disk_image_ref
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxSpec, SandboxState
 from corral_common.state import NodeInfo, SandboxRecord, StateStore
@@ -32,17 +34,34 @@ def reached(state: SandboxState, target: SandboxState) -> bool:
 
 
 class EnvironmentCatalog:
-    """Asks image-service whether an environment exists; positive answers are cached briefly."""
+    """Asks image-service whether an environment or a disk image exists, so a name it does
+    not know is a 422 before anything is made; positive environment answers are cached briefly."""
 
     def __init__(self, images: ImageServiceClient, ttl_s: float = 30.0):
+        self.images = images
         self._cache = EnvironmentCache(images, ttl_s)
 
-    async def require(self, name: str) -> None:
+    async def require(self, name: str, loc: Sequence[str] = ("body",)) -> None:
+        await self._ask(self._cache.get(name), f"unknown environment {name!r}", [*loc, "environment"],
+                        "unknown_environment")
+
+    async def require_disk_image(self, ref: str, loc: Sequence[str] = ("body",)) -> None:
+        await self._ask(self.images.disk_image(*split_disk_image_ref(ref)), f"unknown disk image {ref!r}",
+                        [*loc, "disk_image"], "unknown_disk_image")
+
+    async def require_spec(self, spec: SandboxSpec, loc: Sequence[str] = ("body",)) -> None:
+        """Both of a spec's names, where given."""
+        if spec.environment:
+            await self.require(spec.environment, loc)
+        if spec.disk_image:
+            await self.require_disk_image(spec.disk_image, loc)
+
+    @staticmethod
+    async def _ask(answer: Awaitable[object], unknown: str, loc: list[str], code: str) -> None:
         try:
-            await self._cache.get(name)
+            await answer
         except ImageNotFound:
-            raise Unprocessable(f"unknown environment {name!r}", loc=["body", "environment"],
-                                code="unknown_environment") from None
+            raise Unprocessable(unknown, loc=loc, code=code) from None
         except ImageServiceError as exc:
             raise ServiceUnavailable(str(exc)) from exc
 
@@ -74,8 +93,8 @@ class SandboxService:
             required_node = snapshot.node_id
         if self.ceilings is not None:
             await self.ceilings.require(spec)
-        if not restoring and spec.environment:
-            await self.environments.require(spec.environment)
+        if not restoring:
+            await self.environments.require_spec(spec)
         sandbox_id = f"sb-{secrets.token_hex(8)}"
         record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)
         try:

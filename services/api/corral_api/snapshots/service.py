@@ -10,7 +10,7 @@ import asyncio
 import secrets
 from datetime import UTC, datetime
 
-from corral_api.sandboxes.node_client import NodeClient
+from corral_api.sandboxes.node_client import NodeClient, node_url
 from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.models import SnapshotRow
 from corral_api.snapshots.repository import SnapshotRepository
@@ -41,7 +41,7 @@ class SnapshotService:
     async def create(self, tenant: str, sandbox_id: str) -> SnapshotRow:
         record, node = await self.sandboxes.node_for(tenant, sandbox_id, _LIVE)
         snapshot_id = f"snap-{secrets.token_hex(8)}"
-        response = await self.nodes.request("POST", f"{node.url}/v1/sandboxes/{sandbox_id}/snapshot",
+        response = await self.nodes.request("POST", node_url(node, "v1", "sandboxes", sandbox_id, "snapshot"),
                                             json=SnapshotRequest(snapshot_id=snapshot_id).model_dump())
         saved = SnapshotSaved.model_validate_json(response.content)
         spec = record.spec
@@ -74,7 +74,7 @@ class SnapshotService:
             log.warning("snapshot.node_gone", snapshot_id=snapshot_id, node_id=row.node_id)
         else:
             try:
-                await self.nodes.request("DELETE", f"{node.url}/v1/snapshots/{snapshot_id}",
+                await self.nodes.request("DELETE", node_url(node, "v1", "snapshots", snapshot_id),
                                          params={"backend": row.backend})
             except CorralError as exc:
                 if exc.status_code != 404:

@@ -3,6 +3,7 @@
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
@@ -18,10 +19,12 @@ class ImageModel(SQLModel, registry=registry()):
     """
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, **pool: Any) -> Engine:
+    """``pool``: the bounds of the connection pool (``CommonSettings.sql_pool()``); a checkout
+    that waits past ``pool_timeout`` raises, and the service answers 503 (corral_common.overload)."""
     if url.startswith("sqlite"):
         # Blocking endpoints run in a threadpool, so connections cross threads.
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pool)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):
@@ -32,7 +35,7 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, **pool)
 
 
 @contextmanager

@@ -3,9 +3,8 @@ from enum import Enum
 
 from pydantic import BaseModel
 
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
-VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-REF_PATTERN = NAME_PATTERN[:-1] + ":" + VERSION_PATTERN[1:]
+# The catalogue's names, one rule for every service (the api refuses other names as given).
+from corral_common.inputs import NAME_PATTERN, REF_PATTERN, VERSION_PATTERN  # noqa: F401 - re-exported
 
 
 class LayerKind(str, Enum):

@@ -5,6 +5,7 @@ finds the sandbox already there (or already ended) and does nothing new.
 """
 
 import asyncio
+import time
 from collections import defaultdict
 
 from corral_common import lifecycle
@@ -16,6 +17,8 @@ from corral_common.state import StateStore
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.capacity.resources import NodeCapacity
 from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
+from corral_node_agent.events.registration import NodeRegistration
+from corral_node_agent.sandboxes.owners import OwnerRecord
 from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -34,6 +37,8 @@ class NodeEvents:
         # One lifecycle operation per sandbox at a time: a stop that arrives while the
         # sandbox is still starting waits for the start to finish, then undoes it.
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Registers again what runs here when Redis lost it (checked before every heartbeat).
+        self.registration = NodeRegistration(self.node_id, store, manager, self._locks)
         manager.on_exit(self.on_exit)
 
     async def _transition(self, sandbox_id: str, target: SandboxState, **kwargs) -> bool:
@@ -65,7 +70,8 @@ class NodeEvents:
             await self._transition(sandbox_id, SandboxState.failed, reason=FailureReason.node_lost.value)
             return
         try:
-            await self.manager.create(sandbox_id, event.spec)
+            # Who owns it is kept on this node's disk too, for a Redis that loses its data.
+            await self.manager.create(sandbox_id, event.spec, owner=OwnerRecord.of(record, event.spec, time.time()))
         except StartFailed as exc:
             log.warning("sandbox.start_failed", sandbox_id=sandbox_id, reason=exc.reason.value, error=exc.message)
             await self._transition(sandbox_id, SandboxState.failed, reason=exc.reason.value)
@@ -77,6 +83,9 @@ class NodeEvents:
             return
         # The record says how it runs (kind, accelerator, image transport...).
         if not await self._transition(sandbox_id, SandboxState.running, runtime=self.manager.runtime(sandbox_id)):
+            if await self.store.get_sandbox(sandbox_id) is None:
+                await self.registration.restore(sandbox_id)  # Redis lost it meanwhile: it runs here
+                return
             # Deleted (or failed) while starting: do not leave it running.
             usage = await self.manager.delete(sandbox_id)
             await self._transition(sandbox_id, SandboxState.terminated, reason="deleted", usage=usage)
@@ -85,6 +94,10 @@ class NodeEvents:
         sandbox_id = event.sandbox_id
         async with self._locks[sandbox_id]:
             record = await self.store.get_sandbox(sandbox_id)
+            if record is None and self.manager.is_live(sandbox_id):
+                # Redis lost it (asked to stop before that): register it, then stop it as asked.
+                await self.registration.restore(sandbox_id)
+                record = await self.store.get_sandbox(sandbox_id)
             if record is None or record.state in TERMINAL_STATES:
                 return
             if record.state in (SandboxState.scheduled, SandboxState.pending):
@@ -130,11 +143,19 @@ class NodeEvents:
 
     async def on_exit(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> None:
         """A sandbox ended on its own: its timeout elapsed, or its init process died."""
+        if await self._end_on_own(sandbox_id, reason, usage) or await self.store.get_sandbox(sandbox_id):
+            return
+        # Redis lost its record before this node registered it again: register it from the
+        # owner record, then end it as usual (so its end reaches the history, and a job
+        # queued again does not run it twice).
+        if await self.registration.restore(sandbox_id, live=False) is not None:
+            await self._end_on_own(sandbox_id, reason, usage)
+
+    async def _end_on_own(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> bool:
         if reason is ExitReason.timeout:
             await self._transition(sandbox_id, SandboxState.stopping, reason="timeout")
-            await self._transition(sandbox_id, SandboxState.terminated, reason="timeout", usage=usage)
-        else:
-            await self._transition(sandbox_id, SandboxState.failed, reason=reason.value, usage=usage)
+            return await self._transition(sandbox_id, SandboxState.terminated, reason="timeout", usage=usage)
+        return await self._transition(sandbox_id, SandboxState.failed, reason=reason.value, usage=usage)
 
     async def reconcile(self) -> None:
         """At start, after the manager adopted what still runs: align the records with it.
@@ -163,7 +184,12 @@ class NodeEvents:
 
     async def _reconcile_adopted(self, sandbox_id: str) -> None:
         record = await self.store.get_sandbox(sandbox_id)
-        if record is None or record.node_id != self.node_id or record.state in TERMINAL_STATES:
+        if record is None:
+            # Redis lost it while this agent was away (the heartbeat before this registers
+            # such sandboxes; this one went missing since): register it, or stop an orphan.
+            await self.registration.restore(sandbox_id)
+            return
+        if record.node_id != self.node_id or record.state in TERMINAL_STATES:
             await self.manager.delete(sandbox_id)
             return
         if record.delete_requested or record.state is SandboxState.stopping:
@@ -184,11 +210,18 @@ class NodeEvents:
             await self.manager.resume(sandbox_id)  # died between pause and recording it
         elif record.state is SandboxState.paused and not self.manager.is_paused(sandbox_id):
             await self.manager.pause(sandbox_id)  # died between resume and recording it
+        owners = self.manager.owners
+        if owners is not None and owners.get(sandbox_id) is None:  # started by an agent that kept none
+            owners.write(OwnerRecord.of(record, self.manager.spec(sandbox_id), time.time()))
         log.info("sandbox.readopted", sandbox_id=sandbox_id, state=record.state.value)
 
     async def heartbeat_once(self) -> None:
+        # What runs here is in Redis before the node shows up live there (after a Redis that
+        # lost its data, the scheduler must not see this node empty), and a node given up by
+        # the reaper stops what it still runs before its heartbeat clears the tombstone.
+        await self.registration.sync()
         s, cap = self.settings, self.capacity
-        await self.store.heartbeat(self.node_id, f"http://{s.host}:{s.port}", cap.cpu, cap.memory_mb, s.max_sandboxes,
+        await self.store.heartbeat(self.node_id, s.url, cap.cpu, cap.memory_mb, s.max_sandboxes,
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=s.disk_capacity_mb)

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from corral_common.internal import INTERNAL_ONLY
 from corral_node_agent.fncall.service import FncallPools, instance_of
 
 
@@ -29,7 +30,7 @@ async def lifespan(app: FastAPI):
 router = APIRouter(lifespan=lifespan)
 
 
-@router.get("/v1/fncall/pools", tags=["fncall"])
+@router.get("/v1/fncall/pools", tags=["fncall"], dependencies=INTERNAL_ONLY)
 async def pools_status(request: Request) -> dict:
     pools: FncallPools | None = getattr(request.app.state, "fncall", None)
     return pools.status() if pools else {"status": "not started", "pools": []}

@@ -10,6 +10,7 @@ from corral_common.contracts.images import (
     ImageServiceError,
     UnexpectedStatus,
 )
+from corral_common.inputs import split_disk_image_ref
 from corral_node_agent.errors import DiskImageNotFound, EnvironmentNotFound, ImageUnavailable
 
 ENVIRONMENT_TTL_S = 60.0
@@ -39,7 +40,7 @@ class ImageCatalog:
 
     async def disk_image(self, name: str) -> DiskImage:
         """image-service's record of ``name`` (its latest version) or ``name:version``."""
-        base, _, version = name.partition(":")
+        base, version = split_disk_image_ref(name)
         if not base or (":" in name and not version):
             raise DiskImageNotFound(f"disk image {name!r} not found", loc=["body", "disk_image"])
         try:

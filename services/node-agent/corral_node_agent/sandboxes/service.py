@@ -13,6 +13,8 @@ whose layers (top first) are in the backend's ``layer_format``:
 - with ``spec.disk_image``, its ``boot_disk`` too (``LayerCache.acquire_disk_image``).
 
 Everything acquired for a sandbox is released once, when it is deleted or ends on its own.
+So is its owner record (owners.py: who it belongs to, kept on the node's disk from before it
+starts until it is gone).
 
 Optional operations (pause, screen, snapshots, adoption) are asked of a backend only when it
 lists the capability; otherwise the answer is ``Unsupported``, whichever backend it is.
@@ -38,6 +40,7 @@ from corral_node_agent.backends.base import Capability, ExitReason, FileData, Sa
 from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs
 from corral_node_agent.errors import ImageUnavailable, NodeAgentError, NotFound, StartFailed, Unavailable
 from corral_node_agent.layers.cache import LayerCache
+from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
@@ -60,11 +63,13 @@ class _Entry:
 
 class SandboxManager:
     def __init__(self, backends: SandboxBackend | dict[str, SandboxBackend], layers: LayerCache, *,
-                 max_sandboxes: int = 1000, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB):
+                 max_sandboxes: int = 1000, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB,
+                 owners: OwnerRecords | None = None):
         self.backends = backends if isinstance(backends, dict) else {"container": backends}
         self.layers = layers
         self.max_sandboxes = max_sandboxes
         self.vm_memory_overhead_mb = vm_memory_overhead_mb
+        self.owners = owners
         self._entries: dict[str, _Entry] = {}
         self._listeners: list[ExitListener] = []
         for backend in self.backends.values():
@@ -94,7 +99,8 @@ class SandboxManager:
 
     def on_exit(self, listener: ExitListener) -> None:
         """Register listener(sandbox_id, reason, usage) for sandboxes that ended on their own
-        (init exited / OOM / timeout_s). Resources are already released when it runs."""
+        (init exited / OOM / timeout_s). Resources are already released when it runs (its
+        owner record is not: it goes once every listener returned)."""
         self._listeners.append(listener)
 
     async def start(self, adopt: bool = False) -> list[str]:
@@ -114,6 +120,8 @@ class SandboxManager:
                 entry.ready.set()
                 self._entries[sid] = entry
             adopted_all += adopted
+        if self.owners is not None:
+            self.owners.prune(set(adopted_all))
         return adopted_all
 
     def is_paused(self, sandbox_id: str) -> bool:
@@ -129,7 +137,8 @@ class SandboxManager:
 
     # ---- lifecycle ----------------------------------------------------------------------
 
-    async def create(self, sandbox_id: str, spec: SandboxSpec) -> None:
+    async def create(self, sandbox_id: str, spec: SandboxSpec, owner: OwnerRecord | None = None) -> None:
+        """Start a sandbox; ``owner`` is recorded on the node's disk before it runs."""
         existing = self._entries.get(sandbox_id)
         if existing is not None:
             # Redelivered create (at-least-once events): wait for the first one's outcome.
@@ -146,6 +155,8 @@ class SandboxManager:
         entry = _Entry(spec=spec, kind=spec.backend, layer_format=backend.layer_format)
         self._entries[sandbox_id] = entry
         try:
+            if owner is not None and self.owners is not None:
+                self.owners.write(owner)
             rootfs = await self._acquire(entry)
             try:
                 # A from_snapshot spec starts like any other: the backend restores the saved
@@ -162,6 +173,7 @@ class SandboxManager:
         except BaseException as exc:
             entry.error = exc
             self._entries.pop(sandbox_id, None)
+            self._forget_owner(sandbox_id)
             raise
         finally:
             entry.ready.set()
@@ -214,7 +226,12 @@ class SandboxManager:
         entry = self._entries.pop(sandbox_id, None)
         if entry is not None:
             await self._release(entry)
+        self._forget_owner(sandbox_id)
         return usage
+
+    def _forget_owner(self, sandbox_id: str) -> None:
+        if self.owners is not None:
+            self.owners.remove(sandbox_id)
 
     def _layer_fault(self, digest: str, error: str) -> None:
         """A layer's chunks cannot be fetched any more: a sandbox on it would see EIO on its
@@ -241,6 +258,7 @@ class SandboxManager:
                     await res
             except Exception:
                 log.exception("sandbox.exit_listener_failed", sandbox_id=sandbox_id)
+        self._forget_owner(sandbox_id)  # after the listeners: reporting the end may need it
 
     # ---- inventory ----------------------------------------------------------------------
 
@@ -249,6 +267,14 @@ class SandboxManager:
 
     def ids(self) -> list[str]:
         return list(self._entries)
+
+    def live_ids(self) -> list[str]:
+        """The sandboxes that run (started, not ended)."""
+        return [sid for sid in self._entries if self.is_live(sid)]
+
+    def is_live(self, sandbox_id: str) -> bool:
+        entry = self._entries.get(sandbox_id)
+        return entry is not None and entry.ready.is_set() and entry.error is None
 
     def spec(self, sandbox_id: str) -> SandboxSpec:
         return self._require(sandbox_id).spec
@@ -362,10 +388,11 @@ def build_backends(settings: NodeAgentSettings) -> dict[str, SandboxBackend]:
     return backends
 
 
-def build_manager(settings: NodeAgentSettings) -> SandboxManager:
-    """The production wiring: every backend this host supports + layers from image-service.
-    Call inside the event loop, after host.enter_private_mount_namespace(), then
-    `await manager.start()`."""
+def build_manager(settings: NodeAgentSettings, backends: SandboxBackend | None = None) -> SandboxManager:
+    """The production wiring: every backend this host supports (or ``backends``: tests give a
+    FakeBackend) + layers from image-service. Call inside the event loop, after
+    host.enter_private_mount_namespace(), then `await manager.start()`."""
     layers = LayerCache(settings.layers())
-    return SandboxManager(build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
-                          vm_memory_overhead_mb=settings.vm_memory_overhead_mb)
+    return SandboxManager(backends or build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
+                          vm_memory_overhead_mb=settings.vm_memory_overhead_mb,
+                          owners=OwnerRecords(f"{settings.state_dir}/owners"))

@@ -35,7 +35,9 @@ class JobAdmitter:
         job_id, sandbox_id = head
         record = await self.placer.store.get_sandbox(sandbox_id)
         if record is None or record.state in TERMINAL_STATES:
-            await self.jobs.done(job_id, sandbox_id, placed=False)  # deleted while queued
+            # Deleted while queued; or it ran and ended meanwhile (a job queued again after
+            # Redis lost it, whose node registered it again): that one was placed.
+            await self.jobs.done(job_id, sandbox_id, placed=record is not None and record.node_id is not None)
             return True
         if record.state is not SandboxState.pending:
             # Placed by a scheduler that died before dequeuing it: re-send and dequeue.

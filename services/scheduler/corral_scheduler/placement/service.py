@@ -24,10 +24,18 @@ class Placer:
         self.store = store
         self.bus = bus
         self.settings = settings
+        # Requests held (their messages unacked) until a node has room for them.
+        self.waiting = 0
 
     async def handle(self, event: SandboxRequested) -> None:
-        while not await self.try_place(event):  # noqa: ASYNC110 - room frees in Redis; nothing here to wait on
-            await asyncio.sleep(self.settings.placement_retry_s)
+        if await self.try_place(event):
+            return
+        self.waiting += 1
+        try:
+            while not await self.try_place(event):  # noqa: ASYNC110 - room frees in Redis; nothing here to wait on
+                await asyncio.sleep(self.settings.placement_retry_s)
+        finally:
+            self.waiting -= 1
 
     async def try_place(self, event: SandboxRequested) -> bool:
         """One placement attempt; True when the request needs no more work."""
@@ -62,8 +70,7 @@ class Placer:
             if got is None:
                 continue
             if not await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.scheduled, node_id=got):
-                # Deleted while we were placing it: give the room back.
-                await self.store.release(event.sandbox_id)
+                await self._refused(event.sandbox_id)
                 return True
             await self._publish_place(event, got)
             return True
@@ -72,6 +79,16 @@ class Placer:
                                        reason=FailureReason.unschedulable.value)
             return True
         return False
+
+    async def _refused(self, sandbox_id: str) -> None:
+        """The sandbox left pending while we held its reservation. Deleted meanwhile: give the
+        room back (its terminal transition may have run before we reserved). Placed by another
+        scheduler (two admitters on one job head, a redelivery racing the first delivery):
+        reserve() is idempotent per sandbox, so that scheduler placed it with this very
+        reservation, which must stay."""
+        record = await self.store.get_sandbox(sandbox_id)
+        if record is None or record.state in TERMINAL_STATES:
+            await self.store.release(sandbox_id)
 
     async def _publish_place(self, event: SandboxRequested, node_id: str) -> None:
         await self.bus.publish(node_routing_key(node_id, "place"), SandboxPlace(

@@ -329,7 +329,8 @@ async def test_bad_requests_are_refused_before_reaching_the_guest(tmp_path):
         with pytest.raises(BadInput):
             await client.exec(ExecRequest(cmd=[]))
         with pytest.raises(BadInput):
-            await client.exec(ExecRequest(cmd="x", env={"A=B": "1"}))
+            # The model refuses such an env itself; the client still checks what it is handed.
+            await client.exec(ExecRequest.model_construct(**{**ExecRequest(cmd="x").model_dump(), "env": {"A=B": "1"}}))
         with pytest.raises(BadInput, match=r"\.\."):
             await client.read_file("/etc/../x")
         with pytest.raises(TooLarge):

@@ -87,6 +87,11 @@ def _parse_response(
 
         return response_422
 
+    if response.status_code == 429:
+        response_429 = ErrorResponse.from_dict(response.json())
+
+        return response_429
+
     if response.status_code == 503:
         response_503 = ErrorResponse.from_dict(response.json())
 
@@ -124,7 +129,13 @@ def sync_detailed(
         wait_for (CreateSandboxWaitForType0 | None | Unset): Block until the sandbox reaches this
             state (or fails)
         timeout (float | Unset): Longest wait in seconds Default: 60.0.
-        body (SandboxCreate): Request body of ``POST /v1/sandboxes``.
+        body (SandboxCreate): Request body of ``POST /v1/sandboxes`` (and the spec of a job or a
+            rollout).
+
+            ``environment`` and ``disk_image`` are names as image-service registers them (lowercase
+            letters, digits, '.', '_' and '-'; a disk image may add ``:version``), else 422
+            ``invalid_name``; one it does not know is 422 ``unknown_environment`` /
+            ``unknown_disk_image``. ``env`` values must not contain NUL (422 ``invalid_text``).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -162,7 +173,13 @@ def sync(
         wait_for (CreateSandboxWaitForType0 | None | Unset): Block until the sandbox reaches this
             state (or fails)
         timeout (float | Unset): Longest wait in seconds Default: 60.0.
-        body (SandboxCreate): Request body of ``POST /v1/sandboxes``.
+        body (SandboxCreate): Request body of ``POST /v1/sandboxes`` (and the spec of a job or a
+            rollout).
+
+            ``environment`` and ``disk_image`` are names as image-service registers them (lowercase
+            letters, digits, '.', '_' and '-'; a disk image may add ``:version``), else 422
+            ``invalid_name``; one it does not know is 422 ``unknown_environment`` /
+            ``unknown_disk_image``. ``env`` values must not contain NUL (422 ``invalid_text``).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -195,7 +212,13 @@ async def asyncio_detailed(
         wait_for (CreateSandboxWaitForType0 | None | Unset): Block until the sandbox reaches this
             state (or fails)
         timeout (float | Unset): Longest wait in seconds Default: 60.0.
-        body (SandboxCreate): Request body of ``POST /v1/sandboxes``.
+        body (SandboxCreate): Request body of ``POST /v1/sandboxes`` (and the spec of a job or a
+            rollout).
+
+            ``environment`` and ``disk_image`` are names as image-service registers them (lowercase
+            letters, digits, '.', '_' and '-'; a disk image may add ``:version``), else 422
+            ``invalid_name``; one it does not know is 422 ``unknown_environment`` /
+            ``unknown_disk_image``. ``env`` values must not contain NUL (422 ``invalid_text``).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -231,7 +254,13 @@ async def asyncio(
         wait_for (CreateSandboxWaitForType0 | None | Unset): Block until the sandbox reaches this
             state (or fails)
         timeout (float | Unset): Longest wait in seconds Default: 60.0.
-        body (SandboxCreate): Request body of ``POST /v1/sandboxes``.
+        body (SandboxCreate): Request body of ``POST /v1/sandboxes`` (and the spec of a job or a
+            rollout).
+
+            ``environment`` and ``disk_image`` are names as image-service registers them (lowercase
+            letters, digits, '.', '_' and '-'; a disk image may add ``:version``), else 422
+            ``invalid_name``; one it does not know is 422 ``unknown_environment`` /
+            ``unknown_disk_image``. ``env`` values must not contain NUL (422 ``invalid_text``).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -3,9 +3,11 @@ from sqlalchemy import engine_from_config, pool
 from sqlmodel import SQLModel
 
 import corral_api.auth.models  # noqa: F401  (registers tables)
+import corral_api.jobs.models  # noqa: F401
 import corral_api.rollouts.models  # noqa: F401
 import corral_api.sandboxes.models  # noqa: F401
 import corral_api.snapshots.models  # noqa: F401
+from corral_common.migrations import serialize_migrations
 
 config = context.config
 target_metadata = SQLModel.metadata
@@ -18,6 +20,7 @@ def run_migrations_online() -> None:
         context.configure(connection=connection, target_metadata=target_metadata,
                           render_as_batch=connection.dialect.name == "sqlite")
         with context.begin_transaction():
+            serialize_migrations(connection)  # replicas starting together take turns
             context.run_migrations()
 
 

@@ -12,6 +12,7 @@ from alembic import context
 import corral_image_service.disk_images.models
 import corral_image_service.environments.models
 import corral_image_service.layers.models  # noqa: F401
+from corral_common.migrations import serialize_migrations
 from corral_image_service.db.engine import ImageModel, make_engine
 from corral_image_service.db.migrate import VERSION_TABLE
 
@@ -26,6 +27,7 @@ def _run(connection) -> None:
         render_as_batch=connection.dialect.name == "sqlite",
     )
     with context.begin_transaction():
+        serialize_migrations(connection)  # replicas starting together take turns
         context.run_migrations()
 
 
