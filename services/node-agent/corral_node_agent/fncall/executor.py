@@ -413,7 +413,7 @@ def check_host(config: ExecutorConfig) -> str:
     if shutil.which("bwrap") is None:
         return "bwrap is not installed"
     if not cgroup_driver().available():
-        return "needs root and cgroup v1 memory, pids and cpuacct controllers"
+        return "needs root and the memory, pids and cpu accounting cgroup controllers (v1 or v2)"
     if not (config.rootfs / "usr").is_dir():
         return f"no runtime root filesystem at {config.rootfs}"
     return ""
