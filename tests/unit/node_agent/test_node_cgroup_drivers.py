@@ -48,6 +48,8 @@ class FakeKernel:
     """cgroup.subtree_control and cgroup.procs as the kernel treats writes to them (directories
     the driver makes get the control files of a cgroup); every write is recorded."""
 
+    THREADED = ("cpu", "pids")
+
     def __init__(self, root: Path, monkeypatch):
         self.root = root
         self.writes: list[tuple[str, str]] = []
@@ -70,8 +72,13 @@ class FakeKernel:
             if controller not in (path.parent / "cgroup.controllers").read_text().split():
                 raise OSError(errno.EINVAL, "not offered", str(path))
             is_root = not (path.parent / "cgroup.events").exists()
+            thread_root = path.parent / "thread-root"  # (a marker of the fake's own)
             if not is_root and (path.parent / "cgroup.procs").read_text().split():
-                raise OSError(errno.EBUSY, "no internal processes", str(path))
+                if controller not in self.THREADED:
+                    raise OSError(errno.EBUSY, "no internal processes", str(path))
+                thread_root.touch()  # the kernel lets threaded controllers through, and then...
+            if thread_root.exists() and controller not in self.THREADED:
+                raise OSError(errno.EOPNOTSUPP, "domain controllers in a thread root", str(path))
             enabled = path.read_text().split()
             path.write_text(" ".join([*enabled, controller]))
         elif path.name == "cgroup.procs":
@@ -165,7 +172,7 @@ def test_a_delegated_base_holding_the_agent_moves_it_to_a_leaf_first(tmp_path, m
     service = "system.slice/corral-node-agent.service"
     root, _ = unified(tmp_path)
     make_cgroup(root / "system.slice", "memory pids")
-    make_cgroup(root / service, "memory pids", procs="4242 4243")  # systemd gave it memory and pids
+    make_cgroup(root / service, "cpu memory pids", procs="4242 4243")  # what systemd delegated
     os.setxattr(root / service, "trusted.delegate", b"1")
     (tmp_path / "self-cgroup").write_text(f"0::/{service}\n")
     driver = V2Driver(str(tmp_path / "mountinfo"), str(tmp_path / "self-cgroup"))
@@ -175,7 +182,8 @@ def test_a_delegated_base_holding_the_agent_moves_it_to_a_leaf_first(tmp_path, m
     driver.cgroup("/corral/n1").create()
     assert (root / service / "cgroup.procs").read_text().split() == []
     assert (root / service / AGENT_LEAF / "cgroup.procs").read_text().split() == ["4242", "4243"]
-    assert (root / service / "cgroup.subtree_control").read_text().split() == ["memory", "pids"]
+    assert (root / service / "cgroup.subtree_control").read_text().split() == ["cpu", "memory", "pids"]
+    assert not (root / service / "thread-root").exists()  # moved before cpu was enabled
     assert (root / service / "corral/n1").is_dir()
 
 

@@ -12,8 +12,10 @@ offered) on the base and every cgroup below it down to the new cgroup's parent, 
 "No internal processes": a non-root cgroup that holds processes cannot enable domain controllers
 for its children (EBUSY). The node's own cgroups never hold processes (only leaves do), so the
 one place this bites is the base when the agent itself sits there (a delegated service cgroup,
-a cgroup-namespace root): its processes move to ``<base>/corral-agent`` first, as systemd asks
-of a service that manages its own subtree. The true root is exempt, so on a host that delegates
+a cgroup-namespace root): its processes move to ``<base>/corral-agent`` before anything is
+enabled there, as systemd asks of a service that manages its own subtree. (Not after an EBUSY:
+cpu and pids are threaded controllers, which a cgroup with processes may enable, turning it into
+a thread root that refuses memory for good.) The true root is exempt, so on a host that delegates
 nothing the agent stays where it is (its service's cgroup) and the node's tree starts at the root.
 
 Limits: ``memory.max``; ``memory.swap.max`` 0 (v1 caps memory+swap at the memory cap, which
@@ -183,13 +185,17 @@ class V2Driver(CgroupDriver):
         control = directory / "cgroup.subtree_control"
         for controller in (c for c in REQUIRED if c not in offered):
             raise OSError(errno.EOPNOTSUPP, f"the {controller} controller is not available here", str(directory))
-        for controller in (c for c in ENABLED if c in offered and c not in enabled):
+        missing = [c for c in ENABLED if c in offered and c not in enabled]
+        if missing and is_base and (directory / "cgroup.events").exists():  # not the true root
+            # Before any write: cpu and pids are threaded controllers, which a cgroup holding
+            # processes may enable, and it then becomes a thread root that refuses memory and io
+            # (EOPNOTSUPP) for good.
+            self.evacuate(directory)
+        for controller in missing:
             try:
                 _write(control, f"+{controller}")
-            except OSError as exc:
-                if exc.errno == errno.EBUSY and is_base and self.evacuate(directory):
-                    _write(control, f"+{controller}")
-                elif controller in REQUIRED:
+            except OSError:
+                if controller in REQUIRED:
                     raise
                 # cpu or io refused (e.g. cpu with realtime tasks in the way): no such limit
 
