@@ -47,6 +47,21 @@ def test_limits_are_written_once_and_counters_reset_every_run(cgroup):
     assert cgroup.stats().cpu_ms == 0.0
 
 
+def test_a_cpu_limit_lands_where_cpu_shares_cpuacct_s_hierarchy(cgroup):
+    """(This host mounts cpu apart from cpuacct: there a cpu cap is refused, not half applied.)"""
+    if "cpu" not in cgroup.driver.joined:
+        with pytest.raises(OSError, match="cpu controller"):
+            cgroup.set_limits(64 * 1024 * 1024, 16, cpu=0.5)
+        assert len(cgroup.procs_files()) == 3  # memory, pids, cpuacct: no extra attach per run
+        return
+    cgroup.set_limits(64 * 1024 * 1024, 16, cpu=0.5)
+    quota = cgroup.dirs["cpu"] / "cpu.cfs_quota_us"
+    assert quota.read_text().strip() == "50000"
+    assert (cgroup.dirs["cpu"] / "cpu.cfs_period_us").read_text().strip() == "100000"
+    cgroup.set_limits(64 * 1024 * 1024, 16)
+    assert quota.read_text().strip() == "-1"  # lifted again
+
+
 def _run_in(cgroup, script: str) -> subprocess.CompletedProcess:
     """Run ``script`` with sh in ``cgroup`` (it joins before anything else runs)."""
     join = " ".join(f'echo $$ > "{f}";' for f in cgroup.procs_files())

@@ -165,7 +165,7 @@ class _Cgroup:
 
 def test_fncall_runs_as_nobody_on_the_host():
     argv = _worker()._launch_argv(["bwrap"], fncall_run_policy(256, 64), cpu_s=3, cgroup=_Cgroup())
-    assert argv[4:] == ["m/cgroup.procs", "p/cgroup.procs", "c/cgroup.procs", "3", str(64 * 1024 * 1024 // 512),
+    assert argv[4:] == ["3", "m/cgroup.procs", "p/cgroup.procs", "c/cgroup.procs", "3", str(64 * 1024 * 1024 // 512),
                         "256", str(256 * 1024), "65534", "bwrap"]
 
 

@@ -1,2 +1,3 @@
 """Cgroups the node-agent creates, caps, reads and removes: `base` (the interface), one module
-per cgroup version (`v1`), `detect` (which one this host gets)."""
+per cgroup version (`v1`, `v2`), `detect` (which one this host gets), `node` (the node's tree),
+`files` and `mounts` (what both drivers read)."""

@@ -3,7 +3,10 @@
 Three runtimes use it: crun containers (crun creates their cgroup; the agent reads usage,
 settles the freezer and removes it), each VM's QEMU and each fncall worker (the agent creates
 those itself, sets the limits before every run and kills what is left after it). A driver per
-cgroup version implements `CgroupDriver` and `Cgroup`; `detect.cgroup_driver()` picks one.
+cgroup version implements `CgroupDriver` and `Cgroup` (v1.py, v2.py); `detect.cgroup_driver()`
+picks one. Nothing above the drivers knows which version runs: a runtime that reads the
+hierarchy itself (crun) is handed `Cgroup.runtime_path`, and what a limit means is the same on
+both (memory without swap, tasks, cpu time).
 
 Counters are "since the last `reset_counters()`" (or since the cgroup was created, for a
 container's, which is never reset): a fncall worker runs many process trees in one cgroup.
@@ -15,6 +18,13 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Self
+
+CPU_PERIOD_US = 100_000  # the cfs period cpu limits are set with (crun's default too)
+
+
+def cpu_quota_us(cpu: float) -> int:
+    """``cpu`` cores as cpu time per period (the kernel takes no quota below 1 ms)."""
+    return max(1000, round(cpu * CPU_PERIOD_US))
 
 
 @dataclass(frozen=True)
@@ -38,18 +48,26 @@ class RunStats:
 
 
 class Cgroup(ABC):
-    """One cgroup, named by its path below the root of every controller (``/corral/n1/sb-1``)."""
+    """One cgroup, named by its path below the node's cgroup root (``/corral/n1/sb-1``): the
+    root of every v1 controller, or on v2 the cgroup the node was delegated (often the root)."""
 
     path: str
+
+    @property
+    def runtime_path(self) -> str:
+        """The path for a runtime that finds the cgroup itself below /sys/fs/cgroup (crun's
+        ``linux.cgroupsPath``)."""
+        return self.path
 
     @abstractmethod
     def create(self) -> Self:
         """Create it (and its parents) in the controllers the node caps and accounts with."""
 
     @abstractmethod
-    def set_limits(self, memory_bytes: int, pids: int) -> None:
-        """Cap memory (swap included where the host can) and the number of tasks. Raises
-        OSError when it already uses more memory than the new cap."""
+    def set_limits(self, memory_bytes: int, pids: int, cpu: float | None = None) -> None:
+        """Cap memory (and no swap on top, where the host accounts swap), the number of tasks
+        and (``cpu``, in cores; None: unlimited) cpu time. Raises OSError, and leaves the memory
+        cap as it was, when the cgroup uses more memory than the new cap and cannot give it back."""
 
     @abstractmethod
     def reset_counters(self) -> None:
@@ -117,12 +135,12 @@ class Cgroup(ABC):
                 return False
             time.sleep(0.001)
 
-    def prepare(self, memory_bytes: int, pids: int, *, known_empty: bool = False) -> None:
+    def prepare(self, memory_bytes: int, pids: int, cpu: float | None = None, *, known_empty: bool = False) -> None:
         """Before starting a process tree in a reused cgroup: empty it (unless the caller
         emptied it after its last run), set the limits, reset the counters."""
         if not known_empty:
             self.kill_all()
-        self.set_limits(memory_bytes, pids)
+        self.set_limits(memory_bytes, pids, cpu)
         self.reset_counters()
 
 
@@ -130,7 +148,7 @@ class CgroupDriver(ABC):
     """One cgroup version's view of this host (as seen from the agent's mount namespace)."""
 
     name: str
-    swap_limit: bool  # set_limits can cap memory+swap, not only memory
+    swap_limit: bool  # set_limits keeps tasks out of swap (and crun can be told to)
 
     @abstractmethod
     def available(self) -> bool:

@@ -1,19 +1,26 @@
 """Which cgroup driver this host gets.
 
-Only cgroup v1 is written (crun 1.8 and the agent's private mount namespace run the host as
-v1: see host.enter_private_mount_namespace). A v2 driver is one module, ``v2.py``
-implementing `CgroupDriver` and `Cgroup`, and one branch here: return it when /sys/fs/cgroup
-itself is a cgroup2 mount and no v1 hierarchy is mounted.
+v1 where a v1 hierarchy of a controller the node uses is mounted: a v1 host, or a hybrid one
+(systemd's controllers on v1, an empty cgroup2 at /sys/fs/cgroup/unified, which the agent's
+private mount namespace hides for crun: see host.enter_private_mount_namespace). v2 where the
+unified hierarchy is mounted and no such v1 hierarchy is: current distributions, Kubernetes
+nodes, a guest that mounts cgroup2 at /sys/fs/cgroup.
 
 Not cached: what is mounted depends on the mount namespace, which the agent may enter after
 an import (callers keep the driver they got as long as they need it).
 """
 
 from corral_node_agent.cgroups.base import CgroupDriver
-from corral_node_agent.cgroups.v1 import V1Driver
+from corral_node_agent.cgroups.mounts import MOUNTINFO, cgroup_mounts
+from corral_node_agent.cgroups.v1 import CONTROLLERS, V1Driver
+from corral_node_agent.cgroups.v2 import V2Driver
 
 
-def cgroup_driver() -> CgroupDriver:
-    """A v1 driver (``available()`` is False on a host without the v1 controllers, where
-    the node runs without cgroups of its own, as before)."""
-    return V1Driver()
+def cgroup_driver(mountinfo: str = MOUNTINFO) -> CgroupDriver:
+    """The driver for what is mounted (``available()`` is False on a host without the
+    controllers, where the node runs without cgroups of its own)."""
+    mounts = cgroup_mounts(mountinfo)
+    v1 = any(m.fstype == "cgroup" and set(m.options) & set(CONTROLLERS) for m in mounts)
+    if not v1 and any(m.fstype == "cgroup2" for m in mounts):
+        return V2Driver(mountinfo)
+    return V1Driver(mountinfo)

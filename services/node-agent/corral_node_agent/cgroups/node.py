@@ -7,7 +7,7 @@
 The agent caps it at start (``cap``), so however a sandbox's own limits add up, the node's
 processes and threads stay below its share of the host's pid_max (the system reserve keeps
 Redis, RabbitMQ, QEMU's launcher and the agent itself able to fork) and its memory below its
-share of RAM. cgroup v1 charges a child's tasks and memory to every ancestor, so the cap
+share of RAM. Both cgroup versions charge a child's tasks and memory to every ancestor, so the cap
 costs nothing per sandbox. The cgroup outlives the agent with the sandboxes it leaves to be
 re-adopted (a graceful stop with nothing left running removes it, and so does
 ``python -m corral_node_agent cleanup``).

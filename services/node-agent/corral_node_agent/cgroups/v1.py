@@ -1,17 +1,13 @@
 """Cgroup v1: every controller is its own hierarchy, found through /proc/self/mountinfo.
 
-The node creates memory, pids and cpuacct cgroups for itself (``/corral/<node>``, capped:
-node.py), each fncall worker (``/corral/<node>/_fncall-<instance>/<worker>``) and each VM's
-QEMU (``/corral/<node>/<sandbox>``); crun creates a container's (``/corral/<node>/<sandbox>``)
-in every hierarchy. The sandboxed
-processes never see these files (bwrap mounts no /sys; a container's /sys/fs/cgroup is
-read-only).
+The node creates memory, pids and cpuacct (and cpu, where mounted with cpuacct) cgroups for itself
+(``/corral/<node>``, capped: node.py), each fncall worker (``/corral/<node>/_fncall-<instance>/<worker>``)
+and each VM's QEMU (``/corral/<node>/<sandbox>``); crun creates a container's
+(``/corral/<node>/<sandbox>``) in every hierarchy. The sandboxed processes never see these
+files (bwrap mounts no /sys; a container's /sys/fs/cgroup is read-only).
 
-The control files (not ``cgroup.procs``) are opened once and then read/written at offset 0
-(``pread``/``pwrite``): a fncall run touches ~15 of them, and opening a kernfs file costs more
-than the read or write. A limit is only written when it differs from the one already set.
-``cgroup.procs`` is opened afresh every time: v1 keeps a pid list per open file for a second,
-so a re-read of the same fd may miss a process that just joined.
+Control files are kept open (files.py); ``cgroup.procs`` is opened afresh every time: v1 keeps a
+pid list per open file for a second, so a re-read of the same fd may miss a process that just joined.
 
 "Was it OOM-killed?" has one answer: ``memory.oom_control``'s ``oom_kill`` counter (Linux
 4.13+). ``memory.failcnt`` is not a fallback: it counts every time usage hit the limit and the
@@ -25,11 +21,12 @@ from pathlib import Path
 from typing import Self
 
 from corral_node_agent import host
-from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
+from corral_node_agent.cgroups.base import CPU_PERIOD_US, Cgroup, CgroupDriver, RunStats, cpu_quota_us
+from corral_node_agent.cgroups.files import ControlFiles
+from corral_node_agent.cgroups.mounts import MOUNTINFO, cgroup_mounts
 
-MOUNTINFO = "/proc/self/mountinfo"
-CONTROLLERS = ("memory", "pids", "cpuacct")  # what the node creates, caps and joins
-_READ = ("memory", "pids", "cpuacct", "freezer")  # what it reads or writes
+CONTROLLERS = ("memory", "pids", "cpuacct")  # what the node needs to create, cap and join
+_READ = ("memory", "pids", "cpuacct", "cpu", "freezer")  # what it reads or writes
 
 
 class V1Driver(CgroupDriver):
@@ -37,17 +34,19 @@ class V1Driver(CgroupDriver):
 
     def __init__(self, mountinfo: str = MOUNTINFO) -> None:
         self.mounts: dict[str, str] = {}  # controller (or name=) -> mount point
-        with open(mountinfo) as fh:
-            for line in fh:
-                pre, _, post = line.partition(" - ")
-                fstype, _src, opts = post.split()[:3]
-                if fstype != "cgroup":
+        for mount in cgroup_mounts(mountinfo):
+            if mount.fstype != "cgroup":
+                continue
+            for opt in mount.options:
+                if opt in ("rw", "ro") or "=" in opt and not opt.startswith("name="):
                     continue
-                mnt = pre.split()[4]
-                for opt in opts.split(","):
-                    if opt in ("rw", "ro") or "=" in opt and not opt.startswith("name="):
-                        continue
-                    self.mounts.setdefault(opt, mnt)
+                self.mounts.setdefault(opt, mount.point)
+        # The hierarchies a cgroup is made in and a process joins. cpu (for cpu limits) only
+        # where it shares cpuacct's hierarchy ("cpu,cpuacct", systemd's layout): a hierarchy of
+        # its own would cost every fncall run one more attach (~0.1 ms here) for a limit no
+        # caller sets on v1 (containers get theirs from crun).
+        cpu_too = "cpu" in self.mounts and self.mounts.get("cpu") == self.mounts.get("cpuacct")
+        self.joined = (*CONTROLLERS, "cpu") if cpu_too else CONTROLLERS
         # With the cgroup2 mount hidden, crun still writes a `cgroup.procs` *regular file*
         # into the now-plain tmpfs directory /sys/fs/cgroup/unified<path>. That tmpfs is the
         # host's, so the litter would outlive us: it is removed like a cgroup.
@@ -69,52 +68,34 @@ class V1Cgroup(Cgroup):
         self.driver = driver
         self.path = "/" + path.strip("/")
         self.dirs = {c: Path(f"{driver.mounts[c]}{self.path}") for c in _READ if c in driver.mounts}
-        self._fds: dict[tuple[str, str, int], int] = {}
-        self._limits: dict[str, int] = {}  # file -> value last written
+        self.files = ControlFiles()
         self._baseline = 0  # memory in use when the counters were reset (page cache of earlier runs)
         self._oom_before = 0
         self._pids_before = 0
 
     # ---- control files ------------------------------------------------------------------
 
-    def _fd(self, controller: str, name: str, mode: int) -> int:
-        key = (controller, name, mode)
-        fd = self._fds.get(key)
-        if fd is None:
-            if controller not in self.dirs:
-                raise FileNotFoundError(errno.ENOENT, "no cgroup v1 hierarchy", controller)
-            fd = self._fds[key] = os.open(self.dirs[controller] / name, mode | os.O_CLOEXEC)
-        return fd
+    def _file(self, controller: str, name: str) -> str:
+        if controller not in self.dirs:
+            raise FileNotFoundError(errno.ENOENT, "no cgroup v1 hierarchy", controller)
+        return str(self.dirs[controller] / name)
 
     def _read(self, controller: str, name: str) -> str:
-        return os.pread(self._fd(controller, name, os.O_RDONLY), 65536, 0).decode()
+        return self.files.read(self._file(controller, name))
 
     def _write(self, controller: str, name: str, value: int | str) -> None:
-        os.pwrite(self._fd(controller, name, os.O_WRONLY), str(value).encode(), 0)
+        self.files.write(self._file(controller, name), value)
 
     def _set_limit(self, controller: str, name: str, value: int) -> None:
-        if self._limits.get(name) != value:
-            self._limits.pop(name, None)  # unknown if the write fails
-            self._write(controller, name, value)
-            self._limits[name] = value
-
-    def _counter(self, controller: str, name: str, key: str) -> int:
-        for line in self._read(controller, name).splitlines():
-            k, _, value = line.partition(" ")
-            if k == key:
-                return int(value)
-        return 0
+        self.files.set_limit(self._file(controller, name), value)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-        self._limits.clear()
+        self.files.close()
 
     # ---- limits and counters ------------------------------------------------------------
 
     def create(self) -> Self:
-        for c in CONTROLLERS:
+        for c in self.driver.joined:
             self.dirs[c].mkdir(parents=True, exist_ok=True)
         if (self.dirs["memory"] / "memory.swappiness").exists():
             (self.dirs["memory"] / "memory.swappiness").write_text("0")
@@ -131,9 +112,20 @@ class V1Cgroup(Cgroup):
             for f in reversed(files):
                 self._set_limit("memory", f, limit)
 
-    def set_limits(self, memory_bytes: int, pids: int) -> None:
+    def _set_cpu(self, cpu: float | None) -> None:
+        if "cpu" not in self.driver.joined:
+            if cpu is None:
+                return
+            raise OSError(errno.EOPNOTSUPP, "cpu limits need the cpu controller mounted with cpuacct", "cpu")
+        if cpu is None and self.files.last_written(self._file("cpu", "cpu.cfs_quota_us")) is None:
+            return  # never limited by us: nothing to lift
+        self._set_limit("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
+        self._set_limit("cpu", "cpu.cfs_quota_us", -1 if cpu is None else cpu_quota_us(cpu))
+
+    def set_limits(self, memory_bytes: int, pids: int, cpu: float | None = None) -> None:
         self._set_limit("pids", "pids.max", pids)  # first: a memory cap below usage raises
         self._set_memory(memory_bytes)
+        self._set_cpu(cpu)
 
     def _memory_file(self, name: str) -> str:
         # memory+swap where the host accounts swap: that is what the limit caps.
@@ -149,11 +141,11 @@ class V1Cgroup(Cgroup):
         self._pids_before = self._pids_max_events()
 
     def _oom_kills(self) -> int:
-        return self._counter("memory", "memory.oom_control", "oom_kill")
+        return self.files.counter(self._file("memory", "memory.oom_control"), "oom_kill")
 
     def _pids_max_events(self) -> int:
         try:
-            return self._counter("pids", "pids.events", "max")
+            return self.files.counter(self._file("pids", "pids.events"), "max")
         except OSError:
             return 0
 
@@ -173,7 +165,8 @@ class V1Cgroup(Cgroup):
     # ---- processes ----------------------------------------------------------------------
 
     def procs_files(self) -> list[str]:
-        return [str(self.dirs[c] / "cgroup.procs") for c in CONTROLLERS]
+        # One per hierarchy (co-mounted controllers, e.g. cpu,cpuacct, share one).
+        return list(dict.fromkeys(str(self.dirs[c] / "cgroup.procs") for c in self.driver.joined))
 
     def pids(self) -> list[int]:
         try:

@@ -46,13 +46,15 @@ KEEP_STDERR = 64 * 1024  # bytes of stderr returned per run (more is drained, up
 FILE_SIZE_LIMIT = 64 * 1024 * 1024
 CPU_POLL_S = 0.02
 
-# Joins the worker's cgroups, sets the rlimits and drops root, then execs bwrap. A shell
-# instead of a preexec_fn: a preexec_fn forces fork() of the whole agent and blocks its
-# event loop until the child has exec'd (~15 ms); this way the spawn is a vfork.
+# Joins the worker's cgroups (as many cgroup.procs files as the first argument says: one per
+# v1 hierarchy, one on v2), sets the rlimits and drops root, then execs bwrap. A shell instead
+# of a preexec_fn: a preexec_fn forces fork() of the whole agent and blocks its event loop
+# until the child has exec'd (~15 ms); this way the spawn is a vfork.
 LAUNCH = """
-for f in "$1" "$2" "$3"; do echo $$ > "$f" || exit 125; done
-ulimit -t "$4"; ulimit -f "$5"; ulimit -n "$6"; ulimit -c 0; ulimit -s "$7"
-uid=$8; shift 8
+n=$1; shift
+while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done
+ulimit -t "$1"; ulimit -f "$2"; ulimit -n "$3"; ulimit -c 0; ulimit -s "$4"
+uid=$5; shift 5
 exec /usr/bin/setpriv --reuid="$uid" --regid="$uid" --clear-groups -- "$@"
 """
 
@@ -150,7 +152,8 @@ class Worker:
         policy's host uid."""
         limits = [str(cpu_s), str(FILE_SIZE_LIMIT // 512), str(self.config.open_files),
                   str(policy.limits.memory_bytes // 1024), str(policy.identity.host_uid)]
-        return ["/bin/sh", "-c", LAUNCH, "sh", *cgroup.procs_files(), *limits, *cmd]
+        procs = cgroup.procs_files()
+        return ["/bin/sh", "-c", LAUNCH, "sh", str(len(procs)), *procs, *limits, *cmd]
 
     async def _spawn(self, argv: tuple[str, ...] | list[str], policy: SandboxPolicy, *, stdin: bytes | None,
                      cpu_s: int | str, stdout: int, stderr: int,
@@ -413,7 +416,7 @@ def check_host(config: ExecutorConfig) -> str:
     if shutil.which("bwrap") is None:
         return "bwrap is not installed"
     if not cgroup_driver().available():
-        return "needs root and cgroup v1 memory, pids and cpuacct controllers"
+        return "needs root and the memory, pids and cpu accounting cgroup controllers (v1 or v2)"
     if not (config.rootfs / "usr").is_dir():
         return f"no runtime root filesystem at {config.rootfs}"
     return ""

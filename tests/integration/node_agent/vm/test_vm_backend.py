@@ -17,10 +17,8 @@ import pytest
 from corral_common.display import KeyPress, TypeText
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
-from corral_image_service.builders.busybox import build_busybox
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.types import BootDisk, DiskFormat, RootFs
-from corral_node_agent.backends.vm.qemu import PMEM_ALIGN
 from corral_node_agent.errors import BadInput, Conflict, DiskFull, NotFound, Unsupported
 from corral_node_agent.settings import NodeAgentSettings
 from tests.polling import until
@@ -31,31 +29,6 @@ if shutil.which("qemu-system-x86_64") is None:
     pytest.skip("VM tests need qemu-system-x86_64 (apt install qemu-system-x86)", allow_module_level=True)
 
 
-
-
-@pytest.fixture(scope="module")
-def guestkit_dir():
-    from corral_node_agent.backends.vm import guestkit
-
-    directory = NodeAgentSettings().guestkit_dir
-    guestkit.build(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def layers(work_dir):
-    """A busybox base layer twice: lz4hc-compressed (virtio-blk) and DAX-ready (pmem)."""
-    root = f"{work_dir}/vm-rootfs"
-    build_busybox(root)
-    with open(f"{root}/etc/corral-layer", "w") as fh:
-        fh.write("busybox-base\n")
-    blk = f"{work_dir}/vm-base.erofs"
-    dax = f"{work_dir}/vm-base-dax.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", blk, root], check=True, capture_output=True)
-    subprocess.run(["mkfs.erofs", "-Enoinline_data", dax, root], check=True, capture_output=True)
-    size = os.path.getsize(dax)
-    os.truncate(dax, -(-size // PMEM_ALIGN) * PMEM_ALIGN)
-    return {"blk": blk, "dax": dax}
 
 
 def _settings(work_dir, guestkit_dir, **kw) -> NodeAgentSettings:

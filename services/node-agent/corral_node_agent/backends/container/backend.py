@@ -1,11 +1,11 @@
-"""Sandboxes as crun containers on a cgroup v1 host: lifecycle, exit watching, adoption.
+"""Sandboxes as crun containers: lifecycle, exit watching, adoption.
 
 One container per sandbox, its bundle in {state_dir}/sandboxes/<id>/ (bundle.py has the
 layout), its state in the node's own crun root (crun.py). Commands go through
 ``crun exec`` (exec.py); files are read and written host-side in the merged rootfs (files.py).
 
 The agent must run in its own mount namespace (host.enter_private_mount_namespace): crun
-needs the cgroup2 mount hidden, and these mounts must not leak onto the host.
+needs a hybrid host's cgroup2 mount hidden, and these mounts must not leak onto the host.
 
 Each sandbox has a user namespace of its own (isolation/userns.py): its host id range is
 taken from the node's `UidRanges` before the bundle is built, written into sandbox.json,
@@ -175,7 +175,7 @@ class ContainerBackend(SandboxBackend):
 
     def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str], userns: UserNamespace | None) -> None:
         config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
-                                  with_swap_limit=self.cgroups.swap_limit,
+                                  with_swap_limit=self.cgroups.swap_limit, cgroups_path=sb.cgroup.runtime_path,
                                   seccomp_bpf=self._seccomp_program(sb.policy.syscalls),
                                   userns_path=userns and userns.path)
         bundle.create(sb.dir, sb.spec, lower_dirs, config, disks=self.disks, quota=sb.policy.disk,

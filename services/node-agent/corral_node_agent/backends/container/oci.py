@@ -60,7 +60,7 @@ SECCOMP_PROFILE_ANNOTATION = "org.corral.seccomp.profile"
 
 def build_config(
     sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True,
-    seccomp_bpf: bytes | None = None, userns_path: str | None = None,
+    seccomp_bpf: bytes | None = None, userns_path: str | None = None, cgroups_path: str | None = None,
 ) -> dict[str, Any]:
     """``seccomp_bpf``: the policy's syscall profile already compiled (SyscallFilter.to_bpf),
     given to crun in its place. Without it, ``linux.seccomp``: crun compiles that (the same
@@ -68,18 +68,20 @@ def build_config(
     A runtime that ignored the annotation would run the sandbox unfiltered: the backend checks
     that crun holds the program after the start (Crun.seccomp_program).
     ``userns_path``: the user namespace crun joins when the policy has one (a fresh one per
-    sandbox, isolation/userns.py `UserNamespace`); without it crun would make its own."""
+    sandbox, isolation/userns.py `UserNamespace`); without it crun would make its own. ``cgroups_path``: the cgroup driver's
+    `Cgroup.runtime_path` (default: the node's tree at the hierarchy's root)."""
     limits = policy.limits
     mem_res: dict[str, Any] = {"limit": limits.memory_bytes}
     if with_swap_limit:
-        # On v1 "swap" is memory+swap: equal to the limit means no swap at all.
+        # OCI "swap" is memory+swap (v1's memsw): equal to the limit means no swap at all. On
+        # cgroup v2 crun writes memory.swap.max = swap - limit = 0, the same thing.
         mem_res["swap"] = limits.memory_bytes
     resources: dict[str, Any] = {"devices": [{"allow": False, "access": "rwm"}], "memory": mem_res}
     if limits.cpu is not None:
         resources["cpu"] = {"quota": int(limits.cpu * CPU_PERIOD), "period": CPU_PERIOD}
     resources["pids"] = {"limit": limits.pids}
     linux: dict[str, Any] = {
-        "cgroupsPath": cgroup_path(node_id, sandbox_id),
+        "cgroupsPath": cgroups_path or cgroup_path(node_id, sandbox_id),
         "resources": resources,
         # Egress "none" (the only one, isolation/network.py): a fresh network namespace holds
         # only a down `lo`. A cgroup namespace: /proc/self/cgroup and the cgroup mounts show

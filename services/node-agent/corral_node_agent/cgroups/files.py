@@ -1,0 +1,63 @@
+"""A cgroup's control files, opened once and then read or written at offset 0.
+
+``pread``/``pwrite`` on a kept descriptor: a fncall run touches ~15 control files, and opening
+a kernfs file costs more than the read or write. A limit is only written when it differs from
+the one this object last wrote. ``cgroup.procs`` is never kept (v1 keeps a pid list per open
+file for a second, so a re-read of the same fd may miss a process that just joined).
+"""
+
+import os
+
+
+class ControlFiles:
+    def __init__(self) -> None:
+        self._fds: dict[tuple[str, int], int] = {}
+        self._limits: dict[str, str] = {}  # file -> value last written
+
+    def fd(self, path: str, mode: int = os.O_RDONLY) -> int:
+        key = (path, mode)
+        fd = self._fds.get(key)
+        if fd is None:
+            fd = self._fds[key] = os.open(path, mode | os.O_CLOEXEC)
+        return fd
+
+    def read(self, path: str) -> str:
+        return os.pread(self.fd(path), 65536, 0).decode()
+
+    def write(self, path: str, value: int | str) -> None:
+        os.pwrite(self.fd(path, os.O_WRONLY), str(value).encode(), 0)
+
+    def set_limit(self, path: str, value: int | str) -> bool:
+        """Write ``value`` unless it is the one last written; True if it was written."""
+        value = str(value)
+        if self._limits.get(path) == value:
+            return False
+        self._limits.pop(path, None)  # unknown if the write fails
+        self.write(path, value)
+        self._limits[path] = value
+        return True
+
+    def last_written(self, path: str) -> str | None:
+        return self._limits.get(path)
+
+    def counter(self, path: str, key: str) -> int:
+        """``key``'s value in a flat-keyed file ("key value" per line); 0 if it is absent."""
+        return flat_keyed(self.read(path)).get(key, 0)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._limits.clear()
+
+
+def flat_keyed(text: str) -> dict[str, int]:
+    """``memory.events``, ``cpu.stat``, ``pids.events``, v1's ``memory.oom_control``..."""
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        try:
+            values[key] = int(value)
+        except ValueError:
+            pass
+    return values
