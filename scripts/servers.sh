@@ -33,7 +33,7 @@ start_redis() {
   mkdir -p "$state/redis" && chmod 700 "$state/redis"
   if ! redis-cli -p "$1" ping >/dev/null 2>&1; then
     redis-server --daemonize yes --bind 127.0.0.1 --port "$1" --save '' \
-      --appendonly yes --appendfsync everysec --aof-use-rdb-preamble yes \
+      --appendonly yes --appendfsync everysec --aof-use-rdb-preamble yes --databases 64 \
       --pidfile "$state/redis/redis.pid" --logfile "$state/redis/redis.log" --dir "$state/redis"
   fi
 }

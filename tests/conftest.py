@@ -38,6 +38,13 @@ def _docker_answers() -> bool:
         return False
 
 
+# Test Redis servers run with this many databases (scripts/servers.sh, the testcontainer): each
+# namespace of isolated() (0 the in-process tests, 1 the live platform, 3 the fuzzed services...)
+# takes one database per xdist worker.
+REDIS_DATABASES = 64
+WORKERS_PER_NAMESPACE = 8
+
+
 @pytest.fixture(scope="session")
 def service_urls(tmp_path_factory):
     redis_url = os.environ.get("CORRAL_TEST_REDIS_URL")
@@ -50,7 +57,7 @@ def service_urls(tmp_path_factory):
             from testcontainers.rabbitmq import RabbitMqContainer
             from testcontainers.redis import RedisContainer
 
-            redis_c = RedisContainer().start()
+            redis_c = RedisContainer().with_command(f"redis-server --databases {REDIS_DATABASES}").start()
             rabbit_c = RabbitMqContainer().start()
             cleanup += [redis_c.stop, rabbit_c.stop]
             redis_url = f"redis://{redis_c.get_container_host_ip()}:{redis_c.get_exposed_port(6379)}/0"
@@ -70,7 +77,11 @@ def service_urls(tmp_path_factory):
 
     def isolated(namespace: int, name: str) -> dict[str, str]:
         """URLs no other worker or namespace shares: a Redis database and a RabbitMQ vhost."""
-        urls = {"redis_url": redis_url.rsplit("/", 1)[0] + f"/{(namespace * 8 + index) % 16}", "amqp_url": amqp_url}
+        db = namespace * WORKERS_PER_NAMESPACE + index
+        if namespace >= REDIS_DATABASES // WORKERS_PER_NAMESPACE or index >= WORKERS_PER_NAMESPACE:
+            raise RuntimeError(f"no Redis database for namespace {namespace}, worker {index}: "
+                               f"{REDIS_DATABASES} databases hold {WORKERS_PER_NAMESPACE} workers per namespace")
+        urls = {"redis_url": redis_url.rsplit("/", 1)[0] + f"/{db}", "amqp_url": amqp_url}
         if rabbit_home:
             vhost = f"corral-{name}-{index}"
             _ensure_vhost(amqp_url, vhost, rabbit_home)
