@@ -3,6 +3,10 @@
 #   scripts/servers.sh start STATE_DIR REDIS_PORT AMQP_PORT
 #   scripts/servers.sh stop  STATE_DIR
 #   scripts/servers.sh start-postgres STATE_DIR PORT   (prints a SQLAlchemy URL)
+#   scripts/servers.sh start-rabbitmq STATE_DIR PORT   (RabbitMQ alone; prints its URL)
+#   scripts/servers.sh stop-rabbitmq  STATE_DIR        (returns once the broker has exited)
+#   scripts/servers.sh stop-postgres  STATE_DIR
+# (The -rabbitmq/-postgres pairs restart one server under a running platform: its data stays.)
 # (Avoid AMQP ports 35672-35682: the RabbitMQ CLI tools take those for themselves.)
 # RabbitMQ runs as its own node (own name, ports, epmd, mnesia dir) so it never touches a
 # system-wide broker; epmd outlives rabbitmqctl stop, so it is stopped by pid.
@@ -23,13 +27,8 @@ rabbit_env() {
     RABBITMQ_CTL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
 }
 
-case "$cmd" in
-start)
-  mkdir -p "$state/redis" "$state/rabbitmq"
-  if ! redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
-    redis-server --daemonize yes --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
-      --pidfile "$state/redis/redis.pid" --logfile "$state/redis/redis.log" --dir "$state/redis"
-  fi
+start_rabbitmq() {
+  mkdir -p "$state/rabbitmq"
   rabbit_env
   echo "$amqp_port" > "$state/rabbitmq/port"
   [ -f "$state/rabbitmq/enabled_plugins" ] || echo "[]." > "$state/rabbitmq/enabled_plugins"
@@ -41,15 +40,9 @@ start)
   # await_startup gives up at once while the node is not yet registered with epmd: poll first.
   for _ in $(seq 60); do /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" -q ping >/dev/null 2>&1 && break; sleep 0.2; done
   /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" await_startup --timeout 90 >/dev/null
-  for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  echo "redis://127.0.0.1:${redis_port}/0 amqp://guest:guest@127.0.0.1:${amqp_port}/"
-  ;;
-stop)
-  if [ -f "$state/postgres/data/postmaster.pid" ]; then
-    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
-    runuser -u postgres -- "$bin/pg_ctl" -D "$state/postgres/data" -m fast -w stop >/dev/null 2>&1 || true
-  fi
-  if [ -f "$state/redis/redis.pid" ]; then kill "$(cat "$state/redis/redis.pid")" 2>/dev/null || true; rm -f "$state/redis/redis.pid"; fi
+}
+
+stop_rabbitmq() {
   if [ -f "$state/rabbitmq/port" ]; then
     amqp_port=$(cat "$state/rabbitmq/port"); node="corral-${amqp_port}@localhost"; rabbit_env
     beam=$(cat "$state/rabbitmq/rabbitmq.pid" 2>/dev/null || true)
@@ -61,6 +54,30 @@ stop)
     done
     rm -f "$state/rabbitmq/port"
   fi
+}
+
+stop_postgres() {
+  if [ -f "$state/postgres/data/postmaster.pid" ]; then
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+    runuser -u postgres -- "$bin/pg_ctl" -D "$state/postgres/data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+}
+
+case "$cmd" in
+start)
+  mkdir -p "$state/redis" "$state/rabbitmq"
+  if ! redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
+      --pidfile "$state/redis/redis.pid" --logfile "$state/redis/redis.log" --dir "$state/redis"
+  fi
+  start_rabbitmq
+  for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  echo "redis://127.0.0.1:${redis_port}/0 amqp://guest:guest@127.0.0.1:${amqp_port}/"
+  ;;
+stop)
+  stop_postgres
+  if [ -f "$state/redis/redis.pid" ]; then kill "$(cat "$state/redis/redis.pid")" 2>/dev/null || true; rm -f "$state/redis/redis.pid"; fi
+  stop_rabbitmq
   ;;
 start-postgres)
   # A private cluster owned by the postgres user (initdb refuses root), trust auth on loopback.
@@ -76,5 +93,16 @@ start-postgres)
   fi
   echo "postgresql+psycopg://postgres@127.0.0.1:${pg_port}/postgres"
   ;;
-*) echo "usage: $0 start|stop|start-postgres STATE_DIR [PORTS]" >&2; exit 2 ;;
+start-rabbitmq)
+  amqp_port=${3:?port}; node="corral-${amqp_port}@localhost"
+  start_rabbitmq
+  echo "amqp://guest:guest@127.0.0.1:${amqp_port}/"
+  ;;
+stop-rabbitmq)
+  stop_rabbitmq
+  ;;
+stop-postgres)
+  stop_postgres
+  ;;
+*) echo "usage: $0 start|stop|start-postgres|start-rabbitmq|stop-rabbitmq|stop-postgres STATE_DIR [PORTS]" >&2; exit 2 ;;
 esac
