@@ -4,7 +4,7 @@ Durable topic exchange, durable quorum queues, persistent messages published wit
 confirms, and consumers that ack only after their handler's effect is done. A handler that
 raises gets its message re-queued; the quorum queue's delivery limit stops a poison message
 from looping forever. A handler that raises because Redis, the database or the broker is away
-(``unavailable``) is not a poison message: it runs again, with a backoff, holding its message.
+(``is_unavailable``) is not a poison message: it runs again, with a backoff, holding its message.
 
 Across a broker restart (docs/architecture.md, "Broker restarts"): the connection is robust
 (aio-pika reconnects every ``RECONNECT_INTERVAL_S`` and re-declares the channels, exchanges,
@@ -38,7 +38,7 @@ from pydantic import BaseModel
 from corral_common.errors import ServiceUnavailable
 from corral_common.events import EXCHANGE
 from corral_common.logging import get_logger
-from corral_common.overload import as_unavailable
+from corral_common.overload import is_unavailable
 from corral_common.telemetry import consume_span, inject_headers, tracer
 
 log = get_logger(__name__)
@@ -92,12 +92,6 @@ async def publish_bounded(exchange: AbstractExchange, message: aio_pika.Message,
                                     f"({type(error).__name__}); nothing was sent") from error
         await asyncio.sleep(min(delay, remaining))
         delay = min(delay * 2, 1.0)
-
-
-def unavailable(exc: BaseException) -> bool:
-    """A backing service is away (the overload table's errors, BrokerUnavailable...): worth
-    running the same handler again soon, unlike a bug or a bad message."""
-    return isinstance(exc, ServiceUnavailable) or (isinstance(exc, Exception) and as_unavailable(exc) is not None)
 
 
 async def settle(action: Callable[[], Awaitable[Any]], **context: Any) -> None:
@@ -302,7 +296,7 @@ class EventBus:
                         await handler(event)
                     break
                 except Exception as exc:
-                    if not unavailable(exc):
+                    if not is_unavailable(exc):
                         log.exception("event.handler_failed", **where)
                         await settle(lambda: message.nack(requeue=True), **where)
                         return

@@ -76,6 +76,12 @@ def as_unavailable(exc: Exception) -> ServiceUnavailable | None:
     return None
 
 
+def is_unavailable(exc: BaseException) -> bool:
+    """A 503 kind of failure (a backing service away, a bounded wait run out): worth trying the
+    same thing again soon, unlike a bug or bad input."""
+    return isinstance(exc, ServiceUnavailable) or (isinstance(exc, Exception) and as_unavailable(exc) is not None)
+
+
 def install_overload_handlers(app: FastAPI) -> None:
     async def _overloaded(_: Request, exc: Exception) -> JSONResponse:
         error = as_unavailable(exc)
