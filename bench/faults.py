@@ -149,7 +149,8 @@ class Bench:
         self.api = httpx.AsyncClient(base_url=plat.info["api"], timeout=httpx.Timeout(120, connect=5),
                                      headers={"authorization": f"Bearer {plat.info['api_key']}"},
                                      limits=httpx.Limits(max_connections=64))
-        self.spec = {"environment": "busybox", "memory_mb": args.memory_mb, "cpu": args.cpu, "disk_mb": args.disk_mb}
+        self.spec = {"environment": "busybox", "memory_mb": args.memory_mb, "cpu": args.cpu, "disk_mb": args.disk_mb,
+                     "pids_limit": args.pids_limit}
 
     async def close(self) -> None:
         await self.api.aclose()
@@ -387,6 +388,7 @@ def main() -> None:
     ap.add_argument("--memory-mb", type=int, default=32)
     ap.add_argument("--cpu", type=float, default=0.05)
     ap.add_argument("--disk-mb", type=int, default=16)
+    ap.add_argument("--pids-limit", type=int, default=32, help="per sandbox (the nodes reserve it: 512 fits ~23 a node here)")
     ap.add_argument("--cpu-overcommit", type=float, default=16)
     ap.add_argument("--base-port", type=int, default=24400)
     ap.add_argument("--redis-port", type=int, default=47290)

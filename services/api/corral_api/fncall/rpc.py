@@ -40,7 +40,7 @@ from corral_common.logging import get_logger
 log = get_logger(__name__)
 
 REPLY_QUEUE_PREFIX = "fncall.replies."
-REPLY_QUEUE_EXPIRES_MS = 10 * 60 * 1000
+REPLY_QUEUE_EXPIRES_MS = 2 * 60 * 1000  # unused that long: its api process is gone (a reconnect takes seconds)
 REPLY_PREFETCH = 1024
 
 
