@@ -323,8 +323,8 @@ class Bench:
                 job_id = await self.submit_job()
                 result["job"]["id"] = job_id
             if a.replenish and len(long_lived) < a.n:  # the next fault starts from N again
-                more, _ = await self.make_long_lived(a.n - len(long_lived))
-                row["replaced"] = len(more)
+                more, outcomes = await self.make_long_lived(a.n - len(long_lived))
+                row["replaced"], row["replace_outcomes"] = len(more), outcomes
                 long_lived += more
         print("waiting for the job to complete ...", file=sys.stderr)
         result["job"].update(await self.job_outcome(job_id))
