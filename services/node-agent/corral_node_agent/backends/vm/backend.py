@@ -35,6 +35,7 @@ from corral_node_agent.backends.base import Capability, ExitReason, FileData, Fi
 from corral_node_agent.backends.types import ImageTransport, LayerFormat, RootFs
 from corral_node_agent.backends.vm.agent_client import GuestAgentClient
 from corral_node_agent.backends.vm.guestkit import GuestKit, kernel_cmdline
+from corral_node_agent.backends.vm import keyboard
 from corral_node_agent.backends.vm.input import to_qmp
 from corral_node_agent.backends.vm.machine import MachineError, QemuMachine
 from corral_node_agent.backends.vm.qemu import (
@@ -309,14 +310,14 @@ class QemuBackend(SandboxBackend):
             if vm.transport is ImageTransport.virtio_pmem_dax:
                 vm.transport = await self._pmem_mode(vm)
             if vm.config.display and not vm.config.incoming:
-                await self._wait_for_console_shell(vm)
+                await self._wait_for_console_shell(vm, self.settings.vm_boot_timeout_s)
 
     # The guest agent starts `sh -i` on tty1; until it reads its terminal, typed keys are lost.
     _CONSOLE_SHELL_STATE = (
         "for p in /proc/[0-9]*; do [ \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" = 'sh -i ' ] && "
         "cat $p/wchan && echo; done")
 
-    async def _wait_for_console_shell(self, vm: _Vm, timeout_s: float = 30.0) -> None:
+    async def _wait_for_console_shell(self, vm: _Vm, timeout_s: float) -> None:
         """Report a display VM running only once its console shell waits for keys (ash polls its tty),
         so input sent right after creation reaches it."""
         deadline = time.monotonic() + timeout_s
@@ -610,11 +611,24 @@ class QemuBackend(SandboxBackend):
             raise self.unsupported(Capability.screen)
         if vm.screen == (0, 0) and any(getattr(e, "x", None) is not None for e in events):
             await self.screenshot(sandbox_id)  # learn the resolution to scale pointer positions
-        for batch in to_qmp(events, vm.screen):
+        try:
+            await keyboard.send_paced(vm.machine.send_input, to_qmp(events, vm.screen), self._keyboard_irqs(vm))
+        except ExecuteError as exc:  # QEMU refuses what it cannot map (an unknown key name)
+            raise BadInput(f"input refused: {exc}", loc=["body", "events"]) from exc
+
+    @staticmethod
+    def _keyboard_irqs(vm: _Vm) -> keyboard.KeyboardIrqs | None:
+        """How the guest tells us it read the keys (see keyboard.py); None without our agent."""
+        if vm.agent is None or not vm.agent.connected:
+            return None
+        agent = vm.agent
+
+        async def count() -> int | None:
             try:
-                await vm.machine.send_input(batch)
-            except ExecuteError as exc:  # QEMU refuses what it cannot map (an unknown key name)
-                raise BadInput(f"input refused: {exc}", loc=["body", "events"]) from exc
+                return keyboard.parse_keyboard_irqs((await agent.read_file("/proc/interrupts")).decode())
+            except Exception:  # noqa: BLE001 - the guest cannot say: pace by time from here on
+                return None
+        return count
 
     # ---- data path ----------------------------------------------------------------------
 
