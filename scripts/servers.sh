@@ -5,6 +5,10 @@
 #   scripts/servers.sh start-postgres STATE_DIR PORT   (prints a SQLAlchemy URL)
 #   scripts/servers.sh start-redis STATE_DIR PORT      (Redis alone; prints its URL)
 #   scripts/servers.sh stop-redis  STATE_DIR           (returns once it has exited)
+#   scripts/servers.sh start-rabbitmq STATE_DIR PORT   (RabbitMQ alone; prints its URL)
+#   scripts/servers.sh stop-rabbitmq  STATE_DIR        (returns once the broker has exited)
+#   scripts/servers.sh stop-postgres  STATE_DIR
+# (The -redis/-rabbitmq/-postgres pairs restart one server under a running platform: its data stays.)
 # Redis persists: an append-only file fsynced every second (at most ~1 s of writes lost to a
 # crash) in STATE_DIR/redis (0700), replayed when it starts again on the same dir.
 # (Avoid AMQP ports 35672-35682: the RabbitMQ CLI tools take those for themselves.)
@@ -46,18 +50,8 @@ stop_redis() {
   rm -f "$state/redis/redis.pid"
 }
 
-case "$cmd" in
-start-redis)
-  start_redis "$redis_port"
-  for _ in $(seq 300); do redis_up "$redis_port" && break; sleep 0.1; done
-  echo "redis://127.0.0.1:${redis_port}/0"
-  ;;
-stop-redis)
-  stop_redis
-  ;;
-start)
+start_rabbitmq() {
   mkdir -p "$state/rabbitmq"
-  start_redis "$redis_port"
   rabbit_env
   echo "$amqp_port" > "$state/rabbitmq/port"
   [ -f "$state/rabbitmq/enabled_plugins" ] || echo "[]." > "$state/rabbitmq/enabled_plugins"
@@ -69,15 +63,9 @@ start)
   # await_startup gives up at once while the node is not yet registered with epmd: poll first.
   for _ in $(seq 60); do /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" -q ping >/dev/null 2>&1 && break; sleep 0.2; done
   /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" await_startup --timeout 90 >/dev/null
-  for _ in $(seq 300); do redis_up "$redis_port" && break; sleep 0.1; done
-  echo "redis://127.0.0.1:${redis_port}/0 amqp://guest:guest@127.0.0.1:${amqp_port}/"
-  ;;
-stop)
-  if [ -f "$state/postgres/data/postmaster.pid" ]; then
-    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
-    runuser -u postgres -- "$bin/pg_ctl" -D "$state/postgres/data" -m fast -w stop >/dev/null 2>&1 || true
-  fi
-  stop_redis
+}
+
+stop_rabbitmq() {
   if [ -f "$state/rabbitmq/port" ]; then
     amqp_port=$(cat "$state/rabbitmq/port"); node="corral-${amqp_port}@localhost"; rabbit_env
     beam=$(cat "$state/rabbitmq/rabbitmq.pid" 2>/dev/null || true)
@@ -89,6 +77,34 @@ stop)
     done
     rm -f "$state/rabbitmq/port"
   fi
+}
+
+stop_postgres() {
+  if [ -f "$state/postgres/data/postmaster.pid" ]; then
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+    runuser -u postgres -- "$bin/pg_ctl" -D "$state/postgres/data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+}
+
+case "$cmd" in
+start)
+  start_redis "$redis_port"
+  start_rabbitmq
+  for _ in $(seq 300); do redis_up "$redis_port" && break; sleep 0.1; done
+  echo "redis://127.0.0.1:${redis_port}/0 amqp://guest:guest@127.0.0.1:${amqp_port}/"
+  ;;
+stop)
+  stop_postgres
+  stop_redis
+  stop_rabbitmq
+  ;;
+start-redis)
+  start_redis "$redis_port"
+  for _ in $(seq 300); do redis_up "$redis_port" && break; sleep 0.1; done
+  echo "redis://127.0.0.1:${redis_port}/0"
+  ;;
+stop-redis)
+  stop_redis
   ;;
 start-postgres)
   # A private cluster owned by the postgres user (initdb refuses root), trust auth on loopback.
@@ -104,5 +120,16 @@ start-postgres)
   fi
   echo "postgresql+psycopg://postgres@127.0.0.1:${pg_port}/postgres"
   ;;
-*) echo "usage: $0 start|stop|start-postgres|start-redis|stop-redis STATE_DIR [PORTS]" >&2; exit 2 ;;
+start-rabbitmq)
+  amqp_port=${3:?port}; node="corral-${amqp_port}@localhost"
+  start_rabbitmq
+  echo "amqp://guest:guest@127.0.0.1:${amqp_port}/"
+  ;;
+stop-rabbitmq)
+  stop_rabbitmq
+  ;;
+stop-postgres)
+  stop_postgres
+  ;;
+*) echo "usage: $0 start|stop|start-postgres|stop-postgres|start-redis|stop-redis|start-rabbitmq|stop-rabbitmq STATE_DIR [PORTS]" >&2; exit 2 ;;
 esac

@@ -24,11 +24,13 @@ async def transition(store: StateStore, bus: EventBus, sandbox_id: str, target: 
     if terminal:
         await store.release(sandbox_id)
     # Terminal events feed the SQL history, so they wait for the broker's confirm (and carry
-    # the record). The others only wake waiters (who re-read Redis anyway): no round trip.
+    # the record). The others
+    # only wake waiters (who re-read Redis anyway), so they skip that round trip. The change is
+    # made: a broker that is away defers its event (sent once it is back), never fails it.
     await bus.publish(state_routing_key(target), SandboxStateChanged(
         sandbox_id=sandbox_id, tenant=tenant, state=target, reason=reason, node_id=node_id or recorded_node,
         usage=usage, record=ended.to_hash() if ended else None,
-    ), confirm=terminal)
+    ), confirm=terminal, defer_on_outage=True)
     log.info("sandbox.transition", sandbox_id=sandbox_id, state=target.value, previous=previous.value if previous else None,
              reason=reason)
     return True

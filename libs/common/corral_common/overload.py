@@ -1,5 +1,6 @@
 """Overload is an answer, never a 500: the one table of exceptions that mean "a bounded wait
-ran out" or "a backing service is not answering", and the 503 each becomes.
+ran out" or "a backing service is not answering" (Redis, RabbitMQ, the SQL database), and the
+503 each becomes.
 
 Every pool a service draws from is bounded and waits a bounded time (``redis_pool_timeout_s``,
 ``http_pool_timeout_s``, ``db_pool_timeout_s``): when the wait runs out the pool raises, and the
@@ -9,6 +10,7 @@ itself; ``install_error_handlers`` installs this table in every service.
 
 from collections.abc import Callable
 
+import aiormq.exceptions
 import httpx
 import redis.exceptions
 from fastapi import FastAPI, Request
@@ -34,16 +36,33 @@ def _sql_pool(_: Exception) -> ServiceUnavailable:
     return Overloaded("no free SQL connection in time; retry shortly")
 
 
+def _sql_down(exc: Exception) -> ServiceUnavailable:
+    # A connection refused, reset or closed mid-query (a database restart); pool_pre_ping
+    # replaces stale connections at checkout, so the next request after it is back works.
+    return ServiceUnavailable(f"the database is not answering ({type(exc).__name__}); retry shortly",
+                              code="database_unavailable")
+
+
+def _broker(exc: Exception) -> ServiceUnavailable:
+    return ServiceUnavailable(f"RabbitMQ is not answering ({type(exc).__name__}); retry shortly",
+                              code="broker_unavailable")
+
+
 # exception class -> the 503 it becomes (the most specific class wins, as Starlette looks handlers up).
 OVERLOAD_ERRORS: dict[type[Exception], Callable[[Exception], ServiceUnavailable]] = {
     redis.exceptions.ConnectionError: _redis,  # includes MaxConnectionsError and the pool's timeout
     redis.exceptions.TimeoutError: _redis,
     httpx.PoolTimeout: _http_pool,
+    # The broker went away under a call that does not ride it out (publishes do: BrokerUnavailable).
+    aiormq.exceptions.AMQPConnectionError: _broker,
+    aiormq.exceptions.ChannelInvalidStateError: _broker,
 }
 try:  # the services without SQL (scheduler, node-agent, memory-manager) need not have SQLAlchemy
     import sqlalchemy.exc
 
     OVERLOAD_ERRORS[sqlalchemy.exc.TimeoutError] = _sql_pool  # QueuePool's pool_timeout ran out
+    OVERLOAD_ERRORS[sqlalchemy.exc.OperationalError] = _sql_down
+    OVERLOAD_ERRORS[sqlalchemy.exc.InterfaceError] = _sql_down
 except ImportError:  # pragma: no cover - every image installs it today
     pass
 
@@ -54,6 +73,12 @@ def as_unavailable(exc: Exception) -> ServiceUnavailable | None:
         if cls in OVERLOAD_ERRORS:
             return OVERLOAD_ERRORS[cls](exc)
     return None
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """A 503 kind of failure (a backing service away, a bounded wait run out): worth trying the
+    same thing again soon, unlike a bug or bad input."""
+    return isinstance(exc, ServiceUnavailable) or (isinstance(exc, Exception) and as_unavailable(exc) is not None)
 
 
 def install_overload_handlers(app: FastAPI) -> None:

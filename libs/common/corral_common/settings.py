@@ -32,6 +32,9 @@ class CommonSettings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     # The event bus (topic exchange "corral") and the fncall work queues.
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    # How long a publish waits for RabbitMQ (a broker restart: the connection comes back on its
+    # own) before it gives up: an HTTP request then answers 503 with Retry-After, nothing sent.
+    amqp_publish_timeout_s: float = Field(20.0, gt=0)
     image_service_url: str = "http://127.0.0.1:8002"
     # Shared secret every internal call carries (header X-Corral-Internal-Token): the api's to
     # image-service, the scheduler, node-agents and memory-managers, node-agents' to image-service.

@@ -56,7 +56,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         for tenant, key in parse_bootstrap_keys(settings.keys):
             api_keys.add(tenant, key)
         store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
-        bus = await EventBus(settings.amqp_url).connect()
+        bus = await EventBus(settings.amqp_url, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
         history = HistoryRepository(engine)
         waiters = StateWaiters()
         images = ImageServiceClient(settings.image_service_url, internal_token=settings.internal_token,

@@ -48,7 +48,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
             node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
             store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
-            bus = await EventBus(settings.amqp_url).connect()
+            bus = await EventBus(settings.amqp_url, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
             events = NodeEvents(settings, store, bus, manager, capacity)
             app.state.settings, app.state.manager, app.state.events = settings, manager, events
             app.state.capacity = capacity

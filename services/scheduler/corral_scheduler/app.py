@@ -29,7 +29,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         setup_tracing("corral-scheduler", settings.otel_exporter_otlp_endpoint)
         store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
-        bus = await EventBus(settings.amqp_url).connect()
+        bus = await EventBus(settings.amqp_url, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
         placer = Placer(store, bus, settings)
         reaper = NodeReaper(store, bus, settings.heartbeat_timeout_s, settings.reaper_interval_s)
         await bus.consume(REQUESTS_QUEUE, [SANDBOX_REQUESTED_KEY], SandboxRequested, placer.handle,

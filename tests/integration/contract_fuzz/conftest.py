@@ -92,7 +92,7 @@ class StubFncallWorker:
         self.connection = await aio_pika.connect_robust(self.amqp_url)
         channel = await self.connection.channel()
         for runtime in RUNTIMES:
-            queue = await declare_work_queue(channel, runtime)
+            queue = await declare_work_queue(self.connection, channel, runtime)
             await queue.purge()  # calls an earlier run left unanswered
             await queue.consume(self._answer(channel, runtime))
 

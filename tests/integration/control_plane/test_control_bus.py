@@ -90,3 +90,56 @@ async def test_malformed_message_is_dropped_not_looped(bus):
     await bus._exchange.publish(aio_pika.Message(body=b"{not json"), routing_key=key)
     await bus.publish(key, SandboxStop(sandbox_id="after", node_id="n1"))
     assert await asyncio.wait_for(got.get(), 10) == "after"
+
+
+async def test_a_handler_whose_backing_service_is_away_runs_again_beyond_the_delivery_limit(bus, monkeypatch):
+    """Redis or the database away is not a poison message: the handler runs again, holding
+    the message, more times than the quorum queue's delivery limit (20) would redeliver it."""
+    import redis.exceptions
+
+    import corral_common.amqp
+
+    monkeypatch.setattr(corral_common.amqp, "HANDLER_RETRY_MAX_S", 0.02)
+    queue, key = unique("test.q"), unique("test.k")
+    attempts: list[str] = []
+    done = asyncio.Event()
+
+    async def redis_away(event: SandboxStop) -> None:
+        attempts.append(event.event_id)
+        if len(attempts) <= 25:
+            raise redis.exceptions.ConnectionError("Connection refused")
+        done.set()
+
+    await bus.consume(queue, [key], SandboxStop, redis_away)
+    sent = SandboxStop(sandbox_id="sb-4", node_id="n1")
+    await bus.publish(key, sent)
+    await asyncio.wait_for(done.wait(), 30)
+    assert attempts == [sent.event_id] * 26
+
+
+async def test_a_classic_queue_of_an_older_version_is_kept_while_used_then_made_quorum(amqp_url):
+    import aio_pika
+
+    from corral_common.amqp import QUORUM_ARGS, connect, declare_quorum_queue
+
+    name = unique("test.classic")
+    connection = await connect(amqp_url)
+    try:
+        older = await connection.channel()
+        classic = await older.declare_queue(name, durable=True)  # as the fncall queues were made
+
+        async def ignore(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            pass
+
+        tag = await classic.consume(ignore)
+        # An older consumer still uses it: kept (declared passively), and it still takes calls.
+        kept = await declare_quorum_queue(connection, await connection.channel(), name)
+        assert (await kept.declare()).consumer_count == 1
+        await classic.cancel(tag)
+        # Unused and empty: converted; a quorum declare with the same arguments now agrees.
+        await declare_quorum_queue(connection, await connection.channel(), name)
+        probe = await connection.channel()
+        await probe.declare_queue(name, durable=True, arguments=QUORUM_ARGS)
+        await probe.queue_delete(name)
+    finally:
+        await connection.close()

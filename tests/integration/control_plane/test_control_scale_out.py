@@ -11,30 +11,15 @@ crun: what is under test is placement, not containers.
 
 import asyncio
 import collections
-import os
 import signal
-import socket
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine
 
-from corral_common.amqp import EventBus
-from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
-from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_common.sandboxes import SandboxState
 from corral_common.state import StateStore
-from corral_node_agent.backends.fake import FakeBackend
-from corral_node_agent.backends.types import LayerFormat
-from corral_node_agent.capacity.resources import NodeCapacity, Resources
-from corral_node_agent.events.service import NodeEvents
-from corral_node_agent.layers import LayerCache
-from corral_node_agent.sandboxes.service import SandboxManager
-from corral_node_agent.settings import NodeAgentSettings
+from tests.control_plane import FakeNode, Service, create_database, drop_database, free_port, register_environment
 from tests.polling import until
 
 TOKEN = "scale-out-internal-token"  # noqa: S105 - a test's own secret
@@ -44,93 +29,11 @@ SINGLES_BEFORE_KILL, SINGLES_AFTER_KILL, JOB_COUNT = 60, 40, 20
 ROOM_BEFORE, ROOM_AFTER = 5, 70  # sandboxes per node: full before the kill, room for all after
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Service:
-    """One service as a process of its own, logging to a file."""
-
-    def __init__(self, name: str, module: str, env: dict[str, str], port: int, log_dir: Path):
-        self.name, self.url = name, f"http://127.0.0.1:{port}"
-        self.log = log_dir / f"{name}.log"
-        with self.log.open("w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", module], env={**os.environ, **env},
-                                         stdout=out, stderr=subprocess.STDOUT)
-
-    async def healthz(self) -> dict | None:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"{self.name} exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}")
-        try:
-            async with httpx.AsyncClient(timeout=2) as client:
-                r = await client.get(f"{self.url}/healthz")
-            return r.json() if r.status_code == 200 else None
-        except httpx.TransportError:
-            return None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-class Node:
-    """The node-agent's control path over the FakeBackend, advertising a URL of its own."""
-
-    def __init__(self, node_id: str, common: dict[str, str], tmp: Path):
-        self.node_id = node_id
-        self.advertise_url = f"http://{node_id}.nodes.test:8100"
-        self.settings = NodeAgentSettings(**common, node_id=node_id, state_dir=str(tmp / node_id), layer_mode="eager",
-                                          max_sandboxes=ROOM_BEFORE, disk_capacity_mb=1_000_000,
-                                          capacity_registry_dir=str(tmp / "capacity"), heartbeat_interval_s=0.5,
-                                          advertise_url=self.advertise_url)
-        self.backend = FakeBackend(layer_format=LayerFormat.files)  # layers as files: nothing to mount
-
-    async def start(self) -> None:
-        self.manager = SandboxManager(self.backend, LayerCache(self.settings.layers()))
-        await self.manager.start()
-        self.store = StateStore.from_url(self.settings.redis_url)
-        self.bus = await EventBus(self.settings.amqp_url).connect()
-        capacity = NodeCapacity(claim=Resources(16, 100_000, 100_000), cpu=64, memory_mb=100_000, pids=100_000)
-        self.events = NodeEvents(self.settings, self.store, self.bus, self.manager, capacity)
-        await self.events.heartbeat_once()
-        node = self.node_id
-        await self.bus.consume(node_queue_name(node, "place"), [node_routing_key(node, "place")], SandboxPlace,
-                               self.events.on_place, prefetch=32)
-        await self.bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
-                               self.events.on_stop)
-        self.heartbeats = asyncio.create_task(self.events.heartbeat_forever())
-
-    async def make_room(self, max_sandboxes: int) -> None:
-        self.events.settings = self.settings.model_copy(update={"max_sandboxes": max_sandboxes})
-        await self.events.heartbeat_once()
-
-    def starts(self) -> list[str]:
-        return [sid for call, sid in self.backend.calls if call == "start"]
-
-    async def close(self) -> None:
-        self.heartbeats.cancel()
-        await self.bus.close()
-        await self.manager.close()
-        await self.store.close()
-
-
 @pytest.fixture
 def database_url(postgres_url):
-    name = f"scale_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
-    admin.dispose()
+    url = create_database(postgres_url, "scale")
+    yield url
+    drop_database(postgres_url, url)
 
 
 async def _states(store: StateStore, ids: list[str]) -> collections.Counter:
@@ -164,22 +67,15 @@ async def test_two_apis_and_two_schedulers_one_killed_mid_burst_place_every_sand
     store = StateStore.from_url(redis_url)
     node_env = {"redis_url": redis_url, "amqp_url": amqp_url, "internal_token": TOKEN,
                 "image_service_url": images.url}
-    nodes = [Node(f"scale-{n}-{uuid.uuid4().hex[:4]}", node_env, tmp_path) for n in "ab"]
+    nodes = [FakeNode(f"scale-{n}-{uuid.uuid4().hex[:4]}", node_env, tmp_path, max_sandboxes=ROOM_BEFORE)
+             for n in "ab"]
     clients = [httpx.AsyncClient(base_url=api.url, headers={"authorization": f"Bearer {KEY}"}, timeout=30)
                for api in apis]
     try:
         # Five processes start together; the three on one PostgreSQL database take turns migrating it.
         for service in services:
             await until(service.healthz, timeout_s=40, what=f"{service.name} healthy", interval_s=0.1)
-        layer_dir = tmp_path / "layer"
-        layer_dir.mkdir()
-        (layer_dir / "hello").write_text("hi\n")
-        async with httpx.AsyncClient(base_url=images.url, headers={INTERNAL_TOKEN_HEADER: TOKEN}) as client:
-            layer = await client.post("/v1/layers", params={"kind": "base", "name": "burst", "version": "1",
-                                                            "source_dir": str(layer_dir)})
-            assert layer.status_code == 201, layer.text
-            env = await client.post("/v1/environments", json={"name": "burst", "base": layer.json()["ref"]})
-            assert env.status_code == 201, env.text
+        await register_environment(images.url, TOKEN, "burst", tmp_path)
         for node in nodes:
             await node.start()
 

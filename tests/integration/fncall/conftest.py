@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.control_plane import private_broker  # noqa: F401 - fixture (a RabbitMQ to restart)
+
 ROOT = Path(__file__).resolve().parents[3]
 
 

@@ -270,7 +270,7 @@ async def test_a_call_no_node_serves_fails_at_once_with_a_503_saying_so(amqp_url
         # Once a node consumes the queue, calls go out again.
         connection = await aio_pika.connect_robust(amqp_url)
         try:
-            queue = await declare_work_queue(await connection.channel(), "c")
+            queue = await declare_work_queue(connection, await connection.channel(), "c")
             tag = await queue.consume(lambda message: None)
             await service.require_workers("c", ["body", "runtime"])
             await queue.cancel(tag)

@@ -2,7 +2,8 @@
 
 The api publishes one call, a ``FncallJob``, on the durable work queue ``fncall.<runtime>``
 (``queue_name``; every node consumes it, competing for calls) with ``reply_to`` and a
-``correlation_id``; the worker that ran it replies with a ``FncallResult``. A batch's calls
+``correlation_id``; the worker that ran it replies with a ``FncallResult``, and acks the
+call only once the broker confirmed the reply (a call is run again rather than lost). A batch's calls
 travel in bundles: AMQP message ``type`` ``bundle`` (``BUNDLE``), body a ``JobBundle``
 ``{"jobs": [...]}``, answered by one ``ResultBundle`` ``{"results": [...]}`` in the same order.
 
@@ -24,8 +25,10 @@ import re
 from enum import Enum
 from typing import Any, Literal
 
-from aio_pika.abc import AbstractChannel, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractQueue, AbstractRobustConnection
 from pydantic import BaseModel, Field
+
+from corral_common.amqp import declare_quorum_queue
 
 RUNTIMES: tuple[str, ...] = ("python", "cpp", "c", "bash")
 COMPILED: tuple[str, ...] = ("cpp", "c")  # compiled once per call (to ``main``) before the cases run
@@ -45,10 +48,12 @@ def queue_name(runtime: str) -> str:
     return f"{QUEUE_PREFIX}{runtime}"
 
 
-async def declare_work_queue(channel: AbstractChannel, runtime: str) -> AbstractQueue:
-    """The api and every node declare it the same way (durable, classic), so a burst queues
-    even before any node consumes it."""
-    return await channel.declare_queue(queue_name(runtime), durable=True)
+async def declare_work_queue(connection: AbstractRobustConnection, channel: AbstractChannel,
+                             runtime: str) -> AbstractQueue:
+    """The api and every node declare it the same way (a durable quorum queue: its calls
+    survive a broker restart), so a burst queues even before any node consumes it. Older
+    versions made it classic: ``declare_quorum_queue`` converts it once nothing uses it."""
+    return await declare_quorum_queue(connection, channel, queue_name(runtime))
 
 
 def wall_limit_ms(time_limit_ms: int, explicit: int | None = None) -> int:

@@ -51,7 +51,7 @@ class LimitedBodyRoute(APIRoute):
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     settings = app.state.settings
-    rpc = await FncallRpc(settings.amqp_url, RUNTIMES).connect()
+    rpc = await FncallRpc(settings.amqp_url, RUNTIMES, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
     redis = connect(settings.redis_url, decode_responses=False, **settings.redis_pool())
     app.state.fncall = FncallService(rpc, redis, settings.fncall)
     try:

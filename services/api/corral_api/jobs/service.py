@@ -23,6 +23,7 @@ from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import NotFound, Unprocessable
 from corral_common.jobs import JobRecord, JobStore
 from corral_common.logging import get_logger
+from corral_common.overload import is_unavailable
 from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec
 
 log = get_logger(__name__)
@@ -154,12 +155,13 @@ class JobService:
             ids = [sid for sid in await self.jobs.sandbox_ids(job_id) if sid not in done]
             if not ids and not await self.redis.sismember("jobs:submitting", job_id):
                 return
-            await self._terminate(tenant, job_id, ids)
-            done.update(ids)
+            failed = await self._terminate(tenant, job_id, ids)
+            done.update(set(ids) - failed)  # the failed ones (the broker away...) are tried again
             await asyncio.sleep(0.2)
 
-    async def _terminate(self, tenant: str, job_id: str, ids: list[str]) -> None:
+    async def _terminate(self, tenant: str, job_id: str, ids: list[str]) -> set[str]:
         sem = asyncio.Semaphore(64)
+        failed: set[str] = set()
 
         async def one(sid: str) -> None:
             async with sem:
@@ -167,10 +169,13 @@ class JobService:
                     record = await self.sandboxes.store.get_sandbox(sid)
                     if record is not None and record.state not in TERMINAL_STATES:
                         await self.sandboxes.delete(tenant, sid)
-                except Exception:
+                except Exception as exc:
                     log.exception("job.delete_sandbox_failed", job_id=job_id, sandbox_id=sid)
+                    if is_unavailable(exc):
+                        failed.add(sid)
 
         await asyncio.gather(*(one(sid) for sid in ids))
+        return failed
 
     # ---- Redis lost its data: queue the jobs again from SQL --------------------------------
 

@@ -35,7 +35,7 @@ from corral_api.rollouts.schemas import (
 )
 from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.service import SandboxService
-from corral_common.errors import Conflict, CorralError, NotFound, PayloadTooLarge, Unprocessable
+from corral_common.errors import Conflict, CorralError, NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
 from corral_common.exec import ExecRequest
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
@@ -112,7 +112,12 @@ class RolloutService:
                          owns_sandbox=owns, meta=body.metadata, status="active", idle_pause_s=idle, ttl_s=ttl,
                          pause_at=time.time() + idle if idle > 0 else None, expires_at=time.time() + ttl,
                          created_at=now, updated_at=now)
-        await self._db(self.repo.create, row)
+        try:
+            await self._db(self.repo.create, row)
+        except Exception:
+            if owns:  # no rollout row (the database is away): do not leave its sandbox running unseen
+                await self._release(row, keep=False)
+            raise
         log.info("rollout.created", rollout_id=row.id, sandbox_id=record.id, job_id=body.job_id, owns_sandbox=owns)
         if wait:
             await self.sandboxes.wait(tenant, record.id, SandboxState.running, timeout_s)
@@ -136,10 +141,13 @@ class RolloutService:
                                code="rollout_finished")
             if await self._db(self.repo.has_pending, rollout_id):
                 raise Conflict(f"rollout {rollout_id} has a step still executing", code="step_in_progress")
-            await self._db(self.repo.update, rollout_id, status="finished", reward=body.reward, info=body.info,
-                           finished_at=now_dt(), pause_at=None, expires_at=None)
+            # The sandbox first, then the row: a finish that fails in between (503) is done
+            # again whole by its retry; the other way round the retry would find it finished
+            # and leave the sandbox running.
             keep = body.keep_sandbox if body.keep_sandbox is not None else not row.owns_sandbox
             await self._release(row, keep=keep)
+            await self._db(self.repo.update, rollout_id, status="finished", reward=body.reward, info=body.info,
+                           finished_at=now_dt(), pause_at=None, expires_at=None)
             log.info("rollout.finished", rollout_id=rollout_id, reward=body.reward, kept_sandbox=keep)
             return await self._view(await self._row(tenant, rollout_id))
 
@@ -150,6 +158,8 @@ class RolloutService:
                 await self.sandboxes.delete(row.tenant, row.sandbox_id)
             elif await self._sandbox_state(row) is SandboxState.paused:
                 await self.data.resume(row.tenant, row.sandbox_id)
+        except ServiceUnavailable:
+            raise  # not done (the broker or a node is away): the caller retries
         except CorralError as exc:
             log.warning("rollout.release_failed", rollout_id=row.id, sandbox_id=row.sandbox_id, error=exc.message)
 
@@ -356,9 +366,9 @@ class RolloutService:
                 return
             if await self._db(self.repo.has_pending, row.id):
                 return
+            await self._release(fresh, keep=not fresh.owns_sandbox)  # first, as in finish
             if await self._db(self.repo.update, row.id, from_status=["active", "paused"], status="expired",
                               pause_at=None, expires_at=None):
-                await self._release(fresh, keep=not fresh.owns_sandbox)
                 log.info("rollout.expired", rollout_id=row.id, sandbox_id=fresh.sandbox_id)
 
     async def sweep_forever(self, interval_s: float) -> None:

@@ -101,8 +101,12 @@ class SandboxService:
             await self.bus.publish(SANDBOX_REQUESTED_KEY, SandboxRequested(sandbox_id=sandbox_id, tenant=tenant,
                                                                            spec=spec, node_id=required_node))
         except Exception as exc:
+            # Nothing runs it: fail the record (a scheduler that got a copy whose confirm was
+            # lost finds it failed and skips it; its reservation, if it made one, goes too).
             await self.store.transition(sandbox_id, SandboxState.failed, reason="request_not_queued")
-            raise ServiceUnavailable("could not queue the request; nothing was started") from exc
+            await self.store.release(sandbox_id)
+            raise ServiceUnavailable(f"could not queue the request; nothing was started ({exc})",
+                                     code=exc.code if isinstance(exc, ServiceUnavailable) else None) from exc
         return record
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxRecord:

@@ -2,7 +2,8 @@
 
 The state is written by the node that runs the sandbox (``POST <node>/v1/sandboxes/{id}/snapshot``)
 and stays on that node's disk, so a sandbox restored from it is placed on that node. The SQL
-row is written once the node has answered: a snapshot the caller was told about is durable.
+row is written once the node has answered: a snapshot the caller was told about is durable;
+one whose row could not be written is removed from its node again (no orphaned files).
 A container cannot be snapshotted: its node answers 409 ``unsupported_by_backend``, passed on.
 """
 
@@ -49,7 +50,17 @@ class SnapshotService:
                           backend=spec.backend, environment=spec.environment, disk_image=spec.disk_image,
                           memory_mb=spec.memory_mb, cpu=spec.cpu, size_bytes=saved.size_bytes,
                           spec=spec.model_dump(mode="json"), created_at=datetime.now(UTC))
-        await asyncio.to_thread(self.repository.add, row)
+        try:
+            await asyncio.to_thread(self.repository.add, row)
+        except Exception:
+            # No record (the database is away): the caller gets a 503, and the node's files,
+            # which no call could reach or remove any more, go again.
+            try:
+                await self.nodes.request("DELETE", f"{node.url}/v1/snapshots/{snapshot_id}",
+                                         params={"backend": spec.backend})
+            except CorralError as exc:
+                log.error("snapshot.orphaned", snapshot_id=snapshot_id, node_id=node.node_id, error=exc.message)
+            raise
         log.info("snapshot.created", snapshot_id=snapshot_id, sandbox_id=sandbox_id, node_id=node.node_id,
                  size_bytes=row.size_bytes)
         return row

@@ -1,10 +1,13 @@
 """Warm pools: per runtime, a set of workers taking calls from the ``fncall.<runtime>`` queue.
 
-Every node-agent consumes from the same durable queue per runtime (competing consumers),
-with a prefetch equal to its pool size, so RabbitMQ hands each node at most as many calls as
-it has workers and a burst waits in the queue instead of failing. A call's reply goes to its
-``reply_to`` queue with the request's ``correlation_id``; the message is acked only after the
-reply is published (a node that dies mid-call gets its calls redelivered to another node).
+Every node-agent consumes from the same durable quorum queue per runtime (competing
+consumers), with a prefetch equal to its pool size, so RabbitMQ hands each node at most as
+many calls as it has workers and a burst waits in the queue instead of failing. (Quorum
+queues take no channel-wide prefetch: the consumer's own is set, and a resize replaces the
+consumer with one of the new size.) A call's reply goes to its ``reply_to`` queue with the
+request's ``correlation_id``, published with the broker's confirm (riding out a reconnect up
+to ``publish_timeout_s``); the message is acked only after the reply is confirmed, so a node
+that dies, or loses the broker, mid-call has its calls delivered again (to any node).
 A batch's calls come in bundles of several calls per message (see ``_on_message``); the
 prefetch counts messages, so a node may hold up to pool-size bundles: their calls wait for
 a free worker in the node (counted with the queue's backlog when the pool decides to grow).
@@ -20,6 +23,7 @@ from contextlib import suppress
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 
+from corral_common.amqp import BROKER_ERRORS, PUBLISH_TIMEOUT_S, BrokerUnavailable, publish_bounded, settle
 from corral_common.contracts.fncall import (
     BUNDLE,
     FncallJob,
@@ -41,8 +45,10 @@ log = get_logger(__name__)
 class RuntimePool:
     def __init__(self, runtime: str, node_id: str, config: ExecutorConfig, connection: AbstractRobustConnection, *,
                  min_size: int, max_size: int, warm: bool = False, scale_interval_s: float = 1.0,
-                 idle_ticks_to_shrink: int = 10, cgroup_prefix: str = ""):
+                 idle_ticks_to_shrink: int = 10, cgroup_prefix: str = "",
+                 publish_timeout_s: float = PUBLISH_TIMEOUT_S):
         self.runtime = runtime
+        self.publish_timeout_s = publish_timeout_s
         self.cgroup_prefix = cgroup_prefix or f"corral-fncall/{node_id}"
         self.node_id = node_id
         self.config = config
@@ -63,6 +69,8 @@ class RuntimePool:
         self._idle_ticks = 0
         self._channel: AbstractChannel | None = None
         self._queue: AbstractQueue | None = None
+        self._consumer_tag: str | None = None
+        self._consuming_at = 0  # the prefetch of the current consumer
         self._scaler: asyncio.Task | None = None
         self._rate = RateWindow()
         self._labels = {"node": node_id, "runtime": runtime}
@@ -94,8 +102,7 @@ class RuntimePool:
                 self._close_worker(self._free.get_nowait())
                 drop -= 1
             self._retire += drop
-        if self._channel is not None:  # global: applies at once to the running consumer too
-            await self._channel.set_qos(prefetch_count=self.size, global_=True)
+        await self._consume()
         metrics.POOL_SIZE.labels(**self._labels).set(self.size)
         log.info("fncall.pool_resized", runtime=self.runtime, size=self.size)
 
@@ -116,12 +123,22 @@ class RuntimePool:
 
     async def start(self) -> None:
         await self.resize(self.min_size)
-        self._channel = await self.connection.channel()
-        await self._channel.set_qos(prefetch_count=self.size, global_=True)
-        self._queue = await declare_work_queue(self._channel, self.runtime)
-        await self._queue.consume(self._on_message)
+        self._channel = await self.connection.channel(publisher_confirms=True)
+        self._queue = await declare_work_queue(self.connection, self._channel, self.runtime)
+        await self._consume()
         self._scaler = asyncio.create_task(self._scale_forever())
         log.info("fncall.pool_started", runtime=self.runtime, size=self.size, max=self.max_size, warm=self.warm)
+
+    async def _consume(self) -> None:
+        """Consume with a prefetch of the pool's size: a new consumer first, then the old one
+        cancelled (its unacked calls still run and are acked on this channel)."""
+        if self._channel is None or self._queue is None or self._consuming_at == self.size:
+            return
+        old, self._consuming_at = self._consumer_tag, self.size
+        await self._channel.set_qos(prefetch_count=self.size)  # for consumers made from now on
+        self._consumer_tag = await self._queue.consume(self._on_message)
+        if old is not None:
+            await self._queue.cancel(old)
 
     async def close(self) -> None:
         if self._scaler:
@@ -151,14 +168,19 @@ class RuntimePool:
             return
         results = await asyncio.gather(*(self._run(job) for job in jobs))
         body = ResultBundle(results=results).body() if bundle else results[0].body()
-        try:
-            if message.reply_to and self._channel is not None:
-                await self._channel.default_exchange.publish(
-                    aio_pika.Message(body=body, content_type="application/json", correlation_id=message.correlation_id),
-                    routing_key=message.reply_to)
-        except Exception:
-            log.exception("fncall.reply_failed", runtime=self.runtime, call_ids=[j.call_id for j in jobs][:10])
-        await message.ack()  # only now: a node that dies before this has its calls redelivered
+        where = {"runtime": self.runtime, "call_ids": [j.call_id for j in jobs][:10]}
+        if message.reply_to and self._channel is not None:
+            try:
+                await publish_bounded(self._channel.default_exchange, aio_pika.Message(
+                    body=body, content_type="application/json", correlation_id=message.correlation_id,
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT), message.reply_to,
+                    timeout_s=self.publish_timeout_s)
+            except (BrokerUnavailable, *BROKER_ERRORS):
+                # Not acked: the call goes back to the queue and runs again (here or elsewhere).
+                log.warning("fncall.reply_failed", **where)
+                await settle(lambda: message.nack(requeue=True), **where)
+                return
+        await settle(message.ack, **where)  # only now: a node that dies before this has its calls redelivered
 
     async def _run(self, job: FncallJob) -> FncallResult:
         self.waiting_here += 1

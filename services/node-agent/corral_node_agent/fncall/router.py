@@ -18,7 +18,7 @@ from corral_node_agent.fncall.service import FncallPools, instance_of
 async def lifespan(app: FastAPI):
     settings = app.state.settings
     pools = FncallPools(settings.node_id, settings.amqp_url, settings.fncall, instance=instance_of(settings.state_dir),
-                        layers=app.state.manager.layers)
+                        layers=app.state.manager.layers, publish_timeout_s=settings.amqp_publish_timeout_s)
     app.state.fncall = pools
     await pools.start()
     try:

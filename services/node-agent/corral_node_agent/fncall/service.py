@@ -8,9 +8,9 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-import aio_pika
 from aio_pika.abc import AbstractRobustConnection
 
+from corral_common.amqp import PUBLISH_TIMEOUT_S, connect
 from corral_common.logging import get_logger
 from corral_node_agent import host
 from corral_node_agent.cgroups.detect import cgroup_driver
@@ -106,8 +106,9 @@ def remove_stale_instances(scratch_root: Path, own: str) -> list[str]:
 
 class FncallPools:
     def __init__(self, node_id: str, amqp_url: str, settings: FncallNodeSettings, *, instance: str = "",
-                 layers: LayerCache | None = None):
+                 layers: LayerCache | None = None, publish_timeout_s: float = PUBLISH_TIMEOUT_S):
         self.node_id = node_id
+        self.publish_timeout_s = publish_timeout_s
         # The runtimes' root filesystem is a Corral environment (image-service layers),
         # mounted read-only through the node's layer cache like a container's.
         self.layers = layers
@@ -188,7 +189,7 @@ class FncallPools:
             stale = remove_stale_instances(config.scratch_dir.parent, self.instance)
             if stale:
                 log.info("fncall.removed_stale_workers", instances=stale)
-            self._connection = await aio_pika.connect_robust(self.amqp_url)
+            self._connection = await connect(self.amqp_url)
             for name in self.settings.runtime_names:
                 if name not in RUNTIME_SPECS:
                     log.warning("fncall.unknown_runtime", runtime=name)
@@ -198,7 +199,7 @@ class FncallPools:
                                    warm=self.settings.warm_python and name == "python",
                                    scale_interval_s=self.settings.scale_interval_s,
                                    idle_ticks_to_shrink=self.settings.idle_ticks_to_shrink,
-                                   cgroup_prefix=self.cgroup_prefix)
+                                   cgroup_prefix=self.cgroup_prefix, publish_timeout_s=self.publish_timeout_s)
                 await pool.start()
                 self.pools[name] = pool
             self.status_message = "ready"
