@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -37,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVERS = str(ROOT / "scripts/servers.sh")
 WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 # servers.sh puts a broker's epmd on its port - 1000 and its distribution on + 10000.
-PRIVATE_AMQP_PORT = 47070 + 100 * WORKER
-PRIVATE_POSTGRES_PORT = 47071 + 100 * WORKER
+PRIVATE_AMQP_PORT = 47070 + 100 * WORKER  # .. + 8 (PrivateRabbitMQ.CANDIDATES)
+PRIVATE_POSTGRES_PORT = 47081 + 100 * WORKER
 
 
 def free_port() -> int:
@@ -155,16 +156,54 @@ async def register_environment(images_url: str, token: str, name: str, tmp: Path
         assert env.status_code == 201, env.text
 
 
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 class PrivateRabbitMQ:
     """A RabbitMQ of the test's own (its data in ``state``), to stop and start under a platform.
     A test whose services run on its own event loop calls stop/start in a thread
-    (``asyncio.to_thread``): they block for seconds."""
+    (``asyncio.to_thread``): they block for seconds.
 
-    def __init__(self, state: Path, port: int = PRIVATE_AMQP_PORT):
-        self.state, self.port, self.url = str(state), port, ""
+    Its ports (AMQP, epmd at -1000, distribution at +10000) lie in the kernel's ephemeral range,
+    so a client socket may hold one for a moment: the first start takes the first of a few
+    candidates that are free, and a restart (same node, same port) waits for its own."""
+
+    CANDIDATES = tuple(PRIVATE_AMQP_PORT + 2 * k for k in range(5))
+
+    def __init__(self, state: Path):
+        self.state, self.port, self.url = str(state), 0, ""
+
+    @staticmethod
+    def _ports_free(port: int) -> bool:
+        return all(_free(p) for p in (port, port - 1000, port + 10000))
 
     def start(self) -> str:
-        out = subprocess.run([SERVERS, "start-rabbitmq", self.state, str(self.port)], check=True,
+        if self.port:
+            deadline = time.monotonic() + 30
+            while not self._ports_free(self.port) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            return self._start(self.port)
+        error = None
+        for port in self.CANDIDATES:
+            if not self._ports_free(port):
+                continue
+            try:
+                return self._start(port)
+            except subprocess.CalledProcessError as exc:
+                error = exc
+                self.stop()
+                shutil.rmtree(Path(self.state) / "rabbitmq", ignore_errors=True)
+        raise RuntimeError(f"no private RabbitMQ could start on {self.CANDIDATES}: {error}")
+
+    def _start(self, port: int) -> str:
+        self.port = port
+        out = subprocess.run([SERVERS, "start-rabbitmq", self.state, str(port)], check=True,
                              capture_output=True, text=True)
         self.url = out.stdout.split()[-1]
         return self.url

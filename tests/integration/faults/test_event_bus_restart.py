@@ -38,8 +38,10 @@ async def test_consumers_come_back_and_deferred_events_are_sent_in_order(private
         await asyncio.to_thread(broker.start)
 
         await until(lambda: bus.deferred == 0, timeout_s=60, what="the deferred events sent")
-        await until(lambda: len(got) == 3, timeout_s=30, what="the deferred events consumed")
-        assert got == ["before", "terminal", "wake-up"]  # the refused one was never sent
+        await until(lambda: {"terminal", "wake-up"} <= set(got), timeout_s=30, what="the deferred events consumed")
+        # In order, the refused one never sent. (A confirm that took longer than the bound is
+        # sent again: a duplicate, which consumers absorb like a redelivery.)
+        assert list(dict.fromkeys(got)) == ["before", "terminal", "wake-up"], got
         await bus.publish(key, SandboxStop(sandbox_id="after", node_id="n"))
         await until(lambda: got[-1:] == ["after"], timeout_s=10, what="an event after the restart")
     finally:

@@ -2,6 +2,7 @@
 body in every service (install_error_handlers), whichever route raised it; 429/503 raised as
 CorralErrors carry Retry-After too."""
 
+import aiormq.exceptions
 import httpx
 import pytest
 import redis.exceptions
@@ -9,7 +10,9 @@ import sqlalchemy.exc
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from corral_common.amqp import BrokerUnavailable
 from corral_common.errors import CorralError, NotFound, ServiceUnavailable, TooManyRequests, install_error_handlers
+from corral_common.overload import is_unavailable
 
 RAISED = {
     "redis-pool-wait": (redis.exceptions.ConnectionError("No connection available."), "overloaded"),
@@ -18,6 +21,14 @@ RAISED = {
     "redis-timeout": (redis.exceptions.TimeoutError("Timeout reading from socket"), "redis_unavailable"),
     "http-pool": (httpx.PoolTimeout("no connection"), "overloaded"),
     "sql-pool": (sqlalchemy.exc.TimeoutError("QueuePool limit of size 10 overflow 20 reached"), "overloaded"),
+    "sql-down": (sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("connection refused")),
+                 "database_unavailable"),
+    "sql-closed": (sqlalchemy.exc.InterfaceError("SELECT 1", {}, Exception("connection already closed")),
+                   "database_unavailable"),
+    "broker-down": (aiormq.exceptions.AMQPConnectionError("connection reset"), "broker_unavailable"),
+    "broker-channel": (aiormq.exceptions.ChannelInvalidStateError("No active transport in channel"),
+                       "broker_unavailable"),
+    "broker-publish": (BrokerUnavailable("RabbitMQ did not take the message within 20s"), "broker_unavailable"),
     "unavailable": (ServiceUnavailable("image-service unreachable"), "unavailable"),
     "node-503": (CorralError("node says no", status_code=503, code="unavailable"), "unavailable"),
     "tenant": (TooManyRequests("slow down", retry_after_s=3), "too_many_requests"),
@@ -53,3 +64,12 @@ def test_each_overload_is_a_json_answer_with_retry_after(client, name):
 def test_other_errors_say_nothing_about_retrying(client):
     r = client.get("/missing")
     assert r.status_code == 404 and "Retry-After" not in r.headers
+
+
+def test_what_is_worth_trying_again():
+    """A consumer retries its handler in place for these (corral_common.amqp), not for bugs."""
+    for name in ("redis-down", "sql-down", "broker-down", "broker-publish", "unavailable", "sql-pool"):
+        assert is_unavailable(RAISED[name][0]), name
+    assert not is_unavailable(ValueError("bad message"))
+    assert not is_unavailable(NotFound("gone"))
+    assert not is_unavailable(sqlalchemy.exc.IntegrityError("INSERT", {}, Exception("duplicate key")))
