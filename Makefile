@@ -55,8 +55,8 @@ test: venv guestkit
 	@flock -o $(TEST_STATE)/lock $(MAKE) --no-print-directory test-locked
 
 test-locked:
-	@scripts/servers.sh start $(TEST_STATE)/servers 46379 45672 > $(TEST_STATE).urls
-	@scripts/servers.sh start-postgres $(TEST_STATE)/servers 46432 > $(TEST_STATE).pg
+	@scripts/servers.sh start $(TEST_STATE)/servers 26379 25672 > $(TEST_STATE).urls
+	@scripts/servers.sh start-postgres $(TEST_STATE)/servers 26432 > $(TEST_STATE).pg
 	@read redis amqp < $(TEST_STATE).urls; read pg < $(TEST_STATE).pg; \
 	CORRAL_TEST_REDIS_URL=$$redis CORRAL_TEST_AMQP_URL=$$amqp CORRAL_TEST_RABBITMQ_HOME=$(TEST_STATE)/servers/rabbitmq \
 	CORRAL_TEST_POSTGRES_URL=$$pg $(PY) -m pytest tests $(PYTEST_ARGS); rc=$$?; \

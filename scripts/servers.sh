@@ -8,12 +8,15 @@
 #   scripts/servers.sh start-rabbitmq STATE_DIR PORT   (RabbitMQ alone; prints its URL)
 #   scripts/servers.sh stop-rabbitmq  STATE_DIR        (returns once the broker has exited)
 #   scripts/servers.sh stop-postgres  STATE_DIR
+#   scripts/servers.sh rabbitmqctl STATE_DIR ARGS...  (the broker's own CLI, with its ports)
 # (The -redis/-rabbitmq/-postgres pairs restart one server under a running platform: its data stays.)
 # Redis persists: an append-only file fsynced every second (at most ~1 s of writes lost to a
 # crash) in STATE_DIR/redis (0700), replayed when it starts again on the same dir.
-# (Avoid AMQP ports 35672-35682: the RabbitMQ CLI tools take those for themselves.)
 # RabbitMQ runs as its own node (own name, ports, epmd, mnesia dir) so it never touches a
-# system-wide broker; epmd outlives rabbitmqctl stop, so it is stopped by pid.
+# system-wide broker; epmd outlives rabbitmqctl stop, so it is stopped by pid. A broker on
+# AMQP_PORT takes the ten ports AMQP_PORT..+9: epmd +1, Erlang distribution +2, its CLI tools'
+# own distribution +3..+9 (RabbitMQ's default, 35672-35682, is one range for every broker on
+# the host and lies in the kernel's ephemeral range, where any outgoing connection may hold it).
 set -euo pipefail
 cmd=$1 state=$(realpath -m "$2")
 redis_port=${3:-6379} amqp_port=${4:-5672}
@@ -21,8 +24,9 @@ node="corral-${amqp_port}@localhost"
 
 rabbit_env() {
   export HOME="$state/rabbitmq" RABBITMQ_NODENAME="$node" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
-    RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT=$((amqp_port + 10000)) ERL_EPMD_ADDRESS=127.0.0.1 \
-    ERL_EPMD_PORT=$((amqp_port - 1000)) RABBITMQ_MNESIA_BASE="$state/rabbitmq/mnesia" \
+    RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT=$((amqp_port + 2)) ERL_EPMD_ADDRESS=127.0.0.1 \
+    ERL_EPMD_PORT=$((amqp_port + 1)) RABBITMQ_MNESIA_BASE="$state/rabbitmq/mnesia" \
+    RABBITMQ_CTL_DIST_PORT_MIN=$((amqp_port + 3)) RABBITMQ_CTL_DIST_PORT_MAX=$((amqp_port + 9)) \
     RABBITMQ_LOG_BASE="$state/rabbitmq/log" RABBITMQ_PID_FILE="$state/rabbitmq/rabbitmq.pid" \
     RABBITMQ_ENABLED_PLUGINS_FILE="$state/rabbitmq/enabled_plugins" RABBITMQ_CONFIG_FILE="$state/rabbitmq/rabbitmq"
   # Erlang distribution (the broker's and the CLI tools' own) on loopback too: it listens on
@@ -72,7 +76,7 @@ stop_rabbitmq() {
     /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" stop >/dev/null 2>&1 || true
     [ -n "$beam" ] && kill -9 "$beam" 2>/dev/null || true
     # epmd is started with its port in the environment, not on its command line: find it by socket.
-    for pid in $(ss -Hltnp "sport = :$((amqp_port - 1000))" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+    for pid in $(ss -Hltnp "sport = :$((amqp_port + 1))" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
       kill "$pid" 2>/dev/null || true
     done
     rm -f "$state/rabbitmq/port"
@@ -131,5 +135,10 @@ stop-rabbitmq)
 stop-postgres)
   stop_postgres
   ;;
-*) echo "usage: $0 start|stop|start-postgres|stop-postgres|start-redis|stop-redis|start-rabbitmq|stop-rabbitmq STATE_DIR [PORTS]" >&2; exit 2 ;;
+rabbitmqctl)
+  amqp_port=$(cat "$state/rabbitmq/port"); node="corral-${amqp_port}@localhost"; rabbit_env
+  shift 2
+  exec /usr/lib/rabbitmq/bin/rabbitmqctl -n "$node" "$@"
+  ;;
+*) echo "usage: $0 start|stop|start-postgres|stop-postgres|start-redis|stop-redis|start-rabbitmq|stop-rabbitmq|rabbitmqctl STATE_DIR [PORTS|ARGS]" >&2; exit 2 ;;
 esac

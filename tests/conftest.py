@@ -18,6 +18,7 @@ import pytest
 
 # The live platform's fixtures (tests/live_platform.py), registered here once so that tests/e2e
 # and tests/security share one platform per test process.
+from tests import ports
 from tests.live_platform import platform, vm_platform  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,8 +66,8 @@ def service_urls(tmp_path_factory):
                         f"{rabbit_c.get_exposed_port(5672)}/")
         elif shutil.which("redis-server") and shutil.which("rabbitmq-server"):
             state = tempfile.mkdtemp(prefix="corral-servers-")
-            base = 47000 + 10 * _worker_index()
-            out = subprocess.run([str(ROOT / "scripts/servers.sh"), "start", state, str(base + 1), str(base + 2)],
+            out = subprocess.run([str(ROOT / "scripts/servers.sh"), "start", state, str(ports.SHARED_REDIS),
+                                  str(ports.SHARED_AMQP)],
                                  check=True, capture_output=True, text=True).stdout.split()
             redis_url, amqp_url = out[-2], out[-1]
             rabbit_home = f"{state}/rabbitmq"
@@ -94,17 +95,14 @@ def service_urls(tmp_path_factory):
 
 
 def _ensure_vhost(amqp_url: str, vhost: str, rabbit_home: str) -> None:
-    """Create a vhost with the broker's own CLI (AMQP cannot), on a broker scripts/servers.sh runs.
+    """Create a vhost with the broker's own CLI (AMQP cannot), on a broker scripts/servers.sh runs
+    (its state dir holds rabbit_home).
 
     Brokers from testcontainers are private to this worker already and keep the default vhost.
     """
-    port = urllib.parse.urlparse(amqp_url).port or 5672
-    ctl = "/usr/lib/rabbitmq/bin/rabbitmqctl"
-    env = dict(os.environ, HOME=rabbit_home, ERL_EPMD_PORT=str(port - 1000))
-    node = f"corral-{port}@localhost"
-    subprocess.run([ctl, "-n", node, "-q", "add_vhost", vhost], env=env, capture_output=True)
-    subprocess.run([ctl, "-n", node, "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
-                   env=env, check=True, capture_output=True)
+    ctl = [str(ROOT / "scripts/servers.sh"), "rabbitmqctl", str(Path(rabbit_home).parent), "-q"]
+    subprocess.run([*ctl, "add_vhost", vhost], capture_output=True)
+    subprocess.run([*ctl, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"], check=True, capture_output=True)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ SIGKILL or restart it; node-agents as the real control path (NodeEvents: place/s
 consumers, heartbeats, SandboxManager and a LayerCache fetching from the image-service) in
 the test process over the FakeBackend; and servers of the test's own (scripts/servers.sh, as
 CI and `make up` start theirs) that it may stop and start, on this worker's private ports
-(47000 + 100 × the worker index ..), never the shared ones.
+(tests/ports.py), never the shared ones.
 """
 
 import asyncio
@@ -33,13 +33,11 @@ from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.layers import LayerCache
 from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
+from tests import ports
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVERS = str(ROOT / "scripts/servers.sh")
-WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-# servers.sh puts a broker's epmd on its port - 1000 and its distribution on + 10000.
-PRIVATE_AMQP_PORT = 47070 + 100 * WORKER  # .. + 8 (PrivateRabbitMQ.CANDIDATES)
-PRIVATE_POSTGRES_PORT = 47081 + 100 * WORKER
+PRIVATE_POSTGRES_PORT = ports.private(60)
 
 
 def free_port() -> int:
@@ -170,18 +168,18 @@ class PrivateRabbitMQ:
     A test whose services run on its own event loop calls stop/start in a thread
     (``asyncio.to_thread``): they block for seconds.
 
-    Its ports (AMQP, epmd at -1000, distribution at +10000) lie in the kernel's ephemeral range,
-    so a client socket may hold one for a moment: the first start takes the first of a few
-    candidates that are free, and a restart (same node, same port) waits for its own."""
+    A broker left over by a killed run may still hold this worker's first ports: the first
+    start takes the first of a few candidates that are free, and a restart (same node, same
+    port) waits for its own."""
 
-    CANDIDATES = tuple(PRIVATE_AMQP_PORT + 2 * k for k in range(5))
+    CANDIDATES = tuple(ports.private(ports.BROKER_SPAN * k) for k in range(5))
 
     def __init__(self, state: Path):
         self.state, self.port, self.url = str(state), 0, ""
 
     @staticmethod
     def _ports_free(port: int) -> bool:
-        return all(_free(p) for p in (port, port - 1000, port + 10000))
+        return all(_free(p) for p in ports.broker_ports(port))
 
     def start(self) -> str:
         if self.port:

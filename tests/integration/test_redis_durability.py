@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 
 from corral_common.redis_client import connect
+from tests import ports
 from tests.polling import until
 from tests.sandbox_host import container_skip_reason
 
@@ -28,8 +29,7 @@ pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = str(ROOT / "scripts/servers.sh")
-WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-REDIS_PORT = 47099 + 100 * WORKER  # this worker's private range (47000 + 100 × index ..), clear of conftest's
+REDIS_PORT = ports.private(50)
 TOKEN = "durability-internal-token"
 KEY, OTHER_KEY = "durable-key-123456", "other-key-1234567"
 
