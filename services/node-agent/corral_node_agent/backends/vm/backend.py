@@ -33,9 +33,9 @@ from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec, Usage
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.types import ImageTransport, LayerFormat, RootFs
+from corral_node_agent.backends.vm import keyboard
 from corral_node_agent.backends.vm.agent_client import GuestAgentClient
 from corral_node_agent.backends.vm.guestkit import GuestKit, kernel_cmdline
-from corral_node_agent.backends.vm import keyboard
 from corral_node_agent.backends.vm.input import to_qmp
 from corral_node_agent.backends.vm.machine import MachineError, QemuMachine
 from corral_node_agent.backends.vm.qemu import (
