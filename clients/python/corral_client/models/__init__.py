@@ -39,6 +39,7 @@ from .list_rollouts_status_type_0 import ListRolloutsStatusType0
 from .mouse_click import MouseClick
 from .mouse_click_button import MouseClickButton
 from .mouse_move import MouseMove
+from .network_policy import NetworkPolicy
 from .rollout import Rollout
 from .rollout_create import RolloutCreate
 from .rollout_create_metadata import RolloutCreateMetadata
@@ -122,6 +123,7 @@ __all__ = (
     "MouseClick",
     "MouseClickButton",
     "MouseMove",
+    "NetworkPolicy",
     "Rollout",
     "RolloutCreate",
     "RolloutCreateMetadata",
