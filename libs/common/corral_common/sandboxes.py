@@ -155,3 +155,8 @@ class Usage(BaseModel):
     peak_memory_bytes: int = 0
     wall_time_s: float = 0.0
     oom_kills: int = 0
+    # Egress (sandboxes with an allowlist): bytes through its interface each way, and the
+    # connections and DNS queries the node refused.
+    network_tx_bytes: int = 0
+    network_rx_bytes: int = 0
+    network_denied: int = 0

@@ -28,6 +28,7 @@ from corral_common.contracts.images import EnvironmentLayer
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
+from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import (
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
     VM_BACKENDS,
@@ -313,6 +314,10 @@ class SandboxManager:
 
     async def resume(self, sandbox_id: str) -> None:
         await self._capable(sandbox_id, Capability.pause).resume(sandbox_id)
+
+    async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
+        self._require(sandbox_id)
+        await self._backend_of(sandbox_id).set_network(sandbox_id, network)
 
     # ---- screens and snapshots ------------------------------------------------------------
 
