@@ -188,7 +188,9 @@ def _network(value: Any, handler: Any) -> Any:
     return NetworkPolicy.model_validate(value)
 
 
-Network = Annotated[Literal["none"] | NetworkPolicy, WrapValidator(_network)]
+# (The allowlist first: the SDK generator tries union members in order, and gives up after a
+# literal that does not match.)
+Network = Annotated[NetworkPolicy | Literal["none"], WrapValidator(_network)]
 
 
 def expand(policy: NetworkPolicy, presets: Mapping[str, list[str]]) -> list[Rule]:

@@ -284,16 +284,19 @@ class Sandbox:
         def _parse_network(data: object) -> Literal["none"] | NetworkPolicy | Unset:
             if isinstance(data, Unset):
                 return data
-            network_type_0 = cast(Literal["none"], data)
-            if network_type_0 != "none":
-                raise ValueError(
-                    f"network_type_0 must match const 'none', got '{network_type_0}'"
-                )
-            return network_type_0
-            if not isinstance(data, dict):
-                raise TypeError()
-            network_type_1 = NetworkPolicy.from_dict(data)
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                network_type_0 = NetworkPolicy.from_dict(data)
 
+                return network_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            network_type_1 = cast(Literal["none"], data)
+            if network_type_1 != "none":
+                raise ValueError(
+                    f"network_type_1 must match const 'none', got '{network_type_1}'"
+                )
             return network_type_1
 
         network = _parse_network(d.pop("network", UNSET))

@@ -39,20 +39,27 @@ import json
 import os
 import socket
 import sys
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from prometheus_client import Counter
+
 from corral_common.logging import get_logger
 from corral_common.network import NetworkPolicy, expand, parse_forbidden
-from corral_node_agent.errors import StartFailed, Unavailable
+from corral_node_agent.errors import BadInput, StartFailed, Unavailable
 from corral_node_agent.network import netns, nft, shaping
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
+DENIED = Counter("corral_egress_denied_total", "Connections and DNS queries of sandboxes refused by egress rules",
+                 ["node", "kind"])
 SERVICE_READY_TIMEOUT_S = 30.0
 ACK_TIMEOUT_S = 10.0
 REFILL_DELAY_S = 0.05
 COUNTERS_REFRESH_S = 2.0
+RECENT_DENIALS = 32
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ class Attached:
     bandwidth_mbit: int | None
     denied: int = 0
     last: dict[str, int] = field(default_factory=dict)
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_DENIALS))  # (epoch s, target, reason)
 
 
 def _write_sysctl(path: str, value: str) -> None:
@@ -198,7 +206,11 @@ class NodeEgress:
         sandbox_id = self._by_address.get(info.get("addr", ""))
         if sandbox_id is None:
             return
-        self._attached[sandbox_id].denied += 1
+        att = self._attached[sandbox_id]
+        att.denied += 1
+        att.recent.append((time.time(), info.get("target", "?"), info.get("reason", "")))
+        DENIED.labels(node=self.settings.node_id, kind="dns" if str(info.get("target", "")).startswith("dns:")
+                      else "connection").inc()
         if self.on_denied is not None:
             self.on_denied(sandbox_id, info.get("target", "?"), info.get("reason", ""))
 
@@ -291,11 +303,11 @@ class NodeEgress:
 
     # ---- sandboxes ---------------------------------------------------------------------
 
-    def rules_of(self, policy: NetworkPolicy) -> list[str]:
+    def rules_of(self, policy: NetworkPolicy, error: type[Exception] = StartFailed) -> list[str]:
         try:
             return [r.text for r in expand(policy, self.presets)]
         except KeyError as exc:
-            raise StartFailed(f"unknown network preset {exc.args[0]!r} on this node") from None
+            raise error(f"unknown network preset {exc.args[0]!r} on this node") from None
 
     async def attach(self, sandbox_id: str, policy: NetworkPolicy) -> Slot:
         """A ready namespace for the sandbox, its rules in force before anything runs in it."""
@@ -325,7 +337,7 @@ class NodeEgress:
         att = self._attached.get(sandbox_id)
         if att is None:
             raise KeyError(sandbox_id)
-        rules = self.rules_of(policy)
+        rules = self.rules_of(policy, BadInput)
         self._write_rules(att.slot.address, rules)
         att.rules = rules
         if policy.bandwidth_mbit != att.bandwidth_mbit:
@@ -361,6 +373,10 @@ class NodeEgress:
         if stats:
             att.last = stats
         return {**att.last, "denied": att.denied}
+
+    def recent_denials(self, sandbox_id: str) -> list[tuple[float, str, str]]:
+        att = self._attached.get(sandbox_id)
+        return list(att.recent) if att is not None else []
 
     def last_counters(self, sandbox_id: str) -> dict[str, int]:
         """What `counters` last read (refreshed every COUNTERS_REFRESH_S while attached)."""

@@ -438,6 +438,7 @@ class ContainerBackend(SandboxBackend):
             raise BadInput(f"sandbox {sandbox_id} was created with network 'none': it has no interface to open "
                            "(create it with an allowlist, even an empty one)", loc=["body"])
         await self.egress.update(sandbox_id, network)
+        sb.spec = sb.spec.model_copy(update={"network": network})
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:
         return self._get(sandbox_id).spec
