@@ -65,7 +65,7 @@ async def set_network(sandbox_id: str, body: NetworkPolicy, manager: Manager) ->
 
 @router.get("/network", summary="The sandbox's egress counters and latest refusals")
 async def get_network(sandbox_id: str, manager: Manager) -> dict:
-    return manager.network_state(sandbox_id)
+    return await manager.network_state(sandbox_id)
 
 
 @router.post("/resume", summary="Thaw the sandbox (paused → running)")

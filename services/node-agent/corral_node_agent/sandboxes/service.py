@@ -319,13 +319,13 @@ class SandboxManager:
         self._require(sandbox_id)
         await self._backend_of(sandbox_id).set_network(sandbox_id, network)
 
-    def network_state(self, sandbox_id: str) -> dict:
+    async def network_state(self, sandbox_id: str) -> dict:
         """Counters and the latest refusals of the sandbox's egress (empty for network "none")."""
         self._require(sandbox_id)
         egress = getattr(self._backend_of(sandbox_id), "egress", None)
         if egress is None:
             return {"counters": {}, "denied": []}
-        return {"counters": egress.last_counters(sandbox_id),
+        return {"counters": await egress.counters(sandbox_id),
                 "denied": [{"at": at, "target": target, "reason": reason}
                            for at, target, reason in egress.recent_denials(sandbox_id)]}
 
