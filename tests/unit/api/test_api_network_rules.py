@@ -39,3 +39,10 @@ async def test_deny_cidrs_and_allow_any():
     with pytest.raises(Unprocessable):
         await _rules().require(NetworkPolicy(allow=["0.0.0.0/0"]))
     await _rules(network_allow_any=True).require(NetworkPolicy(allow=["0.0.0.0/0"]))
+
+
+async def test_vm_backends_refuse_allowlists_until_they_have_a_nic():
+    with pytest.raises(Unprocessable) as exc:
+        await _rules().require(NetworkPolicy(presets=["pypi"]), backend="microvm")
+    assert exc.value.code == "unsupported_network" and exc.value.loc == ["body", "network"]
+    await _rules().require("none", backend="vm")

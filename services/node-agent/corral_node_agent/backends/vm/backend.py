@@ -169,6 +169,9 @@ class QemuBackend(SandboxBackend):
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory, mode=0o700)
         policy = policy_for(spec, self.settings)
+        if policy.egress.mode != "none":
+            # No NIC yet (docs/network.md): refuse rather than boot a VM whose rules mean nothing.
+            raise BadInput("network allowlists are not available for VMs yet", loc=["body", "network"])
         slot = self.uids.acquire() if policy.identity.host_uid is None else None
         try:
             config, transport = self._config(sandbox_id, spec, rootfs, directory)
