@@ -57,7 +57,7 @@ DENIED = Counter("corral_egress_denied_total", "Connections and DNS queries of s
                  ["node", "kind"])
 SERVICE_READY_TIMEOUT_S = 30.0
 ACK_TIMEOUT_S = 10.0
-REFILL_DELAY_S = 0.05
+REFILL_DELAY_S = 0.25
 COUNTERS_REFRESH_S = 2.0
 RECENT_DENIALS = 32
 
