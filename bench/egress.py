@@ -109,16 +109,20 @@ async def creates(work: str, layer: str, rounds: int, gap: float) -> dict:
             "attach_p50_ms": round(p50(attach_ms[2:]), 2)}
 
 
+def make_files(www: Path, download_mb: int) -> Path:
+    www.mkdir()
+    with open(www / "big.bin", "wb") as fh:
+        fh.truncate(download_mb * 1024 * 1024)
+    (www / "small.txt").write_text("x" * 100)
+    return www
+
+
 async def proxy(work: str, download_mb: int, requests: int) -> dict:
     from corral_common.network import NetworkPolicy
     from corral_node_agent.network.egress import NodeEgress
     from corral_node_agent.settings import NodeAgentSettings
 
-    www = Path(work) / "www"
-    www.mkdir()
-    with open(www / "big.bin", "wb") as fh:
-        fh.truncate(download_mb * 1024 * 1024)
-    (www / "small.txt").write_text("x" * 100)
+    www = make_files(Path(work) / "www", download_mb)
     up = make_upstream(UPSTREAM_OCTET)
     egress = NodeEgress(NodeAgentSettings(node_id="bench-egress-proxy", state_dir=f"{work}/proxy",
                                           egress_hosts={NAME: [up.address]}))
