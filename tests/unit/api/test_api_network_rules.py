@@ -41,8 +41,9 @@ async def test_deny_cidrs_and_allow_any():
     await _rules(network_allow_any=True).require(NetworkPolicy(allow=["0.0.0.0/0"]))
 
 
-async def test_vm_backends_refuse_allowlists_until_they_have_a_nic():
+async def test_vms_take_allowlists_unless_their_guest_is_not_corrals():
+    await _rules().require(NetworkPolicy(presets=["pypi"]), backend="microvm")
     with pytest.raises(Unprocessable) as exc:
-        await _rules().require(NetworkPolicy(presets=["pypi"]), backend="microvm")
+        await _rules().require(NetworkPolicy(presets=["pypi"]), backend="vm", guest_kit=False)
     assert exc.value.code == "unsupported_network" and exc.value.loc == ["body", "network"]
-    await _rules().require("none", backend="vm")
+    await _rules().require("none", backend="vm", guest_kit=False)

@@ -78,15 +78,15 @@ class NetworkRules:
         return self._platform
 
     async def require(self, network: object, loc: Sequence[str | int] = ("body", "network"),
-                      backend: str = "container") -> None:
-        """Unprocessable (422, loc down to the rule) when ``network`` cannot be taken."""
+                      backend: str = "container", guest_kit: bool = True) -> None:
+        """Unprocessable (422, loc down to the rule) when ``network`` cannot be taken.
+        ``guest_kit``: False for a VM booting a user disk image or a snapshot, whose guest
+        Corral's init does not configure (it would have a NIC it never sets up)."""
         if not isinstance(network, NetworkPolicy):
             return
-        if backend in VM_BACKENDS:
-            # The tap in the sandbox's namespace is not built yet (docs/network.md): a VM with an
-            # allowlist would silently have no network, so it is refused instead.
-            raise Unprocessable(f"network allowlists are not available for backend {backend!r} yet; "
-                                "use a container, or network 'none'", loc=list(loc), code="unsupported_network")
+        if backend in VM_BACKENDS and not guest_kit:
+            raise Unprocessable("network allowlists need a VM booted from layers (not disk_image or from_snapshot)",
+                                loc=list(loc), code="unsupported_network")
         nets, names = await self._platform_targets()
         problems = validate_policy(network, self.presets, (*self.static, *nets), allow_any=self.allow_any,
                                    forbidden_names=names)

@@ -97,7 +97,8 @@ class SandboxService:
         if self.ceilings is not None:
             await self.ceilings.require(spec)
         if self.network is not None:
-            await self.network.require(spec.network, backend=spec.backend)
+            await self.network.require(spec.network, backend=spec.backend,
+                                       guest_kit=not (spec.disk_image or spec.from_snapshot))
         if not restoring:
             await self.environments.require_spec(spec)
         sandbox_id = f"sb-{secrets.token_hex(8)}"

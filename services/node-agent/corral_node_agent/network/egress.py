@@ -34,10 +34,12 @@ between them since nothing is shared):
 
 import asyncio
 import contextlib
+import fcntl
 import ipaddress
 import json
 import os
 import socket
+import struct
 import sys
 import time
 from collections import deque
@@ -60,6 +62,9 @@ ACK_TIMEOUT_S = 10.0
 REFILL_DELAY_S = 0.25
 COUNTERS_REFRESH_S = 2.0
 RECENT_DENIALS = 32
+TUNSETIFF = 0x400454CA
+IFF_TAP = 0x0002
+IFF_NO_PI = 0x1000
 
 
 @dataclass(frozen=True)
@@ -326,6 +331,37 @@ class NodeEgress:
         if self._counting is None or self._counting.done():
             self._counting = asyncio.create_task(self._refresh_counters())
         return slot
+
+    async def tap(self, sandbox_id: str) -> int:
+        """For a VM: turn the sandbox's namespace into a bridge of its veth and a new tap, and
+        return the tap's fd for QEMU (the guest takes eth0's address: the same rules apply to
+        its frames). The tap goes when the last holder of the fd closes it."""
+        att = self._attached[sandbox_id]
+        return await asyncio.wrap_future(self._worker.submit(self._make_tap, att.slot))
+
+    def _make_tap(self, slot: Slot) -> int:
+        from pyroute2 import IPRoute
+
+        fd = os.open(slot.netns_path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            netns.enter(fd)
+        finally:
+            os.close(fd)
+        tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(tun, TUNSETIFF, struct.pack("16sH", b"tap0", IFF_TAP | IFF_NO_PI))
+            with IPRoute() as ipr:
+                eth0 = ipr.link_lookup(ifname="eth0")[0]
+                ipr.addr("del", index=eth0, address=slot.address, prefixlen=31)
+                ipr.link("add", ifname="br0", kind="bridge")
+                br0 = ipr.link_lookup(ifname="br0")[0]
+                for name in ("eth0", "tap0"):
+                    ipr.link("set", index=ipr.link_lookup(ifname=name)[0], master=br0, state="up")
+                ipr.link("set", index=br0, state="up")
+        except BaseException:
+            os.close(tun)
+            raise
+        return tun
 
     def _admit(self, att: Attached) -> None:
         nft.add_sandbox(self._nft, att.slot.ifname, att.slot.address)
