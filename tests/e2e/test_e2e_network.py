@@ -86,3 +86,19 @@ def test_platform_addresses_are_422(platform):
         r = httpx.post(f"{api}/v1/sandboxes", json={"environment": "busybox", "network": {"allow": [host_port]}},
                        headers={"authorization": f"Bearer {platform['api_key']}"}, timeout=30)
         assert r.status_code == 422, (url, r.text)
+
+
+def test_network_routes_are_tenant_scoped(corral, platform, upstream):
+    from tests.live_platform import OTHER_TENANT_KEY
+
+    with corral.sandboxes.create("busybox", memory_mb=64, network={"allow": []}) as sb:
+        other = {"authorization": f"Bearer {OTHER_TENANT_KEY}"}
+        url = f"{platform['api']}/v1/sandboxes/{sb.id}/network"
+        assert httpx.get(url, headers=other, timeout=30).status_code == 404
+        r = httpx.patch(url, json={"presets": ["e2e-index"]}, headers=other, timeout=30)
+        assert r.status_code == 404
+        assert httpx.get(url, timeout=30).status_code == 401
+        assert sb.network()["network"] == {"allow": [], "presets": [], "bandwidth_mbit": None}
+        r = httpx.patch(url, json={"allow": ["169.254.169.254"]},
+                        headers={"authorization": f"Bearer {platform['api_key']}"}, timeout=30)
+        assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["body", "allow", 0]
