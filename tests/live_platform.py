@@ -51,6 +51,13 @@ def platform_missing() -> str:
     return f"missing tools: {', '.join(tools)}" if tools else ""
 
 
+EGRESS_UPSTREAM_OCTET = 117  # 198.18.117.1: tests/egress_upstream.make_upstream(117)
+EGRESS_UPSTREAM = f"198.18.{EGRESS_UPSTREAM_OCTET}.1"
+EGRESS_PRESETS = {"e2e-index": ["index.corral.test:8080"]}
+EGRESS_HOSTS = {"index.corral.test": [EGRESS_UPSTREAM], "sibling.corral.test": [EGRESS_UPSTREAM],
+                "meta.corral.test": ["169.254.169.254"], "loop.corral.test": ["127.0.0.1"]}
+
+
 def run_platform(service_urls, tmp_path_factory):
     """Start the platform (2 node-agents) and yield its info; stop it afterwards."""
     import redis
@@ -66,7 +73,11 @@ def run_platform(service_urls, tmp_path_factory):
     env = dict(os.environ, CORRAL_API_MAX_UPLOAD_MB="1", CORRAL_LOG_JSON="true", CORRAL_API_ROLLOUT_STEP_LEASE_S="3",
                # Its nodes split the host between themselves only: a benchmark or another checkout's
                # platform running on this host at the same time must not leave them nothing.
-               CORRAL_NODE_CAPACITY_REGISTRY_DIR=str(state / "capacity"))
+               CORRAL_NODE_CAPACITY_REGISTRY_DIR=str(state / "capacity"),
+               # Egress (tests/e2e/test_e2e_network.py, tests/security/test_network.py): a preset and
+               # the names the nodes' egress proxies resolve; the "outside" is a namespace those
+               # tests make at EGRESS_UPSTREAM.
+               CORRAL_NETWORK_PRESETS=json.dumps(EGRESS_PRESETS), CORRAL_NODE_EGRESS_HOSTS=json.dumps(EGRESS_HOSTS))
     # Node-agents enable microvm/vm when QEMU is on PATH; without a guest kit those could not
     # boot, so the platform then runs containers only (a VM request is unschedulable).
     vm_missing = vm_backends_missing()

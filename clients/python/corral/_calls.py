@@ -130,6 +130,14 @@ def pause_sandbox(sandbox_id: str) -> Call[SandboxInfo]:
     return Call("POST", _path("/v1/sandboxes/{}/pause", sandbox_id), _model(SandboxInfo))
 
 
+def set_sandbox_network(sandbox_id: str, network: dict[str, Any]) -> Call[SandboxInfo]:
+    return Call("PATCH", _path("/v1/sandboxes/{}/network", sandbox_id), _model(SandboxInfo), json=network)
+
+
+def get_sandbox_network(sandbox_id: str) -> Call[dict[str, Any]]:
+    return Call("GET", _path("/v1/sandboxes/{}/network", sandbox_id), _json)
+
+
 def resume_sandbox(sandbox_id: str) -> Call[SandboxInfo]:
     return Call("POST", _path("/v1/sandboxes/{}/resume", sandbox_id), _model(SandboxInfo))
 

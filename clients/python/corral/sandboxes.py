@@ -119,6 +119,18 @@ class _SandboxOps(Flavored):
         return calls.send_input(self.id, [click_event(x, y, button)])
 
     @operation
+    def set_network(self, network: dict[str, Any]) -> Op[Self]:
+        """Replace the egress allowlist (``{"allow": [...], "presets": [...], "bandwidth_mbit": N}``);
+        in force when this returns. Only for sandboxes created with an allowlist."""
+        self.info = yield calls.set_sandbox_network(self.id, network)
+        return self
+
+    @operation
+    def network(self) -> calls.Call[dict[str, Any]]:
+        """Its egress policy, byte and refusal counters, and its latest refusals."""
+        return calls.get_sandbox_network(self.id)
+
+    @operation
     def snapshot(self) -> calls.Call[Snapshot]:
         """Save the VM's state on its node (it keeps running); restore it with
         ``corral.sandboxes.create(from_snapshot=snapshot.id)``."""

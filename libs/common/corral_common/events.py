@@ -71,6 +71,26 @@ class SandboxStop(Event):
     reason: str = "deleted"
 
 
+SANDBOX_NETWORK_DENIED_KEY = "sandbox.network.denied"
+
+
+class NetworkDenial(BaseModel):
+    at: float  # epoch seconds
+    target: str  # host:port, an address:port, or dns:<name>
+    reason: str
+
+
+class SandboxNetworkDenied(Event):
+    """Connections or DNS queries of a sandbox its egress rules refused (coalesced: at most one
+    event per sandbox per second, ``count`` refusals, the latest ones in ``recent``)."""
+
+    sandbox_id: str
+    tenant: str = ""
+    node_id: str
+    count: int
+    recent: list[NetworkDenial] = Field(default_factory=list)
+
+
 class SandboxStateChanged(Event):
     sandbox_id: str
     tenant: str

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from corral_common.inputs import env_names
+from corral_common.network import Network
 
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]{0,62}[A-Za-z0-9])?$"
 
@@ -118,7 +119,8 @@ class SandboxSpec(BaseModel):
     pids_limit: int = Field(512, ge=8, le=65536)
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
-    network: Literal["none"] = "none"
+    network: Network = Field(
+        "none", description="'none' (no network device at all) or an allowlist: docs/network.md")
 
     @model_validator(mode="after")
     def _resolve(self) -> "SandboxSpec":
@@ -153,3 +155,8 @@ class Usage(BaseModel):
     peak_memory_bytes: int = 0
     wall_time_s: float = 0.0
     oom_kills: int = 0
+    # Egress (sandboxes with an allowlist): bytes through its interface each way, and the
+    # connections and DNS queries the node refused.
+    network_tx_bytes: int = 0
+    network_rx_bytes: int = 0
+    network_denied: int = 0

@@ -50,6 +50,21 @@ class CommonSettings(BaseSettings):
     db_pool_size: int = Field(10, ge=1)
     db_max_overflow: int = Field(20, ge=0)
     db_pool_timeout_s: float = Field(5.0, gt=0)
+    # Egress (docs/network.md). The operator's presets a sandbox may name in network.presets:
+    # JSON, name -> rules in the allow grammar, e.g. {"pypi": ["pypi.mirror.internal:443"],
+    # "llm": ["10.8.0.5:8000"]}. Read by the api (validation) and by every node-agent (which
+    # applies them): give both the same value. Corral itself names no public host.
+    network_presets: dict[str, list[str]] = Field(default_factory=dict)
+    # Let a rule's CIDR span forbidden ranges (e.g. 0.0.0.0/0, "anything public"): the nodes'
+    # egress proxies still refuse loopback, link-local, the node, the sandboxes and the platform's
+    # services at connect time. False: such a rule is a 422.
+    network_allow_any: bool = False
+    # Further IPv4 networks no sandbox may reach whatever its rules (the site's management and
+    # control-plane networks), beyond the built-in ones (loopback, link-local, multicast...).
+    network_deny_cidrs: list[str] = Field(default_factory=list)
+    # The subnet node-agents take sandbox addresses from (a /31 per sandbox with an allowlist);
+    # never reachable from a sandbox.
+    network_sandbox_cidr: str = "100.96.0.0/16"
     log_level: str = "INFO"
     # One JSON object per log line (false: human-readable console lines).
     log_json: bool = True

@@ -307,6 +307,17 @@ class StateStore:
             await pipe.execute()
         return SandboxRecord.from_hash(mapping)
 
+    async def set_sandbox_spec(self, sandbox_id: str, spec: SandboxSpec) -> bool:
+        """Replace a live record's spec (a changed egress policy); False when it is gone."""
+        key = _sandbox_key(sandbox_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.exists(key)
+            pipe.hset(key, mapping={"spec": spec.model_dump_json(), "updated_at": repr(time.time())})
+            existed, _ = await pipe.execute()
+        if not existed:
+            await self.redis.delete(key)  # hset made a stub of a record that had expired
+        return bool(existed)
+
     async def get_sandbox(self, sandbox_id: str) -> SandboxRecord | None:
         data = await self.redis.hgetall(_sandbox_key(sandbox_id))
         return SandboxRecord.from_hash(data) if data else None

@@ -20,6 +20,7 @@ from corral_api.rollouts.router import router as rollouts_router
 from corral_api.rollouts.service import RolloutService
 from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.data_path import SandboxDataPath
+from corral_api.sandboxes.network import NetworkRules
 from corral_api.sandboxes.node_client import NodeClient
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_api.sandboxes.router import router as sandboxes_router
@@ -74,7 +75,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.sandboxes = SandboxService(store, bus, history, waiters, EnvironmentCatalog(images),
                                              settings.max_wait_s, snapshots=snapshot_rows,
                                              ceilings=NodeCeilings(store, settings.heartbeat_timeout_s,
-                                                                   max_disk_mb=settings.max_disk_mb))
+                                                                   max_disk_mb=settings.max_disk_mb),
+                                             network=NetworkRules(settings, store, api_host=settings.host))
         app.state.data_path = SandboxDataPath(app.state.sandboxes, node_client)
         app.state.snapshots = SnapshotService(snapshot_rows, app.state.sandboxes, node_client)
         app.state.rollouts = RolloutService(

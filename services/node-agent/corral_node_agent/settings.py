@@ -143,6 +143,25 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Host-wide registry of claimed uid ranges (one file per range), so agents sharing a host
     # never hand out the same ids: every agent on the host must see the same directory.
     uid_registry_dir: str = "/run/corral/uid-ranges"
+    # Egress (docs/network.md; the presets and the sandboxes' subnet are CORRAL_NETWORK_*). The
+    # egress proxy's port and the resolver's port inside the node's egress namespace (every TCP
+    # connection of a sandbox is redirected to the proxy, UDP 53 to the resolver).
+    egress_proxy_port: int = Field(3128, ge=1, le=65535)
+    egress_dns_port: int = Field(53, ge=1, le=65535)
+    # Names the egress proxy resolves itself, before any resolver (JSON name -> [IPv4...]), like
+    # /etc/hosts: e.g. {"pypi.mirror.internal": ["10.8.0.4"]}.
+    egress_hosts: dict[str, list[str]] = Field(default_factory=dict)
+    # The DNS server (IP[:port]) the egress proxy resolves allowed names with. Empty: the node's
+    # own resolver (getaddrinfo). Sandboxes never talk to it: they get only the node's answers.
+    egress_resolver: str = ""
+    # The uid the egress service (resolver + proxy) runs as after binding its sockets.
+    egress_uid: int = 65534
+    # Connections one sandbox may hold open through the proxy at once (beyond: refused, counted).
+    egress_max_connections: int = Field(256, ge=1)
+    # Sandbox network namespaces (with their veth into the egress namespace) kept ready, made
+    # by a thread of their own once the first sandbox with an allowlist was created, so that a
+    # create only takes one. 0: every create makes its own (~5-8 ms).
+    egress_pool: int = Field(4, ge=0, le=64)
     # fncall warm pools: CORRAL_FNCALL_* (FncallNodeSettings reads its own env names).
     fncall: FncallNodeSettings = Field(default_factory=FncallNodeSettings)
 

@@ -18,3 +18,19 @@ def test_input_helpers_make_valid_input_requests():
     request = InputRequest.model_validate(input_body(events))
     assert [e.type for e in request.events] == ["key", "text", "mouse_move", "click", "click"]
     assert (request.events[3].x, request.events[4].button, request.events[4].y) == (None, "right", 6)
+
+
+def test_create_body_carries_network_both_ways():
+    from corral_client.models.sandbox import Sandbox as SandboxInfo
+    from corral_common.network import NetworkPolicy
+
+    body = create_body("busybox", network={"presets": ["pypi"], "allow": ["git.example.org:443"]}).to_dict()
+    spec = SandboxCreate.model_validate(body)
+    assert spec.network == NetworkPolicy(presets=["pypi"], allow=["git.example.org:443"])
+    assert SandboxCreate.model_validate(create_body("busybox", network="none").to_dict()).network == "none"
+    assert "network" not in create_body("busybox").to_dict()
+    info = {"id": "sb-1", "state": "running", "environment": "busybox", "backend": "container", "cpu": 1.0,
+            "memory_mb": 256, "disk_mb": 1024, "timeout_s": 60, "created_at": "2026-12-01T00:00:00Z",
+            "network": {"allow": ["a.test"], "presets": [], "bandwidth_mbit": None}}
+    assert SandboxInfo.from_dict(info).network.allow == ["a.test"]
+    assert SandboxInfo.from_dict({**info, "network": "none"}).network == "none"

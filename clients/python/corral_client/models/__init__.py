@@ -39,6 +39,9 @@ from .list_rollouts_status_type_0 import ListRolloutsStatusType0
 from .mouse_click import MouseClick
 from .mouse_click_button import MouseClickButton
 from .mouse_move import MouseMove
+from .network_counters import NetworkCounters
+from .network_denial import NetworkDenial
+from .network_policy import NetworkPolicy
 from .rollout import Rollout
 from .rollout_create import RolloutCreate
 from .rollout_create_metadata import RolloutCreateMetadata
@@ -63,6 +66,7 @@ from .sandbox_create_isolation import SandboxCreateIsolation
 from .sandbox_create_labels import SandboxCreateLabels
 from .sandbox_labels import SandboxLabels
 from .sandbox_list import SandboxList
+from .sandbox_network_state import SandboxNetworkState
 from .sandbox_runtime import SandboxRuntime
 from .sandbox_state import SandboxState
 from .send_input_response_send_input import SendInputResponseSendInput
@@ -122,6 +126,9 @@ __all__ = (
     "MouseClick",
     "MouseClickButton",
     "MouseMove",
+    "NetworkCounters",
+    "NetworkDenial",
+    "NetworkPolicy",
     "Rollout",
     "RolloutCreate",
     "RolloutCreateMetadata",
@@ -146,6 +153,7 @@ __all__ = (
     "SandboxCreateLabels",
     "SandboxLabels",
     "SandboxList",
+    "SandboxNetworkState",
     "SandboxRuntime",
     "SandboxState",
     "SendInputResponseSendInput",

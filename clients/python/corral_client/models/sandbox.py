@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Self,
+    TypeVar,
+    cast,
+)
 
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
@@ -11,6 +18,7 @@ from ..models.sandbox_state import SandboxState
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.network_policy import NetworkPolicy
     from ..models.sandbox_labels import SandboxLabels
     from ..models.sandbox_runtime import SandboxRuntime
     from ..models.usage import Usage
@@ -38,6 +46,7 @@ class Sandbox:
         from_snapshot (None | str | Unset):
         isolation (str | Unset):  Default: 'container'.
         labels (SandboxLabels | Unset):
+        network (Literal['none'] | NetworkPolicy | Unset):  Default: 'none'.
         node_id (None | str | Unset):
         reason (None | str | Unset):
         runtime (SandboxRuntime | Unset):
@@ -60,6 +69,7 @@ class Sandbox:
     from_snapshot: None | str | Unset = UNSET
     isolation: str | Unset = "container"
     labels: SandboxLabels | Unset = UNSET
+    network: Literal["none"] | NetworkPolicy | Unset = "none"
     node_id: None | str | Unset = UNSET
     reason: None | str | Unset = UNSET
     runtime: SandboxRuntime | Unset = UNSET
@@ -68,6 +78,7 @@ class Sandbox:
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.network_policy import NetworkPolicy
         from ..models.usage import Usage
 
         backend = self.backend
@@ -115,6 +126,14 @@ class Sandbox:
         labels: dict[str, Any] | Unset = UNSET
         if not isinstance(self.labels, Unset):
             labels = self.labels.to_dict()
+
+        network: dict[str, Any] | Literal["none"] | Unset
+        if isinstance(self.network, Unset):
+            network = UNSET
+        elif isinstance(self.network, NetworkPolicy):
+            network = self.network.to_dict()
+        else:
+            network = self.network
 
         node_id: None | str | Unset
         if isinstance(self.node_id, Unset):
@@ -175,6 +194,8 @@ class Sandbox:
             field_dict["isolation"] = isolation
         if labels is not UNSET:
             field_dict["labels"] = labels
+        if network is not UNSET:
+            field_dict["network"] = network
         if node_id is not UNSET:
             field_dict["node_id"] = node_id
         if reason is not UNSET:
@@ -190,6 +211,7 @@ class Sandbox:
 
     @classmethod
     def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
+        from ..models.network_policy import NetworkPolicy
         from ..models.sandbox_labels import SandboxLabels
         from ..models.sandbox_runtime import SandboxRuntime
         from ..models.usage import Usage
@@ -258,6 +280,26 @@ class Sandbox:
             labels = UNSET
         else:
             labels = SandboxLabels.from_dict(_labels)
+
+        def _parse_network(data: object) -> Literal["none"] | NetworkPolicy | Unset:
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                network_type_0 = NetworkPolicy.from_dict(data)
+
+                return network_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            network_type_1 = cast(Literal["none"], data)
+            if network_type_1 != "none":
+                raise ValueError(
+                    f"network_type_1 must match const 'none', got '{network_type_1}'"
+                )
+            return network_type_1
+
+        network = _parse_network(d.pop("network", UNSET))
 
         def _parse_node_id(data: object) -> None | str | Unset:
             if data is None:
@@ -334,6 +376,7 @@ class Sandbox:
             from_snapshot=from_snapshot,
             isolation=isolation,
             labels=labels,
+            network=network,
             node_id=node_id,
             reason=reason,
             runtime=runtime,

@@ -18,6 +18,7 @@ from ..models.sandbox_create_isolation import SandboxCreateIsolation
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.network_policy import NetworkPolicy
     from ..models.sandbox_create_env import SandboxCreateEnv
     from ..models.sandbox_create_labels import SandboxCreateLabels
 
@@ -49,7 +50,8 @@ class SandboxCreate:
                 SandboxCreateIsolation.CONTAINER.
             labels (SandboxCreateLabels | Unset):
             memory_mb (int | Unset):  Default: 256.
-            network (Literal['none'] | Unset):  Default: 'none'.
+            network (Literal['none'] | NetworkPolicy | Unset): 'none' (no network device at all) or an allowlist:
+                docs/network.md Default: 'none'.
             pids_limit (int | Unset):  Default: 512.
             timeout_s (int | Unset): Wall-clock lifetime; the sandbox is ended after it Default: 3600.
     """
@@ -65,12 +67,14 @@ class SandboxCreate:
     isolation: SandboxCreateIsolation | Unset = SandboxCreateIsolation.CONTAINER
     labels: SandboxCreateLabels | Unset = UNSET
     memory_mb: int | Unset = 256
-    network: Literal["none"] | Unset = "none"
+    network: Literal["none"] | NetworkPolicy | Unset = "none"
     pids_limit: int | Unset = 512
     timeout_s: int | Unset = 3600
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.network_policy import NetworkPolicy
+
         backend: str | Unset = UNSET
         if not isinstance(self.backend, Unset):
             backend = self.backend.value
@@ -109,7 +113,13 @@ class SandboxCreate:
 
         memory_mb = self.memory_mb
 
-        network = self.network
+        network: dict[str, Any] | Literal["none"] | Unset
+        if isinstance(self.network, Unset):
+            network = UNSET
+        elif isinstance(self.network, NetworkPolicy):
+            network = self.network.to_dict()
+        else:
+            network = self.network
 
         pids_limit = self.pids_limit
 
@@ -151,6 +161,7 @@ class SandboxCreate:
 
     @classmethod
     def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
+        from ..models.network_policy import NetworkPolicy
         from ..models.sandbox_create_env import SandboxCreateEnv
         from ..models.sandbox_create_labels import SandboxCreateLabels
 
@@ -211,9 +222,25 @@ class SandboxCreate:
 
         memory_mb = d.pop("memory_mb", UNSET)
 
-        network = cast(Literal["none"] | Unset, d.pop("network", UNSET))
-        if network != "none" and not isinstance(network, Unset):
-            raise ValueError(f"network must match const 'none', got '{network}'")
+        def _parse_network(data: object) -> Literal["none"] | NetworkPolicy | Unset:
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                network_type_0 = NetworkPolicy.from_dict(data)
+
+                return network_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            network_type_1 = cast(Literal["none"], data)
+            if network_type_1 != "none":
+                raise ValueError(
+                    f"network_type_1 must match const 'none', got '{network_type_1}'"
+                )
+            return network_type_1
+
+        network = _parse_network(d.pop("network", UNSET))
 
         pids_limit = d.pop("pids_limit", UNSET)
 

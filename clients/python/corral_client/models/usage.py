@@ -16,12 +16,18 @@ class Usage:
     """
     Attributes:
         cpu_seconds (float | Unset):  Default: 0.0.
+        network_denied (int | Unset):  Default: 0.
+        network_rx_bytes (int | Unset):  Default: 0.
+        network_tx_bytes (int | Unset):  Default: 0.
         oom_kills (int | Unset):  Default: 0.
         peak_memory_bytes (int | Unset):  Default: 0.
         wall_time_s (float | Unset):  Default: 0.0.
     """
 
     cpu_seconds: float | Unset = 0.0
+    network_denied: int | Unset = 0
+    network_rx_bytes: int | Unset = 0
+    network_tx_bytes: int | Unset = 0
     oom_kills: int | Unset = 0
     peak_memory_bytes: int | Unset = 0
     wall_time_s: float | Unset = 0.0
@@ -29,6 +35,12 @@ class Usage:
 
     def to_dict(self) -> dict[str, Any]:
         cpu_seconds = self.cpu_seconds
+
+        network_denied = self.network_denied
+
+        network_rx_bytes = self.network_rx_bytes
+
+        network_tx_bytes = self.network_tx_bytes
 
         oom_kills = self.oom_kills
 
@@ -41,6 +53,12 @@ class Usage:
         field_dict.update({})
         if cpu_seconds is not UNSET:
             field_dict["cpu_seconds"] = cpu_seconds
+        if network_denied is not UNSET:
+            field_dict["network_denied"] = network_denied
+        if network_rx_bytes is not UNSET:
+            field_dict["network_rx_bytes"] = network_rx_bytes
+        if network_tx_bytes is not UNSET:
+            field_dict["network_tx_bytes"] = network_tx_bytes
         if oom_kills is not UNSET:
             field_dict["oom_kills"] = oom_kills
         if peak_memory_bytes is not UNSET:
@@ -55,6 +73,12 @@ class Usage:
         d = dict(src_dict)
         cpu_seconds = d.pop("cpu_seconds", UNSET)
 
+        network_denied = d.pop("network_denied", UNSET)
+
+        network_rx_bytes = d.pop("network_rx_bytes", UNSET)
+
+        network_tx_bytes = d.pop("network_tx_bytes", UNSET)
+
         oom_kills = d.pop("oom_kills", UNSET)
 
         peak_memory_bytes = d.pop("peak_memory_bytes", UNSET)
@@ -63,6 +87,9 @@ class Usage:
 
         usage = cls(
             cpu_seconds=cpu_seconds,
+            network_denied=network_denied,
+            network_rx_bytes=network_rx_bytes,
+            network_tx_bytes=network_tx_bytes,
             oom_kills=oom_kills,
             peak_memory_bytes=peak_memory_bytes,
             wall_time_s=wall_time_s,

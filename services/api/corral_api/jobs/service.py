@@ -59,6 +59,9 @@ class JobService:
                                 loc=["body", "spec", "from_snapshot"], code="unsupported_in_jobs")
         if self.sandboxes.ceilings is not None:
             await self.sandboxes.ceilings.require(spec, loc=("body", "spec"))
+        if self.sandboxes.network is not None:
+            await self.sandboxes.network.require(spec.network, loc=("body", "spec", "network"), backend=spec.backend,
+                                                 guest_kit=not spec.disk_image)
         await self.sandboxes.environments.require_spec(spec, loc=("body", "spec"))
         job_id = f"job-{secrets.token_hex(6)}"
         spec = spec.model_copy(update={"labels": {**spec.labels, **body.labels, "job": job_id}})

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 from corral_api.sandboxes.node_client import NodeClient, node_url
 from corral_api.sandboxes.service import SandboxService
 from corral_common.display import InputRequest, InputSent
-from corral_common.errors import BadRequest
+from corral_common.errors import BadRequest, Conflict
 from corral_common.exec import ExecRequest, ExecResult, FileInfo, FileWritten
+from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import SandboxState
 from corral_common.state import SandboxRecord
 
@@ -62,6 +63,26 @@ class SandboxDataPath:
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         await self.nodes.request("POST", await self._url(tenant, sandbox_id, "resume", _LIVE))
         return await self.sandboxes.get(tenant, sandbox_id)
+
+    async def set_network(self, tenant: str, sandbox_id: str, network: NetworkPolicy) -> SandboxRecord:
+        """New egress rules for a running (or paused) sandbox, in force when this returns."""
+        record, node = await self.sandboxes.node_for(tenant, sandbox_id, _LIVE)
+        if not isinstance(record.spec.network, NetworkPolicy):
+            raise Conflict(f"sandbox {sandbox_id} was created with network 'none' and has no network interface; "
+                           "create it with an allowlist (even an empty one) to change its rules later",
+                           loc=["path", "sandbox_id"], code="network_none")
+        if self.sandboxes.network is not None:
+            await self.sandboxes.network.require(network, loc=("body",))
+        await self.nodes.request("PUT", node_url(node, "v1", "sandboxes", sandbox_id, "network"),
+                                 content=network.model_dump_json(), headers={"content-type": "application/json"})
+        await self.sandboxes.store.set_sandbox_spec(sandbox_id, record.spec.model_copy(update={"network": network}))
+        return await self.sandboxes.get(tenant, sandbox_id)
+
+    async def network_state(self, tenant: str, sandbox_id: str) -> dict:
+        record, node = await self.sandboxes.node_for(tenant, sandbox_id, _LIVE)
+        response = await self.nodes.request("GET", node_url(node, "v1", "sandboxes", sandbox_id, "network"))
+        return {"network": record.spec.network if isinstance(record.spec.network, str)
+                else record.spec.network.model_dump(mode="json"), **response.json()}
 
     async def screenshot(self, tenant: str, sandbox_id: str) -> bytes:
         """The screen as PNG bytes (a paused VM still shows its last frame)."""

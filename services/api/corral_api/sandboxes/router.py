@@ -8,13 +8,14 @@ from fastapi.responses import StreamingResponse
 from corral_api.auth.dependencies import Tenant
 from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.node_client import capped
-from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
+from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, SandboxNetworkState, WaitState
 from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.schemas import Snapshot
 from corral_api.snapshots.service import SnapshotService, to_schema
 from corral_common.display import InputRequest
 from corral_common.errors import ERROR_RESPONSES, BadRequest, ErrorResponse, PayloadTooLarge
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
+from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
@@ -110,6 +111,21 @@ async def pause_sandbox(sandbox_id: str, tenant: Tenant, data: Data) -> Sandbox:
     """Freeze every process of a running sandbox (cgroup freezer); memory and files stay.
     Data-path calls answer 409 until it is resumed. Its ``timeout_s`` keeps counting."""
     return Sandbox.from_record(await data.pause(tenant, sandbox_id))
+
+
+@router.patch("/{sandbox_id}/network", response_model=Sandbox, operation_id="set_sandbox_network")
+async def set_sandbox_network(sandbox_id: str, body: NetworkPolicy, tenant: Tenant, data: Data) -> Sandbox:
+    """Replace a running sandbox's egress allowlist; the new rules hold for every connection
+    and DNS query from the moment this returns (open connections stay). A sandbox created with
+    ``network: "none"`` has no interface: 409 ``network_none``. Rules are judged as at create (422)."""
+    return Sandbox.from_record(await data.set_network(tenant, sandbox_id, body))
+
+
+@router.get("/{sandbox_id}/network", response_model=SandboxNetworkState, operation_id="get_sandbox_network")
+async def get_sandbox_network(sandbox_id: str, tenant: Tenant, data: Data) -> SandboxNetworkState:
+    """The sandbox's egress policy, its byte and refusal counters, and its latest refusals
+    (what its rules kept it from: ``target`` and ``reason``)."""
+    return SandboxNetworkState.model_validate(await data.network_state(tenant, sandbox_id))
 
 
 @router.post("/{sandbox_id}/resume", response_model=Sandbox, operation_id="resume_sandbox")

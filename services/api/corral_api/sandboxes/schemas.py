@@ -3,7 +3,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
+from corral_common.events import NetworkDenial
 from corral_common.inputs import process_env, valid_disk_image, valid_id, valid_name
+from corral_common.network import Network
 from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
 from corral_common.state import SandboxRecord
 
@@ -65,6 +67,7 @@ class Sandbox(BaseModel):
     disk_mb: int
     timeout_s: int
     labels: dict[str, str] = Field(default_factory=dict)
+    network: Network = "none"
     created_at: datetime
     started_at: datetime | None = None
     ended_at: datetime | None = None
@@ -82,10 +85,22 @@ class Sandbox(BaseModel):
             display=spec.display, disk_image=spec.disk_image, from_snapshot=spec.from_snapshot,
             runtime=record.runtime, node_id=record.node_id,
             cpu=spec.cpu, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, timeout_s=spec.timeout_s,
-            labels=spec.labels, created_at=ts(record.created_at), started_at=ts(record.started_at),
+            labels=spec.labels, network=spec.network, created_at=ts(record.created_at), started_at=ts(record.started_at),
             ended_at=ts(record.ended_at), usage=record.usage,
         )
 
 
 class SandboxList(BaseModel):
     items: list[Sandbox]
+
+
+class NetworkCounters(BaseModel):
+    tx_bytes: int = 0
+    rx_bytes: int = 0
+    denied: int = 0
+
+
+class SandboxNetworkState(BaseModel):
+    network: Network
+    counters: NetworkCounters = Field(default_factory=NetworkCounters)
+    denied: list[NetworkDenial] = Field(default_factory=list, description="The latest refusals, oldest first")

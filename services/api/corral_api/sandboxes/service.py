@@ -6,6 +6,7 @@ import time
 from collections.abc import Awaitable, Sequence
 
 from corral_api.sandboxes.capacity import NodeCeilings
+from corral_api.sandboxes.network import NetworkRules
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_api.sandboxes.waiters import StateWaiters
 from corral_api.snapshots.repository import SnapshotRepository
@@ -69,8 +70,10 @@ class EnvironmentCatalog:
 class SandboxService:
     def __init__(self, store: StateStore, bus: EventBus, history: HistoryRepository, waiters: StateWaiters,
                  environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotRepository | None = None,
-                 ceilings: NodeCeilings | None = None):
+                 ceilings: NodeCeilings | None = None, network: NetworkRules | None = None):
         self.store = store
+        # The egress policy's presets and forbidden targets (None: only the grammar is checked).
+        self.network = network
         # What no live node could hold is a 422 before anything is made (None: not checked).
         self.ceilings = ceilings
         self.bus = bus
@@ -93,6 +96,9 @@ class SandboxService:
             required_node = snapshot.node_id
         if self.ceilings is not None:
             await self.ceilings.require(spec)
+        if self.network is not None:
+            await self.network.require(spec.network, backend=spec.backend,
+                                       guest_kit=not (spec.disk_image or spec.from_snapshot))
         if not restoring:
             await self.environments.require_spec(spec)
         sandbox_id = f"sb-{secrets.token_hex(8)}"

@@ -25,6 +25,7 @@ from enum import StrEnum
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
+from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import SandboxSpec, Usage
 from corral_node_agent.backends.types import LayerFormat, RootFs
 from corral_node_agent.errors import Unsupported
@@ -181,6 +182,11 @@ class SandboxBackend(abc.ABC):
     async def delete_snapshot(self, snapshot_id: str) -> None:
         """NotFound when this node has no such snapshot."""
         raise self.unsupported(Capability.snapshot)
+
+    async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
+        """Replace a running sandbox's egress rules (network/egress.py); in force on return.
+        ``BadInput`` for a sandbox started with ``network: "none"`` (it has no interface)."""
+        raise Unsupported("this kind of sandbox has no egress rules to change")
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:
         """The spec of a sandbox this backend runs (needed for adopted ones)."""

@@ -18,6 +18,8 @@ from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.capacity.resources import NodeCapacity
 from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
 from corral_node_agent.events.registration import NodeRegistration
+from corral_node_agent.network.egress import node_egress
+from corral_node_agent.network.reporting import DenialReporter
 from corral_node_agent.sandboxes.owners import OwnerRecord
 from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
@@ -40,6 +42,9 @@ class NodeEvents:
         # Registers again what runs here when Redis lost it (checked before every heartbeat).
         self.registration = NodeRegistration(self.node_id, store, manager, self._locks)
         manager.on_exit(self.on_exit)
+        # Egress refusals go out as sandbox.network.denied events (network/reporting.py).
+        self.denials = DenialReporter(bus, self.node_id)
+        node_egress(settings).on_denied = self.denials.add
 
     async def _transition(self, sandbox_id: str, target: SandboxState, **kwargs) -> bool:
         return await lifecycle.transition(self.store, self.bus, sandbox_id, target, node_id=self.node_id, **kwargs)

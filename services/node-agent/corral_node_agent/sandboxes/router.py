@@ -7,6 +7,9 @@
                                mode is octal text, default 644
     GET  /files?path=P         a regular file → its bytes (application/octet-stream);
                                a directory → JSON list of FileInfo (lstat, links not followed)
+    PUT  /network              NetworkPolicy → {"network"}: the sandbox's egress rules replaced, in
+                               force on return (400 for a sandbox created with network "none")
+    GET  /network              {"counters": {tx_bytes, rx_bytes, denied}, "denied": [{at, target, reason}]}
     POST /pause, POST /resume  freeze / thaw every process (cgroup freezer via crun; QMP
                                stop/cont for VMs); running ⇄ paused in the record → {"state"}
     GET  /screen               the screen as image/png (vm backend)
@@ -33,6 +36,7 @@ from corral_common.display import InputRequest, InputSent, SnapshotRequest, Snap
 from corral_common.errors import BadRequest
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.internal import require_internal_token
+from corral_common.network import NetworkPolicy
 
 from .service import SandboxManager
 
@@ -51,6 +55,17 @@ router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["sandbox data path
 @router.post("/pause", summary="Freeze the sandbox (running → paused)")
 async def pause(sandbox_id: str, request: Request) -> dict:
     return {"state": (await request.app.state.events.pause(sandbox_id)).value}
+
+
+@router.put("/network", summary="Replace the sandbox's egress rules (in force on return)")
+async def set_network(sandbox_id: str, body: NetworkPolicy, manager: Manager) -> dict:
+    await manager.set_network(sandbox_id, body)
+    return {"network": body.model_dump(mode="json")}
+
+
+@router.get("/network", summary="The sandbox's egress counters and latest refusals")
+async def get_network(sandbox_id: str, manager: Manager) -> dict:
+    return await manager.network_state(sandbox_id)
 
 
 @router.post("/resume", summary="Thaw the sandbox (paused → running)")

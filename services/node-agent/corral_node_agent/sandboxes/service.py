@@ -28,6 +28,7 @@ from corral_common.contracts.images import EnvironmentLayer
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
+from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import (
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
     VM_BACKENDS,
@@ -313,6 +314,20 @@ class SandboxManager:
 
     async def resume(self, sandbox_id: str) -> None:
         await self._capable(sandbox_id, Capability.pause).resume(sandbox_id)
+
+    async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
+        self._require(sandbox_id)
+        await self._backend_of(sandbox_id).set_network(sandbox_id, network)
+
+    async def network_state(self, sandbox_id: str) -> dict:
+        """Counters and the latest refusals of the sandbox's egress (empty for network "none")."""
+        self._require(sandbox_id)
+        egress = getattr(self._backend_of(sandbox_id), "egress", None)
+        if egress is None:
+            return {"counters": {}, "denied": []}
+        return {"counters": await egress.counters(sandbox_id),
+                "denied": [{"at": at, "target": target, "reason": reason}
+                           for at, target, reason in egress.recent_denials(sandbox_id)]}
 
     # ---- screens and snapshots ------------------------------------------------------------
 

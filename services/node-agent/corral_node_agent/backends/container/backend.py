@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
+from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import SandboxSpec, Usage
 from corral_node_agent import host
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
@@ -51,6 +52,7 @@ from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
 from corral_node_agent.isolation.quota import UpperDisks
 from corral_node_agent.isolation.seccomp import SyscallFilter
 from corral_node_agent.isolation.userns import UidRanges, UserNamespace
+from corral_node_agent.network.egress import Slot, node_egress
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
@@ -76,6 +78,8 @@ class _Sandbox:
     # overlay at dir/rootfs) is gone, but the container keeps its own mount namespace, so
     # host-side file access goes through its init's root (/proc/<pid>/root).
     adopted: bool = False
+    # An allowlist's network namespace (network/egress.py); None: network "none" (crun's own).
+    net: Slot | None = None
 
     @property
     def rootfs(self) -> str:
@@ -103,6 +107,7 @@ class ContainerBackend(SandboxBackend):
         self._cg: CgroupDriver | None = None
         self.uid_ranges = UidRanges(settings)
         self._seccomp_programs: dict[str, bytes | None] = {}
+        self.egress = node_egress(settings)  # starts nothing until a sandbox has an allowlist
         os.makedirs(self.crun_root, mode=0o700, exist_ok=True)
         os.makedirs(self.sandboxes_dir, mode=0o700, exist_ok=True)
 
@@ -138,6 +143,8 @@ class ContainerBackend(SandboxBackend):
         try:
             async with sb.lock:
                 try:
+                    if sb.policy.egress.mode == "allowlist":
+                        sb.net = await self.egress.attach(sandbox_id, sb.policy.egress.policy)
                     with self._userns(sb) as userns:
                         self._prepare_bundle(sb, rootfs.layers, userns)
                         await self._run_init(sb)
@@ -177,9 +184,11 @@ class ContainerBackend(SandboxBackend):
         config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
                                   with_swap_limit=self.cgroups.swap_limit, cgroups_path=sb.cgroup.runtime_path,
                                   seccomp_bpf=self._seccomp_program(sb.policy.syscalls),
-                                  userns_path=userns and userns.path)
+                                  userns_path=userns and userns.path, netns_path=sb.net and sb.net.netns_path,
+                                  resolv_conf=bundle.resolv_conf(sb.dir) if sb.net else None)
         bundle.create(sb.dir, sb.spec, lower_dirs, config, disks=self.disks, quota=sb.policy.disk,
-                      identity=sb.policy.identity, userns_fd=userns and userns.fd)
+                      identity=sb.policy.identity, userns_fd=userns and userns.fd,
+                      nameserver=sb.net and sb.net.gateway)
 
     async def _run_init(self, sb: _Sandbox) -> None:
         try:
@@ -238,6 +247,7 @@ class ContainerBackend(SandboxBackend):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         self._prune_parent_cgroups()
         await asyncio.to_thread(self.disks.close)
+        await self.egress.close()
 
     async def _end_on_own(self, sb: _Sandbox, reason: ExitReason) -> None:
         async with sb.lock:
@@ -296,16 +306,19 @@ class ContainerBackend(SandboxBackend):
         except OSError:  # not created (a failed start) or already removed
             return 0
 
-    def _read_usage(self, sb: _Sandbox) -> Usage:
+    def _read_usage(self, sb: _Sandbox, net: dict[str, int] | None = None) -> Usage:
         try:
             stats = sb.cgroup.stats()
         except OSError:  # not created (a failed start) or already removed
             stats = RunStats()
+        net = net if net is not None else self.egress.last_counters(sb.id)
         return Usage(
             cpu_seconds=stats.cpu_ns / 1e9,
             peak_memory_bytes=stats.peak_memory_bytes,
             wall_time_s=round(time.monotonic() - sb.started, 3),
             oom_kills=stats.oom_kills,
+            network_tx_bytes=net.get("tx_bytes", 0), network_rx_bytes=net.get("rx_bytes", 0),
+            network_denied=net.get("denied", 0),
         )
 
     def usage(self, sandbox_id: str) -> Usage:
@@ -320,7 +333,8 @@ class ContainerBackend(SandboxBackend):
         """Everything stop needs; each step tolerates the previous state being half-built."""
         sb.stopping = True
         self._unwatch(sb)
-        usage = self._read_usage(sb)
+        net = await self.egress.counters(sb.id) if self.egress.is_attached(sb.id) else None
+        usage = self._read_usage(sb, net)
         if sb.paused:
             # A frozen task only dies once thawed: resume first so kill and delete can finish.
             await self.crun.resume(sb.id, check=False)
@@ -331,6 +345,8 @@ class ContainerBackend(SandboxBackend):
         deleted = rc == 0 or "does not exist" in out or "not found" in out.lower()
         if not deleted:
             log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
+        if self.egress.is_attached(sb.id):
+            await self.egress.detach(sb.id)
         # Unmounting and deleting a disk is milliseconds of I/O: not on the event loop.
         await asyncio.to_thread(self._remove_bundle, sb)
         if sb.policy.identity.ids is not None and deleted:
@@ -415,6 +431,14 @@ class ContainerBackend(SandboxBackend):
         sb.timer = loop.call_later(max(0.0, spec.timeout_s - elapsed), self._timeout_fired, sandbox_id)
         log.info("sandbox.adopted", sandbox_id=sandbox_id, pid=pid, paused=sb.paused, age_s=round(elapsed, 1))
         return True
+
+    async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
+        sb = self._get(sandbox_id)
+        if sb.net is None or not self.egress.is_attached(sandbox_id):
+            raise BadInput(f"sandbox {sandbox_id} was created with network 'none': it has no interface to open "
+                           "(create it with an allowlist, even an empty one)", loc=["body"])
+        await self.egress.update(sandbox_id, network)
+        sb.spec = sb.spec.model_copy(update={"network": network})
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:
         return self._get(sandbox_id).spec

@@ -18,6 +18,7 @@ no other host user can):
     exec/           per-exec process.json / pid files
     init.pid        the container init's host pid (crun run --pid-file)
     crun-run.log    crun run's stderr
+    resolv.conf     with an allowlist: "nameserver <its gateway>", bound over /etc/resolv.conf
 """
 
 import json
@@ -56,6 +57,10 @@ def exec_dir(directory: str) -> str:
     return f"{directory}/exec"
 
 
+def resolv_conf(directory: str) -> str:
+    return f"{directory}/resolv.conf"
+
+
 def upper_dir(directory: str) -> str:
     return f"{directory}/upper"
 
@@ -65,7 +70,8 @@ def disk_image(directory: str) -> str:
 
 
 def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dict[str, Any], *,
-           disks: UpperDisks, quota: DiskQuota, identity: Identity, userns_fd: int | None = None) -> None:
+           disks: UpperDisks, quota: DiskQuota, identity: Identity, userns_fd: int | None = None,
+           nameserver: str | None = None) -> None:
     """Mount the sandbox's root (its own disk of the quota's size over the layers; HOME
     owned by the sandbox user) and write its config and metadata. With ``identity.ids``,
     ``userns_fd`` is a user namespace of that mapping: the layers are idmapped through it."""
@@ -94,6 +100,10 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
             raise ValueError("a user namespace sandbox needs the namespace's fd")
         mount_api.mount_overlay_idmapped(lower_dirs, upper, rootfs, userns_fd)
     _make_home(rootfs, identity)
+    if nameserver:
+        with open(resolv_conf(directory), "w") as fh:
+            fh.write(f"nameserver {nameserver}\noptions attempts:1 timeout:2\n")
+        os.chmod(resolv_conf(directory), 0o644)
     with open(f"{directory}/config.json", "w") as fh:
         json.dump(config, fh)
     meta: dict[str, Any] = {"spec": spec.model_dump(mode="json"), "started_at": time.time(), "disk": disk.to_json()}

@@ -61,6 +61,7 @@ SECCOMP_PROFILE_ANNOTATION = "org.corral.seccomp.profile"
 def build_config(
     sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True,
     seccomp_bpf: bytes | None = None, userns_path: str | None = None, cgroups_path: str | None = None,
+    netns_path: str | None = None, resolv_conf: str | None = None,
 ) -> dict[str, Any]:
     """``seccomp_bpf``: the policy's syscall profile already compiled (SyscallFilter.to_bpf),
     given to crun in its place. Without it, ``linux.seccomp``: crun compiles that (the same
@@ -69,7 +70,10 @@ def build_config(
     that crun holds the program after the start (Crun.seccomp_program).
     ``userns_path``: the user namespace crun joins when the policy has one (a fresh one per
     sandbox, isolation/userns.py `UserNamespace`); without it crun would make its own. ``cgroups_path``: the cgroup driver's
-    `Cgroup.runtime_path` (default: the node's tree at the hierarchy's root)."""
+    `Cgroup.runtime_path` (default: the node's tree at the hierarchy's root).
+    ``netns_path``: an allowlist's network namespace, made by the node (network/egress.py),
+    joined instead of a fresh empty one; ``resolv_conf`` is bound read-only over
+    /etc/resolv.conf (the node's resolver for this sandbox)."""
     limits = policy.limits
     mem_res: dict[str, Any] = {"limit": limits.memory_bytes}
     if with_swap_limit:
@@ -83,10 +87,11 @@ def build_config(
     linux: dict[str, Any] = {
         "cgroupsPath": cgroups_path or cgroup_path(node_id, sandbox_id),
         "resources": resources,
-        # Egress "none" (the only one, isolation/network.py): a fresh network namespace holds
-        # only a down `lo`. A cgroup namespace: /proc/self/cgroup and the cgroup mounts show
-        # "/", not the node's cgroup path.
-        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")],
+        # Egress "none" (isolation/network.py): a fresh network namespace holds only a down
+        # `lo`; an allowlist joins the node-made one by path. A cgroup namespace:
+        # /proc/self/cgroup and the cgroup mounts show "/", not the node's cgroup path.
+        "namespaces": [{"type": t, "path": netns_path} if t == "network" and netns_path else {"type": t}
+                       for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")],
         # What shows of the host kernel (isolation/procfs.py); the syscall profile
         # (isolation/seccomp.py) comes below, applied by crun to the init and every exec.
         "maskedPaths": list(procfs.MASKED_PATHS),
@@ -125,6 +130,9 @@ def build_config(
         ],
         "linux": linux,
     }
+    if resolv_conf:
+        config["mounts"].append({"destination": "/etc/resolv.conf", "type": "bind", "source": resolv_conf,
+                                 "options": ["bind", "ro", "nosuid", "nodev", "noexec"]})
     if seccomp is not None and seccomp_bpf is not None:
         config["annotations"] = {SECCOMP_BPF_ANNOTATION: base64.b64encode(seccomp_bpf).decode(),
                                  SECCOMP_PROFILE_ANNOTATION: policy.syscalls.name}

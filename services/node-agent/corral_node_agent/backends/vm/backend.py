@@ -30,6 +30,7 @@ from qemu.qmp import ExecuteError
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
+from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import SandboxSpec, Usage
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.types import ImageTransport, LayerFormat, RootFs
@@ -64,6 +65,7 @@ from corral_node_agent.errors import (
 from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.quota import UpperDisks, disk_quota, sparse_copy
 from corral_node_agent.isolation.userns import VmUidPool
+from corral_node_agent.network.egress import Slot, node_egress
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
@@ -95,6 +97,7 @@ class _Vm:
     screen: tuple[int, int] = (0, 0)
     tasks: list[asyncio.Task] = field(default_factory=list)
     uid_slot: int | None = None
+    net: Slot | None = None  # an egress allowlist's namespace (network/egress.py); None: no NIC
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -115,6 +118,7 @@ class QemuBackend(SandboxBackend):
         self.root = os.path.join(settings.state_dir, "vms")
         self.snapshots_dir = os.path.join(settings.state_dir, "snapshots")
         self.disks = UpperDisks(os.path.join(settings.state_dir, "upper-disks"), preallocate=settings.disk_preallocate)
+        self.egress = node_egress(settings)  # starts nothing until a VM has an allowlist
         self._vms: dict[str, _Vm] = {}
         self._finished = FinishedUsage()
         self.uids = VmUidPool(settings)
@@ -170,9 +174,25 @@ class QemuBackend(SandboxBackend):
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory, mode=0o700)
         policy = policy_for(spec, self.settings)
+        net: Slot | None = None
+        net_fd = -1
+        if policy.egress.mode != "none":
+            if spec.disk_image or spec.from_snapshot:
+                # Only the guest kit's init configures the NIC (corral.net=).
+                raise BadInput("network allowlists need a VM booted from layers (not disk_image or from_snapshot)",
+                               loc=["body", "network"])
+            net = await self.egress.attach(sandbox_id, policy.egress.policy)
+            try:
+                net_fd = await self.egress.tap(sandbox_id)
+            except BaseException:
+                await self.egress.detach(sandbox_id)
+                raise
         slot = self.uids.acquire() if policy.identity.host_uid is None else None
         try:
-            config, transport = self._config(sandbox_id, spec, rootfs, directory)
+            config, transport = self._config(sandbox_id, spec, rootfs, directory,
+                                             net=(net.address, net.gateway) if net else None)
+            if net_fd >= 0:
+                config.net_fd = net_fd
             if slot is not None:
                 uid = self.uids.uid(slot)
                 config.run_as = f"{uid}:{uid}"
@@ -182,6 +202,9 @@ class QemuBackend(SandboxBackend):
             shutil.rmtree(directory, ignore_errors=True)
             if slot is not None:
                 self.uids.release(slot)
+            if net is not None:
+                os.close(net_fd)
+                await self.egress.detach(sandbox_id)
             raise
         cgroup = self._cgroup(sandbox_id)
         if cgroup is not None:
@@ -190,10 +213,15 @@ class QemuBackend(SandboxBackend):
         machine = QemuMachine(self.settings.qemu, config,
                               cgroup_procs=cgroup.procs_files() if cgroup else None)
         vm = _Vm(sandbox_id=sandbox_id, spec=spec, directory=directory, machine=machine, config=config,
-                 transport=transport, cgroup=cgroup, uid_slot=slot)
+                 transport=transport, cgroup=cgroup, uid_slot=slot, net=net)
         self._vms[sandbox_id] = vm
         try:
-            await self._boot(vm)
+            try:
+                await self._boot(vm)
+            finally:
+                if net_fd >= 0:  # QEMU holds the tap now (or never will)
+                    os.close(net_fd)
+                    config.net_fd = None
         except BaseException as exc:
             console = vm.machine.console_text()
             await self._teardown(vm)
@@ -234,7 +262,7 @@ class QemuBackend(SandboxBackend):
         return f" (console: {' | '.join(tail)})" if tail else ""
 
     def _config(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs,
-                directory: str) -> tuple[MachineConfig, ImageTransport]:
+                directory: str, net: tuple[str, str] | None = None) -> tuple[MachineConfig, ImageTransport]:
         sockets = {name: os.path.join(directory, f"{name}.sock") for name in ("qmp", "console", "agent")}
         if spec.from_snapshot:
             return self._restore_config(spec.from_snapshot, directory, sockets)
@@ -255,7 +283,7 @@ class QemuBackend(SandboxBackend):
         device, transport = _LAYER_ATTACHMENT[self.layer_format]
         layers = [LayerDisk(path=p, transport=device) for p in reversed(rootfs.layers)]  # base first
         upper = self.disks.make(os.path.join(directory, UPPER_FILE), disk_quota(spec)).image
-        cmdline = kernel_cmdline(lowers=guest_lowers(layers), upper_disk=UPPER_SERIAL,
+        cmdline = kernel_cmdline(lowers=guest_lowers(layers), upper_disk=UPPER_SERIAL, net=net,
                                  hostname=sandbox_id, tty_shell=self.machine_type == "q35",
                                  tcg=self.accelerator == "tcg")
         # The raw vmlinux (PVH entry, faster) skips the real-mode setup that finds the VGA
@@ -411,6 +439,8 @@ class QemuBackend(SandboxBackend):
             with contextlib.suppress(Exception):
                 await vm.agent.close()
         await vm.machine.kill()
+        if vm.net is not None and self.egress.is_attached(vm.sandbox_id):
+            await self.egress.detach(vm.sandbox_id)
         if vm.cgroup is not None:
             await asyncio.to_thread(vm.cgroup.remove)
         shutil.rmtree(vm.directory, ignore_errors=True)
@@ -428,7 +458,9 @@ class QemuBackend(SandboxBackend):
         return vm.usage or Usage()
 
     def _usage_of(self, vm: _Vm) -> Usage:
-        usage = Usage(wall_time_s=time.monotonic() - vm.started)
+        net = self.egress.last_counters(vm.sandbox_id)
+        usage = Usage(wall_time_s=time.monotonic() - vm.started, network_tx_bytes=net.get("tx_bytes", 0),
+                      network_rx_bytes=net.get("rx_bytes", 0), network_denied=net.get("denied", 0))
         if vm.cgroup is not None:
             with contextlib.suppress(OSError):
                 stats = vm.cgroup.stats()
@@ -447,6 +479,19 @@ class QemuBackend(SandboxBackend):
 
     def list_running(self) -> list[str]:
         return [sid for sid, vm in self._vms.items() if not vm.stopping]
+
+    async def close(self) -> None:
+        await super().close()
+        await self.egress.close()
+
+    async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
+        vm = self._vms.get(sandbox_id)
+        if vm is None or vm.stopping:
+            raise NotFound(f"sandbox {sandbox_id} not found")
+        if vm.net is None or not self.egress.is_attached(sandbox_id):
+            raise BadInput(f"sandbox {sandbox_id} was created with network 'none': it has no NIC to open", loc=["body"])
+        await self.egress.update(sandbox_id, network)
+        vm.spec = vm.spec.model_copy(update={"network": network})
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:
         return self._get(sandbox_id).spec

@@ -13,6 +13,7 @@ import argparse
 import fcntl
 import gzip
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -46,6 +47,7 @@ MODULE_GROUPS: dict[str, tuple[str, ...]] = {
     "pci": ("virtio_pci",),
     "pmem": ("virtio_pmem", "nd_pmem"),
     "input": ("virtio_input", "evdev"),
+    "net": ("virtio_net",),  # an egress allowlist's NIC (docs/network.md)
 }
 LZ4_LEGACY_MAGIC = b"\x02\x21\x4c\x18"
 # TCG pitfalls (HOST-NOTES): without a fixed TSC frequency and loops-per-jiffy, ~20% of
@@ -97,13 +99,15 @@ class GuestKit:
 
 
 def kernel_cmdline(*, lowers: list[str], hostname: str, upper_mb: int | None = None, upper_disk: str | None = None,
-                   tty_shell: bool = False, console: str = "ttyS0", extra: str = "", tcg: bool = True) -> str:
+                   tty_shell: bool = False, console: str = "ttyS0", extra: str = "", tcg: bool = True,
+                   net: tuple[str, str] | None = None) -> str:
     """The whole kernel command line for a sandbox VM (the /init contract, see init.sh).
 
     lowers: EROFS layers, base first, each `pmem<N>` or `vd:<serial>`. The writable upper is
     either the ext4 disk with serial `upper_disk` (a sandbox's disk_mb) or a tmpfs of
     `upper_mb` in guest RAM (bare boots: benchmarks, guest-agent tests). `tcg` adds the
     timer settings TCG needs; leave it off under real KVM, where the TSC is measured.
+    `net`: (address, gateway) of the guest's eth0 (a /31; an egress allowlist's NIC).
     """
     if not lowers:
         raise ValueError("a VM needs at least one layer")
@@ -127,6 +131,9 @@ def kernel_cmdline(*, lowers: list[str], hostname: str, upper_mb: int | None = N
             "cryptomgr.notests", "initcall_blacklist=crypto_kdf108_init",
             *(TCG_CMDLINE if tcg else ()),
             f"corral.lowers={','.join(lowers)}", upper, f"corral.hostname={hostname}"]
+    if net is not None:
+        address, gateway = (str(ipaddress.IPv4Address(a)) for a in net)
+        args.append(f"corral.net={address},{gateway}")
     if tty_shell:
         args.append("corral.tty=1")
     if extra:

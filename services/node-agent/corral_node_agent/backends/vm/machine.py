@@ -79,7 +79,8 @@ class QemuMachine:
             argv = build_argv(self.qemu, self.config, upper_fds=upper) if upper else self.argv
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=enter_cgroup, pass_fds=upper)
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=enter_cgroup,
+                pass_fds=(*upper, *(() if self.config.net_fd is None else (self.config.net_fd,))))
         finally:
             for fd in upper:
                 os.close(fd)

@@ -86,6 +86,9 @@ class MachineConfig:
     # "uid:gid" QEMU switches to once its devices are open: a guest that escapes into QEMU
     # lands in an unprivileged user of its own, not root, and not another VM's user.
     run_as: str | None = None
+    # An egress allowlist's NIC: the fd of a tap inside the sandbox's network namespace
+    # (network/egress.py `tap`), which QemuMachine passes on; None: no network device at all.
+    net_fd: int | None = None
     extra: list[str] = field(default_factory=list)
 
 
@@ -166,6 +169,8 @@ def build_argv(qemu: str, cfg: MachineConfig, *, upper_fds: tuple[int, int] = (3
         argv += ["-device", f"virtio-serial-{bus}",
                  "-chardev", f"socket,id=agent,path={cfg.agent_socket},server=on,wait=off",
                  "-device", "virtserialport,chardev=agent,name=corral.agent"]
+    if cfg.net_fd is not None:
+        argv += ["-netdev", f"tap,id=net0,fd={cfg.net_fd}", "-device", f"virtio-net-{bus},netdev=net0"]
     pmem_index = 0
     for i, layer in enumerate(cfg.layers):
         if layer.transport is LayerDevice.pmem:

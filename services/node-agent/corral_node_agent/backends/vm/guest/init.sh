@@ -7,6 +7,7 @@
 #   corral.upper_mb=<N>             ...or a tmpfs of N MiB in guest RAM (bare boots)
 #   corral.hostname=<name>
 #   corral.tty=1                    also keep a shell on /dev/tty1 (the display)
+#   corral.net=<addr>,<gw>          eth0 (virtio-net) at <addr>/31, default route and DNS via <gw>
 # Any failure prints one `CORRAL-INIT-ERROR: <why>` console line and powers off.
 
 # busybox's applet links are in the initramfs already (guestkit writes them): every fork
@@ -44,6 +45,7 @@ for arg in $cmdline; do
         corral.upper_mb=*) upper_mb="${arg#corral.upper_mb=}" ;;
         corral.hostname=*) hostname="${arg#corral.hostname=}" ;;
         corral.tty=1) tty=1 ;;
+        corral.net=*) net="${arg#corral.net=}" ;;
         corral.verbose=1) verbose=1 ;;
     esac
 done
@@ -64,6 +66,7 @@ for d in /sys/bus/pci/devices/*; do
 done
 case ",$lowers" in *,pmem*) groups="$groups /lib/modules/pmem.list" ;; esac
 [ -n "$tty" ] && groups="$groups /lib/modules/input.list"
+[ -n "$net" ] && groups="$groups /lib/modules/net.list"
 corral-agent load-modules /lib/modules $groups || log "some modules did not load"
 log "modules loaded"
 
@@ -161,6 +164,14 @@ cp /bin/corral-agent /bin/busybox $R/.corral/
 printf '%s' "$layers_status" > $R/.corral/layers
 hostname "$hostname"
 ip link set lo up 2>/dev/null
+if [ -n "$net" ]; then
+    # The host side (the sandbox's namespace, its veth and the egress rules) is the node's;
+    # root in the guest can change these, and reaches nothing more for it.
+    wait_for /sys/class/net/eth0 || fail "no eth0 for corral.net"
+    ip addr add "${net%,*}/31" dev eth0 && ip link set eth0 up && ip route add default via "${net#*,}" \
+        || fail "cannot configure eth0 ($net)"
+    echo "nameserver ${net#*,}" > $R/etc/resolv.conf 2>/dev/null || log "no /etc/resolv.conf in the image"
+fi
 
 agent_args="--port-name corral.agent"
 [ -n "$tty" ] && agent_args="$agent_args --tty /dev/tty1"
