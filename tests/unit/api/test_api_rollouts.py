@@ -17,6 +17,7 @@ from corral_api.rollouts.service import RolloutService
 from corral_common.errors import Conflict, NotFound, Unprocessable
 from corral_common.exec import ExecResult
 from corral_common.sandboxes import SandboxState
+from tests.polling import until
 
 
 def test_hash_is_over_normalized_args():
@@ -119,11 +120,10 @@ async def test_concurrent_and_abandoned_requests_execute_once(service):
     rollout = await _rollout(service)
     step0 = StepRequest(index=0, action="exec", args={"cmd": "echo hi >> f"})
     first = asyncio.create_task(service.step("t", rollout.id, step0))
-    await asyncio.sleep(0.05)
+    await until(lambda: service.data.calls == 1, timeout_s=10, what="the step to execute")
     first.cancel()  # the caller dies mid-step: the execution goes on server-side
     second = asyncio.create_task(service.step("t", rollout.id, step0))
     third = asyncio.create_task(service.step("t", rollout.id, step0))
-    await asyncio.sleep(0.05)
     with pytest.raises(Conflict) as busy:  # the next index waits for the one executing
         await service.step("t", rollout.id, StepRequest(index=1, action="exec", args={"cmd": "true"}))
     assert busy.value.code == "step_in_progress"
@@ -147,7 +147,9 @@ async def test_step_of_a_dead_api_is_interrupted_not_rerun(service):
     rollout = await _rollout(service)
     step0 = StepRequest(index=0, action="exec", args={"cmd": "echo hi >> f"})
     task = asyncio.create_task(service.step("t", rollout.id, step0))
-    await asyncio.sleep(0.05)
+    # In flight (its lease taken, the exec called) before the process "dies"; a fixed sleep
+    # here let a loaded machine kill it before it started, and the retry then waited forever.
+    await until(lambda: service.data.calls == 1, timeout_s=10, what="the step to execute")
     # Simulate the api process dying: its execution task stops and stops renewing the lease;
     # a new process (new executor id, no in-memory task) answers the retry.
     for running in list(service._tasks.values()):
@@ -168,9 +170,10 @@ async def test_idle_pause_resume_and_finish(service):
     rollout = await _rollout(service)
     service.data.gate.set()
     await service.step("t", rollout.id, StepRequest(index=0, action="exec", args={"cmd": "true"}))
-    await asyncio.sleep(0.3)
-    await service.sweep_once()
-    assert (await service.get("t", rollout.id)).status == "paused"
+    async def paused_by_sweep():
+        await service.sweep_once()  # pauses a rollout idle for idle_pause_s (0.2 s)
+        return (await service.get("t", rollout.id)).status == "paused"
+    await until(paused_by_sweep, timeout_s=10, what="the idle rollout to be paused")
     assert service.sandboxes.state is SandboxState.paused
     await service.step("t", rollout.id, StepRequest(index=1, action="exec", args={"cmd": "true"}))
     assert (await service.get("t", rollout.id)).status == "active"
