@@ -18,6 +18,7 @@ from corral_image_service.disk_images.service import DiskImageService
 from corral_image_service.environments.router import router as environments_router
 from corral_image_service.environments.service import EnvironmentService
 from corral_image_service.layers.router import router as layers_router
+from corral_image_service.layers.router import usage_router
 from corral_image_service.layers.service import LayerService
 from corral_image_service.settings import ImageServiceSettings
 
@@ -58,7 +59,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
     app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
     # Reads too: layers, blobs and chunks are tenants' file systems.
-    for router in (layers_router, environments_router, disk_images_router, blobs_router, chunks_router):
+    for router in (layers_router, usage_router, environments_router, disk_images_router, blobs_router, chunks_router):
         app.include_router(router, dependencies=INTERNAL_ONLY)
 
     @app.get("/healthz", tags=["health"])

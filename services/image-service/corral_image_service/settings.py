@@ -23,6 +23,9 @@ class ImageServiceSettings(PrefixedServiceSettings):
     # Empty means SQLite in data_dir; PostgreSQL via "postgresql+psycopg://...".
     database_url: str = ""
     max_upload_mb: int = 2048
+    # Bytes a layer tar or an imported image may unpack to (the files' sizes as their headers
+    # claim them, counted before any is read): bigger is 413 layer_too_large.
+    max_unpacked_mb: int = Field(default=8192, ge=1)
     # VM disk images (qcow2/raw, POST /v1/disk-images) are whole operating systems: their
     # own, larger bound.
     max_disk_image_mb: int = 65536
@@ -54,6 +57,10 @@ class ImageServiceSettings(PrefixedServiceSettings):
     @property
     def max_upload_bytes(self) -> int:
         return self.max_upload_mb * 1024 * 1024
+
+    @property
+    def max_unpacked_bytes(self) -> int:
+        return self.max_unpacked_mb * 1024 * 1024
 
     @property
     def max_disk_image_bytes(self) -> int:

@@ -4,6 +4,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral_image_service.layers.schemas import NAME_PATTERN, REF_PATTERN, LayerKind
 
+MAX_DIFFS = 32
+
+
+class ImageConfig(BaseModel):
+    """What a sandbox of the environment starts with (an OCI image's config, or given at
+    create): defaults of every exec, each overridable per sandbox and per exec."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: dict[str, str] = Field(default_factory=dict, max_length=512, description="Environment variables (PATH...)")
+    cwd: str | None = Field(None, max_length=4096, description="Working directory (absolute)")
+    user: str | None = Field(None, max_length=64, pattern=r"^[0-9]{1,5}(:[0-9]{1,5})?$",
+                             description="uid[:gid] inside the sandbox (names resolved at import)")
+    entrypoint: list[str] = Field(default_factory=list, max_length=256)
+    cmd: list[str] = Field(default_factory=list, max_length=256)
+    exposed_ports: list[str] = Field(default_factory=list, max_length=256)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=512)
+
 
 class EnvironmentIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -12,6 +30,9 @@ class EnvironmentIn(BaseModel):
     base: str = Field(pattern=REF_PATTERN, description="name:version of a base layer")
     workspace: str | None = Field(default=None, pattern=REF_PATTERN)
     toolkit: str | None = Field(default=None, pattern=REF_PATTERN)
+    diffs: list[str] = Field(default_factory=list, max_length=MAX_DIFFS,
+                             description="name:version of diff layers above the toolkit, lowest first")
+    config: ImageConfig | None = None
 
 
 class EnvironmentLayer(BaseModel):
@@ -23,10 +44,13 @@ class EnvironmentLayer(BaseModel):
 
 
 class EnvironmentOut(BaseModel):
+    owner: str = ""
     name: str
     base: str
     workspace: str | None
     toolkit: str | None
-    # Mount order for an overlay: base first, then workspace, then toolkit on top.
+    diffs: list[str] = Field(default_factory=list)
+    # Mount order for an overlay: base first, then workspace, toolkit and the diffs on top.
     layers: list[EnvironmentLayer]
+    config: ImageConfig | None = None
     created_at: datetime
