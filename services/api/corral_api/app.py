@@ -10,6 +10,9 @@ from fastapi import FastAPI
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
+from corral_api.images.client import ImageServiceWrites
+from corral_api.images.router import router as images_router
+from corral_api.images.service import ImageCatalogService
 from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.router import router as jobs_router
 from corral_api.jobs.service import JobService
@@ -75,6 +78,11 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                                              settings.max_wait_s, snapshots=snapshot_rows,
                                              ceilings=NodeCeilings(store, settings.heartbeat_timeout_s,
                                                                    max_disk_mb=settings.max_disk_mb))
+        image_writes = ImageServiceWrites(settings.image_service_url, settings.internal_token,
+                                          max_connections=settings.image_service_max_connections,
+                                          pool_timeout_s=settings.http_pool_timeout_s)
+        app.state.images = ImageCatalogService(image_writes, quota_bytes=settings.image_quota_bytes,
+                                               forget_environment=app.state.sandboxes.environments.forget)
         app.state.data_path = SandboxDataPath(app.state.sandboxes, node_client)
         app.state.snapshots = SnapshotService(snapshot_rows, app.state.sandboxes, node_client)
         app.state.rollouts = RolloutService(
@@ -96,6 +104,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             await app.state.rollouts.close()
             await node_client.close()
             await images.aclose()
+            await image_writes.aclose()
             await bus.close()
             await store.close()
             engine.dispose()
@@ -114,6 +123,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(fncall_router)
     app.include_router(rollouts_router)
     app.include_router(jobs_router)
+    app.include_router(images_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

@@ -58,7 +58,7 @@ class JobService:
                                 loc=["body", "spec", "from_snapshot"], code="unsupported_in_jobs")
         if self.sandboxes.ceilings is not None:
             await self.sandboxes.ceilings.require(spec, loc=("body", "spec"))
-        await self.sandboxes.environments.require_spec(spec, loc=("body", "spec"))
+        spec = await self.sandboxes.environments.require_spec(spec, loc=("body", "spec"), tenant=tenant)
         job_id = f"job-{secrets.token_hex(6)}"
         spec = spec.model_copy(update={"labels": {**spec.labels, **body.labels, "job": job_id}})
         created_at = time.time()

@@ -17,6 +17,21 @@ def node_url(node: NodeInfo, *segments: str) -> str:
     return node.url.rstrip("/") + "".join("/" + path_segment(segment) for segment in segments)
 
 
+def raise_for_upstream(response: httpx.Response, default_code: str, default_message: str) -> None:
+    """An internal service's error answer (the common error body) as the same CorralError."""
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+        error = body.get("error", {})
+        extra = {k: v for k, v in error.items() if k not in ("code", "message", "details")}
+        raise CorralError(error.get("message", response.text), code=error.get("code", default_code),
+                          status_code=response.status_code,
+                          loc=(error.get("details") or [{}])[0].get("loc"), extra=extra)
+    except (ValueError, AttributeError):
+        raise CorralError(response.text or default_message, status_code=response.status_code) from None
+
+
 class NodeClient:
     def __init__(self, internal_token: str, timeout_s: float = 3600.0, *, max_connections: int = 1000,
                  pool_timeout_s: float = 5.0):
@@ -32,16 +47,7 @@ class NodeClient:
 
     @staticmethod
     def _raise_for(response: httpx.Response) -> None:
-        if response.status_code < 400:
-            return
-        try:
-            body = response.json()
-            error = body.get("error", {})
-            raise CorralError(error.get("message", response.text), code=error.get("code", "node_error"),
-                              status_code=response.status_code,
-                              loc=(error.get("details") or [{}])[0].get("loc"))
-        except ValueError:
-            raise CorralError(response.text or "node-agent error", status_code=response.status_code) from None
+        raise_for_upstream(response, "node_error", "node-agent error")
 
     async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         try:

@@ -2,25 +2,10 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral_common.contracts.images import ImageConfig
 from corral_image_service.layers.schemas import NAME_PATTERN, REF_PATTERN, LayerKind
 
 MAX_DIFFS = 32
-
-
-class ImageConfig(BaseModel):
-    """What a sandbox of the environment starts with (an OCI image's config, or given at
-    create): defaults of every exec, each overridable per sandbox and per exec."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    env: dict[str, str] = Field(default_factory=dict, max_length=512, description="Environment variables (PATH...)")
-    cwd: str | None = Field(None, max_length=4096, description="Working directory (absolute)")
-    user: str | None = Field(None, max_length=64, pattern=r"^[0-9]{1,5}(:[0-9]{1,5})?$",
-                             description="uid[:gid] inside the sandbox (names resolved at import)")
-    entrypoint: list[str] = Field(default_factory=list, max_length=256)
-    cmd: list[str] = Field(default_factory=list, max_length=256)
-    exposed_ports: list[str] = Field(default_factory=list, max_length=256)
-    labels: dict[str, str] = Field(default_factory=dict, max_length=512)
 
 
 class EnvironmentIn(BaseModel):

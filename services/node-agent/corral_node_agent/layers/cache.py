@@ -71,9 +71,10 @@ class LayerCache:
         loaded layer fails for good (see ``LazyLoader.add_fault_listener``)."""
         self.lazy.add_fault_listener(callback)
 
-    async def resolve_environment(self, name: str) -> tuple[EnvironmentLayer, ...]:
-        """Layers of an environment, base first (as image-service returns them)."""
-        return await self.catalog.environment(name)
+    async def resolve_environment(self, name: str, tenant: str = "") -> tuple[EnvironmentLayer, ...]:
+        """Layers of an environment as ``tenant`` sees it, base first (as image-service
+        returns them)."""
+        return await self.catalog.environment(name, tenant)
 
     async def ensure(self, layers: Iterable[EnvironmentLayer]) -> list[str]:
         """Make every layer's blob present locally; returns blob paths in the given order."""

@@ -51,6 +51,8 @@ ExitListener = Callable[[str, ExitReason, Usage], Awaitable[None] | None]
 @dataclass
 class _Entry:
     spec: SandboxSpec
+    # Whose environment names the spec's (a tenant's own shadow the shared catalogue's).
+    tenant: str = ""
     kind: str = "container"
     layers: Sequence[EnvironmentLayer] = ()
     # How the layers were acquired: release the same way.
@@ -152,7 +154,8 @@ class SandboxManager:
         if backend is None:
             # The scheduler only sends a kind a node advertises; this is a stale placement.
             raise StartFailed(f"this node has no {spec.backend} backend")
-        entry = _Entry(spec=spec, kind=spec.backend, layer_format=backend.layer_format)
+        entry = _Entry(spec=spec, tenant=owner.tenant if owner is not None else "", kind=spec.backend,
+                       layer_format=backend.layer_format)
         self._entries[sandbox_id] = entry
         try:
             if owner is not None and self.owners is not None:
@@ -185,7 +188,7 @@ class SandboxManager:
         boot_disk = None
         try:
             if spec.environment:
-                layers = await self.layers.resolve_environment(spec.environment)
+                layers = await self.layers.resolve_environment(spec.environment, entry.tenant)
                 if entry.layer_format is LayerFormat.mounts:
                     acquired = await self.layers.acquire(layers)
                 else:

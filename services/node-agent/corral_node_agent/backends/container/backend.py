@@ -444,7 +444,7 @@ class ContainerBackend(SandboxBackend):
         sb = self._get(sandbox_id)
         if sb.paused:
             raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
-        process = container_exec.process_for(req, sb.spec.env, sb.policy.identity)
+        process = container_exec.process_for(req, sb.spec.env, sb.policy.identity, sb.spec.workdir)
         oom_before = self._oom_kills(sb)
         result = await container_exec.run(self.crun, sb.id, bundle.exec_dir(sb.dir), process, req,
                                           output_limit=min(req.output_limit, self.settings.output_limit_bytes),
