@@ -50,9 +50,13 @@ def rootfs_filter(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo | 
         raise UnsafeMemberError(member, "absolute path")
     if ".." in name.split("/"):
         raise UnsafeMemberError(member, "path contains '..'")
-    # The runtime provides /dev; device nodes in a layer are useless and need CAP_MKNOD.
+    # The runtime provides /dev, so device nodes there are dropped (a debootstrap tree has
+    # them); one anywhere else is refused: nothing needs it, and a sandbox must never reach a
+    # host device through its image.
     if member.ischr() or member.isblk():
-        return None
+        if name.removeprefix("./").startswith("dev/"):
+            return None
+        raise UnsafeMemberError(member, "device node outside /dev")
     try:
         tarfile.tar_filter(member, dest_path)
     except tarfile.FilterError as exc:
