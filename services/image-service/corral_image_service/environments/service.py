@@ -11,11 +11,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
+from corral_common.contracts.images import ImageConfig
 from corral_common.errors import Conflict, NotFound, Unprocessable
 from corral_image_service.db.engine import as_utc, session_scope
 from corral_image_service.environments.models import Environment
 from corral_image_service.environments.repository import EnvironmentRepository
-from corral_common.contracts.images import ImageConfig
 from corral_image_service.environments.schemas import EnvironmentIn, EnvironmentLayer, EnvironmentOut
 from corral_image_service.layers.models import SHARED_OWNER, Layer
 from corral_image_service.layers.repository import LayerRepository

@@ -14,14 +14,13 @@ from corral_common.errors import Conflict, CorralError, NotFound, PayloadTooLarg
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.chunks.store import ChunkStore, chunk_blob
 from corral_image_service.db.engine import as_utc, session_scope
-from corral_image_service.layers.erofs import ErofsBuildError, mkfs_erofs
 from corral_image_service.disk_images.models import DiskImage
 from corral_image_service.environments.models import Environment
+from corral_image_service.layers.erofs import ErofsBuildError, mkfs_erofs
 from corral_image_service.layers.models import SHARED_OWNER, Layer
 from corral_image_service.layers.repository import LayerRepository
 from corral_image_service.layers.schemas import LayerOut, StorageUsage
 from corral_image_service.layers.tarsafe import TooLargeError, safe_extract
-
 
 # Registering, deleting and collecting a blob are one step per process: a blob a concurrent
 # upload is about to name is never collected under it (one image-service replica per store;
