@@ -30,6 +30,13 @@ class ImageServiceSettings(PrefixedServiceSettings):
     # own, larger bound.
     max_disk_image_mb: int = 65536
     qemu_img: str = "qemu-img"
+    # OCI/Docker imports (POST /v1/imports). The registry image references are pulled from
+    # ("host:port", empty: imports take archives only), whether its TLS certificate is
+    # checked, and the tools: skopeo (pulls into an OCI layout), zstd (zstd layers).
+    registry: str = ""
+    registry_tls_verify: bool = True
+    skopeo: str = "skopeo"
+    zstd: str = "zstd"
     # Dev convenience: build a layer from a directory on the server. Anyone who can reach
     # the API can then read any directory the service can, so turn it off when exposed.
     allow_source_dir: bool = True

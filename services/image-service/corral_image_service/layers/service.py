@@ -135,6 +135,11 @@ class LayerService:
             used, count = LayerRepository(session).usage(owner)
             return StorageUsage(owner=owner, bytes=used, layers=count)
 
+    def collect(self, digest: str) -> None:
+        """Remove blob ``digest`` unless a layer or disk image names it."""
+        with STORE_LOCK, session_scope(self.engine) as session:
+            self._collect(session, digest)
+
     def _collect(self, session: Session, digest: str) -> None:
         """Remove a blob no layer or disk image names (caller holds STORE_LOCK)."""
         if LayerRepository(session).digest_referenced(digest):
