@@ -16,7 +16,6 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -162,7 +161,7 @@ class ImportService:
                 event.set()
             source = args[3]
             if source:
-                Path(source).unlink(missing_ok=True)
+                await anyio.Path(source).unlink(missing_ok=True)
 
     def _fail(self, job_id: str, status: int, code: str, message: str, loc: list | None) -> None:
         self._update(job_id, state="failed",
