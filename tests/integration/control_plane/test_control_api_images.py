@@ -194,3 +194,40 @@ async def test_bad_tars_are_refused_and_leave_nothing(plane, case):
     assert plane.blobs() == before and plane.tmp_litter() == []
     # The host was not written through any link.
     assert not Path("/escape").exists()
+
+
+async def test_import_through_the_api(plane, tmp_path):
+    from tests.integration.image_service import oci_images as oci
+
+    if oci.missing_tools() or os.geteuid() != 0:
+        pytest.skip(oci.missing_tools() or "needs root")
+    layout = oci.build_app_image(tmp_path / "oci")
+    body = oci.docker_archive(layout, tmp_path / "app.tar").read_bytes()
+    started = await plane.api.post("/v1/images/import", params={"name": "app", "version": "1"}, content=body,
+                                   headers={**TAR, **bearer("alpha")})
+    assert started.status_code == 202, started.text
+    job_id = started.json()["id"]
+
+    async def finished():
+        job = (await plane.api.get(f"/v1/images/imports/{job_id}", headers=bearer("alpha"))).json()
+        return job if job["state"] in ("succeeded", "failed") else None
+
+    from tests.polling import until
+
+    job = await until(finished, timeout_s=120, what="the import to finish")
+    assert job["state"] == "succeeded", job
+    assert job["result"]["config"]["user"] == "1001:1002" and job["result"]["layers"] == ["app:1"]
+    assert (await plane.api.get(f"/v1/images/imports/{job_id}", headers=bearer("beta"))).status_code == 404
+    env = (await plane.api.get("/v1/environments/app", headers=bearer("alpha"))).json()
+    assert env["config"]["cwd"] == "/opt/app" and env["shared"] is False
+    assert (await plane.api.get("/v1/environments/app", headers=bearer("beta"))).status_code == 404
+    # No registry configured here: a reference is a clear 422.
+    ref = await plane.api.post("/v1/images/import", params={"name": "x", "version": "1", "reference": "corral/app:1"},
+                               headers=bearer("alpha"))
+    assert ref.status_code == 422 and ref.json()["error"]["code"] == "registry_not_configured"
+    # A missing blob is refused before any job exists.
+    oci.layer_blob_names(layout)[0].unlink()
+    bad = await plane.api.post("/v1/images/import", params={"name": "bad", "version": "1", "wait": "true"},
+                               content=oci.tar_dir(layout, tmp_path / "bad.tar").read_bytes(),
+                               headers={**TAR, **bearer("alpha")})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "missing_blob", bad.text

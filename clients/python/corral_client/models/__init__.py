@@ -35,6 +35,11 @@ from .healthz_response_healthz import HealthzResponseHealthz
 from .image_config import ImageConfig
 from .image_config_env import ImageConfigEnv
 from .image_config_labels import ImageConfigLabels
+from .image_import import ImageImport
+from .image_import_state import ImageImportState
+from .import_failure import ImportFailure
+from .import_progress import ImportProgress
+from .import_result import ImportResult
 from .input_request import InputRequest
 from .job import Job
 from .job_counts import JobCounts
@@ -130,6 +135,11 @@ __all__ = (
     "ImageConfig",
     "ImageConfigEnv",
     "ImageConfigLabels",
+    "ImageImport",
+    "ImageImportState",
+    "ImportFailure",
+    "ImportProgress",
+    "ImportResult",
     "InputRequest",
     "Job",
     "JobCounts",

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from corral_api.auth.dependencies import Tenant
-from corral_api.images.schemas import Environment, EnvironmentCreate, Layer, LayerKind, StorageUsage
+from corral_api.images.schemas import Environment, EnvironmentCreate, ImageImport, Layer, LayerKind, StorageUsage
 from corral_api.images.service import ImageCatalogService
 from corral_api.sandboxes.node_client import capped
 from corral_common.errors import ERROR_RESPONSES, CorralError, ErrorResponse, PayloadTooLarge
@@ -111,3 +111,41 @@ async def get_image_usage(tenant: Tenant, catalog: Catalog) -> StorageUsage:
     return await catalog.usage(tenant)
 
 
+
+
+@router.post("/v1/images/import", status_code=202, response_model=ImageImport, operation_id="import_image",
+             responses={201: {"model": ImageImport, "description": "wait=true: imported"},
+                        413: {"model": ErrorResponse, "description": "Too large, or past your storage quota"},
+                        422: {"model": ErrorResponse, "description": "Not an image, a missing blob, an unsafe "
+                                                                     "layer, an unknown reference..."}},
+             openapi_extra={"requestBody": {"required": False, "content": {
+                 "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
+async def import_image(
+    request: Request, tenant: Tenant, catalog: Catalog, name: Name, version: Version,
+    environment: Annotated[str | None, Query(pattern=NAME_PATTERN, description="Default: name")] = None,
+    reference: Annotated[str | None, Query(max_length=255, description="repository[:tag] in the operator's "
+                                                                       "registry, instead of a body")] = None,
+    tag: Annotated[str | None, Query(max_length=128, description="The image of a multi-image OCI layout")] = None,
+    split_at: Annotated[int | None, Query(ge=1, le=1000, description="Layers from this index on become a "
+                                                                     "workspace layer (default: one base)")] = None,
+    wait: Annotated[bool, Query(description="Answer once it has finished (a failure is its 4xx)")] = False,
+    timeout: Annotated[float, Query(gt=0, le=3600)] = 600.0,
+) -> JSONResponse:
+    """Import a ``docker save`` tarball or an OCI image-layout tarball (the body), or
+    ``reference`` from the registry the operator configured, as layers ``name:version`` and
+    environment ``environment``, carrying the image's Env, WorkingDir, User, Entrypoint, Cmd,
+    ExposedPorts and Labels. Runs as a job: 202 and ``GET /v1/images/imports/{id}`` for its
+    progress, or ``wait=true``."""
+    params = {"name": name, "version": version, "environment": environment, "reference": reference, "tag": tag,
+              "split_at": split_at, "wait": str(wait).lower(), "timeout": timeout}
+    body, ctype = None, ""
+    if reference is None:
+        ctype, limit = tar_body(request)
+        body = capped(request.stream(), limit)
+    job, status = await catalog.start_import(tenant, params, body, ctype)
+    return JSONResponse(job.model_dump(mode="json"), status_code=status)
+
+
+@router.get("/v1/images/imports/{import_id}", response_model=ImageImport, operation_id="get_image_import")
+async def get_image_import(import_id: str, tenant: Tenant, catalog: Catalog) -> ImageImport:
+    return await catalog.get_import(tenant, import_id)

@@ -83,3 +83,42 @@ class StorageUsage(BaseModel):
     used_bytes: int = Field(description="Bytes of the distinct layer images you registered")
     quota_bytes: int | None = Field(description="Your storage quota (None: unlimited)")
     layers: int
+
+
+class ImportProgress(BaseModel):
+    step: str = Field(description="queued | pulling | unpacking | building | registering")
+    layers_total: int = 0
+    layers_done: int = 0
+    bytes_unpacked: int = 0
+
+
+class ImportFailure(BaseModel):
+    status: int = Field(description="The HTTP status this failure is (4xx: the image's fault)")
+    code: str
+    message: str
+    loc: list[str | int] | None = None
+
+
+class ImportResult(BaseModel):
+    environment: str
+    layers: list[str] = Field(description="name:version of the layers made, base first")
+    digests: list[str]
+    format: str = Field(description="oci-layout | docker-archive")
+    source_layers: int
+    config: ImageConfig
+
+
+class ImageImport(BaseModel):
+    id: str
+    name: str
+    version: str
+    state: Literal["queued", "running", "succeeded", "failed"]
+    progress: ImportProgress
+    error: ImportFailure | None = None
+    result: ImportResult | None = None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, reply: dict[str, Any]) -> "ImageImport":
+        return cls.model_validate({k: v for k, v in reply.items() if k != "owner"})

@@ -5,7 +5,7 @@ distinct content once, whoever uploads it)."""
 from collections.abc import AsyncIterator, Callable
 
 from corral_api.images.client import ImageServiceWrites, segments
-from corral_api.images.schemas import Environment, EnvironmentCreate, Layer, StorageUsage
+from corral_api.images.schemas import Environment, EnvironmentCreate, ImageImport, Layer, StorageUsage
 
 
 class ImageCatalogService:
@@ -50,3 +50,15 @@ class ImageCatalogService:
     async def usage(self, tenant: str) -> StorageUsage:
         reply = (await self.writes.call("GET", "/v1/usage", tenant)).json()
         return StorageUsage(used_bytes=reply["bytes"], quota_bytes=self.quota_bytes, layers=reply["layers"])
+
+    async def start_import(self, tenant: str, params: dict, body: AsyncIterator[bytes] | None,
+                           content_type: str) -> tuple[ImageImport, int]:
+        params = {**params, "quota_bytes": self.quota_bytes}
+        if body is None:
+            response = await self.writes.call("POST", "/v1/imports", tenant, params=params)
+        else:
+            response = await self.writes.upload("/v1/imports", tenant, body, content_type, params)
+        return ImageImport.of(response.json()), response.status_code
+
+    async def get_import(self, tenant: str, import_id: str) -> ImageImport:
+        return ImageImport.of((await self.writes.call("GET", "/v1/imports" + segments(import_id), tenant)).json())
