@@ -8,6 +8,8 @@ import httpx
 from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
+from corral_api.commits.router import router as commits_router
+from corral_api.commits.service import CommitService
 from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
 from corral_api.images.client import ImageServiceWrites
@@ -85,6 +87,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                                                forget_environment=app.state.sandboxes.environments.forget)
         app.state.data_path = SandboxDataPath(app.state.sandboxes, node_client)
         app.state.snapshots = SnapshotService(snapshot_rows, app.state.sandboxes, node_client)
+        app.state.commits = CommitService(app.state.sandboxes, node_client, app.state.images, app.state.snapshots)
         app.state.rollouts = RolloutService(
             RolloutRepository(engine), app.state.sandboxes, app.state.data_path,
             idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
@@ -124,6 +127,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(rollouts_router)
     app.include_router(jobs_router)
     app.include_router(images_router)
+    app.include_router(commits_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

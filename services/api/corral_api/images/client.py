@@ -10,9 +10,8 @@ from typing import Any
 
 import httpx
 
-from corral_api.sandboxes.node_client import raise_for_upstream
 from corral_common.contracts.images import path_segment
-from corral_common.errors import ServiceUnavailable
+from corral_common.errors import ServiceUnavailable, raise_for_upstream
 from corral_common.internal import INTERNAL_TOKEN_HEADER
 
 

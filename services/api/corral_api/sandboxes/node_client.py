@@ -6,7 +6,7 @@ from typing import Any
 import httpx
 
 from corral_common.contracts.images import path_segment
-from corral_common.errors import CorralError, PayloadTooLarge, ServiceUnavailable
+from corral_common.errors import PayloadTooLarge, ServiceUnavailable, raise_for_upstream
 from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_common.state import NodeInfo
 
@@ -15,21 +15,6 @@ def node_url(node: NodeInfo, *segments: str) -> str:
     """The URL of a path on ``node``, each segment escaped as exactly one (an id can neither
     add a segment nor a query)."""
     return node.url.rstrip("/") + "".join("/" + path_segment(segment) for segment in segments)
-
-
-def raise_for_upstream(response: httpx.Response, default_code: str, default_message: str) -> None:
-    """An internal service's error answer (the common error body) as the same CorralError."""
-    if response.status_code < 400:
-        return
-    try:
-        body = response.json()
-        error = body.get("error", {})
-        extra = {k: v for k, v in error.items() if k not in ("code", "message", "details")}
-        raise CorralError(error.get("message", response.text), code=error.get("code", default_code),
-                          status_code=response.status_code,
-                          loc=(error.get("details") or [{}])[0].get("loc"), extra=extra)
-    except (ValueError, AttributeError):
-        raise CorralError(response.text or default_message, status_code=response.status_code) from None
 
 
 class NodeClient:

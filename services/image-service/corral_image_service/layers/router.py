@@ -66,9 +66,10 @@ async def create_layer(
         tar_path = await spool_body(request, svc.store, limit_bytes=svc.settings.max_upload_bytes,
                                     limit_setting="max_upload_mb", suffix=".tar",
                                     empty_hint="send a tar stream (application/x-tar) or use source_dir")
+        # A diff layer (a commit, or any OCI layer tar) keeps its deletions as overlay whiteouts.
+        build = svc.layers.build_from_diff_tar if kind is LayerKind.diff else svc.layers.build_from_tar
         try:
-            digest, size = await anyio.to_thread.run_sync(svc.layers.build_from_tar, tar_path,
-                                                          svc.settings.max_unpacked_bytes,
+            digest, size = await anyio.to_thread.run_sync(build, tar_path, svc.settings.max_unpacked_bytes,
                                                           limiter=svc.build_limiter)
         finally:
             tar_path.unlink(missing_ok=True)

@@ -16,6 +16,7 @@ from corral_image_service.chunks.store import ChunkStore, chunk_blob
 from corral_image_service.db.engine import as_utc, session_scope
 from corral_image_service.disk_images.models import DiskImage
 from corral_image_service.environments.models import Environment
+from corral_image_service.imports.flatten import Budget, Flattener, LayerError
 from corral_image_service.layers.erofs import ErofsBuildError, mkfs_erofs
 from corral_image_service.layers.models import SHARED_OWNER, Layer
 from corral_image_service.layers.repository import LayerRepository
@@ -70,6 +71,25 @@ class LayerService:
                 raise Unprocessable(f"unsafe tar member {exc}", loc=["body"], code="unsafe_tar") from exc
             except (tarfile.TarError, EOFError) as exc:
                 raise Unprocessable(f"not a readable tar archive: {exc}", loc=["body"], code="invalid_tar") from exc
+            return self.build_from_dir(root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def build_from_diff_tar(self, tar_path: str | Path, max_unpacked_bytes: int) -> tuple[str, int]:
+        """A ``diff`` layer from an OCI layer tar (``.wh.`` whiteouts, opaque markers): built in
+        overlay form (0:0 whiteout devices, ``trusted.overlay.opaque``) to stack above others."""
+        root = self.store.tmp_dir(suffix=".diff")
+        try:
+            flattener = Flattener(str(root), Budget(max_unpacked_bytes), overlay=True)
+            try:
+                flattener.apply(str(tar_path))
+            except LayerError as exc:
+                if exc.code == "image_too_large":
+                    raise PayloadTooLarge(str(exc), loc=["body"], code="layer_too_large") from exc
+                raise Unprocessable(str(exc), loc=["body"], code="unsafe_tar" if exc.code == "unsafe_image"
+                                    else "invalid_tar") from exc
+            finally:
+                flattener.close()
             return self.build_from_dir(root)
         finally:
             shutil.rmtree(root, ignore_errors=True)

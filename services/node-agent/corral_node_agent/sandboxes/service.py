@@ -21,6 +21,7 @@ lists the capability; otherwise the answer is ``Unsupported``, whichever backend
 """
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -38,8 +39,9 @@ from corral_common.sandboxes import (
 )
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, SandboxBackend
 from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs
-from corral_node_agent.errors import ImageUnavailable, NodeAgentError, NotFound, StartFailed, Unavailable
+from corral_node_agent.errors import ImageUnavailable, NodeAgentError, NotFound, StartFailed, Unavailable, Unsupported
 from corral_node_agent.layers.cache import LayerCache
+from corral_node_agent.sandboxes.commits import LayerUploads
 from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -66,8 +68,10 @@ class _Entry:
 class SandboxManager:
     def __init__(self, backends: SandboxBackend | dict[str, SandboxBackend], layers: LayerCache, *,
                  max_sandboxes: int = 1000, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB,
-                 owners: OwnerRecords | None = None):
+                 owners: OwnerRecords | None = None, uploads: LayerUploads | None = None):
         self.backends = backends if isinstance(backends, dict) else {"container": backends}
+        # Where commits go (image-service); None: this manager cannot commit.
+        self.uploads = uploads
         self.layers = layers
         self.max_sandboxes = max_sandboxes
         self.vm_memory_overhead_mb = vm_memory_overhead_mb
@@ -136,6 +140,8 @@ class SandboxManager:
         for backend in self.backends.values():
             await backend.close()
         await self.layers.aclose()
+        if self.uploads is not None:
+            await self.uploads.aclose()
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -317,6 +323,21 @@ class SandboxManager:
     async def resume(self, sandbox_id: str) -> None:
         await self._capable(sandbox_id, Capability.pause).resume(sandbox_id)
 
+    # ---- commits ------------------------------------------------------------------------
+
+    async def commit(self, sandbox_id: str, params: dict) -> tuple[dict, int]:
+        """The sandbox's writable layer as a new ``diff`` layer in image-service (``params``:
+        name, version, owner, quota_bytes); returns image-service's layer and status."""
+        backend = self._capable(sandbox_id, Capability.commit)
+        if self.uploads is None:
+            raise Unsupported("this node cannot commit (no image-service uploads configured)")
+        path = self.uploads.spool_path()
+        try:
+            await backend.commit_diff(sandbox_id, path)
+            return await self.uploads.upload_diff(path, params)
+        finally:
+            await asyncio.to_thread(os.unlink, path)
+
     # ---- screens and snapshots ------------------------------------------------------------
 
     async def screenshot(self, sandbox_id: str) -> bytes:
@@ -398,4 +419,6 @@ def build_manager(settings: NodeAgentSettings, backends: SandboxBackend | None =
     layers = LayerCache(settings.layers())
     return SandboxManager(backends or build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
                           vm_memory_overhead_mb=settings.vm_memory_overhead_mb,
-                          owners=OwnerRecords(f"{settings.state_dir}/owners"))
+                          owners=OwnerRecords(f"{settings.state_dir}/owners"),
+                          uploads=LayerUploads(settings.image_service_url, settings.internal_token,
+                                               f"{settings.state_dir}/commits"))
