@@ -10,6 +10,8 @@ from .batch_verdicts import BatchVerdicts
 from .case_result import CaseResult
 from .command_run_result import CommandRunResult
 from .command_run_status import CommandRunStatus
+from .commit_request import CommitRequest
+from .commit_result import CommitResult
 from .compile_result import CompileResult
 from .create_sandbox_wait_for_type_0 import CreateSandboxWaitForType0
 from .environment import Environment
@@ -110,6 +112,8 @@ __all__ = (
     "CaseResult",
     "CommandRunResult",
     "CommandRunStatus",
+    "CommitRequest",
+    "CommitResult",
     "CompileResult",
     "CreateSandboxWaitForType0",
     "Environment",
