@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 
 import httpx
 
-from corral_common.contracts.images import EnvironmentLayer, ImageServiceClient
+from corral_common.contracts.images import EnvironmentLayer, ImageServiceClient, digest_hex
 from corral_node_agent.layers.catalog import ImageCatalog
 from corral_node_agent.layers.files import DiskImages, LayerFiles
 from corral_node_agent.layers.lazy.loader import LazyLoader
@@ -70,6 +70,26 @@ class LayerCache:
         """Call ``callback(layer_digest, error)`` on the event loop when a read of a lazily
         loaded layer fails for good (see ``LazyLoader.add_fault_listener``)."""
         self.lazy.add_fault_listener(callback)
+
+    def held_bytes(self) -> dict[str, int]:
+        """Bytes of each layer this node holds (scheduler locality): a whole verified blob, or
+        the chunks of a lazily loaded layer that sit in the node's chunk cache."""
+        held: dict[str, int] = {}
+        try:
+            names = os.listdir(self.store.dir)
+        except OSError:
+            names = []
+        for name in names:
+            if len(name) == 64:
+                try:
+                    held[f"sha256:{name}"] = os.stat(os.path.join(self.store.dir, name)).st_size
+                except OSError:
+                    pass
+        for digest, index in list(self.lazy.indexes.items()):
+            if digest not in held:
+                held[digest] = sum(end - start for i, (start, end) in enumerate(map(index.span, range(len(index.chunks))))
+                                   if self.lazy.chunks.cached(digest_hex(index.chunks[i])))
+        return {digest: size for digest, size in held.items() if size > 0}
 
     async def resolve_environment(self, name: str, tenant: str = "") -> tuple[EnvironmentLayer, ...]:
         """Layers of an environment as ``tenant`` sees it, base first (as image-service
