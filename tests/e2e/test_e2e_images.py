@@ -3,6 +3,7 @@ docker-archive) imported â†’ a sandbox honouring its PATH, WorkingDir and User â
 each fork seeing the committed state (a new file and a deletion)."""
 
 import os
+import time
 
 import pytest
 
@@ -64,3 +65,39 @@ def test_import_exec_commit_fork(platform, tmp_path):
         with pytest.raises(CorralError) as hidden:
             other.environments.get(f"app-{suffix}")
         assert hidden.value.status == 404
+
+
+def test_microvm_fork_restores_its_snapshot_n_times(vm_platform):
+    """A VM forks from a snapshot: memory included, so a process it runs keeps running in each
+    fork, and every fork has its own copy of the disk."""
+    with Corral(vm_platform["api"], vm_platform["api_key"]) as corral:
+        sb = corral.sandboxes.create("busybox", backend="microvm", memory_mb=256, wait_timeout=180)
+        forks = []
+        try:
+            sb.write_file("kept.txt", "before the fork")
+            sb.exec("(while true; do date +%s%N > /tmp/tick; sleep 0.1; done) </dev/null >/dev/null 2>&1 &")
+            forks = sb.fork(2, wait_timeout=180)
+            assert len(forks) == 2
+            for fork in forks:
+                assert fork.info.backend == "microvm" and fork.info.node_id == sb.info.node_id
+                assert fork.read_file("/home/user/kept.txt") == b"before the fork"
+                assert fork.info.labels["corral.forked_from"] == sb.id
+                fork.write_file("own.txt", fork.id)
+            assert [f.read_file("/home/user/own.txt").decode() for f in forks] == [f.id for f in forks]
+            first = forks[0].read_file("/tmp/tick")
+            deadline = time.monotonic() + 30
+            while forks[0].read_file("/tmp/tick") == first:  # the background process came back too
+                assert time.monotonic() < deadline, "the forked VM's process does not run"
+            with pytest.raises(CorralError) as refused:
+                sb.commit()
+            assert refused.value.code == "unsupported_by_backend"
+        finally:
+            corral.sandboxes.delete_many([sb, *forks])
+
+
+def test_container_fork_with_processes_is_a_clear_409(platform):
+    with Corral(platform["api"], platform["api_key"]) as corral:
+        with corral.sandboxes.create("busybox", memory_mb=64) as sb:
+            r = corral.http.post(f"/v1/sandboxes/{sb.id}/fork", params={"count": 1, "processes": "true"})
+            assert r.status_code == 409 and r.json()["error"]["code"] == "criu_unavailable"
+            assert "CRIU" in r.json()["error"]["message"]
