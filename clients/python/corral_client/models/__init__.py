@@ -42,6 +42,7 @@ from .image_import_state import ImageImportState
 from .import_failure import ImportFailure
 from .import_progress import ImportProgress
 from .import_result import ImportResult
+from .import_result_timings import ImportResultTimings
 from .input_request import InputRequest
 from .job import Job
 from .job_counts import JobCounts
@@ -144,6 +145,7 @@ __all__ = (
     "ImportFailure",
     "ImportProgress",
     "ImportResult",
+    "ImportResultTimings",
     "InputRequest",
     "Job",
     "JobCounts",

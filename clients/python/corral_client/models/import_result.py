@@ -6,8 +6,11 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..types import UNSET, Unset
+
 if TYPE_CHECKING:
     from ..models.image_config import ImageConfig
+    from ..models.import_result_timings import ImportResultTimings
 
 
 T = TypeVar("T", bound="ImportResult")
@@ -25,6 +28,7 @@ class ImportResult:
         format_ (str): oci-layout | docker-archive
         layers (list[str]): name:version of the layers made, base first
         source_layers (int):
+        timings (ImportResultTimings | Unset): Seconds per step: pull, unpack, build, register
     """
 
     config: ImageConfig
@@ -33,6 +37,7 @@ class ImportResult:
     format_: str
     layers: list[str]
     source_layers: int
+    timings: ImportResultTimings | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -48,6 +53,10 @@ class ImportResult:
 
         source_layers = self.source_layers
 
+        timings: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.timings, Unset):
+            timings = self.timings.to_dict()
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -60,12 +69,15 @@ class ImportResult:
                 "source_layers": source_layers,
             }
         )
+        if timings is not UNSET:
+            field_dict["timings"] = timings
 
         return field_dict
 
     @classmethod
     def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
         from ..models.image_config import ImageConfig
+        from ..models.import_result_timings import ImportResultTimings
 
         d = dict(src_dict)
         config = ImageConfig.from_dict(d.pop("config"))
@@ -80,6 +92,13 @@ class ImportResult:
 
         source_layers = d.pop("source_layers")
 
+        _timings = d.pop("timings", UNSET)
+        timings: ImportResultTimings | Unset
+        if isinstance(_timings, Unset):
+            timings = UNSET
+        else:
+            timings = ImportResultTimings.from_dict(_timings)
+
         import_result = cls(
             config=config,
             digests=digests,
@@ -87,6 +106,7 @@ class ImportResult:
             format_=format_,
             layers=layers,
             source_layers=source_layers,
+            timings=timings,
         )
 
         import_result.additional_properties = d

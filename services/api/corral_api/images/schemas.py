@@ -106,6 +106,8 @@ class ImportResult(BaseModel):
     format: str = Field(description="oci-layout | docker-archive")
     source_layers: int
     config: ImageConfig
+    timings: dict[str, float] = Field(default_factory=dict, description="Seconds per step: pull, unpack, build, "
+                                                                         "register")
 
 
 class ImageImport(BaseModel):

@@ -27,6 +27,9 @@ class ImportResult(BaseModel):
     format: str
     source_layers: int
     config: dict[str, Any]
+    # Seconds per step: pull (registry), unpack (decompress + apply layers), build (EROFS +
+    # chunks), register.
+    timings: dict[str, float] = Field(default_factory=dict)
 
 
 class ImportOut(BaseModel):

@@ -16,6 +16,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from typing import Any
 
 import anyio
@@ -193,8 +194,18 @@ class ImportService:
                 environment: str, split_at: int | None, tag: str | None, quota_bytes: int | None) -> ImportResult:
         self._update(job_id, state="running")
         work = tempfile.mkdtemp(dir=self.store.tmp, suffix=".import")
+        timings: dict[str, float] = {}
+        mark = time.monotonic()
+
+        def lap(step: str) -> None:
+            nonlocal mark
+            now = time.monotonic()
+            timings[step] = round(now - mark, 3)
+            mark = now
+
         try:
             path = self._pull(job_id, reference, work) if reference else source
+            lap("pull")
             with OpenArchive(path) as archive:
                 image = archive.read(tag if not reference else None)
                 n = len(image.layers)
@@ -235,19 +246,23 @@ class ImportService:
                 finally:
                     for flattener in flatteners:
                         flattener.close()
+            lap("unpack")
             progress.step = "building"
             self._progress(job_id, progress)
             built: list[tuple[str, int]] = []
             try:
                 for tree in trees:
                     built.append(self.layers.build_from_dir(tree))
+                lap("build")
                 progress.step = "registering"
                 self._progress(job_id, progress)
             except BaseException:
                 for digest, _ in built:
                     self.layers.collect(digest)
                 raise
-            return self._register(owner, name, version, environment, built, config, image.format, n, quota_bytes)
+            result = self._register(owner, name, version, environment, built, config, image.format, n, quota_bytes)
+            lap("register")
+            return result.model_copy(update={"timings": timings})
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -87,8 +87,8 @@ class LayerCache:
                     pass
         for digest, index in list(self.lazy.indexes.items()):
             if digest not in held:
-                held[digest] = sum(end - start for i, (start, end) in enumerate(map(index.span, range(len(index.chunks))))
-                                   if self.lazy.chunks.cached(digest_hex(index.chunks[i])))
+                held[digest] = sum(index.span(i)[1] for i, chunk in enumerate(index.chunks)
+                                   if self.lazy.chunks.cached(digest_hex(chunk)))
         return {digest: size for digest, size in held.items() if size > 0}
 
     async def resolve_environment(self, name: str, tenant: str = "") -> tuple[EnvironmentLayer, ...]:
