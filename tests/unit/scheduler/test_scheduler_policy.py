@@ -143,6 +143,10 @@ def test_locality_prefers_the_node_holding_most_bytes_then_load():
     # Equal holdings keep the load order; nothing held anywhere changes nothing.
     assert [n.node_id for n in by_locality(ranked, LAYERS, {"some": held["most"], "most": held["most"]})] == [
         "some", "most", "idle"]
+    # Two nodes that both hold most of it are equals, whatever chunks each happens to have:
+    # spread by load, not always the one with a few more bytes.
+    nearly = {"some": {"sha256:" + "b" * 64: 600}, "most": {"sha256:" + "b" * 64: 900}}
+    assert [n.node_id for n in by_locality(ranked, LAYERS, nearly)] == ["some", "most", "idle"]
     assert by_locality(ranked, LAYERS, {}) == ranked and by_locality(ranked, {}, held) == ranked
     # A held chunk count never exceeds the layer (a stale report of a bigger blob).
     assert held_bytes(LAYERS, {"sha256:" + "a" * 64: 10**9}) == 100

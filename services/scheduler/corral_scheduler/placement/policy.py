@@ -49,16 +49,26 @@ def held_bytes(layers: Mapping[str, int], held: Mapping[str, int]) -> int:
     return sum(min(size, held.get(digest, 0)) for digest, size in layers.items())
 
 
+def warmth(layers: Mapping[str, int], held: Mapping[str, int]) -> int:
+    """How much of an environment a node holds, coarsely: 2 at least half its bytes, 1 some,
+    0 none. Coarse on purpose: two nodes that both ran an image (a lazy node caches only the
+    chunks its sandboxes read, so their byte counts always differ a little) stay equals and
+    are spread by load, instead of one of them taking every sandbox of the image."""
+    total = sum(layers.values())
+    have = held_bytes(layers, held)
+    return 0 if have == 0 else 2 if 2 * have >= total else 1
+
+
 def by_locality(ranked: Sequence[NodeInfo], layers: Mapping[str, int],
                 held_by_node: Mapping[str, Mapping[str, int]], slack: float = 1.0) -> list[NodeInfo]:
     """``ranked`` (best first by the strategy's load order) with the nodes holding most of the
-    environment's bytes first (a node that holds every byte starts a sandbox without fetching
-    anything); equal holdings keep their load order. Only nodes whose load is within ``slack``
-    of the best one's compete on locality (1.0: every node), so a burst of one image does not
-    pile onto the one node that held it first while others sit idle."""
+    environment's bytes (``warmth``) first: a node that holds them starts a sandbox without
+    fetching them. Equal warmth keeps the load order. Only nodes whose load is within
+    ``slack`` of the best one's compete on locality (1.0: every node), so a burst of one image
+    does not pile onto the one node that held it first while others sit idle."""
     if not layers or not ranked:
         return list(ranked)
     best = load(ranked[0])
     near = [n for n in ranked if abs(load(n) - best) <= slack]
     far = [n for n in ranked if abs(load(n) - best) > slack]
-    return sorted(near, key=lambda n: -held_bytes(layers, held_by_node.get(n.node_id, {}))) + far
+    return sorted(near, key=lambda n: -warmth(layers, held_by_node.get(n.node_id, {}))) + far
