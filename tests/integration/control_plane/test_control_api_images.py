@@ -231,3 +231,23 @@ async def test_import_through_the_api(plane, tmp_path):
                                content=oci.tar_dir(layout, tmp_path / "bad.tar").read_bytes(),
                                headers={**TAR, **bearer("alpha")})
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "missing_blob", bad.text
+
+
+@pytest.mark.parametrize("method,path", [
+    ("POST", "/v1/layers?kind=base&name=a&version=1"), ("GET", "/v1/layers"), ("GET", "/v1/layers/a/1"),
+    ("DELETE", "/v1/layers/a/1"), ("POST", "/v1/environments"), ("GET", "/v1/environments"),
+    ("GET", "/v1/environments/a"), ("DELETE", "/v1/environments/a"), ("GET", "/v1/images/usage"),
+    ("POST", "/v1/images/import?name=a&version=1"), ("GET", "/v1/images/imports/imp-1"),
+    ("POST", "/v1/sandboxes/sb-1/commit"), ("POST", "/v1/sandboxes/sb-1/fork?count=2"),
+])
+async def test_every_image_route_wants_an_api_key(plane, method, path):
+    r = await plane.api.request(method, path, headers={"Authorization": "Bearer not-a-key-0123456789"})
+    assert r.status_code == 401 and r.json()["error"]["details"][0]["loc"] == ["header", "authorization"]
+
+
+async def test_commit_and_fork_of_another_tenants_or_no_sandbox_is_404(plane):
+    for path in ("/v1/sandboxes/sb-0123456789abcdef/commit", "/v1/sandboxes/sb-0123456789abcdef/fork"):
+        r = await plane.api.post(path, headers=bearer("alpha"))
+        assert r.status_code == 404 and r.json()["error"]["details"][0]["loc"] == ["path", "sandbox_id"]
+    bad = await plane.api.post("/v1/sandboxes/sb-1/fork", params={"count": 0}, headers=bearer("alpha"))
+    assert bad.status_code == 422
