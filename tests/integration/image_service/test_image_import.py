@@ -230,3 +230,26 @@ def test_gzip_layer_with_wrong_media_type_is_refused(client, image, tmp_path):
     r = do_import(client, oci.tar_dir(layout, tmp_path / "bad.tar").read_bytes())
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_image", r.text
     assert gzip  # (imported for the reader: the layer really is gzip)
+
+
+def test_an_import_cut_short_by_a_restart_says_so(data_dir):
+    """A job still running when image-service stopped is failed at the next start (its work
+    dir is gone): 'interrupted', with a 503 status, never left 'running' forever."""
+    from fastapi.testclient import TestClient
+
+    from corral_image_service.app import create_app
+    from corral_image_service.db.engine import session_scope
+    from corral_image_service.imports.models import ImportJob
+    from corral_image_service.imports.schemas import ImportProgress
+
+    settings = image_settings(data_dir)
+    with TestClient(create_app(settings)) as client:
+        engine = client.app.state.services.engine
+        with session_scope(engine) as session:
+            session.add(ImportJob(id="imp-cut", owner="acme", name="x", version="1", state="running",
+                                  progress=ImportProgress(step="unpacking").model_dump_json()))
+            session.commit()
+    with TestClient(create_app(settings)) as client:
+        job = client.get("/v1/imports/imp-cut", params={"owner": "acme"}).json()
+        assert job["state"] == "failed" and job["error"]["code"] == "interrupted" and job["error"]["status"] == 503
+        assert client.get("/v1/imports/imp-cut", params={"owner": "other"}).status_code == 404
