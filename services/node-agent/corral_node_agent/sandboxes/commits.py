@@ -6,6 +6,7 @@ there; image-service's answer (201/200, or its 4xx: a taken name:version, the te
 storage quota) is handed back as it is.
 """
 
+import contextlib
 import os
 import tempfile
 from collections.abc import AsyncIterator
@@ -24,6 +25,11 @@ class LayerUploads:
         self.http = httpx.AsyncClient(base_url=image_service_url.rstrip("/"), headers=headers,
                                       timeout=httpx.Timeout(timeout_s, connect=5.0))
         self.spool_dir = spool_dir
+        # A previous run that died mid-commit left its spool file: nothing will upload it now.
+        with contextlib.suppress(OSError):
+            for name in os.listdir(spool_dir):
+                if name.endswith(".diff.tar"):
+                    os.unlink(os.path.join(spool_dir, name))
 
     async def aclose(self) -> None:
         await self.http.aclose()
