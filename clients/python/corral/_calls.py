@@ -20,7 +20,17 @@ import httpx
 
 from corral._common import ExecChunk, ExecResult, input_body, label_selectors
 from corral.errors import raise_for
-from corral_client.models import ExecRequest, FileInfo, SandboxCreate, Snapshot
+from corral_client.models import (
+    CommitResult,
+    Environment,
+    ExecRequest,
+    FileInfo,
+    ImageImport,
+    Layer,
+    SandboxCreate,
+    Snapshot,
+    StorageUsage,
+)
 from corral_client.models import Rollout as RolloutInfo
 from corral_client.models import Sandbox as SandboxInfo
 
@@ -153,6 +163,67 @@ def send_input(sandbox_id: str, events: Iterable[Any]) -> Call[int]:
 
 def snapshot_sandbox(sandbox_id: str) -> Call[Snapshot]:
     return Call("POST", _path("/v1/sandboxes/{}/snapshot", sandbox_id), _model(Snapshot))
+
+
+def commit_sandbox(sandbox_id: str, body: dict[str, Any]) -> Call[CommitResult]:
+    return Call("POST", _path("/v1/sandboxes/{}/commit", sandbox_id), _model(CommitResult), json=body)
+
+
+def fork_sandbox(sandbox_id: str, count: int, processes: bool = False) -> Call[list[SandboxInfo]]:
+    return Call("POST", _path("/v1/sandboxes/{}/fork", sandbox_id), _items(SandboxInfo),
+                params={"count": count, "processes": processes})
+
+
+# ---- layers, environments, images --------------------------------------------------------
+
+TAR = {"content-type": "application/x-tar"}
+
+
+def upload_layer(kind: str, name: str, version: str, tar: bytes) -> Call[Layer]:
+    return Call("POST", "/v1/layers", _model(Layer), params={"kind": kind, "name": name, "version": version},
+                content=tar, headers=TAR)
+
+
+def list_layers(kind: str | None = None) -> Call[list[Layer]]:
+    return Call("GET", "/v1/layers", lambda response: [Layer.from_dict(x) for x in response.json()],
+                params=_without_none({"kind": kind}))
+
+
+def get_layer(name: str, version: str) -> Call[Layer]:
+    return Call("GET", _path("/v1/layers/{}/{}", name, version), _model(Layer))
+
+
+def delete_layer(name: str, version: str) -> Call[Layer]:
+    return Call("DELETE", _path("/v1/layers/{}/{}", name, version), _model(Layer))
+
+
+def create_environment(body: dict[str, Any]) -> Call[Environment]:
+    return Call("POST", "/v1/environments", _model(Environment), json=body)
+
+
+def list_environments() -> Call[list[Environment]]:
+    return Call("GET", "/v1/environments", lambda response: [Environment.from_dict(x) for x in response.json()])
+
+
+def get_environment(name: str) -> Call[Environment]:
+    return Call("GET", _path("/v1/environments/{}", name), _model(Environment))
+
+
+def delete_environment(name: str) -> Call[Environment]:
+    return Call("DELETE", _path("/v1/environments/{}", name), _model(Environment))
+
+
+def import_image(params: dict[str, Any], archive: bytes | None) -> Call[ImageImport]:
+    return Call("POST", "/v1/images/import", _model(ImageImport), params=_without_none(params), content=archive,
+                headers=TAR if archive is not None else None)
+
+
+def get_image_import(import_id: str) -> Call[ImageImport]:
+    return Call("GET", _path("/v1/images/imports/{}", import_id), _model(ImageImport))
+
+
+def get_image_usage() -> Call[StorageUsage]:
+    return Call("GET", "/v1/images/usage", _model(StorageUsage))
 
 
 # ---- snapshots ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import httpx
 
 from corral._common import connect
 from corral._transport import AsyncTransport
+from corral.images import AsyncEnvironments, AsyncImages, AsyncLayers
 from corral.jobs import AsyncJobs
 from corral.rollouts import AsyncRollouts
 from corral.sandboxes import AsyncSandbox, AsyncSandboxes
@@ -28,6 +29,9 @@ class AsyncCorral:
         self.rollouts = AsyncRollouts(self)
         self.jobs = AsyncJobs(self)
         self.snapshots = AsyncSnapshots(self)
+        self.layers = AsyncLayers(self)
+        self.environments = AsyncEnvironments(self)
+        self.images = AsyncImages(self)
 
     @property
     def http(self) -> httpx.AsyncClient:

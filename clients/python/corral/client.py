@@ -12,6 +12,7 @@ import httpx
 
 from corral._common import connect
 from corral._transport import SyncTransport
+from corral.images import Environments, Images, Layers
 from corral.jobs import Jobs
 from corral.rollouts import Rollouts
 from corral.sandboxes import Sandbox, Sandboxes
@@ -28,6 +29,9 @@ class Corral:
         self.rollouts = Rollouts(self)
         self.jobs = Jobs(self)
         self.snapshots = Snapshots(self)
+        self.layers = Layers(self)
+        self.environments = Environments(self)
+        self.images = Images(self)
 
     @property
     def http(self) -> httpx.Client:

@@ -14,7 +14,7 @@ from corral import _calls as calls
 from corral._common import ExecChunk, ExecResult, click_event, create_body, exec_body, key_event, move_event, text_event
 from corral._transport import Concurrently, Flavored, Op, operation, streaming
 from corral.errors import SandboxFailed
-from corral_client.models import FileInfo, Snapshot
+from corral_client.models import CommitResult, FileInfo, Snapshot
 from corral_client.models import Sandbox as SandboxInfo
 
 
@@ -136,6 +136,26 @@ class _SandboxOps(Flavored):
         ``corral.sandboxes.create(from_snapshot=snapshot.id)``."""
         return calls.snapshot_sandbox(self.id)
 
+    # ---- commit and fork ---------------------------------------------------------------
+
+    @operation
+    def commit(self, name: str | None = None, version: str | None = None,
+               environment: str | None = None) -> calls.Call[CommitResult]:
+        """Save this container's changes (its writable layer; deletions as whiteouts) as a new
+        ``diff`` layer, and with ``environment`` a new environment that starts from them."""
+        body = {k: v for k, v in {"name": name, "version": version, "environment": environment}.items() if v}
+        return calls.commit_sandbox(self.id, body)
+
+    @operation
+    def fork(self, count: int = 1, *, wait: bool = True, wait_timeout: float = 120.0) -> Op[builtins.list[Any]]:
+        """``count`` new sandboxes from this one's current state (containers: its files, via a
+        commit; VMs: a snapshot); with ``wait``, once each runs."""
+        infos = yield calls.fork_sandbox(self.id, count)
+        forks = [type(self)(self._corral, info) for info in infos]
+        if wait:
+            yield Concurrently([fork._wait("running", wait_timeout) for fork in forks], 32)
+        return forks
+
     def _delete(self, wait: bool = True, timeout: float = 60.0) -> Op[Self]:
         self.info = yield calls.delete_sandbox(self.id, wait=wait, timeout=timeout)
         return self
@@ -169,7 +189,9 @@ class _SandboxesOps(Flavored):
         spec: backend ("auto" | "container" | "microvm" | "vm"), isolation ("container" | "vm"),
         display (a screen: picks vm), disk_image (boot a disk image instead of an environment),
         from_snapshot (restore a snapshot id; kind, image, cpu and memory come from it), cpu,
-        memory_mb, disk_mb, timeout_s, pids_limit, env, labels.
+        memory_mb, disk_mb, timeout_s, pids_limit, env, labels, workdir (default cwd of execs),
+        run_as ("uid[:gid]" of execs as "user"); an imported environment supplies env, workdir
+        and run_as from its image config.
         """
         waiting: dict[str, Any] = {"wait_for": "running", "timeout": wait_timeout} if wait else {}
         info = yield calls.create_sandbox(create_body(environment, **spec), **waiting)

@@ -61,6 +61,21 @@ class CorralError(Exception):
         return {"error": {"code": self.code, "message": self.message, "details": details, **self.extra}}
 
 
+def raise_for_upstream(response: Any, default_code: str, default_message: str) -> None:
+    """An internal service's error answer (an httpx response carrying the common error body)
+    raised again as the same CorralError: same status, code, message, loc and extra fields."""
+    if response.status_code < 400:
+        return
+    try:
+        error = response.json()["error"]
+        extra = {k: v for k, v in error.items() if k not in ("code", "message", "details")}
+        loc = (error.get("details") or [{}])[0].get("loc")
+        message, code = error.get("message", response.text), error.get("code", default_code)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise CorralError(response.text or default_message, status_code=response.status_code) from None
+    raise CorralError(message, code=code, status_code=response.status_code, loc=loc, extra=extra)
+
+
 class BadRequest(CorralError):
     status_code = 400
     code = "bad_request"

@@ -118,6 +118,11 @@ class SandboxSpec(BaseModel):
     timeout_s: int = Field(3600, ge=1, le=7 * 24 * 3600, description="Wall-clock lifetime; the sandbox is ended after it")
     pids_limit: int = Field(512, ge=8, le=65536)
     env: dict[str, str] = Field(default_factory=dict)
+    # Defaults of every exec (an OCI image's WorkingDir and User, applied at create from the
+    # environment's config unless given): working directory, and uid[:gid] of exec's "user".
+    workdir: str | None = Field(None, max_length=4096, pattern=r"^/", description="Default working dir of execs")
+    run_as: str | None = Field(None, pattern=r"^[0-9]{1,5}(:[0-9]{1,5})?$",
+                               description="uid[:gid] that execs as 'user' run as (containers with a user namespace)")
     labels: dict[str, str] = Field(default_factory=dict)
     network: Network = Field(
         "none", description="'none' (no network device at all) or an allowlist: docs/network.md")

@@ -394,6 +394,27 @@ class StateStore:
             pipe.delete(f"node:{node_id}:lost")  # back: what it still runs may be registered again
             await pipe.execute()
 
+    async def report_layers(self, node_id: str, held: dict[str, int], ttl_s: float) -> None:
+        """The layers a node holds (digest -> bytes held), replaced whole; gone with the node."""
+        key = f"node:{node_id}:layers"
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            if held:
+                pipe.hset(key, mapping=held)
+                pipe.expire(key, int(ttl_s))
+            await pipe.execute()
+
+    async def held_layers(self, node_ids: list[str], digests: list[str]) -> dict[str, dict[str, int]]:
+        """For each node, the bytes it holds of each of ``digests`` (absent: none)."""
+        if not node_ids or not digests:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for node_id in node_ids:
+                pipe.hmget(f"node:{node_id}:layers", digests)
+            rows = await pipe.execute()
+        return {node_id: {d: int(v) for d, v in zip(digests, row, strict=True) if v is not None}
+                for node_id, row in zip(node_ids, rows, strict=True)}
+
     async def _nodes(self, node_ids: list[str]) -> list[NodeInfo]:
         if not node_ids:
             return []

@@ -8,8 +8,13 @@ import httpx
 from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
+from corral_api.commits.router import router as commits_router
+from corral_api.commits.service import CommitService
 from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
+from corral_api.images.client import ImageServiceWrites
+from corral_api.images.router import router as images_router
+from corral_api.images.service import ImageCatalogService
 from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.router import router as jobs_router
 from corral_api.jobs.service import JobService
@@ -77,8 +82,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                                              ceilings=NodeCeilings(store, settings.heartbeat_timeout_s,
                                                                    max_disk_mb=settings.max_disk_mb),
                                              network=NetworkRules(settings, store, api_host=settings.host))
+        image_writes = ImageServiceWrites(settings.image_service_url, settings.internal_token,
+                                          max_connections=settings.image_service_max_connections,
+                                          pool_timeout_s=settings.http_pool_timeout_s)
+        app.state.images = ImageCatalogService(image_writes, quota_bytes=settings.image_quota_bytes,
+                                               forget_environment=app.state.sandboxes.environments.forget)
         app.state.data_path = SandboxDataPath(app.state.sandboxes, node_client)
         app.state.snapshots = SnapshotService(snapshot_rows, app.state.sandboxes, node_client)
+        app.state.commits = CommitService(app.state.sandboxes, node_client, app.state.images, app.state.snapshots)
         app.state.rollouts = RolloutService(
             RolloutRepository(engine), app.state.sandboxes, app.state.data_path,
             idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
@@ -98,6 +109,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             await app.state.rollouts.close()
             await node_client.close()
             await images.aclose()
+            await image_writes.aclose()
             await bus.close()
             await store.close()
             engine.dispose()
@@ -116,6 +128,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(fncall_router)
     app.include_router(rollouts_router)
     app.include_router(jobs_router)
+    app.include_router(images_router)
+    app.include_router(commits_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

@@ -48,8 +48,17 @@ class ApiSettings(PrefixedServiceSettings):
         "CORRAL_API_ROLLOUT_SWEEP_INTERVAL_S", "CORRAL_ROLLOUT_SWEEP_INTERVAL_S"))
     rollout_step_lease_s: float = Field(10.0, validation_alias=AliasChoices(
         "CORRAL_API_ROLLOUT_STEP_LEASE_S", "CORRAL_ROLLOUT_STEP_LEASE_S"))
+    # Images (corral_api/images): bytes of layer images each tenant may hold (0: no quota;
+    # identical content is stored once but charged to each tenant that registered it), and the
+    # largest layer tar or image archive one upload may be.
+    image_quota_mb: int = Field(10240, ge=0)
+    image_max_upload_mb: int = Field(4096, ge=1)
     # fncall calls and batches: CORRAL_FNCALL_* (FncallApiSettings reads its own env names).
     fncall: FncallApiSettings = Field(default_factory=FncallApiSettings)
+
+    @property
+    def image_quota_bytes(self) -> int | None:
+        return self.image_quota_mb * 1024 * 1024 if self.image_quota_mb else None
 
     @property
     def effective_database_url(self) -> str:

@@ -17,7 +17,10 @@ from corral_image_service.disk_images.router import router as disk_images_router
 from corral_image_service.disk_images.service import DiskImageService
 from corral_image_service.environments.router import router as environments_router
 from corral_image_service.environments.service import EnvironmentService
+from corral_image_service.imports.router import router as imports_router
+from corral_image_service.imports.service import ImportService
 from corral_image_service.layers.router import router as layers_router
+from corral_image_service.layers.router import usage_router
 from corral_image_service.layers.service import LayerService
 from corral_image_service.settings import ImageServiceSettings
 
@@ -38,18 +41,25 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
         chunks.ensure_dirs()
         engine = make_engine(settings.effective_database_url, **settings.sql_pool())
         await anyio.to_thread.run_sync(run_migrations, engine)
+        layers = LayerService(engine, store, settings.mkfs_erofs, chunks=chunks, chunk_size=settings.chunk_size_bytes)
+        environments = EnvironmentService(engine)
+        # Imports take their own slot: a long one never holds up layer uploads.
+        build_limiter = anyio.CapacityLimiter(2)
+        imports = ImportService(engine, store, layers, environments, max_unpacked_bytes=settings.max_unpacked_bytes,
+                                limiter=anyio.CapacityLimiter(1), registry=settings.registry,
+                                registry_tls_verify=settings.registry_tls_verify, skopeo=settings.skopeo,
+                                zstd=settings.zstd)
+        await anyio.to_thread.run_sync(imports.mark_interrupted)
         app.state.services = Services(
-            settings=settings, engine=engine, store=store, chunks=chunks,
-            layers=LayerService(engine, store, settings.mkfs_erofs, chunks=chunks,
-                                chunk_size=settings.chunk_size_bytes),
-            environments=EnvironmentService(engine),
-            disk_images=DiskImageService(engine, store, settings.qemu_img),
-            build_limiter=anyio.CapacityLimiter(2),
+            settings=settings, engine=engine, store=store, chunks=chunks, layers=layers, environments=environments,
+            disk_images=DiskImageService(engine, store, settings.qemu_img), build_limiter=build_limiter,
+            imports=imports,
         )
         log.info("image_service.ready", data_dir=settings.data_dir, db=engine.url.render_as_string(hide_password=True))
         try:
             yield
         finally:
+            await imports.close()
             engine.dispose()
 
     app = FastAPI(title="Corral image-service", version="0.1.0", lifespan=lifespan,
@@ -58,7 +68,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
     app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
     # Reads too: layers, blobs and chunks are tenants' file systems.
-    for router in (layers_router, environments_router, disk_images_router, blobs_router, chunks_router):
+    for router in (layers_router, usage_router, imports_router, environments_router, disk_images_router, blobs_router, chunks_router):
         app.include_router(router, dependencies=INTERNAL_ONLY)
 
     @app.get("/healthz", tags=["health"])

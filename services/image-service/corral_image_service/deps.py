@@ -11,6 +11,7 @@ from corral_image_service.blobs.service import BlobStore
 from corral_image_service.chunks.store import ChunkStore
 from corral_image_service.disk_images.service import DiskImageService
 from corral_image_service.environments.service import EnvironmentService
+from corral_image_service.imports.service import ImportService
 from corral_image_service.layers.service import LayerService
 from corral_image_service.settings import ImageServiceSettings
 
@@ -27,6 +28,7 @@ class Services:
     # mkfs.erofs and tar extraction are CPU/IO heavy; bound how many run at once so
     # uploads cannot starve the threadpool that also serves blob downloads.
     build_limiter: anyio.CapacityLimiter
+    imports: ImportService
 
 
 async def get_services(request: Request) -> Services:

@@ -23,10 +23,20 @@ class ImageServiceSettings(PrefixedServiceSettings):
     # Empty means SQLite in data_dir; PostgreSQL via "postgresql+psycopg://...".
     database_url: str = ""
     max_upload_mb: int = 2048
+    # Bytes a layer tar or an imported image may unpack to (the files' sizes as their headers
+    # claim them, counted before any is read): bigger is 413 layer_too_large.
+    max_unpacked_mb: int = Field(default=8192, ge=1)
     # VM disk images (qcow2/raw, POST /v1/disk-images) are whole operating systems: their
     # own, larger bound.
     max_disk_image_mb: int = 65536
     qemu_img: str = "qemu-img"
+    # OCI/Docker imports (POST /v1/imports). The registry image references are pulled from
+    # ("host:port", empty: imports take archives only), whether its TLS certificate is
+    # checked, and the tools: skopeo (pulls into an OCI layout), zstd (zstd layers).
+    registry: str = ""
+    registry_tls_verify: bool = True
+    skopeo: str = "skopeo"
+    zstd: str = "zstd"
     # Dev convenience: build a layer from a directory on the server. Anyone who can reach
     # the API can then read any directory the service can, so turn it off when exposed.
     allow_source_dir: bool = True
@@ -54,6 +64,10 @@ class ImageServiceSettings(PrefixedServiceSettings):
     @property
     def max_upload_bytes(self) -> int:
         return self.max_upload_mb * 1024 * 1024
+
+    @property
+    def max_unpacked_bytes(self) -> int:
+        return self.max_unpacked_mb * 1024 * 1024
 
     @property
     def max_disk_image_bytes(self) -> int:

@@ -15,6 +15,7 @@ from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_scheduler.jobs.service import JobAdmitter
 from corral_scheduler.nodes.service import NodeReaper
+from corral_scheduler.placement.locality import EnvironmentLayers
 from corral_scheduler.placement.service import Placer
 from corral_scheduler.settings import SchedulerSettings
 
@@ -30,7 +31,9 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
         setup_tracing("corral-scheduler", settings.otel_exporter_otlp_endpoint)
         store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
         bus = await EventBus(settings.amqp_url, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
-        placer = Placer(store, bus, settings)
+        environments = (EnvironmentLayers(settings.image_service_url, settings.internal_token)
+                        if settings.placement_locality else None)
+        placer = Placer(store, bus, settings, environments)
         reaper = NodeReaper(store, bus, settings.heartbeat_timeout_s, settings.reaper_interval_s)
         await bus.consume(REQUESTS_QUEUE, [SANDBOX_REQUESTED_KEY], SandboxRequested, placer.handle,
                           prefetch=settings.placement_prefetch)
@@ -47,6 +50,8 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
             reaper_task.cancel()
             await bus.close()
             await store.close()
+            if environments is not None:
+                await environments.aclose()
 
     app = FastAPI(title="Corral scheduler", lifespan=lifespan)
     app.state.settings = settings  # the internal token's check reads it

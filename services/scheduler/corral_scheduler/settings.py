@@ -18,6 +18,13 @@ class SchedulerSettings(PrefixedServiceSettings):
     # spread: most free memory first (fewer noisy neighbours); pack: least free first (fewer nodes busy).
     placement_strategy: Literal["spread", "pack"] = Field("spread", validation_alias=AliasChoices(
         "CORRAL_SCHEDULER_PLACEMENT_STRATEGY", "CORRAL_PLACEMENT_STRATEGY"))
+    # Image locality: prefer the node holding most of the environment's layer bytes (nodes
+    # report them with their heartbeat), then load; environments are asked of image-service
+    # (cached briefly). Off: load alone decides.
+    placement_locality: bool = True
+    # Nodes whose load (0..1, the scarcest resource) is within this of the least loaded one's
+    # compete on locality; the rest come after by load (1.0: locality always first).
+    placement_locality_slack: float = Field(0.25, ge=0.0, le=1.0)
     # How often a request that found no room looks again, and how many wait at once.
     placement_retry_s: float = Field(0.2, validation_alias=AliasChoices(
         "CORRAL_SCHEDULER_PLACEMENT_RETRY_S", "CORRAL_PLACEMENT_RETRY_S"))

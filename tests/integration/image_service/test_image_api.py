@@ -30,7 +30,7 @@ def test_upload_tar_creates_layer_and_blob(client, data_dir, tmp_path):
     r = upload(client, tar_of(make_tree(tmp_path / "t", FILES)), name="busybox", version="1.35")
     assert r.status_code == 201, r.text
     layer = r.json()
-    assert set(layer) == {"kind", "name", "version", "ref", "digest", "size", "created_at"}
+    assert set(layer) == {"owner", "kind", "name", "version", "ref", "digest", "size", "created_at"}
     assert layer["kind"] == "base" and layer["ref"] == "busybox:1.35"
     hexd = layer["digest"].removeprefix("sha256:")
     blob = data_dir / "blobs" / "sha256" / hexd
@@ -169,7 +169,7 @@ def test_environment_combinations(client, data_dir, tmp_path):
     r = client.post("/v1/environments", json=spec)
     assert r.status_code == 201, r.text
     env = r.json()
-    assert set(env) == {"name", "base", "workspace", "toolkit", "layers", "created_at"}
+    assert set(env) == {"owner", "name", "base", "workspace", "toolkit", "diffs", "layers", "config", "created_at"}
     assert [(x["kind"], x["digest"]) for x in env["layers"]] == [
         ("base", base["digest"]), ("workspace", ws["digest"]), ("toolkit", tk1["digest"])]
     assert set(env["layers"][0]) == {"kind", "name", "version", "digest", "size"}

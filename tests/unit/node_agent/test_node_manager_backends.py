@@ -25,7 +25,7 @@ class RecordingLayers:
     def add_fault_listener(self, callback):
         pass
 
-    async def resolve_environment(self, name):
+    async def resolve_environment(self, name, tenant=""):
         return [BASE, TOP]  # base first, as image-service lists them
 
     async def acquire(self, layers):

@@ -360,7 +360,7 @@ class _FakeLayers:
     def add_fault_listener(self, callback):
         self.fault_listeners.append(callback)
 
-    async def resolve_environment(self, name):
+    async def resolve_environment(self, name, tenant=""):
         if self.fail:
             raise self.fail
         return (_layer("sha256:" + "a" * 64), _layer("sha256:" + "b" * 64))
@@ -413,7 +413,7 @@ async def test_manager_create_failures_are_typed():
 @pytest.mark.asyncio
 async def test_layer_fault_fails_only_the_sandboxes_on_that_layer():
     class _TwoEnvLayers(_FakeLayers):
-        async def resolve_environment(self, name):
+        async def resolve_environment(self, name, tenant=""):
             return (_layer("sha256:" + name * 64),)
 
     layers, backend = _TwoEnvLayers(), FakeBackend()

@@ -126,3 +126,37 @@ def test_disk_is_a_resource_like_the_others():
     # The fuller disk makes the fuller node.
     assert [n.node_id for n in rank_nodes([disk_node("a", 10_000, 5000), disk_node("b", 10_000, 1000)], spec)] == [
         "b", "a"]
+
+
+LAYERS = {"sha256:" + "a" * 64: 100, "sha256:" + "b" * 64: 900}  # base, workspace
+
+
+def test_locality_prefers_the_node_holding_most_bytes_then_load():
+    from corral_scheduler.placement.policy import by_locality, held_bytes
+
+    idle, some, most = node("idle"), node("some", used_mem=400), node("most", used_mem=800)
+    ranked = rank_nodes([most, some, idle], SPEC, "spread")
+    assert [n.node_id for n in ranked] == ["idle", "some", "most"]
+    held = {"some": {"sha256:" + "a" * 64: 100}, "most": {"sha256:" + "b" * 64: 900, "sha256:" + "a" * 64: 40}}
+    assert held_bytes(LAYERS, held["most"]) == 940
+    assert [n.node_id for n in by_locality(ranked, LAYERS, held)] == ["most", "some", "idle"]
+    # Equal holdings keep the load order; nothing held anywhere changes nothing.
+    assert [n.node_id for n in by_locality(ranked, LAYERS, {"some": held["most"], "most": held["most"]})] == [
+        "some", "most", "idle"]
+    # Two nodes that both hold most of it are equals, whatever chunks each happens to have:
+    # spread by load, not always the one with a few more bytes.
+    nearly = {"some": {"sha256:" + "b" * 64: 600}, "most": {"sha256:" + "b" * 64: 900}}
+    assert [n.node_id for n in by_locality(ranked, LAYERS, nearly)] == ["some", "most", "idle"]
+    assert by_locality(ranked, LAYERS, {}) == ranked and by_locality(ranked, {}, held) == ranked
+    # A held chunk count never exceeds the layer (a stale report of a bigger blob).
+    assert held_bytes(LAYERS, {"sha256:" + "a" * 64: 10**9}) == 100
+
+
+def test_locality_competes_only_within_the_load_slack():
+    from corral_scheduler.placement.policy import by_locality
+
+    idle, full = node("idle"), node("full", used_mem=3000)  # load 0 vs ~0.73
+    ranked = rank_nodes([full, idle], SPEC, "spread")
+    held = {"full": dict(LAYERS)}
+    assert [n.node_id for n in by_locality(ranked, LAYERS, held, slack=0.25)] == ["idle", "full"]
+    assert [n.node_id for n in by_locality(ranked, LAYERS, held, slack=1.0)] == ["full", "idle"]

@@ -10,8 +10,14 @@ from .batch_verdicts import BatchVerdicts
 from .case_result import CaseResult
 from .command_run_result import CommandRunResult
 from .command_run_status import CommandRunStatus
+from .commit_request import CommitRequest
+from .commit_result import CommitResult
 from .compile_result import CompileResult
 from .create_sandbox_wait_for_type_0 import CreateSandboxWaitForType0
+from .environment import Environment
+from .environment_create import EnvironmentCreate
+from .environment_layer import EnvironmentLayer
+from .environment_layer_kind import EnvironmentLayerKind
 from .error_detail import ErrorDetail
 from .error_info import ErrorInfo
 from .error_response import ErrorResponse
@@ -28,6 +34,15 @@ from .fncall_request_files import FncallRequestFiles
 from .fncall_response import FncallResponse
 from .get_sandbox_wait_for_type_0 import GetSandboxWaitForType0
 from .healthz_response_healthz import HealthzResponseHealthz
+from .image_config import ImageConfig
+from .image_config_env import ImageConfigEnv
+from .image_config_labels import ImageConfigLabels
+from .image_import import ImageImport
+from .image_import_state import ImageImportState
+from .import_failure import ImportFailure
+from .import_progress import ImportProgress
+from .import_result import ImportResult
+from .import_result_timings import ImportResultTimings
 from .input_request import InputRequest
 from .job import Job
 from .job_counts import JobCounts
@@ -35,6 +50,9 @@ from .job_create import JobCreate
 from .job_create_labels import JobCreateLabels
 from .job_labels import JobLabels
 from .key_press import KeyPress
+from .layer import Layer
+from .layer_kind import LayerKind
+from .list_layers_kind_type_0 import ListLayersKindType0
 from .list_rollouts_status_type_0 import ListRolloutsStatusType0
 from .mouse_click import MouseClick
 from .mouse_click_button import MouseClickButton
@@ -81,8 +99,10 @@ from .step_request import StepRequest
 from .step_request_action import StepRequestAction
 from .step_request_args import StepRequestArgs
 from .step_status import StepStatus
+from .storage_usage import StorageUsage
 from .test_case import TestCase
 from .type_text import TypeText
+from .upload_layer_kind import UploadLayerKind
 from .usage import Usage
 from .verdict import Verdict
 
@@ -97,8 +117,14 @@ __all__ = (
     "CaseResult",
     "CommandRunResult",
     "CommandRunStatus",
+    "CommitRequest",
+    "CommitResult",
     "CompileResult",
     "CreateSandboxWaitForType0",
+    "Environment",
+    "EnvironmentCreate",
+    "EnvironmentLayer",
+    "EnvironmentLayerKind",
     "ErrorDetail",
     "ErrorInfo",
     "ErrorResponse",
@@ -115,6 +141,15 @@ __all__ = (
     "FncallResponse",
     "GetSandboxWaitForType0",
     "HealthzResponseHealthz",
+    "ImageConfig",
+    "ImageConfigEnv",
+    "ImageConfigLabels",
+    "ImageImport",
+    "ImageImportState",
+    "ImportFailure",
+    "ImportProgress",
+    "ImportResult",
+    "ImportResultTimings",
     "InputRequest",
     "Job",
     "JobCounts",
@@ -122,6 +157,9 @@ __all__ = (
     "JobCreateLabels",
     "JobLabels",
     "KeyPress",
+    "Layer",
+    "LayerKind",
+    "ListLayersKindType0",
     "ListRolloutsStatusType0",
     "MouseClick",
     "MouseClickButton",
@@ -168,8 +206,10 @@ __all__ = (
     "StepRequestAction",
     "StepRequestArgs",
     "StepStatus",
+    "StorageUsage",
     "TestCase",
     "TypeText",
+    "UploadLayerKind",
     "Usage",
     "Verdict",
 )

@@ -53,7 +53,9 @@ class SandboxCreate:
             network (Literal['none'] | NetworkPolicy | Unset): 'none' (no network device at all) or an allowlist:
                 docs/network.md Default: 'none'.
             pids_limit (int | Unset):  Default: 512.
+            run_as (None | str | Unset): uid[:gid] that execs as 'user' run as (containers with a user namespace)
             timeout_s (int | Unset): Wall-clock lifetime; the sandbox is ended after it Default: 3600.
+            workdir (None | str | Unset): Default working dir of execs
     """
 
     backend: SandboxCreateBackend | Unset = SandboxCreateBackend.AUTO
@@ -69,7 +71,9 @@ class SandboxCreate:
     memory_mb: int | Unset = 256
     network: Literal["none"] | NetworkPolicy | Unset = "none"
     pids_limit: int | Unset = 512
+    run_as: None | str | Unset = UNSET
     timeout_s: int | Unset = 3600
+    workdir: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,7 +127,19 @@ class SandboxCreate:
 
         pids_limit = self.pids_limit
 
+        run_as: None | str | Unset
+        if isinstance(self.run_as, Unset):
+            run_as = UNSET
+        else:
+            run_as = self.run_as
+
         timeout_s = self.timeout_s
+
+        workdir: None | str | Unset
+        if isinstance(self.workdir, Unset):
+            workdir = UNSET
+        else:
+            workdir = self.workdir
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -154,8 +170,12 @@ class SandboxCreate:
             field_dict["network"] = network
         if pids_limit is not UNSET:
             field_dict["pids_limit"] = pids_limit
+        if run_as is not UNSET:
+            field_dict["run_as"] = run_as
         if timeout_s is not UNSET:
             field_dict["timeout_s"] = timeout_s
+        if workdir is not UNSET:
+            field_dict["workdir"] = workdir
 
         return field_dict
 
@@ -244,7 +264,25 @@ class SandboxCreate:
 
         pids_limit = d.pop("pids_limit", UNSET)
 
+        def _parse_run_as(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        run_as = _parse_run_as(d.pop("run_as", UNSET))
+
         timeout_s = d.pop("timeout_s", UNSET)
+
+        def _parse_workdir(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        workdir = _parse_workdir(d.pop("workdir", UNSET))
 
         sandbox_create = cls(
             backend=backend,
@@ -260,7 +298,9 @@ class SandboxCreate:
             memory_mb=memory_mb,
             network=network,
             pids_limit=pids_limit,
+            run_as=run_as,
             timeout_s=timeout_s,
+            workdir=workdir,
         )
 
         sandbox_create.additional_properties = d

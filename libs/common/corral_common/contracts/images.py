@@ -23,6 +23,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from corral_common.inputs import ProcessCwd, ProcessEnv
 from corral_common.internal import INTERNAL_TOKEN_HEADER
 
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -50,8 +51,13 @@ class EnvironmentLayer(_Reply):
 
 class Environment(_Reply):
     name: str
-    # Mount order for an overlay: base first, then workspace, then toolkit on top.
+    # Mount order for an overlay: base first, then workspace, toolkit and diff layers on top.
     layers: tuple[EnvironmentLayer, ...]
+    # The tenant it belongs to ("" = the operator's shared catalogue).
+    owner: str = ""
+    # What its sandboxes start with (env, cwd, user, entrypoint, cmd, exposed_ports, labels);
+    # read by the api at create, never by a node.
+    config: dict[str, Any] | None = None
 
 
 class DiskImage(_Reply):
@@ -75,6 +81,23 @@ class ChunkIndex(_Reply):
         if len(self.chunks) != -(-self.size // self.chunk_size):
             raise ValueError(f"{len(self.chunks)} chunks of {self.chunk_size} bytes for {self.size} bytes")
         return self
+
+
+class ImageConfig(BaseModel):
+    """What a sandbox of an environment starts with (an OCI image's config, or given when the
+    environment is made): defaults of every exec, each overridable per sandbox and per exec.
+    image-service stores it with the environment; the api applies it at create."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: ProcessEnv = Field(default_factory=dict, description="Environment variables (PATH...)")
+    cwd: ProcessCwd = Field(None, max_length=4096, pattern=r"^/", description="Working directory of execs (absolute)")
+    user: str | None = Field(None, max_length=11, pattern=r"^[0-9]{1,5}(:[0-9]{1,5})?$",
+                             description="uid[:gid] execs run as inside the sandbox (user names resolved at import)")
+    entrypoint: list[str] = Field(default_factory=list, max_length=256)
+    cmd: list[str] = Field(default_factory=list, max_length=256)
+    exposed_ports: list[str] = Field(default_factory=list, max_length=256)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=512)
 
 
 class ImageServiceError(Exception):
@@ -130,8 +153,10 @@ class ImageServiceClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def environment(self, name: str) -> Environment:
-        return await self._get_model(f"/v1/environments/{path_segment(name)}", Environment)
+    async def environment(self, name: str, owner: str = "") -> Environment:
+        """Environment ``name`` as tenant ``owner`` sees it: its own, else the shared one."""
+        params = {"owner": owner} if owner else None
+        return await self._get_model(f"/v1/environments/{path_segment(name)}", Environment, params=params)
 
     async def disk_image(self, name: str, version: str = "") -> DiskImage:
         """The latest version of disk image ``name``, or ``version`` of it."""
@@ -157,16 +182,16 @@ class ImageServiceClient:
         except httpx.HTTPError as exc:
             raise ImageServiceUnreachable(exc) from exc
 
-    async def _get(self, url: str) -> httpx.Response:
+    async def _get(self, url: str, params: dict[str, str] | None = None) -> httpx.Response:
         try:
-            response = await self._http.get(url)
+            response = await self._http.get(url, params=params)
         except httpx.HTTPError as exc:
             raise ImageServiceUnreachable(exc) from exc
         _check(response)
         return response
 
-    async def _get_model(self, url: str, model: type[Reply]) -> Reply:
-        response = await self._get(url)
+    async def _get_model(self, url: str, model: type[Reply], params: dict[str, str] | None = None) -> Reply:
+        response = await self._get(url, params)
         try:
             return model.model_validate_json(response.content)
         except ValidationError as exc:
@@ -184,12 +209,17 @@ class EnvironmentCache:
     def __init__(self, client: ImageServiceClient, ttl_s: float):
         self.client = client
         self.ttl_s = ttl_s
-        self._known: dict[str, tuple[float, Environment]] = {}
+        self._known: dict[tuple[str, str], tuple[float, Environment]] = {}
 
-    async def get(self, name: str) -> Environment:
-        cached = self._known.get(name)
+    async def get(self, name: str, owner: str = "") -> Environment:
+        key = (owner, name)
+        cached = self._known.get(key)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
-        environment = await self.client.environment(name)
-        self._known[name] = (time.monotonic() + self.ttl_s, environment)
+        environment = await self.client.environment(name, owner)
+        self._known[key] = (time.monotonic() + self.ttl_s, environment)
         return environment
+
+    def forget(self, name: str, owner: str = "") -> None:
+        """Drop a cached answer (the api after a tenant deleted or replaced the environment)."""
+        self._known.pop((owner, name), None)

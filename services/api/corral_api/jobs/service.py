@@ -62,7 +62,7 @@ class JobService:
         if self.sandboxes.network is not None:
             await self.sandboxes.network.require(spec.network, loc=("body", "spec", "network"), backend=spec.backend,
                                                  guest_kit=not spec.disk_image)
-        await self.sandboxes.environments.require_spec(spec, loc=("body", "spec"))
+        spec = await self.sandboxes.environments.require_spec(spec, loc=("body", "spec"), tenant=tenant)
         job_id = f"job-{secrets.token_hex(6)}"
         spec = spec.model_copy(update={"labels": {**spec.labels, **body.labels, "job": job_id}})
         created_at = time.time()

@@ -6,7 +6,7 @@ from typing import Any
 import httpx
 
 from corral_common.contracts.images import path_segment
-from corral_common.errors import CorralError, PayloadTooLarge, ServiceUnavailable
+from corral_common.errors import PayloadTooLarge, ServiceUnavailable, raise_for_upstream
 from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_common.state import NodeInfo
 
@@ -32,16 +32,7 @@ class NodeClient:
 
     @staticmethod
     def _raise_for(response: httpx.Response) -> None:
-        if response.status_code < 400:
-            return
-        try:
-            body = response.json()
-            error = body.get("error", {})
-            raise CorralError(error.get("message", response.text), code=error.get("code", "node_error"),
-                              status_code=response.status_code,
-                              loc=(error.get("details") or [{}])[0].get("loc"))
-        except ValueError:
-            raise CorralError(response.text or "node-agent error", status_code=response.status_code) from None
+        raise_for_upstream(response, "node_error", "node-agent error")
 
     async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         try:

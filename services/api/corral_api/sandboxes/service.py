@@ -4,6 +4,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.network import NetworkRules
@@ -13,7 +14,14 @@ from corral_api.snapshots.repository import SnapshotRepository
 from corral_api.snapshots.restore import restored_spec
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
-from corral_common.contracts.images import EnvironmentCache, ImageNotFound, ImageServiceClient, ImageServiceError
+from corral_common.contracts.images import (
+    Environment,
+    EnvironmentCache,
+    ImageConfig,
+    ImageNotFound,
+    ImageServiceClient,
+    ImageServiceError,
+)
 from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested, SandboxStop, node_routing_key
 from corral_common.inputs import split_disk_image_ref
@@ -34,6 +42,21 @@ def reached(state: SandboxState, target: SandboxState) -> bool:
     return _ORDER.index(state) >= _ORDER.index(target)
 
 
+T = TypeVar("T")
+
+
+def with_image_defaults(spec: SandboxSpec, config: dict | None) -> SandboxSpec:
+    if not config:
+        return spec
+    image = ImageConfig.model_validate(config)
+    update: dict = {"env": {**image.env, **spec.env}}
+    if spec.workdir is None and image.cwd:
+        update["workdir"] = image.cwd
+    if spec.run_as is None and image.user:
+        update["run_as"] = image.user
+    return spec.model_copy(update=update)
+
+
 class EnvironmentCatalog:
     """Asks image-service whether an environment or a disk image exists, so a name it does
     not know is a 422 before anything is made; positive environment answers are cached briefly."""
@@ -42,25 +65,32 @@ class EnvironmentCatalog:
         self.images = images
         self._cache = EnvironmentCache(images, ttl_s)
 
-    async def require(self, name: str, loc: Sequence[str] = ("body",)) -> None:
-        await self._ask(self._cache.get(name), f"unknown environment {name!r}", [*loc, "environment"],
-                        "unknown_environment")
+    async def require(self, name: str, loc: Sequence[str] = ("body",), tenant: str = "") -> Environment:
+        """Environment ``name`` as ``tenant`` sees it (its own, else the shared catalogue's)."""
+        return await self._ask(self._cache.get(name, tenant), f"unknown environment {name!r}",
+                               [*loc, "environment"], "unknown_environment")
+
+    def forget(self, name: str, tenant: str = "") -> None:
+        self._cache.forget(name, tenant)
 
     async def require_disk_image(self, ref: str, loc: Sequence[str] = ("body",)) -> None:
         await self._ask(self.images.disk_image(*split_disk_image_ref(ref)), f"unknown disk image {ref!r}",
                         [*loc, "disk_image"], "unknown_disk_image")
 
-    async def require_spec(self, spec: SandboxSpec, loc: Sequence[str] = ("body",)) -> None:
-        """Both of a spec's names, where given."""
-        if spec.environment:
-            await self.require(spec.environment, loc)
+    async def require_spec(self, spec: SandboxSpec, loc: Sequence[str] = ("body",),
+                           tenant: str = "") -> SandboxSpec:
+        """Both of a spec's names, where given; returns the spec with its environment's image
+        config applied as defaults (image env under the caller's, its cwd and user unless given)."""
         if spec.disk_image:
             await self.require_disk_image(spec.disk_image, loc)
+        if spec.environment:
+            return with_image_defaults(spec, (await self.require(spec.environment, loc, tenant)).config)
+        return spec
 
     @staticmethod
-    async def _ask(answer: Awaitable[object], unknown: str, loc: list[str], code: str) -> None:
+    async def _ask(answer: Awaitable[T], unknown: str, loc: list[str], code: str) -> T:
         try:
-            await answer
+            return await answer
         except ImageNotFound:
             raise Unprocessable(unknown, loc=loc, code=code) from None
         except ImageServiceError as exc:
@@ -100,7 +130,7 @@ class SandboxService:
             await self.network.require(spec.network, backend=spec.backend,
                                        guest_kit=not (spec.disk_image or spec.from_snapshot))
         if not restoring:
-            await self.environments.require_spec(spec)
+            spec = await self.environments.require_spec(spec, tenant=tenant)
         sandbox_id = f"sb-{secrets.token_hex(8)}"
         record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)
         try:

@@ -2,7 +2,10 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral_common.contracts.images import ImageConfig
 from corral_image_service.layers.schemas import NAME_PATTERN, REF_PATTERN, LayerKind
+
+MAX_DIFFS = 32
 
 
 class EnvironmentIn(BaseModel):
@@ -12,6 +15,9 @@ class EnvironmentIn(BaseModel):
     base: str = Field(pattern=REF_PATTERN, description="name:version of a base layer")
     workspace: str | None = Field(default=None, pattern=REF_PATTERN)
     toolkit: str | None = Field(default=None, pattern=REF_PATTERN)
+    diffs: list[str] = Field(default_factory=list, max_length=MAX_DIFFS,
+                             description="name:version of diff layers above the toolkit, lowest first")
+    config: ImageConfig | None = None
 
 
 class EnvironmentLayer(BaseModel):
@@ -23,10 +29,13 @@ class EnvironmentLayer(BaseModel):
 
 
 class EnvironmentOut(BaseModel):
+    owner: str = ""
     name: str
     base: str
     workspace: str | None
     toolkit: str | None
-    # Mount order for an overlay: base first, then workspace, then toolkit on top.
+    diffs: list[str] = Field(default_factory=list)
+    # Mount order for an overlay: base first, then workspace, toolkit and the diffs on top.
     layers: list[EnvironmentLayer]
+    config: ImageConfig | None = None
     created_at: datetime

@@ -50,9 +50,13 @@ def rootfs_filter(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo | 
         raise UnsafeMemberError(member, "absolute path")
     if ".." in name.split("/"):
         raise UnsafeMemberError(member, "path contains '..'")
-    # The runtime provides /dev; device nodes in a layer are useless and need CAP_MKNOD.
+    # The runtime provides /dev, so device nodes there are dropped (a debootstrap tree has
+    # them); one anywhere else is refused: nothing needs it, and a sandbox must never reach a
+    # host device through its image.
     if member.ischr() or member.isblk():
-        return None
+        if name.removeprefix("./").startswith("dev/"):
+            return None
+        raise UnsafeMemberError(member, "device node outside /dev")
     try:
         tarfile.tar_filter(member, dest_path)
     except tarfile.FilterError as exc:
@@ -75,12 +79,35 @@ def rootfs_filter(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo | 
     return member
 
 
-def safe_extract(tar_path: str | Path, dest: str | Path) -> None:
+class TooLargeError(tarfile.FilterError):
+    """The members claim more bytes than the caller allows (checked before any is read)."""
+
+    def __init__(self, member: tarfile.TarInfo, total: int, limit: int):
+        super().__init__(f"{member.name!r}: the archive's files add up to more than {limit} bytes "
+                         f"({total} so far)")
+        self.tarinfo = member
+        self.limit = limit
+
+
+def safe_extract(tar_path: str | Path, dest: str | Path, *, max_unpacked_bytes: int | None = None) -> None:
+    """``max_unpacked_bytes``: refuse (TooLargeError) once the members' declared sizes pass
+    it, before their data is read, so a header claiming 10 GB costs nothing; sparse members
+    (whose size the header states apart from the bytes sent) count their full size."""
     dest = Path(dest)
+    total = 0
+
+    def bounded(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo | None:
+        nonlocal total
+        if max_unpacked_bytes is not None and member.isfile():
+            total += member.size
+            if total > max_unpacked_bytes:
+                raise TooLargeError(member, total, max_unpacked_bytes)
+        return rootfs_filter(member, dest_path)
+
     # mkdtemp gives 0700; without a "./" entry in the tar that would become the mode
     # of "/" in the sandbox and lock out non-root users.
     os.chmod(dest, 0o755)  # noqa: S103 - the sandbox's "/" (see above)
     with tarfile.open(tar_path, "r:*") as tf:
         tf.errorlevel = 1
         # numeric_owner: the uid/gid inside the rootfs matter, not the host's user names.
-        tf.extractall(dest, filter=rootfs_filter, numeric_owner=True)  # noqa: S202 - rootfs_filter checks every member
+        tf.extractall(dest, filter=bounded, numeric_owner=True)  # noqa: S202 - rootfs_filter checks every member

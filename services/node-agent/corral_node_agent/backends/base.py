@@ -54,10 +54,12 @@ class Capability(StrEnum):
     snapshot = "snapshot"  # snapshot(), delete_snapshot(); start() of a spec with from_snapshot
     # cleanup_orphans(adopt=True) takes over the sandboxes a previous agent run left alive; spec_of().
     adopt = "adopt"
+    commit = "commit"  # commit_diff(): the writable layer as an OCI diff tar
 
 
 _LACKING = {Capability.pause: "cannot be paused", Capability.screen: "have no display",
-            Capability.snapshot: "cannot be snapshotted", Capability.adopt: "cannot be adopted"}
+            Capability.snapshot: "cannot be snapshotted", Capability.adopt: "cannot be adopted",
+            Capability.commit: "cannot be committed (VMs: snapshot them)"}
 
 # Called once per sandbox that ended on its own (init died, or timeout_s elapsed), after the
 # backend has already torn it down; stop() afterwards is a no-op returning the same usage.
@@ -187,6 +189,12 @@ class SandboxBackend(abc.ABC):
         """Replace a running sandbox's egress rules (network/egress.py); in force on return.
         ``BadInput`` for a sandbox started with ``network: "none"`` (it has no interface)."""
         raise Unsupported("this kind of sandbox has no egress rules to change")
+
+    async def commit_diff(self, sandbox_id: str, out_path: str) -> int:
+        """Write the sandbox's writable layer (its changes to the image) to ``out_path`` as an
+        OCI layer tar, deletions as whiteouts, while its processes are frozen; returns the
+        number of entries. The sandbox keeps running."""
+        raise self.unsupported(Capability.commit)
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:
         """The spec of a sandbox this backend runs (needed for adopted ones)."""

@@ -230,6 +230,12 @@ class NodeEvents:
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=s.disk_capacity_mb)
+        # Which layers it holds, for placement by locality (best effort: never fails a heartbeat).
+        try:
+            held = await asyncio.to_thread(self.manager.layers.held_bytes)
+            await self.store.report_layers(self.node_id, held, ttl_s=max(3 * s.heartbeat_timeout_s, 30))
+        except Exception:
+            log.exception("node.layers_report_failed", node_id=self.node_id)
 
     async def heartbeat_forever(self) -> None:
         while True:

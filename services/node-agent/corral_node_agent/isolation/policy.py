@@ -47,7 +47,7 @@ def policy_for(spec: SandboxSpec, settings: NodeAgentSettings, ids: IdRange | No
     vm = spec.backend in VM_BACKENDS
     memory_mb = reserved_memory_mb(spec.backend, spec.memory_mb, settings.vm_memory_overhead_mb)
     return SandboxPolicy(
-        identity=VM_IDENTITY if vm else container_identity(settings, ids),
+        identity=VM_IDENTITY if vm else container_identity(settings, ids, spec.run_as),
         # VMs: none of ours, the guest kernel is its own and QEMU has its -sandbox (qemu.py).
         syscalls=NO_FILTER if vm else CONTAINER_DEFAULT,
         disk=disk_quota(spec),

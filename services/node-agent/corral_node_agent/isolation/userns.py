@@ -106,8 +106,16 @@ FNCALL_IDENTITY = Identity(uid=1000, gid=1000, host_uid=NOBODY, host_gid=NOBODY)
 VM_IDENTITY = Identity(uid=1000, gid=1000, host_uid=None, host_gid=None)
 
 
-def container_identity(settings: NodeAgentSettings, ids: IdRange | None = None) -> Identity:
+def container_identity(settings: NodeAgentSettings, ids: IdRange | None = None, run_as: str | None = None) -> Identity:
+    """The sandbox user: ``run_as`` ("uid[:gid]", an image's User) inside a user namespace of
+    its own, where any id of the range is only the range's; without one (host ids) always
+    the node's sandbox uid, never an id a caller picked (0 would be host root)."""
     uid, gid = settings.sandbox_uid, settings.sandbox_gid
+    if ids is not None and run_as:
+        parts = [int(part) for part in run_as.split(":")]
+        if all(0 <= part < ids.size for part in parts):
+            uid = parts[0]
+            gid = parts[1] if len(parts) > 1 else parts[0]
     if ids is None:
         return Identity(uid=uid, gid=gid, host_uid=uid, host_gid=gid, root_capabilities=ROOT_CAPABILITIES)
     return Identity(uid=uid, gid=gid, host_uid=ids.host(uid), host_gid=ids.host(gid),

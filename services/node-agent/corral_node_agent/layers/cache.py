@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 
 import httpx
 
-from corral_common.contracts.images import EnvironmentLayer, ImageServiceClient
+from corral_common.contracts.images import EnvironmentLayer, ImageServiceClient, digest_hex
 from corral_node_agent.layers.catalog import ImageCatalog
 from corral_node_agent.layers.files import DiskImages, LayerFiles
 from corral_node_agent.layers.lazy.loader import LazyLoader
@@ -71,9 +71,30 @@ class LayerCache:
         loaded layer fails for good (see ``LazyLoader.add_fault_listener``)."""
         self.lazy.add_fault_listener(callback)
 
-    async def resolve_environment(self, name: str) -> tuple[EnvironmentLayer, ...]:
-        """Layers of an environment, base first (as image-service returns them)."""
-        return await self.catalog.environment(name)
+    def held_bytes(self) -> dict[str, int]:
+        """Bytes of each layer this node holds (scheduler locality): a whole verified blob, or
+        the chunks of a lazily loaded layer that sit in the node's chunk cache."""
+        held: dict[str, int] = {}
+        try:
+            names = os.listdir(self.store.dir)
+        except OSError:
+            names = []
+        for name in names:
+            if len(name) == 64:
+                try:
+                    held[f"sha256:{name}"] = os.stat(os.path.join(self.store.dir, name)).st_size
+                except OSError:
+                    pass
+        for digest, index in list(self.lazy.indexes.items()):
+            if digest not in held:
+                held[digest] = sum(index.span(i)[1] for i, chunk in enumerate(index.chunks)
+                                   if self.lazy.chunks.cached(digest_hex(chunk)))
+        return {digest: size for digest, size in held.items() if size > 0}
+
+    async def resolve_environment(self, name: str, tenant: str = "") -> tuple[EnvironmentLayer, ...]:
+        """Layers of an environment as ``tenant`` sees it, base first (as image-service
+        returns them)."""
+        return await self.catalog.environment(name, tenant)
 
     async def ensure(self, layers: Iterable[EnvironmentLayer]) -> list[str]:
         """Make every layer's blob present locally; returns blob paths in the given order."""

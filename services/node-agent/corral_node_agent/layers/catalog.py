@@ -25,11 +25,12 @@ class ImageCatalog:
         self.client = client
         self._environments = EnvironmentCache(client, ENVIRONMENT_TTL_S)
 
-    async def environment(self, name: str) -> tuple[EnvironmentLayer, ...]:
-        """Layers of an environment, base first (as image-service returns them); cached
-        briefly (see ``EnvironmentCache``)."""
+    async def environment(self, name: str, tenant: str = "") -> tuple[EnvironmentLayer, ...]:
+        """Layers of an environment as ``tenant`` sees it (its own, else the shared
+        catalogue's), base first (as image-service returns them); cached briefly (see
+        ``EnvironmentCache``)."""
         try:
-            environment = await self._environments.get(name)
+            environment = await self._environments.get(name, tenant)
         except ImageNotFound:
             raise EnvironmentNotFound(f"environment {name!r} not found", loc=["body", "environment"]) from None
         except ImageServiceError as exc:

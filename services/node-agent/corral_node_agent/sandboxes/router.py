@@ -14,6 +14,7 @@
                                stop/cont for VMs); running ⇄ paused in the record → {"state"}
     GET  /screen               the screen as image/png (vm backend)
     POST /input                InputRequest (keys, text, mouse) → InputSent {"sent": n} (vm backend)
+    POST /commit               {"name", "version", "owner", "quota_bytes"} → image-service's diff layer
     POST /snapshot             SnapshotRequest {"snapshot_id"} → SnapshotSaved {"size_bytes"}: state
                                saved on this node
     DELETE /v1/snapshots/{id}?backend=K   remove a saved snapshot (idempotent) → 204
@@ -31,10 +32,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from corral_common.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
 from corral_common.errors import BadRequest
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
+from corral_common.inputs import NAME_PATTERN, VERSION_PATTERN
 from corral_common.internal import require_internal_token
 from corral_common.network import NetworkPolicy
 
@@ -88,6 +91,21 @@ async def send_input(sandbox_id: str, body: InputRequest, manager: Manager) -> I
 @router.post("/snapshot", summary="Save the sandbox's state on this node (it keeps running)")
 async def snapshot(sandbox_id: str, body: SnapshotRequest, manager: Manager) -> SnapshotSaved:
     return SnapshotSaved(size_bytes=await manager.snapshot(sandbox_id, body.snapshot_id))
+
+
+class CommitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    version: str = Field(pattern=VERSION_PATTERN)
+    owner: str = Field("", max_length=128)
+    quota_bytes: int | None = Field(None, ge=0)
+
+
+@router.post("/commit", summary="The writable layer as a new diff layer in image-service (it keeps running)")
+async def commit(sandbox_id: str, body: CommitRequest, manager: Manager) -> JSONResponse:
+    layer, status = await manager.commit(sandbox_id, body.model_dump(exclude_none=True))
+    return JSONResponse(layer, status_code=status)
 
 
 @router.post("/exec", response_model=ExecResult, summary="Run a command and wait for it")

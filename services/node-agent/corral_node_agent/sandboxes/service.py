@@ -21,6 +21,7 @@ lists the capability; otherwise the answer is ``Unsupported``, whichever backend
 """
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -39,8 +40,9 @@ from corral_common.sandboxes import (
 )
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, SandboxBackend
 from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs
-from corral_node_agent.errors import ImageUnavailable, NodeAgentError, NotFound, StartFailed, Unavailable
+from corral_node_agent.errors import ImageUnavailable, NodeAgentError, NotFound, StartFailed, Unavailable, Unsupported
 from corral_node_agent.layers.cache import LayerCache
+from corral_node_agent.sandboxes.commits import LayerUploads
 from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -52,6 +54,8 @@ ExitListener = Callable[[str, ExitReason, Usage], Awaitable[None] | None]
 @dataclass
 class _Entry:
     spec: SandboxSpec
+    # Whose environment names the spec's (a tenant's own shadow the shared catalogue's).
+    tenant: str = ""
     kind: str = "container"
     layers: Sequence[EnvironmentLayer] = ()
     # How the layers were acquired: release the same way.
@@ -65,8 +69,10 @@ class _Entry:
 class SandboxManager:
     def __init__(self, backends: SandboxBackend | dict[str, SandboxBackend], layers: LayerCache, *,
                  max_sandboxes: int = 1000, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB,
-                 owners: OwnerRecords | None = None):
+                 owners: OwnerRecords | None = None, uploads: LayerUploads | None = None):
         self.backends = backends if isinstance(backends, dict) else {"container": backends}
+        # Where commits go (image-service); None: this manager cannot commit.
+        self.uploads = uploads
         self.layers = layers
         self.max_sandboxes = max_sandboxes
         self.vm_memory_overhead_mb = vm_memory_overhead_mb
@@ -135,6 +141,8 @@ class SandboxManager:
         for backend in self.backends.values():
             await backend.close()
         await self.layers.aclose()
+        if self.uploads is not None:
+            await self.uploads.aclose()
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -153,7 +161,8 @@ class SandboxManager:
         if backend is None:
             # The scheduler only sends a kind a node advertises; this is a stale placement.
             raise StartFailed(f"this node has no {spec.backend} backend")
-        entry = _Entry(spec=spec, kind=spec.backend, layer_format=backend.layer_format)
+        entry = _Entry(spec=spec, tenant=owner.tenant if owner is not None else "", kind=spec.backend,
+                       layer_format=backend.layer_format)
         self._entries[sandbox_id] = entry
         try:
             if owner is not None and self.owners is not None:
@@ -186,7 +195,7 @@ class SandboxManager:
         boot_disk = None
         try:
             if spec.environment:
-                layers = await self.layers.resolve_environment(spec.environment)
+                layers = await self.layers.resolve_environment(spec.environment, entry.tenant)
                 if entry.layer_format is LayerFormat.mounts:
                     acquired = await self.layers.acquire(layers)
                 else:
@@ -329,6 +338,21 @@ class SandboxManager:
                 "denied": [{"at": at, "target": target, "reason": reason}
                            for at, target, reason in egress.recent_denials(sandbox_id)]}
 
+    # ---- commits ------------------------------------------------------------------------
+
+    async def commit(self, sandbox_id: str, params: dict) -> tuple[dict, int]:
+        """The sandbox's writable layer as a new ``diff`` layer in image-service (``params``:
+        name, version, owner, quota_bytes); returns image-service's layer and status."""
+        backend = self._capable(sandbox_id, Capability.commit)
+        if self.uploads is None:
+            raise Unsupported("this node cannot commit (no image-service uploads configured)")
+        path = self.uploads.spool_path()
+        try:
+            await backend.commit_diff(sandbox_id, path)
+            return await self.uploads.upload_diff(path, params)
+        finally:
+            await asyncio.to_thread(os.unlink, path)
+
     # ---- screens and snapshots ------------------------------------------------------------
 
     async def screenshot(self, sandbox_id: str) -> bytes:
@@ -410,4 +434,6 @@ def build_manager(settings: NodeAgentSettings, backends: SandboxBackend | None =
     layers = LayerCache(settings.layers())
     return SandboxManager(backends or build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
                           vm_memory_overhead_mb=settings.vm_memory_overhead_mb,
-                          owners=OwnerRecords(f"{settings.state_dir}/owners"))
+                          owners=OwnerRecords(f"{settings.state_dir}/owners"),
+                          uploads=LayerUploads(settings.image_service_url, settings.internal_token,
+                                               f"{settings.state_dir}/commits"))

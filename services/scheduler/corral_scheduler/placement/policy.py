@@ -1,6 +1,6 @@
 """Where a sandbox may go, best first. Pure functions: the placement unit tests live on these."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from corral_common.sandboxes import SandboxSpec
 from corral_common.state import NodeInfo, cpu_milli
@@ -31,14 +31,44 @@ def could_ever_fit(node: NodeInfo, spec: SandboxSpec) -> bool:
             and holds_disk(node.disk_mb, spec))
 
 
+def load(n: NodeInfo) -> float:
+    """How full a node is, 0..1: the scarcest of memory, cpu, sandbox slots, pids and disk."""
+    return max(n.used_memory_mb / max(n.memory_mb, 1), n.used_cpu_milli / max(n.cpu_milli, 1),
+               n.used_sandboxes / max(n.max_sandboxes, 1), n.used_pids / n.pids if n.pids else 0.0,
+               n.used_disk_mb / max(n.disk_mb or 0, 1))
+
+
 def rank_nodes(nodes: Sequence[NodeInfo], spec: SandboxSpec, strategy: str = "spread") -> list[NodeInfo]:
     candidates = [n for n in nodes if fits(n, spec)]
-
-    def load(n: NodeInfo) -> float:
-        # The scarcest of memory, cpu, sandbox slots, pids and disk decides how full a node is.
-        return max(n.used_memory_mb / max(n.memory_mb, 1), n.used_cpu_milli / max(n.cpu_milli, 1),
-                   n.used_sandboxes / max(n.max_sandboxes, 1), n.used_pids / n.pids if n.pids else 0.0,
-                   n.used_disk_mb / max(n.disk_mb or 0, 1))
-
     reverse = strategy == "pack"
     return sorted(candidates, key=lambda n: (load(n), n.node_id), reverse=reverse)
+
+
+def held_bytes(layers: Mapping[str, int], held: Mapping[str, int]) -> int:
+    """Bytes of an environment (layer digest -> size) a node already holds."""
+    return sum(min(size, held.get(digest, 0)) for digest, size in layers.items())
+
+
+def warmth(layers: Mapping[str, int], held: Mapping[str, int]) -> int:
+    """How much of an environment a node holds, coarsely: 2 at least half its bytes, 1 some,
+    0 none. Coarse on purpose: two nodes that both ran an image (a lazy node caches only the
+    chunks its sandboxes read, so their byte counts always differ a little) stay equals and
+    are spread by load, instead of one of them taking every sandbox of the image."""
+    total = sum(layers.values())
+    have = held_bytes(layers, held)
+    return 0 if have == 0 else 2 if 2 * have >= total else 1
+
+
+def by_locality(ranked: Sequence[NodeInfo], layers: Mapping[str, int],
+                held_by_node: Mapping[str, Mapping[str, int]], slack: float = 1.0) -> list[NodeInfo]:
+    """``ranked`` (best first by the strategy's load order) with the nodes holding most of the
+    environment's bytes (``warmth``) first: a node that holds them starts a sandbox without
+    fetching them. Equal warmth keeps the load order. Only nodes whose load is within
+    ``slack`` of the best one's compete on locality (1.0: every node), so a burst of one image
+    does not pile onto the one node that held it first while others sit idle."""
+    if not layers or not ranked:
+        return list(ranked)
+    best = load(ranked[0])
+    near = [n for n in ranked if abs(load(n) - best) <= slack]
+    far = [n for n in ranked if abs(load(n) - best) > slack]
+    return sorted(near, key=lambda n: -warmth(layers, held_by_node.get(n.node_id, {}))) + far

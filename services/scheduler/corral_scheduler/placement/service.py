@@ -13,15 +13,19 @@ from corral_common.events import SandboxPlace, SandboxRequested, node_routing_ke
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState
 from corral_common.state import StateStore
-from corral_scheduler.placement.policy import could_ever_fit, rank_nodes
+from corral_scheduler.placement.locality import EnvironmentLayers
+from corral_scheduler.placement.policy import by_locality, could_ever_fit, rank_nodes
 from corral_scheduler.settings import SchedulerSettings
 
 log = get_logger(__name__)
 
 
 class Placer:
-    def __init__(self, store: StateStore, bus: EventBus, settings: SchedulerSettings):
+    def __init__(self, store: StateStore, bus: EventBus, settings: SchedulerSettings,
+                 environments: EnvironmentLayers | None = None):
         self.store = store
+        # Image locality (None: placement by load alone).
+        self.environments = environments
         self.bus = bus
         self.settings = settings
         # Requests held (their messages unacked) until a node has room for them.
@@ -64,6 +68,8 @@ class Placer:
                 return True
         held = await self.store.reservation_node(event.sandbox_id)
         ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(nodes, event.spec, self.settings.placement_strategy)
+        if not held and len(ranked) > 1 and self.environments is not None:
+            ranked = await self._by_locality(ranked, event)
         for node in ranked:
             got = await self.store.reserve(node.node_id, event.sandbox_id, event.spec, timeout,
                                            memory_mb=node.reserved_memory_mb(event.spec))
@@ -79,6 +85,13 @@ class Placer:
                                        reason=FailureReason.unschedulable.value)
             return True
         return False
+
+    async def _by_locality(self, ranked: list, event: SandboxRequested) -> list:
+        layers = await self.environments.sizes(event.tenant, event.spec)
+        if not layers:
+            return ranked
+        held = await self.store.held_layers([n.node_id for n in ranked], list(layers))
+        return by_locality(ranked, layers, held, self.settings.placement_locality_slack)
 
     async def _refused(self, sandbox_id: str) -> None:
         """The sandbox left pending while we held its reservation. Deleted meanwhile: give the

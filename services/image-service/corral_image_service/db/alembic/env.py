@@ -11,6 +11,7 @@ from alembic import context
 
 import corral_image_service.disk_images.models
 import corral_image_service.environments.models
+import corral_image_service.imports.models
 import corral_image_service.layers.models  # noqa: F401
 from corral_common.migrations import serialize_migrations
 from corral_image_service.db.engine import ImageModel, make_engine

@@ -35,6 +35,7 @@ from corral_node_agent.backends.base import Capability, ExitReason, FileData, Fi
 from corral_node_agent.backends.container import bundle, files, oci
 from corral_node_agent.backends.container import exec as container_exec
 from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunError
+from corral_node_agent.backends.container.diff import write_diff_tar
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
@@ -47,6 +48,7 @@ from corral_node_agent.errors import (
     RuntimeFailure,
     SandboxPaused,
     StartFailed,
+    Unsupported,
 )
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
 from corral_node_agent.isolation.quota import UpperDisks
@@ -89,7 +91,7 @@ class _Sandbox:
 
 
 class ContainerBackend(SandboxBackend):
-    capabilities = frozenset({Capability.pause, Capability.adopt})
+    capabilities = frozenset({Capability.pause, Capability.adopt, Capability.commit})
 
     def __init__(self, settings: NodeAgentSettings):
         self.settings = settings
@@ -276,6 +278,30 @@ class ContainerBackend(SandboxBackend):
             sb.paused = True
             await self._settle_frozen(sb)
         log.info("sandbox.paused", sandbox_id=sandbox_id)
+
+    async def commit_diff(self, sandbox_id: str, out_path: str) -> int:
+        """The upper dir as an OCI diff tar (backends/container/diff.py), read while every
+        process of the sandbox is frozen so the tar is one moment's state; thawed after
+        unless it was paused already."""
+        sb = self._get(sandbox_id)
+        if sb.adopted:
+            # Its disk is mounted in the previous agent run's namespace, which died with it.
+            raise Unsupported("a sandbox re-adopted after an agent restart cannot be committed: its writable "
+                              "layer is not reachable from this agent; commit it before a restart")
+        ids = sb.policy.identity.ids
+        async with sb.lock:
+            if sb.stopping:
+                raise NotFound(f"sandbox {sandbox_id} not found or not running")
+            frozen_here = not sb.paused
+            if frozen_here:
+                await self.crun.pause(sb.id)
+                await self._settle_frozen(sb)
+            try:
+                return await asyncio.to_thread(write_diff_tar, bundle.upper_dir(sb.dir) + "/upper", out_path,
+                                               ids.host_base if ids else 0, ids.size if ids else 65536)
+            finally:
+                if frozen_here:
+                    await self.crun.resume(sb.id)
 
     async def _settle_frozen(self, sb: _Sandbox, timeout_s: float = 2.0) -> None:
         """On cgroup v1, `crun pause` may return while the freezer still says FREEZING (a task
@@ -468,7 +494,7 @@ class ContainerBackend(SandboxBackend):
         sb = self._get(sandbox_id)
         if sb.paused:
             raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
-        process = container_exec.process_for(req, sb.spec.env, sb.policy.identity)
+        process = container_exec.process_for(req, sb.spec.env, sb.policy.identity, sb.spec.workdir)
         oom_before = self._oom_kills(sb)
         result = await container_exec.run(self.crun, sb.id, bundle.exec_dir(sb.dir), process, req,
                                           output_limit=min(req.output_limit, self.settings.output_limit_bytes),

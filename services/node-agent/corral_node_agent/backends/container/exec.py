@@ -28,12 +28,14 @@ _DRAIN_GRACE_S = 0.2
 OnData = Callable[[str, str], None]  # (stream name, piece in the request's output_encoding) as output arrives
 
 
-def process_for(req: ExecRequest, spec_env: dict[str, str], identity: Identity) -> dict[str, Any]:
-    """The OCI process of an exec request (BadInput for what crun would choke on)."""
+def process_for(req: ExecRequest, spec_env: dict[str, str], identity: Identity,
+                default_cwd: str | None = None) -> dict[str, Any]:
+    """The OCI process of an exec request (BadInput for what crun would choke on);
+    ``default_cwd``: the sandbox's (its image's WorkingDir), else the home dir."""
     argv = checked_argv(req, req.env)
     root = req.user == "root"
     proc_spec = oci.process_spec(argv, identity, root=root,
-                                 env=oci.build_env(spec_env, req.env), cwd=req.cwd or oci.HOME)
+                                 env=oci.build_env(spec_env, req.env), cwd=req.cwd or default_cwd or oci.HOME)
     if proc_spec["cwd"] and not proc_spec["cwd"].startswith("/"):
         proc_spec["cwd"] = f"{oci.HOME}/{proc_spec['cwd']}"
     return proc_spec

@@ -1,0 +1,59 @@
+"""Committing a sandbox's writable layer: the backend writes it as an OCI diff tar, which is
+uploaded to image-service as a ``diff`` layer of the sandbox's tenant.
+
+The tar is spooled on the node's disk (at most the sandbox's disk_mb) and streamed from
+there; image-service's answer (201/200, or its 4xx: a taken name:version, the tenant's
+storage quota) is handed back as it is.
+"""
+
+import contextlib
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+
+from corral_common.errors import CorralError, raise_for_upstream
+from corral_common.internal import INTERNAL_TOKEN_HEADER
+
+
+class LayerUploads:
+    def __init__(self, image_service_url: str, internal_token: str, spool_dir: str, timeout_s: float = 900.0):
+        headers = {INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {}
+        self.http = httpx.AsyncClient(base_url=image_service_url.rstrip("/"), headers=headers,
+                                      timeout=httpx.Timeout(timeout_s, connect=5.0))
+        self.spool_dir = spool_dir
+        # A previous run that died mid-commit left its spool file: nothing will upload it now.
+        with contextlib.suppress(OSError):
+            for name in os.listdir(spool_dir):
+                if name.endswith(".diff.tar"):
+                    os.unlink(os.path.join(spool_dir, name))
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    def spool_path(self) -> str:
+        os.makedirs(self.spool_dir, mode=0o700, exist_ok=True)
+        fd, path = tempfile.mkstemp(dir=self.spool_dir, suffix=".diff.tar")
+        os.close(fd)
+        return path
+
+    async def upload_diff(self, path: str, params: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        async def body() -> AsyncIterator[bytes]:
+            async with await anyio.open_file(path, "rb") as fh:
+                while piece := await fh.read(1 << 20):
+                    yield piece
+
+        try:
+            response = await self.http.post("/v1/layers", params={**params, "kind": "diff"},
+                                            content=body(), headers={"Content-Type": "application/x-tar"})
+        except httpx.HTTPError as exc:
+            raise CorralError(f"image-service unreachable: {exc.__class__.__name__}", code="image_unavailable",
+                              status_code=502) from exc
+        if response.status_code >= 500:
+            raise CorralError(f"image-service answered {response.status_code}", code="image_unavailable",
+                              status_code=502)
+        raise_for_upstream(response, "image_error", "image-service error")
+        return response.json(), response.status_code
