@@ -55,6 +55,11 @@ class SandboxDataPath:
             raise BadRequest(f"{path} is not a directory", loc=["query", "path"], code="not_a_directory")
         return [FileInfo.model_validate(item) for item in response.json()]
 
+    async def stat(self, tenant: str, sandbox_id: str, path: str) -> FileInfo:
+        response = await self.nodes.request("GET", await self._url(tenant, sandbox_id, "files/stat"),
+                                            params={"path": path})
+        return FileInfo.model_validate_json(response.content)
+
     async def pause(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         await self.nodes.request("POST", await self._url(tenant, sandbox_id, "pause", _LIVE))
         return await self.sandboxes.get(tenant, sandbox_id)

@@ -5,6 +5,7 @@
                                stdout/stderr pieces as produced, then one `exit` chunk
     PUT  /files?path=P&mode=M  raw body (streamed) → FileWritten {"path", "size"}; parent dirs created;
                                mode is octal text, default 644
+    GET  /files/stat?path=P    FileInfo of one path (lstat: a link is not followed)
     GET  /files?path=P         a regular file → its bytes (application/octet-stream);
                                a directory → JSON list of FileInfo (lstat, links not followed)
     POST /pause, POST /resume  freeze / thaw every process (cgroup freezer via crun; QMP
@@ -121,6 +122,11 @@ async def put_file(sandbox_id: str, request: Request, manager: Manager,
                    path: str = Query(..., max_length=4096), mode: str = Query("644", max_length=4)) -> FileWritten:
     size = await manager.write_file(sandbox_id, path, request.stream(), _parse_mode(mode))
     return FileWritten(path=path, size=size)
+
+
+@router.get("/files/stat", summary="Stat one path (a symlink is not followed)")
+async def stat_file(sandbox_id: str, manager: Manager, path: str = Query(..., max_length=4096)) -> FileInfo:
+    return await manager.stat(sandbox_id, path)
 
 
 @router.get("/files", summary="Download a file, or list a directory",

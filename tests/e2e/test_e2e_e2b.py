@@ -1,0 +1,151 @@
+"""The unchanged E2B SDK (e2b 2.63.0 from PyPI, requirements-dev.txt) drives Corral sandboxes:
+both planes point at the api (E2B_API_URL = E2B_SANDBOX_URL), the key is a Corral API key of
+E2B's form. Sync and async clients; container sandboxes on the live platform."""
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from tests.live_platform import E2B_API_KEY, OTHER_TENANT_KEY
+from tests.polling import until, until_sync
+
+e2b = pytest.importorskip("e2b", reason="e2b SDK not installed (pip install -r requirements-dev.txt)")
+from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery, SandboxState  # noqa: E402
+from e2b.exceptions import NotFoundException, SandboxException  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def e2b_env(platform):
+    saved = {k: os.environ.get(k) for k in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DEBUG")}
+    os.environ.update(E2B_API_KEY=E2B_API_KEY, E2B_API_URL=platform["api"], E2B_SANDBOX_URL=platform["api"])
+    os.environ.pop("E2B_DEBUG", None)
+    yield platform
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def test_commands_files_list_timeout_and_kill(e2b_env):
+    sbx = Sandbox.create(envs={"FOO": "from-create"}, metadata={"suite": "e2b-sync", "run": str(time.time())},
+                         timeout=120)
+    try:
+        assert sbx.is_running()
+        # envVars are every process's default environment; a command's envs win over them.
+        assert sbx.commands.run("echo $FOO").stdout == "from-create\n"
+        assert sbx.commands.run("echo $FOO $BAR", envs={"FOO": "mine", "BAR": "b"}).stdout == "mine b\n"
+        assert sbx.commands.run("pwd").stdout.strip() == "/home/user"
+        assert sbx.commands.run("id -u", user="root").stdout.strip() == "0"
+        with pytest.raises(CommandExitException) as failed:
+            sbx.commands.run("echo out; echo err >&2; exit 3")
+        assert (failed.value.exit_code, failed.value.stdout, failed.value.stderr) == (3, "out\n", "err\n")
+
+        # Output arrives while the command runs, in order.
+        seen: list[str] = []
+        result = sbx.commands.run("for i in 1 2 3; do echo line$i; sleep 0.2; done", on_stdout=seen.append)
+        assert "".join(seen) == result.stdout == "line1\nline2\nline3\n"
+
+        # Background commands outlive their request; list, wait and kill reach them by pid.
+        quick = sbx.commands.run("sleep 0.5; echo done", background=True)
+        slow = sbx.commands.run("sleep 600", background=True)
+        assert {quick.pid, slow.pid} <= {p.pid for p in sbx.commands.list()}
+        assert quick.wait().stdout == "done\n"
+        assert slow.kill() is True
+        with pytest.raises(CommandExitException):
+            slow.wait()
+        until_sync(lambda: slow.pid not in {p.pid for p in sbx.commands.list()}, 10, "killed process gone")
+        assert sbx.commands.kill(slow.pid) is False
+
+        # Files: write (multipart, multi-file), read, list, exists, make_dir, rename, remove.
+        info = sbx.files.write("notes/a.txt", "hello")
+        assert info.path == "/home/user/notes/a.txt"
+        assert sbx.files.read("/home/user/notes/a.txt") == "hello"
+        assert sbx.files.read("notes/a.txt", format="bytes") == b"hello"
+        sbx.files.write_files([{"path": "/tmp/m/one", "data": "1"}, {"path": "/tmp/m/two", "data": b"22"}])
+        assert sorted((e.name, e.size) for e in sbx.files.list("/tmp/m")) == [("one", 1), ("two", 2)]
+        assert sbx.commands.run("cat /tmp/m/one /tmp/m/two").stdout == "122"
+        assert sbx.files.exists("/tmp/m/one") and not sbx.files.exists("/tmp/m/three")
+        assert sbx.files.make_dir("/tmp/m/deep/er") is True
+        assert sbx.files.make_dir("/tmp/m/deep/er") is False
+        assert {e.path for e in sbx.files.list("/tmp/m", depth=2)} >= {"/tmp/m/deep", "/tmp/m/deep/er"}
+        moved = sbx.files.rename("/tmp/m/one", "/tmp/m/deep/uno")
+        assert moved.path == "/tmp/m/deep/uno" and sbx.files.read("/tmp/m/deep/uno") == "1"
+        sbx.files.remove("/tmp/m/deep")
+        assert not sbx.files.exists("/tmp/m/deep")
+        with pytest.raises(NotFoundException):
+            sbx.files.read("/tmp/m/deep/uno")
+
+        # Listing filters by state and metadata.
+        run_id = sbx.get_info().metadata["run"]
+        listed = Sandbox.list(query=SandboxQuery(metadata={"run": run_id}, state=[SandboxState.RUNNING])).next_items()
+        assert [s.sandbox_id for s in listed] == [sbx.sandbox_id]
+        assert Sandbox.list(query=SandboxQuery(metadata={"run": "nope"})).next_items() == []
+
+        # set_timeout overwrites the deadline.
+        sbx.set_timeout(600)
+        assert sbx.get_info().end_at.timestamp() > time.time() + 500
+    finally:
+        assert sbx.kill() is True
+    assert not sbx.is_running()
+    assert Sandbox.kill(sbx.sandbox_id) is False
+    with pytest.raises(SandboxException):  # SandboxNotFoundException
+        Sandbox.connect(sbx.sandbox_id)
+    with pytest.raises(SandboxException):  # envd: 502 "sandbox was not found"
+        sbx.commands.run("true")
+
+
+def test_other_tenants_cannot_see_or_touch_it(e2b_env):
+    sbx = Sandbox.create(timeout=60)
+    try:
+        with pytest.raises(SandboxException):
+            Sandbox.connect(sbx.sandbox_id, api_key=OTHER_TENANT_KEY)
+        assert Sandbox.kill(sbx.sandbox_id, api_key=OTHER_TENANT_KEY) is False
+        assert sbx.sandbox_id not in {s.sandbox_id for s in Sandbox.list(api_key=OTHER_TENANT_KEY).next_items()}
+        assert sbx.commands.run("echo still").stdout == "still\n"
+    finally:
+        sbx.kill()
+
+
+def test_pause_then_connect_resumes(e2b_env):
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.files.write("/tmp/kept", "state")
+        assert sbx.pause() is True
+        assert not sbx.is_running()
+        assert Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()[0].sandbox_id == sbx.sandbox_id
+        resumed = Sandbox.connect(sbx.sandbox_id)
+        assert resumed.commands.run("cat /tmp/kept").stdout == "state"
+    finally:
+        sbx.kill()
+
+
+def test_deadline_reaper_kills_an_expired_sandbox(e2b_env):
+    sbx = Sandbox.create(timeout=2)
+    until_sync(lambda: not sbx.is_running(), 30, "expired sandbox killed")
+    assert Sandbox.kill(sbx.sandbox_id) is False
+
+
+def test_async_client(e2b_env):
+    async def scenario():
+        sbx = await AsyncSandbox.create(envs={"X": "1"}, timeout=120)
+        try:
+            assert (await sbx.commands.run("echo $X")).stdout == "1\n"
+            handle = await sbx.commands.run("echo bg; sleep 0.3", background=True)
+            assert (await handle.wait()).stdout == "bg\n"
+            await sbx.files.write("/tmp/async.txt", b"bytes")
+            assert await sbx.files.read("/tmp/async.txt") == "bytes"
+            assert [e.name for e in await sbx.files.list("/tmp") if e.name == "async.txt"] == ["async.txt"]
+            chunks: list[str] = []
+            await sbx.commands.run("echo a; sleep 0.2; echo b", on_stdout=chunks.append)
+            assert "".join(chunks) == "a\nb\n"
+        finally:
+            assert await sbx.kill() is True
+        await until(lambda: _not_running(sbx), 10, "killed")
+
+    async def _not_running(sbx):
+        return not await sbx.is_running()
+
+    asyncio.run(scenario())
