@@ -149,3 +149,45 @@ def test_async_client(e2b_env):
         return not await sbx.is_running()
 
     asyncio.run(scenario())
+
+
+def _code_interpreter_sandbox():
+    """An ``e2b_code_interpreter`` sandbox (template code-interpreter-v1 → the judge
+    environment, which has python3); skipped where the platform registered no such environment."""
+    from e2b_code_interpreter import Sandbox as CodeSandbox
+
+    try:
+        return CodeSandbox.create(timeout=300)
+    except SandboxException as exc:
+        if "unknown environment" in str(exc):
+            pytest.skip(f"no python environment registered for code-interpreter-v1: {exc}")
+        raise
+
+
+def test_code_interpreter_keeps_state_between_cells(e2b_env):
+    sbx = _code_interpreter_sandbox()
+    try:
+        first = sbx.run_code("x = 41\nprint('hello')\nx + 1")
+        assert first.logs.stdout == ["hello\n"] and first.text == "42" and first.error is None
+        streamed: list[str] = []
+        assert sbx.run_code("x += 1\nprint(x)", on_stdout=lambda m: streamed.append(m.line)).logs.stdout == ["42\n"]
+        assert streamed == ["42\n"]
+        failed = sbx.run_code("1 / 0")
+        assert failed.error.name == "ZeroDivisionError" and "division by zero" in failed.error.value
+        assert "Traceback" in failed.error.traceback
+        assert sbx.run_code("import os; os.environ['K']", envs={"K": "v"}).text == "'v'"
+
+        # Contexts are separate namespaces; restart forgets, delete ends.
+        other = sbx.create_code_context(cwd="/tmp")
+        assert sbx.run_code("import os; os.getcwd()", context=other).text == "'/tmp'"
+        assert sbx.run_code("x", context=other).error.name == "NameError"
+        assert sbx.run_code("x").text == "42"
+        assert other.id in {c.id for c in sbx.list_code_contexts()}
+        sbx.restart_code_context(other)
+        assert sbx.run_code("y = 1; y", context=other).text == "1"
+        sbx.remove_code_context(other)
+        assert other.id not in {c.id for c in sbx.list_code_contexts()}
+        # The same sandbox still takes ordinary commands.
+        assert sbx.commands.run("python3 -c 'print(6*7)'").stdout == "42\n"
+    finally:
+        sbx.kill()

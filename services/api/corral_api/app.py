@@ -9,6 +9,8 @@ from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.compat.e2b.envd_router import router as e2b_envd_router
+from corral_api.compat.e2b.interpreter import Interpreter
+from corral_api.compat.e2b.interpreter_router import router as e2b_interpreter_router
 from corral_api.compat.e2b.processes import ProcessTable
 from corral_api.compat.e2b.repository import E2bRepository
 from corral_api.compat.e2b.router import router as e2b_router
@@ -95,12 +97,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.e2b = E2bSandboxes(app.state.sandboxes, app.state.data_path,
                                      E2bRepository(store.redis, keep_s=settings.e2b_max_timeout_s + 86400), settings)
         app.state.e2b_processes = ProcessTable(app.state.data_path)
+        app.state.e2b_interpreter = Interpreter(app.state.data_path)
         reaper = asyncio.create_task(app.state.e2b.reap_forever(settings.e2b_reaper_interval_s))
         try:
             yield
         finally:
             reaper.cancel()
             await app.state.e2b_processes.close()
+            await app.state.e2b_interpreter.close()
             requeuer.cancel()
             sweeper.cancel()
             await app.state.jobs.close()
@@ -127,6 +131,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(e2b_router)
     app.include_router(e2b_envd_router)
+    app.include_router(e2b_interpreter_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

@@ -21,7 +21,7 @@ from fastapi import Request
 from corral_api.compat.e2b.connect import ConnectError
 from corral_api.compat.e2b.errors import E2bError, SandboxGone
 from corral_api.compat.e2b.processes import ProcessTable, RunningProcess, events
-from corral_api.compat.e2b.repository import E2bRepository
+from corral_api.compat.e2b.repository import E2bRecord, E2bRepository
 from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import CorralError, NotFound
@@ -67,14 +67,22 @@ def user_of(request: Request, query_user: str | None = None) -> str:
     return user
 
 
-async def resolve(request: Request, query_user: str | None = None) -> Envd:
-    """The sandbox of an envd call, from ``E2b-Sandbox-Id`` and its ``X-Access-Token``. A
-    sandbox that is not running (or not the token's) answers 502 "…was not found"."""
+def _token_ok(request: Request, record: E2bRecord, allow_traffic: bool) -> bool:
+    """The envd access token, or (the code interpreter's context calls carry only that one)
+    the sandbox's traffic token."""
+    pairs = [(request.headers.get("x-access-token"), record.access_token),
+             (request.headers.get("e2b-traffic-access-token") if allow_traffic else None, record.traffic_token)]
+    return any(given and expected and hmac.compare_digest(given.encode(), expected.encode())
+               for given, expected in pairs)
+
+
+async def resolve(request: Request, query_user: str | None = None, *, allow_traffic: bool = False) -> Envd:
+    """The sandbox of an envd call, from ``E2b-Sandbox-Id`` and its token. A sandbox that is
+    not running (or not the token's) answers 502 "…was not found"."""
     sandbox_id = request.headers.get("e2b-sandbox-id", "")
     repo: E2bRepository = request.app.state.e2b.repo
     record = await repo.get(sandbox_id) if 0 < len(sandbox_id) <= 64 else None
-    token = request.headers.get("x-access-token", "")
-    if record is None or not hmac.compare_digest(token.encode(), record.access_token.encode()):
+    if record is None or not _token_ok(request, record, allow_traffic):
         raise SandboxGone(sandbox_id)
     sandboxes: SandboxService = request.app.state.sandboxes
     try:

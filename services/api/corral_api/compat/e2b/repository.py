@@ -23,6 +23,8 @@ class E2bRecord:
     access_token: str
     deadline: float
     metadata: dict[str, str] = field(default_factory=dict)
+    # Sent by the code interpreter on its context calls (which carry no access token).
+    traffic_token: str = ""
 
 
 class E2bRepository:
@@ -46,7 +48,8 @@ class E2bRepository:
             return None
         return E2bRecord(sandbox_id=data["sandbox_id"], tenant=data["tenant"], template_id=data["template_id"],
                          access_token=data["access_token"], deadline=float(data["deadline"]),
-                         metadata=json.loads(data.get("metadata") or "{}"))
+                         metadata=json.loads(data.get("metadata") or "{}"),
+                         traffic_token=data.get("traffic_token", ""))
 
     async def get_many(self, sandbox_ids: list[str]) -> dict[str, E2bRecord]:
         out = {}

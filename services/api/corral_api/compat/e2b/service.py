@@ -72,7 +72,7 @@ class E2bSandboxes:
         record = await self.sandboxes.create(tenant, spec)
         e2b = E2bRecord(sandbox_id=record.id, tenant=tenant, template_id=body.template_id,
                         access_token=secrets.token_hex(16), deadline=time.time() + timeout,
-                        metadata=body.metadata)
+                        metadata=body.metadata, traffic_token=secrets.token_hex(16))
         await self.repo.put(e2b)
         record = await self.sandboxes.wait(tenant, record.id, SandboxState.running, self.settings.e2b_create_wait_s)
         if record.state is not SandboxState.running:
@@ -99,7 +99,7 @@ class E2bSandboxes:
     def _sandbox(self, record: SandboxRecord, e2b: E2bRecord) -> dict[str, Any]:
         return {"templateID": e2b.template_id, "sandboxID": record.id, "clientID": CLIENT_ID,
                 "envdVersion": self.settings.e2b_envd_version, "envdAccessToken": e2b.access_token,
-                "alias": e2b.template_id, "domain": None, "trafficAccessToken": None}
+                "alias": e2b.template_id, "domain": None, "trafficAccessToken": e2b.traffic_token or None}
 
     def _listed(self, record: SandboxRecord, e2b: E2bRecord) -> dict[str, Any]:
         spec = record.spec
