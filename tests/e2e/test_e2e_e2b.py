@@ -59,6 +59,18 @@ def test_commands_files_list_timeout_and_kill(e2b_env):
         until_sync(lambda: slow.pid not in {p.pid for p in sbx.commands.list()}, 10, "killed process gone")
         assert sbx.commands.kill(slow.pid) is False
 
+        # Standard input, and a second client re-attaching to a running process by pid.
+        reader = sbx.commands.run("read a; echo got:$a; read b; echo got:$b", background=True, stdin=True)
+        sbx.commands.send_stdin(reader.pid, "one\n")
+        attached = sbx.commands.connect(reader.pid)
+        sbx.commands.send_stdin(reader.pid, "two\n")
+        assert "got:two\n" in attached.wait().stdout
+        assert reader.wait().stdout == "got:one\ngot:two\n"
+        cat = sbx.commands.run("cat", background=True, stdin=True)
+        sbx.commands.send_stdin(cat.pid, "abc")
+        sbx.commands.close_stdin(cat.pid)
+        assert cat.wait().stdout == "abc"
+
         # Files: write (multipart, multi-file), read, list, exists, make_dir, rename, remove.
         info = sbx.files.write("notes/a.txt", "hello")
         assert info.path == "/home/user/notes/a.txt"

@@ -134,7 +134,8 @@ class EnvdServices:
         cwd = call.path(config["cwd"]) if config.get("cwd") else call.home
         proc, queue = await self._corral(self.processes.start(call.tenant, call.sandbox_id, config,
                                                               tag=message.get("tag"), user=call.user, cwd=cwd,
-                                                              timeout_s=timeout_s))
+                                                              timeout_s=timeout_s,
+                                                              stdin=bool(message.get("stdin"))))
         return self._stream(proc, queue)
 
     async def connect(self, call: Envd, message: dict[str, Any], timeout_s: float) -> AsyncIterator[dict[str, Any]]:
@@ -158,12 +159,19 @@ class EnvdServices:
         return {}
 
     async def send_input(self, call: Envd, message: dict[str, Any]) -> dict[str, Any]:
-        self.processes.find(call.sandbox_id, message.get("process") or {})
-        raise ConnectError("failed_precondition", "this server does not connect a process's standard input")
+        proc = self.processes.find(call.sandbox_id, message.get("process") or {})
+        given = (message.get("input") or {}).get("stdin") or (message.get("input") or {}).get("pty") or ""
+        try:
+            data = base64.b64decode(given, validate=False)
+        except (binascii.Error, ValueError):
+            raise ConnectError("invalid_argument", "input.stdin must be base64") from None
+        await self._corral(self.processes.send_input(call.tenant, proc, data))
+        return {}
 
     async def close_stdin(self, call: Envd, message: dict[str, Any]) -> dict[str, Any]:
-        self.processes.find(call.sandbox_id, message.get("process") or {})
-        return {}  # its stdin is /dev/null already: closed from the start
+        proc = self.processes.find(call.sandbox_id, message.get("process") or {})
+        await self._corral(self.processes.close_stdin(call.tenant, proc))
+        return {}
 
     # ---- filesystem.Filesystem --------------------------------------------------------------
 

@@ -8,7 +8,11 @@ pid in the sandbox: a one-line ``sh`` prelude prints ``$$`` before it ``exec``s 
 
 What this costs: processes live in this api replica's memory (an api restart ends their
 streams, and with them the commands); a call for a pid started through another replica
-answers not_found. Standard input is not connected (Corral's exec takes stdin only at start).
+answers not_found.
+
+Standard input (``stdin: true`` at Start): Corral's exec takes stdin only at start, so the
+prelude puts a FIFO in the sandbox's /tmp on the command's stdin, held open by a sleeping
+writer; ``SendInput`` is a short exec appending to it, ``CloseStdin`` ends the holder (EOF).
 """
 
 import asyncio
@@ -27,7 +31,11 @@ log = get_logger(__name__)
 
 # Prints the shell's pid, then becomes the command. E2B always asks for /bin/bash; images
 # without bash (busybox) run the same arguments under /bin/sh.
-PRELUDE = 'echo $$; p=$0; if [ "$p" = /bin/bash ] && [ ! -x /bin/bash ]; then p=/bin/sh; fi; exec "$p" "$@"'
+_SHELL = 'p=$0; if [ "$p" = /bin/bash ] && [ ! -x /bin/bash ]; then p=/bin/sh; fi; '
+PRELUDE = 'echo $$; ' + _SHELL + 'exec "$p" "$@"'
+# With stdin: "<pid> <holder pid>", then the command reads the FIFO the holder keeps open.
+STDIN_PRELUDE = ('f=/tmp/.corral-stdin-$$; mkfifo -m 600 "$f" || exit 126; '
+                 '(exec sleep 2147483647 > "$f") & echo $$ $!; ' + _SHELL + 'exec "$p" "$@" < "$f"')
 # No deadline from the client (timeout=0): as long as Corral lets one command run.
 UNLIMITED_S = 24 * 3600.0
 OUTPUT_LIMIT = 64 * 1024 * 1024
@@ -56,6 +64,13 @@ class RunningProcess:
     started: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     task: asyncio.Task | None = None
     killed: bool = False
+    user: str = "user"
+    # stdin: true: the FIFO on its stdin and the pid of the process holding it open.
+    holder_pid: int = 0
+
+    @property
+    def stdin_fifo(self) -> str:
+        return f"/tmp/.corral-stdin-{self.pid}"  # noqa: S108 - inside the sandbox, made by the prelude (0600)
 
     def info(self) -> dict[str, Any]:
         out: dict[str, Any] = {"config": self.config, "pid": self.pid}
@@ -77,22 +92,23 @@ class ProcessTable:
     def __init__(self, data: SandboxDataPath):
         self.data = data
         self._by_sandbox: dict[str, dict[int, RunningProcess]] = {}
+        self._cleanups: set[asyncio.Future] = set()
 
     async def start(self, tenant: str, sandbox_id: str, config: dict[str, Any], *, tag: str | None, user: str,
-                    cwd: str, timeout_s: float) -> tuple[RunningProcess, asyncio.Queue]:
+                    cwd: str, timeout_s: float, stdin: bool = False) -> tuple[RunningProcess, asyncio.Queue]:
         """Start a process; returns it (pid known) and a queue of its events."""
         cmd, args = config.get("cmd") or "", [str(a) for a in config.get("args") or []]
         if not cmd:
             raise ConnectError("invalid_argument", "process.cmd must not be empty")
         envs = {str(k): str(v) for k, v in (config.get("envs") or {}).items()}
-        request = ExecRequest(cmd=["/bin/sh", "-c", PRELUDE, cmd, *args], cwd=cwd, env=envs,
+        request = ExecRequest(cmd=["/bin/sh", "-c", STDIN_PRELUDE if stdin else PRELUDE, cmd, *args], cwd=cwd, env=envs,
                               timeout_s=min(timeout_s, UNLIMITED_S), output_limit=OUTPUT_LIMIT, user=user,
                               output_encoding="base64")
         chunks = await self.data.exec_stream(tenant, sandbox_id, request)
         proc = RunningProcess(sandbox_id, {k: v for k, v in config.items() if k in ("cmd", "args", "envs", "cwd")},
-                              tag)
+                              tag, user=user)
         queue = proc.subscribe()
-        proc.task = asyncio.create_task(self._pump(proc, chunks))
+        proc.task = asyncio.create_task(self._pump(tenant, proc, chunks))
         pid = await asyncio.shield(proc.started)
         if pid is None:
             # The prelude never ran: the command could not be started (bad cwd, no shell...).
@@ -105,7 +121,7 @@ class ProcessTable:
             raise ConnectError("invalid_argument", f"could not start {cmd}: {''.join(errors).strip() or 'failed'}")
         return proc, queue
 
-    async def _pump(self, proc: RunningProcess, chunks: AsyncIterator[bytes]) -> None:
+    async def _pump(self, tenant: str, proc: RunningProcess, chunks: AsyncIterator[bytes]) -> None:
         """Relay the node's exec stream (JSON lines) as envd events, until its exit chunk."""
         buffer, head, end = b"", b"", None
         try:
@@ -126,7 +142,9 @@ class ProcessTable:
                         if b"\n" not in head:
                             continue
                         pid_line, data = head.split(b"\n", 1)
-                        self._started(proc, int(pid_line.strip() or 0))
+                        pids = [int(p) for p in pid_line.split()] or [0]
+                        proc.holder_pid = pids[1] if len(pids) > 1 else 0
+                        self._started(proc, pids[0])
                     if data:
                         proc.publish({"data": {chunk.type: base64.b64encode(data).decode()}})
         except asyncio.CancelledError:
@@ -147,6 +165,34 @@ class ProcessTable:
             if proc.killed:
                 end = {"end": dict(KILLED)}
             proc.publish(end or {"end": dict(KILLED)})
+            if proc.holder_pid:
+                cleanup = asyncio.ensure_future(self._drop_stdin(tenant, proc))
+                self._cleanups.add(cleanup)
+                cleanup.add_done_callback(self._cleanups.discard)
+
+    async def _drop_stdin(self, tenant: str, proc: RunningProcess) -> None:
+        """The process ended: its stdin holder and FIFO go too."""
+        try:
+            await self.data.exec(tenant, proc.sandbox_id, ExecRequest(
+                cmd=["/bin/sh", "-c", 'kill "$0" 2>/dev/null; rm -f "$1"', str(proc.holder_pid), proc.stdin_fifo],
+                user=proc.user, timeout_s=10))
+        except Exception:  # noqa: BLE001 - the sandbox may be gone with it
+            log.debug("e2b.stdin_cleanup_failed", sandbox_id=proc.sandbox_id, pid=proc.pid)
+
+    async def send_input(self, tenant: str, proc: RunningProcess, data: bytes) -> None:
+        if not proc.holder_pid:
+            raise ConnectError("failed_precondition", f"process {proc.pid} was started without stdin")
+        result = await self.data.exec(tenant, proc.sandbox_id, ExecRequest(
+            cmd=["/bin/sh", "-c", '[ -p "$0" ] && exec cat >> "$0"', proc.stdin_fifo],
+            stdin=data.decode(errors="replace"), user=proc.user, timeout_s=30))
+        if result.exit_code != 0:
+            raise ConnectError("failed_precondition", f"stdin of process {proc.pid} is closed")
+
+    async def close_stdin(self, tenant: str, proc: RunningProcess) -> None:
+        if proc.holder_pid:
+            await self.data.exec(tenant, proc.sandbox_id, ExecRequest(
+                cmd=["/bin/sh", "-c", 'kill "$0" 2>/dev/null; rm -f "$1"', str(proc.holder_pid), proc.stdin_fifo],
+                user=proc.user, timeout_s=10))
 
     def _started(self, proc: RunningProcess, pid: int) -> None:
         proc.pid = pid
