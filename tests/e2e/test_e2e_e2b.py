@@ -203,3 +203,57 @@ def test_code_interpreter_keeps_state_between_cells(e2b_env):
         assert sbx.commands.run("python3 -c 'print(6*7)'").stdout == "42\n"
     finally:
         sbx.kill()
+
+
+def test_http_ingress_to_a_server_inside_the_sandbox(e2b_env):
+    """A web server in the sandbox (busybox httpd on its own loopback) answers through the
+    public API and through E2B's header routing; the sandbox still has no network."""
+    import httpx
+
+    api, key = e2b_env["api"], e2b_env["api_key"]
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.files.write("/tmp/www/index.html", "served from inside")
+        server = sbx.commands.run("httpd -f -p 127.0.0.1:8080 -h /tmp/www", background=True)
+        url = f"{api}/v1/sandboxes/{sbx.sandbox_id}/ports/8080"
+        auth = {"Authorization": f"Bearer {key}"}
+        page = until_sync(lambda: _get(httpx, f"{url}/index.html", auth), 20, "httpd answers")
+        assert page.text == "served from inside"
+        assert _get(httpx, f"{url}/missing.html", auth).status_code == 404  # the app's own 404
+        routed = httpx.get(f"{api}/index.html", headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8080",
+                                                         "E2B-Traffic-Access-Token": sbx.traffic_access_token})
+        assert (routed.status_code, routed.text) == (200, "served from inside")
+        # Credentials decide: no key, another tenant's key, a wrong traffic token.
+        assert httpx.get(f"{url}/index.html").status_code == 401
+        assert httpx.get(f"{url}/index.html", headers={"Authorization": f"Bearer {OTHER_TENANT_KEY}"}).status_code == 404
+        assert httpx.get(f"{api}/index.html", headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8080",
+                                                       "E2B-Traffic-Access-Token": "wrong"}).status_code == 502
+        closed = httpx.get(f"{api}/v1/sandboxes/{sbx.sandbox_id}/ports/9/x", headers=auth)
+        assert closed.status_code == 502 and "not open" in closed.json()["error"]["message"]
+        # Still no way out of the sandbox.
+        assert sbx.commands.run("wget -T 2 -q -O- http://1.1.1.1/ || echo unreachable").stdout.strip().endswith(
+            "unreachable")
+        server.kill()
+    finally:
+        sbx.kill()
+
+
+def _get(httpx, url, headers):
+    response = httpx.get(url, headers=headers, timeout=10)
+    return response if response.status_code != 502 else None
+
+
+def test_microvm_sandbox_through_e2b(e2b_env, vm_platform, corral):
+    """Metadata asks for a hardware boundary: the same SDK calls drive a QEMU microVM."""
+    sbx = Sandbox.create(metadata={"corral.isolation": "vm"}, timeout=300)
+    try:
+        assert corral.sandboxes.get(sbx.sandbox_id).info.backend == "microvm"
+        assert sbx.commands.run("echo from the guest").stdout == "from the guest\n"
+        sbx.files.write("/tmp/vm.txt", "inside the vm")
+        assert sbx.files.read("/tmp/vm.txt") == "inside the vm"
+        background = sbx.commands.run("sleep 300", background=True)
+        assert background.pid in {p.pid for p in sbx.commands.list()}
+        assert background.kill() is True
+    finally:
+        assert sbx.kill() is True
+    assert not sbx.is_running()

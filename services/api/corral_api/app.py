@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.compat.e2b.envd_router import router as e2b_envd_router
+from corral_api.compat.e2b.ingress import E2bPortRouting
 from corral_api.compat.e2b.interpreter import Interpreter
 from corral_api.compat.e2b.interpreter_router import router as e2b_interpreter_router
 from corral_api.compat.e2b.processes import ProcessTable
@@ -123,6 +124,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(TenantConcurrencyMiddleware)
+    app.add_middleware(E2bPortRouting)
     instrument_app(app)
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)

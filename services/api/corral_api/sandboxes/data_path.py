@@ -6,13 +6,25 @@ forwards the request through the shared ``NodeClient``.
 
 from collections.abc import AsyncIterator
 
+import httpx
+from starlette.requests import Request
+
 from corral_api.sandboxes.node_client import NodeClient, node_url
 from corral_api.sandboxes.service import SandboxService
+from corral_common.contracts.images import path_segment
 from corral_common.display import InputRequest, InputSent
 from corral_common.errors import BadRequest
-from corral_common.exec import ExecRequest, ExecResult, FileInfo, FileWritten
+from corral_common.exec import INGRESS_MARK, ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.sandboxes import SandboxState
 from corral_common.state import SandboxRecord
+
+# Request headers ingress does not pass into a sandbox: Corral's credentials, and hop-by-hop.
+INGRESS_DROPPED = frozenset({"authorization", "x-api-key", "x-access-token", "e2b-traffic-access-token",
+                             "x-corral-internal-token", "host", "connection", "keep-alive", "te", "trailer",
+                             "transfer-encoding", "upgrade", "proxy-authorization"})
+# Response headers it does not pass back (hop-by-hop; the api frames the body itself).
+INGRESS_RESPONSE_DROPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "trailer", "upgrade",
+                                      "content-length", INGRESS_MARK})
 
 _LIVE = frozenset({SandboxState.running, SandboxState.paused})
 
@@ -59,6 +71,18 @@ class SandboxDataPath:
         response = await self.nodes.request("GET", await self._url(tenant, sandbox_id, "files/stat"),
                                             params={"path": path})
         return FileInfo.model_validate_json(response.content)
+
+    async def port_request(self, tenant: str, sandbox_id: str, port: int, path: str, request: Request,
+                           ) -> tuple[httpx.Response, AsyncIterator[bytes]]:
+        """Forward an HTTP request to ``port`` inside the sandbox (through its node-agent, which
+        connects inside the sandbox); the response and its body, streamed."""
+        url = await self._url(tenant, sandbox_id, f"ports/{port}")
+        url += "/" + "/".join(path_segment(part) for part in path.split("/")) if path else "/"
+        headers = [(k, v) for k, v in request.headers.raw if k.decode("latin-1").lower() not in INGRESS_DROPPED]
+        body = request.stream() if request.method not in ("GET", "HEAD") else None
+        return await self.nodes.stream(request.method, url, params=request.query_params.multi_items(),
+                                       headers=headers, content=body,
+                                       is_error=lambda r: INGRESS_MARK not in r.headers and r.status_code >= 400)
 
     async def pause(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         await self.nodes.request("POST", await self._url(tenant, sandbox_id, "pause", _LIVE))

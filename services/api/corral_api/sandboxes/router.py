@@ -1,12 +1,14 @@
 """Public sandbox endpoints: lifecycle (control path over the bus) and exec/files (data path)."""
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+import httpx
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from corral_api.auth.dependencies import Tenant
-from corral_api.sandboxes.data_path import SandboxDataPath
+from corral_api.sandboxes.data_path import INGRESS_RESPONSE_DROPPED, SandboxDataPath
 from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
 from corral_api.sandboxes.service import SandboxService
@@ -152,6 +154,24 @@ async def exec_command(sandbox_id: str, body: ExecRequest, tenant: Tenant, data:
                               "description": "JSON lines: {type: stdout|stderr, data} ..., then {type: exit, result}"}})
 async def exec_command_stream(sandbox_id: str, body: ExecRequest, tenant: Tenant, data: Data) -> StreamingResponse:
     return StreamingResponse(await data.exec_stream(tenant, sandbox_id, body), media_type="application/x-ndjson")
+
+
+@router.api_route("/{sandbox_id}/ports/{port}/{path:path}", include_in_schema=False,
+                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+async def port_ingress(sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535)], path: str, request: Request,
+                       tenant: Tenant, data: Data) -> StreamingResponse:
+    """HTTP ingress: the request goes to ``port`` on the sandbox's own loopback (a web app, a
+    Jupyter server, an action server inside the image) and its answer streams back. The
+    sandbox keeps no network: its node-agent connects inside it. Corral's credentials are not
+    passed on. 502 ``port_not_open`` when nothing listens there."""
+    return ingress_response(*await data.port_request(tenant, sandbox_id, port, path, request))
+
+
+def ingress_response(upstream: httpx.Response, body: AsyncIterator[bytes]) -> StreamingResponse:
+    response = StreamingResponse(body, status_code=upstream.status_code)
+    response.raw_headers = [(k.lower(), v) for k, v in upstream.headers.raw
+                            if k.decode("latin-1").lower() not in INGRESS_RESPONSE_DROPPED]
+    return response
 
 
 @router.put("/{sandbox_id}/files", status_code=204, operation_id="write_file",

@@ -8,6 +8,9 @@
     GET  /files/stat?path=P    FileInfo of one path (lstat: a link is not followed)
     GET  /files?path=P         a regular file → its bytes (application/octet-stream);
                                a directory → JSON list of FileInfo (lstat, links not followed)
+    * /ports/{port}/{path}     HTTP ingress: the request, sent to 127.0.0.1:port inside the sandbox
+                               (ports.py); its answer streamed back. 502 port_not_open when nothing
+                               listens; 409 unsupported_by_backend for kinds without Capability.ports
     POST /pause, POST /resume  freeze / thaw every process (cgroup freezer via crun; QMP
                                stop/cont for VMs); running ⇄ paused in the record → {"state"}
     GET  /screen               the screen as image/png (vm backend)
@@ -24,16 +27,18 @@ refused (400, loc ["query", "path"]). Every route requires header X-Corral-Inter
 when the internal_token setting is non-empty (401 otherwise).
 """
 
+import socket
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from corral_common.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
 from corral_common.errors import BadRequest
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.internal import require_internal_token
+from corral_node_agent import ports
 
 from .service import SandboxManager
 
@@ -101,6 +106,16 @@ async def exec_stream(sandbox_id: str, req: ExecRequest,
             await chunks.aclose()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+@router.api_route("/ports/{port}/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+                  summary="HTTP ingress to a port inside the sandbox", include_in_schema=False)
+async def port_ingress(sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535)], path: str, request: Request,
+                       manager: Manager) -> Response:
+    async def connect(target: int) -> socket.socket:
+        return await manager.connect_port(sandbox_id, target)
+
+    return await ports.forward(connect, port, path, request)
 
 
 def _line(chunk: ExecChunk) -> bytes:

@@ -23,8 +23,10 @@ from corral_api.compat.e2b.envd import (
     resolve,
 )
 from corral_api.compat.e2b.errors import E2bError, E2bRoute
+from corral_api.compat.e2b.ingress import PREFIX
 from corral_api.compat.e2b.processes import UNLIMITED_S
 from corral_api.sandboxes.node_client import capped
+from corral_api.sandboxes.router import ingress_response
 from corral_common.errors import CorralError, NotFound
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False, tags=["e2b envd"])
@@ -119,6 +121,16 @@ async def _write(request: Request, call: Envd, target: str, content: Any) -> Non
         await request.app.state.data_path.write_file(call.tenant, call.sandbox_id, target, content)
     except CorralError as exc:
         raise _file_error(exc) from None
+
+
+@router.api_route(PREFIX + "/{port}/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+async def port_ingress(port: str, path: str, request: Request) -> StreamingResponse:
+    """A sandbox port through E2B's header routing (ingress.py)."""
+    call = await resolve(request, allow_traffic=True)
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise E2bError(400, f"E2b-Sandbox-Port: {port!r} is not a port")
+    return ingress_response(*await request.app.state.data_path.port_request(call.tenant, call.sandbox_id, int(port),
+                                                                             path, request))
 
 
 # ---- Connect RPC -------------------------------------------------------------------------------
