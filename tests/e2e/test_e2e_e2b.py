@@ -3,8 +3,13 @@ both planes point at the api (E2B_API_URL = E2B_SANDBOX_URL), the key is a Corra
 E2B's form. Sync and async clients; container sandboxes on the live platform."""
 
 import asyncio
+import json
 import os
+import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -257,3 +262,45 @@ def test_microvm_sandbox_through_e2b(e2b_env, vm_platform, corral):
     finally:
         assert sbx.kill() is True
     assert not sbx.is_running()
+
+
+# An older 2.x SDK, where the paths differ (POST /sandboxes, /sandboxes/{id}/connect): it pins
+# the same package as requirements-dev.txt, so it lives in its own venv (built once, cached).
+OLD_E2B = "e2b==2.20.0"
+OLD_E2B_VENV = Path(os.environ.get("CORRAL_TEST_VENV_DIR", "/var/cache/corral/test-venvs")) / OLD_E2B.replace("==", "-")
+OLD_SDK_SCRIPT = """
+import json, sys
+from e2b import Sandbox
+sbx = Sandbox.create(envs={"OLD": "sdk"}, metadata={"suite": "old"}, timeout=120)
+out = {"echo": sbx.commands.run("echo $OLD").stdout}
+sbx.files.write("/tmp/old.txt", "v1 paths")
+out["read"] = sbx.files.read("/tmp/old.txt")
+again = Sandbox.connect(sbx.sandbox_id)
+out["connected"] = again.commands.run("cat /tmp/old.txt").stdout
+out["listed"] = sbx.sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()]
+out["killed"] = sbx.kill()
+out["running_after"] = sbx.is_running()
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def old_e2b_python() -> str:
+    python = OLD_E2B_VENV / "bin/python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(OLD_E2B_VENV)], check=True)
+        install = subprocess.run([str(OLD_E2B_VENV / "bin/pip"), "install", "-q", OLD_E2B], capture_output=True,
+                                 text=True)
+        if install.returncode != 0:
+            shutil.rmtree(OLD_E2B_VENV, ignore_errors=True)
+            pytest.skip(f"cannot install {OLD_E2B} (no package index?): {install.stderr[-500:]}")
+    return str(python)
+
+
+def test_older_sdk_with_v1_paths(e2b_env, old_e2b_python):
+    env = {**os.environ, "PYTHONPATH": ""}
+    run = subprocess.run([old_e2b_python, "-c", OLD_SDK_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {
+        "echo": "sdk\n", "read": "v1 paths", "connected": "v1 paths", "listed": True, "killed": True,
+        "running_after": False}

@@ -26,7 +26,10 @@ from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import CorralError, NotFound
 from corral_common.exec import ExecRequest, FileInfo
+from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxState
+
+log = get_logger(__name__)
 
 HOMES = {"user": "/home/user", "root": "/root"}
 _FILE_TYPES = {"file": "FILE_TYPE_FILE", "dir": "FILE_TYPE_DIRECTORY", "symlink": "FILE_TYPE_SYMLINK"}
@@ -81,8 +84,13 @@ async def resolve(request: Request, query_user: str | None = None, *, allow_traf
     not running (or not the token's) answers 502 "…was not found"."""
     sandbox_id = request.headers.get("e2b-sandbox-id", "")
     repo: E2bRepository = request.app.state.e2b.repo
+    token = request.headers.get("x-access-token", "")
+    if not sandbox_id and 0 < len(token) <= 128:
+        sandbox_id = await repo.sandbox_of_token(token) or ""
     record = await repo.get(sandbox_id) if 0 < len(sandbox_id) <= 64 else None
     if record is None or not _token_ok(request, record, allow_traffic):
+        log.info("e2b.envd_refused", sandbox_id=sandbox_id[:64], path=request.url.path,
+                 why="unknown sandbox" if record is None else "token mismatch")
         raise SandboxGone(sandbox_id)
     sandboxes: SandboxService = request.app.state.sandboxes
     try:
@@ -90,6 +98,7 @@ async def resolve(request: Request, query_user: str | None = None, *, allow_traf
     except NotFound:
         raise SandboxGone(sandbox_id) from None
     if corral.state is not SandboxState.running:
+        log.info("e2b.envd_refused", sandbox_id=sandbox_id, path=request.url.path, why=corral.state.value)
         raise SandboxGone(sandbox_id)
     return Envd(sandbox_id, record.tenant, user_of(request, query_user))
 

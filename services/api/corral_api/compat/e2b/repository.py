@@ -2,6 +2,7 @@
 the templateID and metadata as the client sent them, the envd access token, and the deadline
 ``set_timeout`` moves. Deadlines are also one sorted set, which the reaper reads."""
 
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -13,6 +14,11 @@ DEADLINES_KEY = "e2b:deadlines"
 
 def _key(sandbox_id: str) -> str:
     return f"e2b:sb:{sandbox_id}"
+
+
+def _token_key(token: str) -> str:
+    # Hashed: Redis never holds a usable token under a key name.
+    return "e2b:token:" + hashlib.sha256(token.encode()).hexdigest()
 
 
 @dataclass
@@ -39,6 +45,7 @@ class E2bRepository:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(_key(record.sandbox_id), mapping={k: str(v) for k, v in data.items()})
             pipe.expire(_key(record.sandbox_id), self.keep_s)
+            pipe.set(_token_key(record.access_token), record.sandbox_id, ex=self.keep_s)
             pipe.zadd(DEADLINES_KEY, {record.sandbox_id: record.deadline})
             await pipe.execute()
 
@@ -50,6 +57,11 @@ class E2bRepository:
                          access_token=data["access_token"], deadline=float(data["deadline"]),
                          metadata=json.loads(data.get("metadata") or "{}"),
                          traffic_token=data.get("traffic_token", ""))
+
+    async def sandbox_of_token(self, token: str) -> str | None:
+        """The sandbox an envd access token was minted for (clients that send no
+        ``E2b-Sandbox-Id``: e2b < 2.2x after ``Sandbox.connect``)."""
+        return await self.redis.get(_token_key(token))
 
     async def get_many(self, sandbox_ids: list[str]) -> dict[str, E2bRecord]:
         out = {}
