@@ -304,3 +304,51 @@ def test_older_sdk_with_v1_paths(e2b_env, old_e2b_python):
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {
         "echo": "sdk\n", "read": "v1 paths", "connected": "v1 paths", "listed": True, "killed": True,
         "running_after": False}
+
+
+def test_uploads_timeouts_resources_and_bad_input(e2b_env):
+    import io
+
+    import httpx
+    from e2b.exceptions import TimeoutException
+
+    api = e2b_env["api"]
+    sbx = Sandbox.create(timeout=120)
+    try:
+        # octet-stream (a file-like object) and gzip uploads (envd >= 0.5.7 paths of the SDK).
+        sbx.files.write("/tmp/raw.bin", io.BytesIO(b"\x00\x01raw"))
+        assert sbx.files.read("/tmp/raw.bin", format="bytes") == b"\x00\x01raw"
+        sbx.files.write("/tmp/zipped.txt", "compressed on the wire" * 100, gzip=True)
+        assert sbx.files.read("/tmp/zipped.txt") == "compressed on the wire" * 100
+        # connect-timeout-ms is the process's lifetime: the command is killed at it.
+        with pytest.raises(TimeoutException):
+            sbx.commands.run("sleep 30; echo late > /tmp/late", timeout=1)
+        until_sync(lambda: not any("sleep 30" in str(p.args) for p in sbx.commands.list()), 10, "timed-out command gone")
+        assert not sbx.files.exists("/tmp/late")
+        info = sbx.get_info()
+        assert (info.cpu_count, info.memory_mb) == (1, 256)
+
+        envd = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983",
+                "X-Access-Token": sbx.connection_config.sandbox_headers["X-Access-Token"]}
+        # Bad input: JSON 4xx saying what was wrong, nothing changed, never a 5xx.
+        key = {"X-API-Key": E2B_API_KEY}
+        bad = httpx.post(f"{api}/v2/sandboxes", headers=key, content=b"{not json")
+        assert bad.status_code == 400 and isinstance(bad.json()["message"], str) and bad.json()["code"] == 400
+        unknown = httpx.post(f"{api}/v2/sandboxes", headers=key, json={"templateID": "no-such-template"})
+        assert unknown.status_code == 422 and "unknown environment" in unknown.json()["message"]
+        assert httpx.post(f"{api}/v2/sandboxes", headers=key, json={"timeout": -5}).status_code == 400
+        assert httpx.get(f"{api}/v2/sandboxes?state=sleeping", headers=key).status_code == 400
+        assert httpx.get(f"{api}/v2/sandboxes").status_code == 401
+        truncated = httpx.post(f"{api}/process.Process/Start", headers={**envd, "content-type": "application/connect+json"},
+                               content=b"\x00\x00\x00\x01\x00{}")
+        assert truncated.status_code == 200 and b'"invalid_argument"' in truncated.content
+        unary = httpx.post(f"{api}/filesystem.Filesystem/Stat", headers=envd, content=b"[1]")
+        assert unary.status_code == 400 and unary.json()["code"] == "invalid_argument"
+        assert httpx.post(f"{api}/process.Process/Update", headers=envd, content=b"{}").status_code == 501
+        assert httpx.post(f"{api}/files", headers=envd, content=b"x").status_code == 400  # no path
+        assert httpx.get(f"{api}/files?path=/tmp", headers=envd).status_code == 400  # a directory
+        wrong = httpx.get(f"{api}/health", headers={**envd, "X-Access-Token": "0" * 32})
+        assert wrong.status_code == 502 and "was not found" in wrong.json()["message"]
+        assert sbx.commands.run("echo unharmed").stdout == "unharmed\n"
+    finally:
+        sbx.kill()
