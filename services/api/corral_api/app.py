@@ -95,10 +95,11 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         # A Redis that lost its data gets its jobs queued again (once the nodes re-registered theirs).
         requeuer = asyncio.create_task(app.state.jobs.requeue_forever(settings.heartbeat_interval_s,
                                                                       grace_s=settings.heartbeat_timeout_s))
-        app.state.e2b = E2bSandboxes(app.state.sandboxes, app.state.data_path,
-                                     E2bRepository(store.redis, keep_s=settings.e2b_max_timeout_s + 86400), settings)
         app.state.e2b_processes = ProcessTable(app.state.data_path)
         app.state.e2b_interpreter = Interpreter(app.state.data_path)
+        app.state.e2b = E2bSandboxes(app.state.sandboxes, app.state.data_path,
+                                     E2bRepository(store.redis, keep_s=settings.e2b_max_timeout_s + 86400), settings,
+                                     on_gone=app.state.e2b_interpreter.forget)
         reaper = asyncio.create_task(app.state.e2b.reap_forever(settings.e2b_reaper_interval_s))
         try:
             yield

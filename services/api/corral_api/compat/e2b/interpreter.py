@@ -99,6 +99,11 @@ class Interpreter:
             await asyncio.gather(context.reader, return_exceptions=True)
         context.proc = context.reader = context.ready = None
 
+    async def forget(self, sandbox_id: str) -> None:
+        """The sandbox is gone: end and drop its contexts."""
+        for context in list(self._contexts.pop(sandbox_id, {}).values()):
+            await self._stop(context)
+
     async def close(self) -> None:
         await self.kernels.close()
 

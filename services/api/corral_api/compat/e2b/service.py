@@ -10,6 +10,7 @@ kills it at its E2B deadline.
 import asyncio
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,11 +41,13 @@ def _rfc3339(ts: float | None) -> str | None:
 
 class E2bSandboxes:
     def __init__(self, sandboxes: SandboxService, data: SandboxDataPath, repo: E2bRepository,
-                 settings: ApiSettings):
+                 settings: ApiSettings, on_gone: Callable[[str], Awaitable[None]] | None = None):
         self.sandboxes = sandboxes
         self.data = data
         self.repo = repo
         self.settings = settings
+        # Told when this surface ends a sandbox (the code interpreter drops its contexts).
+        self.on_gone = on_gone
         self.templates = TemplateResolver(settings.e2b_templates, settings.e2b_template_metadata_key,
                                           settings.e2b_isolation_metadata_key)
 
@@ -164,6 +167,11 @@ class E2bSandboxes:
         await self._find(tenant, sandbox_id)
         await self.sandboxes.delete(tenant, sandbox_id)
         await self.repo.forget_deadline(sandbox_id)
+        await self._gone(sandbox_id)
+
+    async def _gone(self, sandbox_id: str) -> None:
+        if self.on_gone is not None:
+            await self.on_gone(sandbox_id)
 
     # ---- the reaper ------------------------------------------------------------------------
 
@@ -178,6 +186,7 @@ class E2bSandboxes:
                 continue
             try:
                 await self.sandboxes.delete(e2b.tenant, sandbox_id)
+                await self._gone(sandbox_id)
                 reaped.append(sandbox_id)
                 log.info("e2b.sandbox_expired", sandbox_id=sandbox_id)
             except NotFound:
