@@ -352,3 +352,72 @@ def test_uploads_timeouts_resources_and_bad_input(e2b_env):
         assert sbx.commands.run("echo unharmed").stdout == "unharmed\n"
     finally:
         sbx.kill()
+
+
+# A WebSocket echo server on the standard library only (the judge environment has python3
+# and nothing else): answers each text or binary message with b"echo:" + it.
+WS_ECHO_SERVER = r'''
+import base64, hashlib, socket, struct
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", 8765))
+srv.listen()
+while True:
+    conn, _ = srv.accept()
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += conn.recv(4096)
+    key = [l.split(b":", 1)[1].strip() for l in head.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key")][0]
+    accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+    def exactly(n):
+        data = b""
+        while len(data) < n:
+            data += conn.recv(n - len(data))
+        return data
+    while True:
+        first, second = exactly(2)
+        opcode, length = first & 15, second & 127
+        if length == 126:
+            length = struct.unpack(">H", exactly(2))[0]
+        mask = exactly(4)
+        payload = bytes(b ^ mask[i % 4] for i, b in enumerate(exactly(length)))
+        if opcode == 8:
+            conn.close()
+            break
+        reply = b"echo:" + payload
+        conn.sendall(bytes([0x80 | opcode, len(reply)]) + reply)
+'''
+
+
+def test_websocket_ingress(e2b_env):
+    from websockets.sync.client import connect
+
+    try:
+        sbx = Sandbox.create(template="judge", timeout=120)
+    except SandboxException as exc:
+        pytest.skip(f"no judge environment (python3) registered: {exc}")
+    try:
+        sbx.files.write("/tmp/ws_echo.py", WS_ECHO_SERVER)
+        sbx.commands.run("python3 /tmp/ws_echo.py", background=True)
+        url = e2b_env["api"].replace("http", "ws", 1) + f"/v1/sandboxes/{sbx.sandbox_id}/ports/8765/echo"
+
+        def opened():
+            try:
+                return connect(url, additional_headers={"Authorization": f"Bearer {e2b_env['api_key']}"},
+                               proxy=None, open_timeout=5)
+            except Exception:  # noqa: BLE001 - the server is still starting
+                return None
+
+        ws = until_sync(opened, 20, "WebSocket server answers")
+        with ws:
+            ws.send("hello")
+            assert ws.recv(timeout=10) == "echo:hello"
+            ws.send(b"\x00\x01")
+            assert ws.recv(timeout=10) == b"echo:\x00\x01"
+        with pytest.raises(Exception):  # noqa: B017 - refused handshake (no key) closes the socket
+            with connect(url, proxy=None, open_timeout=5) as anonymous:
+                anonymous.recv(timeout=5)
+    finally:
+        sbx.kill()

@@ -8,12 +8,15 @@ from collections.abc import AsyncIterator
 
 import httpx
 from starlette.requests import Request
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from corral_api.sandboxes.node_client import NodeClient, node_url
 from corral_api.sandboxes.service import SandboxService
 from corral_common.contracts.images import path_segment
 from corral_common.display import InputRequest, InputSent
-from corral_common.errors import BadRequest
+from corral_common.errors import BadRequest, CorralError, ServiceUnavailable
 from corral_common.exec import INGRESS_MARK, ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.sandboxes import SandboxState
 from corral_common.state import SandboxRecord
@@ -83,6 +86,21 @@ class SandboxDataPath:
         return await self.nodes.stream(request.method, url, params=request.query_params.multi_items(),
                                        headers=headers, content=body,
                                        is_error=lambda r: INGRESS_MARK not in r.headers and r.status_code >= 400)
+
+    async def port_websocket(self, tenant: str, sandbox_id: str, port: int, path: str, query: str,
+                             subprotocols: list[str]) -> ClientConnection:
+        """A WebSocket to ``port`` inside the sandbox, through its node-agent."""
+        url = await self._url(tenant, sandbox_id, f"ports/{port}")
+        url += "/" + "/".join(path_segment(part) for part in path.split("/")) if path else "/"
+        url = "ws" + url.removeprefix("http") + (f"?{query}" if query else "")
+        try:
+            return await ws_connect(url, additional_headers=self.nodes.headers, subprotocols=subprotocols or None,
+                                    proxy=None, compression=None)
+        except InvalidStatus as exc:
+            raise CorralError(f"node-agent refused the WebSocket ({exc.response.status_code})",
+                              status_code=exc.response.status_code) from None
+        except (OSError, InvalidHandshake) as exc:
+            raise ServiceUnavailable(f"port {port} of sandbox {sandbox_id}: {exc}") from None
 
     async def pause(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         await self.nodes.request("POST", await self._url(tenant, sandbox_id, "pause", _LIVE))

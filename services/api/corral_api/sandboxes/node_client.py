@@ -21,6 +21,7 @@ class NodeClient:
     def __init__(self, internal_token: str, timeout_s: float = 3600.0, *, max_connections: int = 1000,
                  pool_timeout_s: float = 5.0):
         headers = {INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {}
+        self.headers = headers  # for connections httpx does not make (WebSocket ingress)
         # A request waits pool_timeout_s at most for a free connection: httpx.PoolTimeout, which
         # corral_common.overload answers with a 503 (so it is not caught below).
         self.http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0, pool=pool_timeout_s),

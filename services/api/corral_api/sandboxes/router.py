@@ -4,10 +4,11 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 import httpx
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response, WebSocket
 from fastapi.responses import StreamingResponse
 
 from corral_api.auth.dependencies import Tenant
+from corral_api.limits import api_key_of
 from corral_api.sandboxes.data_path import INGRESS_RESPONSE_DROPPED, SandboxDataPath
 from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
@@ -15,9 +16,10 @@ from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.schemas import Snapshot
 from corral_api.snapshots.service import SnapshotService, to_schema
 from corral_common.display import InputRequest
-from corral_common.errors import ERROR_RESPONSES, BadRequest, ErrorResponse, PayloadTooLarge
+from corral_common.errors import ERROR_RESPONSES, BadRequest, CorralError, ErrorResponse, PayloadTooLarge
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
+from corral_common.ws_relay import relay
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
 
@@ -165,6 +167,27 @@ async def port_ingress(sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535
     sandbox keeps no network: its node-agent connects inside it. Corral's credentials are not
     passed on. 502 ``port_not_open`` when nothing listens there."""
     return ingress_response(*await data.port_request(tenant, sandbox_id, port, path, request))
+
+
+@router.websocket("/{sandbox_id}/ports/{port}/{path:path}")
+async def port_ingress_ws(websocket: WebSocket, sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535)],
+                          path: str) -> None:
+    """WebSocket ingress (same rules as HTTP): the API key is the handshake's ``Authorization:
+    Bearer`` or ``X-API-Key``; a refusal closes the socket with 1008 (auth) or 1011."""
+    key = api_key_of(websocket.headers)
+    tenant = websocket.app.state.api_keys.tenant_for(key) if key else None
+    if tenant is None:
+        await websocket.close(code=1008, reason="missing or invalid API key")
+        return
+    protocols = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    try:
+        upstream = await websocket.app.state.data_path.port_websocket(tenant, sandbox_id, port, path,
+                                                                       websocket.url.query, protocols)
+    except CorralError as exc:
+        await websocket.close(code=1008 if exc.status_code == 404 else 1011, reason=exc.message[:120])
+        return
+    await websocket.accept(subprotocol=upstream.subprotocol)
+    await relay(websocket, upstream)
 
 
 def ingress_response(upstream: httpx.Response, body: AsyncIterator[bytes]) -> StreamingResponse:

@@ -31,19 +31,23 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.requests import HTTPConnection
+from websockets.asyncio.client import connect as ws_connect
 
 from corral_common.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
 from corral_common.errors import BadRequest
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.internal import require_internal_token
+from corral_common.ws_relay import relay
 from corral_node_agent import ports
+from corral_node_agent.errors import NodeAgentError
 
 from .service import SandboxManager
 
 
-async def get_manager(request: Request) -> SandboxManager:
+async def get_manager(request: HTTPConnection) -> SandboxManager:
     return request.app.state.manager
 
 
@@ -116,6 +120,28 @@ async def port_ingress(sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535
         return await manager.connect_port(sandbox_id, target)
 
     return await ports.forward(connect, port, path, request)
+
+
+@router.websocket("/ports/{port}/{path:path}")
+async def port_ingress_ws(websocket: WebSocket, sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535)],
+                          path: str, manager: Manager) -> None:
+    """WebSocket ingress: the handshake is made to the sandbox's port over a connection made
+    inside the sandbox, then messages are relayed both ways."""
+    try:
+        sock = await manager.connect_port(sandbox_id, port)
+    except NodeAgentError as exc:
+        await websocket.close(code=1011, reason=exc.message[:120])
+        return
+    target = f"ws://localhost:{port}/{path}" + (f"?{websocket.url.query}" if websocket.url.query else "")
+    protocols = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    try:
+        upstream = await ws_connect(target, sock=sock, subprotocols=protocols or None, proxy=None, compression=None)
+    except Exception as exc:  # noqa: BLE001 - the sandbox's server refused the handshake
+        sock.close()
+        await websocket.close(code=1011, reason=f"handshake with port {port} failed: {exc}"[:120])
+        return
+    await websocket.accept(subprotocol=upstream.subprotocol)
+    await relay(websocket, upstream)
 
 
 def _line(chunk: ExecChunk) -> bytes:
