@@ -416,6 +416,13 @@ def test_websocket_ingress(e2b_env):
             assert ws.recv(timeout=10) == "echo:hello"
             ws.send(b"\x00\x01")
             assert ws.recv(timeout=10) == b"echo:\x00\x01"
+        # E2B's header routing reaches the same server.
+        routed = connect(e2b_env["api"].replace("http", "ws", 1) + "/echo", proxy=None, open_timeout=5,
+                         additional_headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8765",
+                                             "E2B-Traffic-Access-Token": sbx.traffic_access_token})
+        with routed:
+            routed.send("via headers")
+            assert routed.recv(timeout=10) == "echo:via headers"
         with pytest.raises(Exception):  # noqa: B017 - refused handshake (no key) closes the socket
             with connect(url, proxy=None, open_timeout=5) as anonymous:
                 anonymous.recv(timeout=5)

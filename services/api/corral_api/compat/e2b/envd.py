@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from corral_api.compat.e2b.connect import ConnectError
 from corral_api.compat.e2b.errors import E2bError, SandboxGone
@@ -55,7 +55,7 @@ class Envd:
         return posixpath.normpath(path if path.startswith("/") else f"{self.home}/{path}")
 
 
-def user_of(request: Request, query_user: str | None = None) -> str:
+def user_of(request: HTTPConnection, query_user: str | None = None) -> str:
     """``Authorization: Basic base64("<user>:")`` (envd's user selection), or ``username=``."""
     user = query_user
     header = request.headers.get("authorization", "")
@@ -70,7 +70,7 @@ def user_of(request: Request, query_user: str | None = None) -> str:
     return user
 
 
-def _token_ok(request: Request, record: E2bRecord, allow_traffic: bool) -> bool:
+def _token_ok(request: HTTPConnection, record: E2bRecord, allow_traffic: bool) -> bool:
     """The envd access token, or (the code interpreter's context calls carry only that one)
     the sandbox's traffic token."""
     pairs = [(request.headers.get("x-access-token"), record.access_token),
@@ -79,7 +79,7 @@ def _token_ok(request: Request, record: E2bRecord, allow_traffic: bool) -> bool:
                for given, expected in pairs)
 
 
-async def resolve(request: Request, query_user: str | None = None, *, allow_traffic: bool = False) -> Envd:
+async def resolve(request: HTTPConnection, query_user: str | None = None, *, allow_traffic: bool = False) -> Envd:
     """The sandbox of an envd call, from ``E2b-Sandbox-Id`` and its token. A sandbox that is
     not running (or not the token's) answers 502 "…was not found"."""
     sandbox_id = request.headers.get("e2b-sandbox-id", "")

@@ -8,7 +8,7 @@ import zlib
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
 
@@ -28,6 +28,7 @@ from corral_api.compat.e2b.processes import UNLIMITED_S
 from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.router import ingress_response
 from corral_common.errors import CorralError, NotFound
+from corral_common.ws_relay import relay
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False, tags=["e2b envd"])
 
@@ -131,6 +132,28 @@ async def port_ingress(port: str, path: str, request: Request) -> StreamingRespo
         raise E2bError(400, f"E2b-Sandbox-Port: {port!r} is not a port")
     return ingress_response(*await request.app.state.data_path.port_request(call.tenant, call.sandbox_id, int(port),
                                                                              path, request))
+
+
+@router.websocket(PREFIX + "/{port}/{path:path}")
+async def port_ingress_ws(websocket: WebSocket, port: str, path: str) -> None:
+    """A sandbox port's WebSocket through E2B's header routing (ingress.py)."""
+    try:
+        call = await resolve(websocket, allow_traffic=True)
+    except E2bError as exc:
+        await websocket.close(code=1008, reason=exc.message[:120])
+        return
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        await websocket.close(code=1008, reason=f"E2b-Sandbox-Port: {port!r} is not a port")
+        return
+    protocols = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    try:
+        upstream = await websocket.app.state.data_path.port_websocket(call.tenant, call.sandbox_id, int(port), path,
+                                                                       websocket.url.query, protocols)
+    except CorralError as exc:
+        await websocket.close(code=1011, reason=exc.message[:120])
+        return
+    await websocket.accept(subprotocol=upstream.subprotocol)
+    await relay(websocket, upstream)
 
 
 # ---- Connect RPC -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ class E2bPortRouting:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):
             headers = Headers(scope=scope)
             port = headers.get("e2b-sandbox-port")
             if port and port not in SERVED_HERE and headers.get("e2b-sandbox-id"):
