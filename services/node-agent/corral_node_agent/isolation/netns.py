@@ -4,8 +4,8 @@ A sandbox's netns has no route out (network.py): the only way to its ports is a 
 *made inside* that namespace. ``setns(2)`` switches just the calling thread, so each call
 runs in a fresh thread that enters the namespace, makes the socket (which stays bound to the
 namespace it was created in) and ends: no pooled thread is ever left in a sandbox's netns.
-The loopback interface is brought up at start, so software in the sandbox can listen on
-127.0.0.1 (the namespace still has no other interface: nothing leaves it).
+The loopback interface is brought up at start (IPv4 only), so software in the sandbox can
+listen on 127.0.0.1 (the namespace still has no other interface and no route: nothing leaves it).
 """
 
 import ctypes
@@ -58,6 +58,12 @@ def run_in_netns(pid: int, fn: Callable[[], T]) -> T:
 
 
 def _loopback_up() -> None:
+    # IPv4 loopback only: without IPv6 on lo the namespace has no route at all (not even ::1).
+    try:
+        with open("/proc/sys/net/ipv6/conf/lo/disable_ipv6", "w") as fh:  # this thread's netns
+            fh.write("1")
+    except OSError:
+        pass  # a kernel without IPv6
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         ifreq = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, ifreq))[1]
