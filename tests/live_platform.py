@@ -22,6 +22,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OTHER_TENANT_KEY = "other-tenant-key-123"
+# A key of the form E2B's SDKs accept ("e2b_" + 40 hex), for the platform's default tenant.
+E2B_API_KEY = "e2b_" + "c0ffee" * 6 + "c0ff"
 # Long enough for a SIGKILLed node-agent to restart and re-adopt (Python start-up on a loaded
 # 2-core host takes up to ~3 s), short enough for the node-loss test to stay quick.
 HEARTBEAT_TIMEOUT_S = 8.0
@@ -89,7 +91,8 @@ def run_platform(service_urls, tmp_path_factory):
     # at once, so on a 2-core machine each node's one core takes 16 (the default ratio is 8).
     up = subprocess.run([*cmd[:2], "up", *cmd[2:], "--nodes", "2", "--base-port", str(base_port),
                          "--cpu-overcommit", "16", "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S),
-                         "--extra-api-key", f"other:{OTHER_TENANT_KEY}"],
+                         "--extra-api-key", f"other:{OTHER_TENANT_KEY}",
+                         "--extra-api-key", f"default:{E2B_API_KEY}"],
                         env=env, capture_output=True, text=True)
     if up.returncode != 0:
         logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in (state / "logs").glob("*.log"))

@@ -20,7 +20,7 @@ from corral_common.sandboxes import SandboxSpec, Usage
 from corral_node_agent.backends.base import Capability, ExitReason, SandboxBackend
 from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.backends.types import RootFs
-from corral_node_agent.errors import AlreadyExists, BadInput, NotFound, SandboxPaused, Unsupported
+from corral_node_agent.errors import AlreadyExists, BadInput, NotFound, PortClosed, SandboxPaused, Unsupported
 from corral_node_agent.http_errors import http_error
 from tests.polling import until
 from tests.sandbox_host import container_skip_reason
@@ -178,7 +178,8 @@ async def test_files_round_trip(subject):
 
 
 _METHODS = {Capability.pause: ("pause", "resume"), Capability.screen: ("screenshot", "send_input"),
-            Capability.snapshot: ("snapshot", "delete_snapshot"), Capability.adopt: ("spec_of",)}
+            Capability.snapshot: ("snapshot", "delete_snapshot"), Capability.adopt: ("spec_of",),
+            Capability.ports: ("connect_port",)}
 
 
 async def test_capabilities_are_what_the_backend_does(subject):
@@ -192,7 +193,8 @@ async def test_capabilities_are_what_the_backend_does(subject):
             continue
         calls = {Capability.pause: lambda: backend.pause(sid), Capability.screen: lambda: backend.screenshot(sid),
                  Capability.snapshot: lambda: backend.snapshot(sid, "never"),
-                 Capability.adopt: lambda: backend.spec_of(sid)}
+                 Capability.adopt: lambda: backend.spec_of(sid),
+                 Capability.ports: lambda: backend.connect_port(sid, 8080)}
         with pytest.raises(Unsupported) as exc:
             result = calls[capability]()
             if asyncio.iscoroutine(result):
@@ -203,6 +205,11 @@ async def test_capabilities_are_what_the_backend_does(subject):
         assert backend.spec_of(sid) == subject.spec()
     if Capability.screen in backend.capabilities:
         assert (await backend.screenshot(sid))[:8] == b"\x89PNG\r\n\x1a\n"
+    if Capability.ports in backend.capabilities:
+        with pytest.raises(PortClosed):  # nothing listens there
+            await backend.connect_port(sid, 9)
+        with pytest.raises(NotFound):
+            await backend.connect_port("no-such-sandbox", 9)
     if Capability.snapshot in backend.capabilities:
         snap = "snap-" + uuid.uuid4().hex[:8]
         assert await backend.snapshot(sid, snap) >= 0

@@ -8,6 +8,10 @@ from corral_common.inputs import ProcessArgs, ProcessCwd, ProcessEnv
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # bytes per stream per call
 
+# Port ingress: a node-agent marks the answers that come from the sandbox's port with this
+# header, so the api passes the app's own 404 on as the app's, not as a node error.
+INGRESS_MARK = "x-corral-ingress"
+
 # How stdout/stderr travel: "utf-8" decodes them as text (bytes that are not valid UTF-8
 # become U+FFFD, as they always did); "base64" is the raw bytes, intact.
 OutputEncoding = Literal["utf-8", "base64"]

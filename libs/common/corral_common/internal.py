@@ -10,14 +10,16 @@ FastAPI does not hop to a thread pool for it."""
 
 import hmac
 
-from fastapi import Depends, Request
+from fastapi import Depends
+from starlette.requests import HTTPConnection
 
 from corral_common.errors import Unauthorized
 
 INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"  # noqa: S105 - a header name, not a secret
 
 
-async def require_internal_token(request: Request) -> None:
+async def require_internal_token(request: HTTPConnection) -> None:
+    # HTTPConnection, not Request: the same check guards WebSocket routes (port ingress).
     settings = getattr(request.app.state, "settings", None)
     if settings is None:  # a wiring mistake must not open the door
         raise Unauthorized("this service does not know its internal token yet", loc=["header", INTERNAL_TOKEN_HEADER])

@@ -10,6 +10,14 @@ from fastapi import FastAPI
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.commits.router import router as commits_router
 from corral_api.commits.service import CommitService
+from corral_api.compat.e2b.envd_router import router as e2b_envd_router
+from corral_api.compat.e2b.ingress import E2bPortRouting
+from corral_api.compat.e2b.interpreter import Interpreter
+from corral_api.compat.e2b.interpreter_router import router as e2b_interpreter_router
+from corral_api.compat.e2b.processes import ProcessTable
+from corral_api.compat.e2b.repository import E2bRepository
+from corral_api.compat.e2b.router import router as e2b_router
+from corral_api.compat.e2b.service import E2bSandboxes
 from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
 from corral_api.images.client import ImageServiceWrites
@@ -100,9 +108,18 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         # A Redis that lost its data gets its jobs queued again (once the nodes re-registered theirs).
         requeuer = asyncio.create_task(app.state.jobs.requeue_forever(settings.heartbeat_interval_s,
                                                                       grace_s=settings.heartbeat_timeout_s))
+        app.state.e2b_processes = ProcessTable(app.state.data_path)
+        app.state.e2b_interpreter = Interpreter(app.state.data_path)
+        app.state.e2b = E2bSandboxes(app.state.sandboxes, app.state.data_path,
+                                     E2bRepository(store.redis, keep_s=settings.e2b_max_timeout_s + 86400), settings,
+                                     on_gone=app.state.e2b_interpreter.forget)
+        reaper = asyncio.create_task(app.state.e2b.reap_forever(settings.e2b_reaper_interval_s))
         try:
             yield
         finally:
+            reaper.cancel()
+            await app.state.e2b_processes.close()
+            await app.state.e2b_interpreter.close()
             requeuer.cancel()
             sweeper.cancel()
             await app.state.jobs.close()
@@ -122,6 +139,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(TenantConcurrencyMiddleware)
+    app.add_middleware(E2bPortRouting)
     instrument_app(app)
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)
@@ -130,6 +148,9 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(images_router)
     app.include_router(commits_router)
+    app.include_router(e2b_router)
+    app.include_router(e2b_envd_router)
+    app.include_router(e2b_interpreter_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

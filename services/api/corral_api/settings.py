@@ -53,6 +53,31 @@ class ApiSettings(PrefixedServiceSettings):
     # largest layer tar or image archive one upload may be.
     image_quota_mb: int = Field(10240, ge=0)
     image_max_upload_mb: int = Field(4096, ge=1)
+    # E2B-compatible surface (corral_api/compat/e2b). Operator mapping of E2B templateIDs to
+    # Corral environments, "template=environment[/isolation]" comma-separated (isolation:
+    # container|vm); a templateID not listed is taken as an environment name itself.
+    e2b_templates: str = Field("base=busybox,code-interpreter-v1=judge", description=(
+        "E2B templateID -> Corral environment, 'template=environment[/vm]' comma-separated; "
+        "unlisted templateIDs are used as environment names"))
+    # Clients that choose the image by metadata (slime): this metadata key, when present,
+    # names the environment and wins over templateID. Empty: off.
+    e2b_template_metadata_key: str = Field("corral.environment", description=(
+        "E2B metadata key whose value names the Corral environment (wins over templateID); empty: off"))
+    # Metadata key that asks for a hardware boundary ("vm") or a container ("container").
+    e2b_isolation_metadata_key: str = Field("corral.isolation", description=(
+        "E2B metadata key whose value (container|vm) sets the sandbox's isolation"))
+    # E2B's default sandbox lifetime when create sends no timeout, and the longest one a
+    # create, connect or set_timeout may ask for (seconds).
+    e2b_default_timeout_s: int = Field(300, ge=1, description="E2B sandbox lifetime when create sends no timeout")
+    e2b_max_timeout_s: int = Field(86400, ge=1, le=7 * 24 * 3600,
+                                   description="Longest E2B sandbox lifetime a create/connect/set_timeout may ask for")
+    # How often the reaper ends E2B sandboxes whose deadline passed.
+    e2b_reaper_interval_s: float = Field(1.0, gt=0, description="How often E2B sandboxes past their deadline are killed")
+    # The envd version reported to the SDK: it gates client features (>= 0.5.7: octet-stream
+    # and gzip uploads; < 0.6.2: no file metadata, which this surface does not keep).
+    e2b_envd_version: str = Field("0.5.8", description="envdVersion reported to the E2B SDK (gates its features)")
+    # How long create waits for the sandbox to run before answering (E2B's create is synchronous).
+    e2b_create_wait_s: float = Field(120.0, gt=0, description="Longest an E2B create waits for the sandbox to run")
     # fncall calls and batches: CORRAL_FNCALL_* (FncallApiSettings reads its own env names).
     fncall: FncallApiSettings = Field(default_factory=FncallApiSettings)
 

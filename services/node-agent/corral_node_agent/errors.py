@@ -57,6 +57,10 @@ class Unsupported(Conflict):
     """The sandbox's kind cannot do this (a container has no screen...)."""
 
 
+class PortClosed(NodeAgentError):
+    """Nothing listens on the sandbox port an ingress request is for."""
+
+
 class Unavailable(NodeAgentError):
     """This node cannot do it now (it is full, a snapshot could not be written...)."""
 

@@ -6,14 +6,29 @@ forwards the request through the shared ``NodeClient``.
 
 from collections.abc import AsyncIterator
 
+import httpx
+from starlette.requests import Request
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus
+
 from corral_api.sandboxes.node_client import NodeClient, node_url
 from corral_api.sandboxes.service import SandboxService
+from corral_common.contracts.images import path_segment
 from corral_common.display import InputRequest, InputSent
-from corral_common.errors import BadRequest, Conflict
-from corral_common.exec import ExecRequest, ExecResult, FileInfo, FileWritten
+from corral_common.errors import BadRequest, Conflict, CorralError, ServiceUnavailable
+from corral_common.exec import INGRESS_MARK, ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import SandboxState
 from corral_common.state import SandboxRecord
+
+# Request headers ingress does not pass into a sandbox: Corral's credentials, and hop-by-hop.
+INGRESS_DROPPED = frozenset({"authorization", "x-api-key", "x-access-token", "e2b-traffic-access-token",
+                             "x-corral-internal-token", "host", "connection", "keep-alive", "te", "trailer",
+                             "transfer-encoding", "upgrade", "proxy-authorization"})
+# Response headers it does not pass back (hop-by-hop; the api frames the body itself).
+INGRESS_RESPONSE_DROPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "trailer", "upgrade",
+                                      "content-length", INGRESS_MARK})
 
 _LIVE = frozenset({SandboxState.running, SandboxState.paused})
 
@@ -55,6 +70,38 @@ class SandboxDataPath:
         if not response.headers.get("content-type", "").startswith("application/json"):
             raise BadRequest(f"{path} is not a directory", loc=["query", "path"], code="not_a_directory")
         return [FileInfo.model_validate(item) for item in response.json()]
+
+    async def stat(self, tenant: str, sandbox_id: str, path: str) -> FileInfo:
+        response = await self.nodes.request("GET", await self._url(tenant, sandbox_id, "files/stat"),
+                                            params={"path": path})
+        return FileInfo.model_validate_json(response.content)
+
+    async def port_request(self, tenant: str, sandbox_id: str, port: int, path: str, request: Request,
+                           ) -> tuple[httpx.Response, AsyncIterator[bytes]]:
+        """Forward an HTTP request to ``port`` inside the sandbox (through its node-agent, which
+        connects inside the sandbox); the response and its body, streamed."""
+        url = await self._url(tenant, sandbox_id, f"ports/{port}")
+        url += "/" + "/".join(path_segment(part) for part in path.split("/")) if path else "/"
+        headers = [(k, v) for k, v in request.headers.raw if k.decode("latin-1").lower() not in INGRESS_DROPPED]
+        body = request.stream() if request.method not in ("GET", "HEAD") else None
+        return await self.nodes.stream(request.method, url, params=request.query_params.multi_items(),
+                                       headers=headers, content=body,
+                                       is_error=lambda r: INGRESS_MARK not in r.headers and r.status_code >= 400)
+
+    async def port_websocket(self, tenant: str, sandbox_id: str, port: int, path: str, query: str,
+                             subprotocols: list[str]) -> ClientConnection:
+        """A WebSocket to ``port`` inside the sandbox, through its node-agent."""
+        url = await self._url(tenant, sandbox_id, f"ports/{port}")
+        url += "/" + "/".join(path_segment(part) for part in path.split("/")) if path else "/"
+        url = "ws" + url.removeprefix("http") + (f"?{query}" if query else "")
+        try:
+            return await ws_connect(url, additional_headers=self.nodes.headers, subprotocols=subprotocols or None,
+                                    proxy=None, compression=None)
+        except InvalidStatus as exc:
+            raise CorralError(f"node-agent refused the WebSocket ({exc.response.status_code})",
+                              status_code=exc.response.status_code) from None
+        except (OSError, InvalidHandshake) as exc:
+            raise ServiceUnavailable(f"port {port} of sandbox {sandbox_id}: {exc}") from None
 
     async def pause(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         await self.nodes.request("POST", await self._url(tenant, sandbox_id, "pause", _LIVE))

@@ -21,6 +21,7 @@ class NodeClient:
     def __init__(self, internal_token: str, timeout_s: float = 3600.0, *, max_connections: int = 1000,
                  pool_timeout_s: float = 5.0):
         headers = {INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {}
+        self.headers = headers  # for connections httpx does not make (WebSocket ingress)
         # A request waits pool_timeout_s at most for a free connection: httpx.PoolTimeout, which
         # corral_common.overload answers with a 503 (so it is not caught below).
         self.http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0, pool=pool_timeout_s),
@@ -44,14 +45,18 @@ class NodeClient:
         self._raise_for(response)
         return response
 
-    async def stream(self, method: str, url: str, **kwargs: Any) -> tuple[httpx.Response, AsyncIterator[bytes]]:
+    async def stream(self, method: str, url: str, *, is_error: Any = None,
+                     **kwargs: Any) -> tuple[httpx.Response, AsyncIterator[bytes]]:
+        """``is_error(response)`` decides which answers are the node's errors (default: every
+        status >= 400); the rest stream back whatever their status."""
+        is_error = is_error or (lambda r: r.status_code >= 400)
         try:
             response = await self.http.send(self.http.build_request(method, url, **kwargs), stream=True)
         except httpx.PoolTimeout:
             raise
         except httpx.HTTPError as exc:
             raise ServiceUnavailable(f"node-agent unreachable: {exc.__class__.__name__}") from exc
-        if response.status_code >= 400:
+        if is_error(response):
             await response.aread()
             await response.aclose()
             self._raise_for(response)

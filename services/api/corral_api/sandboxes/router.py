@@ -1,22 +1,26 @@
 """Public sandbox endpoints: lifecycle (control path over the bus) and exec/files (data path)."""
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+import httpx
+from fastapi import APIRouter, Depends, Path, Query, Request, Response, WebSocket
 from fastapi.responses import StreamingResponse
 
 from corral_api.auth.dependencies import Tenant
-from corral_api.sandboxes.data_path import SandboxDataPath
+from corral_api.limits import api_key_of
+from corral_api.sandboxes.data_path import INGRESS_RESPONSE_DROPPED, SandboxDataPath
 from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, SandboxNetworkState, WaitState
 from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.schemas import Snapshot
 from corral_api.snapshots.service import SnapshotService, to_schema
 from corral_common.display import InputRequest
-from corral_common.errors import ERROR_RESPONSES, BadRequest, ErrorResponse, PayloadTooLarge
+from corral_common.errors import ERROR_RESPONSES, BadRequest, CorralError, ErrorResponse, PayloadTooLarge
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
 from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
+from corral_common.ws_relay import relay
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
 
@@ -168,6 +172,45 @@ async def exec_command(sandbox_id: str, body: ExecRequest, tenant: Tenant, data:
                               "description": "JSON lines: {type: stdout|stderr, data} ..., then {type: exit, result}"}})
 async def exec_command_stream(sandbox_id: str, body: ExecRequest, tenant: Tenant, data: Data) -> StreamingResponse:
     return StreamingResponse(await data.exec_stream(tenant, sandbox_id, body), media_type="application/x-ndjson")
+
+
+@router.api_route("/{sandbox_id}/ports/{port}/{path:path}", include_in_schema=False,
+                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+async def port_ingress(sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535)], path: str, request: Request,
+                       tenant: Tenant, data: Data) -> StreamingResponse:
+    """HTTP ingress: the request goes to ``port`` on the sandbox's own loopback (a web app, a
+    Jupyter server, an action server inside the image) and its answer streams back. The
+    sandbox keeps no network: its node-agent connects inside it. Corral's credentials are not
+    passed on. 502 ``port_not_open`` when nothing listens there."""
+    return ingress_response(*await data.port_request(tenant, sandbox_id, port, path, request))
+
+
+@router.websocket("/{sandbox_id}/ports/{port}/{path:path}")
+async def port_ingress_ws(websocket: WebSocket, sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535)],
+                          path: str) -> None:
+    """WebSocket ingress (same rules as HTTP): the API key is the handshake's ``Authorization:
+    Bearer`` or ``X-API-Key``; a refusal closes the socket with 1008 (auth) or 1011."""
+    key = api_key_of(websocket.headers)
+    tenant = websocket.app.state.api_keys.tenant_for(key) if key else None
+    if tenant is None:
+        await websocket.close(code=1008, reason="missing or invalid API key")
+        return
+    protocols = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    try:
+        upstream = await websocket.app.state.data_path.port_websocket(tenant, sandbox_id, port, path,
+                                                                       websocket.url.query, protocols)
+    except CorralError as exc:
+        await websocket.close(code=1008 if exc.status_code == 404 else 1011, reason=exc.message[:120])
+        return
+    await websocket.accept(subprotocol=upstream.subprotocol)
+    await relay(websocket, upstream)
+
+
+def ingress_response(upstream: httpx.Response, body: AsyncIterator[bytes]) -> StreamingResponse:
+    response = StreamingResponse(body, status_code=upstream.status_code)
+    response.raw_headers = [(k.lower(), v) for k, v in upstream.headers.raw
+                            if k.decode("latin-1").lower() not in INGRESS_RESPONSE_DROPPED]
+    return response
 
 
 @router.put("/{sandbox_id}/files", status_code=204, operation_id="write_file",

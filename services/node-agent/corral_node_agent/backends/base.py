@@ -18,6 +18,7 @@ tests/contract/test_backend_contract.py):
 
 import abc
 import asyncio
+import socket
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import StrEnum
@@ -55,11 +56,14 @@ class Capability(StrEnum):
     # cleanup_orphans(adopt=True) takes over the sandboxes a previous agent run left alive; spec_of().
     adopt = "adopt"
     commit = "commit"  # commit_diff(): the writable layer as an OCI diff tar
+    # connect_port(): TCP connections to a port inside the sandbox (HTTP ingress).
+    ports = "ports"
 
 
 _LACKING = {Capability.pause: "cannot be paused", Capability.screen: "have no display",
             Capability.snapshot: "cannot be snapshotted", Capability.adopt: "cannot be adopted",
-            Capability.commit: "cannot be committed (VMs: snapshot them)"}
+            Capability.commit: "cannot be committed (VMs: snapshot them)",
+            Capability.ports: "do not offer port ingress"}
 
 # Called once per sandbox that ended on its own (init died, or timeout_s elapsed), after the
 # backend has already torn it down; stop() afterwards is a no-op returning the same usage.
@@ -195,6 +199,12 @@ class SandboxBackend(abc.ABC):
         OCI layer tar, deletions as whiteouts, while its processes are frozen; returns the
         number of entries. The sandbox keeps running."""
         raise self.unsupported(Capability.commit)
+
+    async def connect_port(self, sandbox_id: str, port: int) -> socket.socket:
+        """A connected, non-blocking TCP socket to ``port`` on the sandbox's own loopback (its
+        network stays closed: the socket is made inside the sandbox's namespace by the node).
+        ``PortClosed`` when nothing listens there."""
+        raise self.unsupported(Capability.ports)
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:
         """The spec of a sandbox this backend runs (needed for adopted ones)."""

@@ -12,6 +12,7 @@ A sandbox ends on its own after ``spec.timeout_s`` (real time), or when a test c
 """
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from corral_common.sandboxes import SandboxSpec, Usage
 from corral_node_agent.backends import paths
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.types import LayerFormat, RootFs
-from corral_node_agent.errors import AlreadyExists, BadInput, NotFound, SandboxPaused
+from corral_node_agent.errors import AlreadyExists, BadInput, NotFound, PortClosed, SandboxPaused
 
 # The smallest valid PNG header a screen can have: signature + IHDR of a 1x1 image.
 FAKE_PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00"
@@ -151,6 +152,12 @@ class FakeBackend(SandboxBackend):
     def is_paused(self, sandbox_id: str) -> bool:
         sb = self.sandboxes.get(sandbox_id)
         return bool(sb and sb.paused)
+
+    async def connect_port(self, sandbox_id: str, port: int) -> socket.socket:
+        """A fake sandbox runs nothing, so nothing listens on any of its ports."""
+        self._can(Capability.ports)
+        self._get(sandbox_id)
+        raise PortClosed(f"port {port} is not open in sandbox {sandbox_id}")
 
     async def screenshot(self, sandbox_id: str) -> bytes:
         self._can(Capability.screen)

@@ -5,11 +5,15 @@
                                stdout/stderr pieces as produced, then one `exit` chunk
     PUT  /files?path=P&mode=M  raw body (streamed) → FileWritten {"path", "size"}; parent dirs created;
                                mode is octal text, default 644
+    GET  /files/stat?path=P    FileInfo of one path (lstat: a link is not followed)
     GET  /files?path=P         a regular file → its bytes (application/octet-stream);
                                a directory → JSON list of FileInfo (lstat, links not followed)
     PUT  /network              NetworkPolicy → {"network"}: the sandbox's egress rules replaced, in
                                force on return (400 for a sandbox created with network "none")
     GET  /network              {"counters": {tx_bytes, rx_bytes, denied}, "denied": [{at, target, reason}]}
+    * /ports/{port}/{path}     HTTP ingress: the request, sent to 127.0.0.1:port inside the sandbox
+                               (ports.py); its answer streamed back. 502 port_not_open when nothing
+                               listens; 409 unsupported_by_backend for kinds without Capability.ports
     POST /pause, POST /resume  freeze / thaw every process (cgroup freezer via crun; QMP
                                stop/cont for VMs); running ⇄ paused in the record → {"state"}
     GET  /screen               the screen as image/png (vm backend)
@@ -27,12 +31,15 @@ refused (400, loc ["query", "path"]). Every route requires header X-Corral-Inter
 when the internal_token setting is non-empty (401 otherwise).
 """
 
+import socket
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import HTTPConnection
+from websockets.asyncio.client import connect as ws_connect
 
 from corral_common.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
 from corral_common.errors import BadRequest
@@ -40,11 +47,14 @@ from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, Fil
 from corral_common.inputs import NAME_PATTERN, VERSION_PATTERN
 from corral_common.internal import require_internal_token
 from corral_common.network import NetworkPolicy
+from corral_common.ws_relay import relay
+from corral_node_agent import ports
+from corral_node_agent.errors import NodeAgentError
 
 from .service import SandboxManager
 
 
-async def get_manager(request: Request) -> SandboxManager:
+async def get_manager(request: HTTPConnection) -> SandboxManager:
     return request.app.state.manager
 
 
@@ -135,6 +145,38 @@ async def exec_stream(sandbox_id: str, req: ExecRequest,
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
+@router.api_route("/ports/{port}/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+                  summary="HTTP ingress to a port inside the sandbox", include_in_schema=False)
+async def port_ingress(sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535)], path: str, request: Request,
+                       manager: Manager) -> Response:
+    async def connect(target: int) -> socket.socket:
+        return await manager.connect_port(sandbox_id, target)
+
+    return await ports.forward(connect, port, path, request)
+
+
+@router.websocket("/ports/{port}/{path:path}")
+async def port_ingress_ws(websocket: WebSocket, sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535)],
+                          path: str, manager: Manager) -> None:
+    """WebSocket ingress: the handshake is made to the sandbox's port over a connection made
+    inside the sandbox, then messages are relayed both ways."""
+    try:
+        sock = await manager.connect_port(sandbox_id, port)
+    except NodeAgentError as exc:
+        await websocket.close(code=1011, reason=exc.message[:120])
+        return
+    target = f"ws://localhost:{port}/{path}" + (f"?{websocket.url.query}" if websocket.url.query else "")
+    protocols = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    try:
+        upstream = await ws_connect(target, sock=sock, subprotocols=protocols or None, proxy=None, compression=None)
+    except Exception as exc:  # noqa: BLE001 - the sandbox's server refused the handshake
+        sock.close()
+        await websocket.close(code=1011, reason=f"handshake with port {port} failed: {exc}"[:120])
+        return
+    await websocket.accept(subprotocol=upstream.subprotocol)
+    await relay(websocket, upstream)
+
+
 def _line(chunk: ExecChunk) -> bytes:
     return chunk.model_dump_json(exclude_none=True).encode() + b"\n"
 
@@ -154,6 +196,11 @@ async def put_file(sandbox_id: str, request: Request, manager: Manager,
                    path: str = Query(..., max_length=4096), mode: str = Query("644", max_length=4)) -> FileWritten:
     size = await manager.write_file(sandbox_id, path, request.stream(), _parse_mode(mode))
     return FileWritten(path=path, size=size)
+
+
+@router.get("/files/stat", summary="Stat one path (a symlink is not followed)")
+async def stat_file(sandbox_id: str, manager: Manager, path: str = Query(..., max_length=4096)) -> FileInfo:
+    return await manager.stat(sandbox_id, path)
 
 
 @router.get("/files", summary="Download a file, or list a directory",

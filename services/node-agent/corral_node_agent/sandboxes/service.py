@@ -22,6 +22,7 @@ lists the capability; otherwise the answer is ``Unsupported``, whichever backend
 
 import asyncio
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -413,6 +414,10 @@ class SandboxManager:
     async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
         self._require(sandbox_id)
         return await self._backend_of(sandbox_id).list_dir(sandbox_id, path)
+
+    async def connect_port(self, sandbox_id: str, port: int) -> socket.socket:
+        """A TCP connection to ``port`` inside the sandbox (port ingress)."""
+        return await self._capable(sandbox_id, Capability.ports).connect_port(sandbox_id, port)
 
 
 def build_backends(settings: NodeAgentSettings) -> dict[str, SandboxBackend]:

@@ -20,6 +20,7 @@ import asyncio
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -45,11 +46,13 @@ from corral_node_agent.errors import (
     BadInput,
     NodeAgentError,
     NotFound,
+    PortClosed,
     RuntimeFailure,
     SandboxPaused,
     StartFailed,
     Unsupported,
 )
+from corral_node_agent.isolation import netns
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
 from corral_node_agent.isolation.quota import UpperDisks
 from corral_node_agent.isolation.seccomp import SyscallFilter
@@ -91,7 +94,7 @@ class _Sandbox:
 
 
 class ContainerBackend(SandboxBackend):
-    capabilities = frozenset({Capability.pause, Capability.adopt, Capability.commit})
+    capabilities = frozenset({Capability.pause, Capability.adopt, Capability.commit, Capability.ports})
 
     def __init__(self, settings: NodeAgentSettings):
         self.settings = settings
@@ -204,6 +207,9 @@ class ContainerBackend(SandboxBackend):
         except ProcessLookupError:
             raise StartFailed("sandbox init exited immediately") from None
         asyncio.get_running_loop().add_reader(sb.pidfd, self._init_exited, sb.id)
+        # Loopback only (the namespace has no other interface): servers in the sandbox can
+        # listen on 127.0.0.1, and port ingress reaches them there.
+        await asyncio.to_thread(netns.loopback_up, sb.pid)
         program = self._seccomp_programs.get(sb.policy.syscalls.name)
         if program is not None and self.crun.seccomp_program(sb.id) != program:
             # (a runtime that ignored the annotation would run the sandbox unfiltered)
@@ -474,6 +480,18 @@ class ContainerBackend(SandboxBackend):
         return bool(sb and sb.paused)
 
     # ---- exec ---------------------------------------------------------------------------
+
+    async def connect_port(self, sandbox_id: str, port: int) -> socket.socket:
+        sb = self._get(sandbox_id)
+        if sb.paused:
+            raise SandboxPaused(f"sandbox {sandbox_id} is paused")
+        sock = await asyncio.to_thread(netns.tcp_socket, sb.pid)
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port)), 10)
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            raise PortClosed(f"port {port} is not open in sandbox {sandbox_id} ({exc.__class__.__name__})") from None
+        return sock
 
     def _get(self, sandbox_id: str) -> _Sandbox:
         sb = self._sandboxes.get(sandbox_id)

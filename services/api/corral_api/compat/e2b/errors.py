@@ -1,0 +1,75 @@
+"""E2B's error shapes: the SDK parses every REST error as JSON ``{"code": int, "message": str}``
+(anything else raises ``JSONDecodeError``/``KeyError`` in its generated client instead of the
+right exception), and every envd call to a sandbox that is gone or paused as the edge
+proxy's 502 "…was not found" (``SandboxNotRunningException``, ``is_running() == False``)."""
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import httpx
+from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+from corral_common.errors import CorralError
+from corral_common.logging import get_logger
+
+log = get_logger(__name__)
+
+
+class E2bError(Exception):
+    def __init__(self, status_code: int, message: str, *, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.headers = headers or {}
+
+
+class SandboxGone(E2bError):
+    """An envd call to a sandbox that is not running (killed, paused, unknown, another tenant's)."""
+
+    def __init__(self, sandbox_id: str):
+        super().__init__(502, "The sandbox was not found")
+        self.sandbox_id = sandbox_id
+
+
+def error_response(status_code: int, message: str, headers: dict[str, str] | None = None,
+                   **extra: Any) -> JSONResponse:
+    return JSONResponse({"code": status_code, "message": message, **extra}, status_code=status_code,
+                        headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+class E2bRoute(APIRoute):
+    """Answers every error of its routes in E2B's shape, whatever raised it."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except SandboxGone as exc:
+                return error_response(exc.status_code, exc.message, sandboxId=exc.sandbox_id)
+            except E2bError as exc:
+                return error_response(exc.status_code, exc.message, exc.headers)
+            except CorralError as exc:
+                # 400 for a body Corral refuses: the SDK retries 429/502/503/504 only.
+                return error_response(exc.status_code, exc.message, exc.response_headers())
+            except RequestValidationError as exc:
+                return error_response(400, _validation_message(exc))
+            except httpx.PoolTimeout:
+                return error_response(503, "api overloaded: no free connection to the node", {"Retry-After": "1"})
+            except Exception:
+                log.exception("e2b.internal_error", path=request.url.path)
+                return error_response(500, "internal error")
+
+        return route
