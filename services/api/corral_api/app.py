@@ -8,6 +8,9 @@ import httpx
 from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
+from corral_api.compat.swerex.router import router as swerex_router
+from corral_api.compat.swerex.router import tokens as swerex_tokens_router
+from corral_api.compat.swerex.service import SwerexService
 from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
 from corral_api.jobs.repository import JobRepository
@@ -81,6 +84,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             RolloutRepository(engine), app.state.sandboxes, app.state.data_path,
             idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
             lease_s=settings.rollout_step_lease_s, max_write_bytes=settings.max_upload_mb * 1024 * 1024)
+        app.state.swerex = SwerexService(app.state.rollouts, app.state.sandboxes, app.state.data_path,
+                                         max_upload_bytes=settings.max_upload_mb * 1024 * 1024)
         sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
         app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes, JobRepository(engine))
         await app.state.jobs.resume_submissions()
@@ -114,6 +119,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(fncall_router)
     app.include_router(rollouts_router)
     app.include_router(jobs_router)
+    app.include_router(swerex_tokens_router)
+    app.include_router(swerex_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

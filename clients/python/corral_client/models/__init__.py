@@ -69,7 +69,6 @@ from .send_input_response_send_input import SendInputResponseSendInput
 from .snapshot import Snapshot
 from .snapshot_list import SnapshotList
 from .step import Step
-from .step_action import StepAction
 from .step_args import StepArgs
 from .step_error import StepError
 from .step_observation_type_0 import StepObservationType0
@@ -77,6 +76,7 @@ from .step_request import StepRequest
 from .step_request_action import StepRequestAction
 from .step_request_args import StepRequestArgs
 from .step_status import StepStatus
+from .swerex_token import SwerexToken
 from .test_case import TestCase
 from .type_text import TypeText
 from .usage import Usage
@@ -152,7 +152,6 @@ __all__ = (
     "Snapshot",
     "SnapshotList",
     "Step",
-    "StepAction",
     "StepArgs",
     "StepError",
     "StepObservationType0",
@@ -160,6 +159,7 @@ __all__ = (
     "StepRequestAction",
     "StepRequestArgs",
     "StepStatus",
+    "SwerexToken",
     "TestCase",
     "TypeText",
     "Usage",
