@@ -173,3 +173,18 @@ def test_retried_request_never_runs_twice_and_bad_input(corral, platform):
                              headers={"Authorization": f"Bearer {OTHER_TENANT_KEY}"}).status_code == 404
             r = http.get(f"{url}/is_alive", headers=headers)
             assert r.json() == {"is_alive": True, "message": ""}
+
+
+def test_remote_runtime_unchanged_on_a_microvm(corral, vm_platform, tmp_path):
+    """The same scenario through a microVM's guest agent: the session shell lives in the guest."""
+    sb = corral.sandboxes.create("busybox", backend="microvm", memory_mb=128)
+    try:
+        sb.wait("running", timeout=120)
+        token = token_for(vm_platform, sb.id)
+        rt = RemoteRuntime(host=token["url"], port=None, auth_token=token["token"])
+        asyncio.run(session_scenario(rt, tmp_path))
+        asyncio.run(rt.close())
+        until_sync(lambda: corral.sandboxes.get(sb.id).state == "terminated", timeout_s=60, what="microvm released")
+    finally:
+        if corral.sandboxes.get(sb.id).state not in ("terminated", "failed"):
+            sb.delete()

@@ -8,6 +8,8 @@ import httpx
 from fastapi import FastAPI
 
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
+from corral_api.compat.sandboxfusion.router import router as sandboxfusion_router
+from corral_api.compat.sandboxfusion.server import SandboxFusionServer
 from corral_api.compat.swerex.router import router as swerex_router
 from corral_api.compat.swerex.router import tokens as swerex_tokens_router
 from corral_api.compat.swerex.service import SwerexService
@@ -92,9 +94,19 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         # A Redis that lost its data gets its jobs queued again (once the nodes re-registered theirs).
         requeuer = asyncio.create_task(app.state.jobs.requeue_forever(settings.heartbeat_interval_s,
                                                                       grace_s=settings.heartbeat_timeout_s))
+        sandboxfusion = None
+        if settings.sandboxfusion_port:
+            if not settings.sandboxfusion_tenant:
+                raise ValueError("CORRAL_API_SANDBOXFUSION_PORT needs CORRAL_API_SANDBOXFUSION_TENANT (whose calls "
+                                 "they are)")
+            sandboxfusion = SandboxFusionServer(app, host=settings.sandboxfusion_host,
+                                                port=settings.sandboxfusion_port, tenant=settings.sandboxfusion_tenant)
+            await sandboxfusion.start()
         try:
             yield
         finally:
+            if sandboxfusion is not None:
+                await sandboxfusion.stop()
             requeuer.cancel()
             sweeper.cancel()
             await app.state.jobs.close()
@@ -119,6 +131,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(fncall_router)
     app.include_router(rollouts_router)
     app.include_router(jobs_router)
+    app.include_router(sandboxfusion_router)
     app.include_router(swerex_tokens_router)
     app.include_router(swerex_router)
 

@@ -48,6 +48,13 @@ class ApiSettings(PrefixedServiceSettings):
         "CORRAL_API_ROLLOUT_SWEEP_INTERVAL_S", "CORRAL_ROLLOUT_SWEEP_INTERVAL_S"))
     rollout_step_lease_s: float = Field(10.0, validation_alias=AliasChoices(
         "CORRAL_API_ROLLOUT_STEP_LEASE_S", "CORRAL_ROLLOUT_STEP_LEASE_S"))
+    # SandboxFusion on a dedicated port (0: off): POST /run_code and GET /v1/ping at its root,
+    # without credentials (SkyRL hard-codes http://{host}:8080/run_code), every call counted as
+    # sandboxfusion_tenant's (required with a port). It listens on sandboxfusion_host: loopback
+    # unless the operator names an address on a trusted network.
+    sandboxfusion_port: int = Field(0, ge=0, le=65535)
+    sandboxfusion_host: str = "127.0.0.1"
+    sandboxfusion_tenant: str = ""
     # fncall calls and batches: CORRAL_FNCALL_* (FncallApiSettings reads its own env names).
     fncall: FncallApiSettings = Field(default_factory=FncallApiSettings)
 

@@ -50,6 +50,7 @@ from .rollout_metadata import RolloutMetadata
 from .rollout_status import RolloutStatus
 from .run_code_request import RunCodeRequest
 from .run_code_request_files import RunCodeRequestFiles
+from .run_code_request_language import RunCodeRequestLanguage
 from .run_code_response import RunCodeResponse
 from .run_code_response_files import RunCodeResponseFiles
 from .run_status import RunStatus
@@ -133,6 +134,7 @@ __all__ = (
     "RolloutStatus",
     "RunCodeRequest",
     "RunCodeRequestFiles",
+    "RunCodeRequestLanguage",
     "RunCodeResponse",
     "RunCodeResponseFiles",
     "RunStatus",

@@ -27,8 +27,10 @@ from typing import Any, Literal
 from aio_pika.abc import AbstractChannel, AbstractQueue
 from pydantic import BaseModel, Field
 
-RUNTIMES: tuple[str, ...] = ("python", "cpp", "c", "bash")
-COMPILED: tuple[str, ...] = ("cpp", "c")  # compiled once per call (to ``main``) before the cases run
+RUNTIMES: tuple[str, ...] = ("python", "cpp", "c", "bash", "pytest", "go", "java", "nodejs", "typescript", "rust",
+                              "ruby", "php", "lua", "perl")
+# Compiled once per call before the cases run.
+COMPILED: tuple[str, ...] = ("cpp", "c", "go", "java", "typescript", "rust")
 
 QUEUE_PREFIX = "fncall."
 BUNDLE = "bundle"  # AMQP message type of several calls in one message
