@@ -37,6 +37,20 @@ def default_rootfs_dir() -> Path:
     return Path(os.environ.get("CORRAL_FNCALL_CACHE_DIR") or DEFAULT_CACHE_DIR) / "judge" / "rootfs"
 
 
+# What no judge run needs (measured on bookworm: ~165 MB of the ~1.8 GB): the JDK's jmods (for
+# jlink), Go's own test suite and test data, translations.
+_TOOLCHAIN_CRUFT = ("usr/lib/jvm/*/jmods", "usr/share/go-*/test", "usr/share/go-*/src/**/testdata", "usr/share/locale/*")
+
+
+def slim_toolchains(root: Path) -> None:
+    for pattern in _TOOLCHAIN_CRUFT:
+        for path in sorted(root.glob(pattern), reverse=True):
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.is_dir():
+                shutil.rmtree(path)
+
+
 def cache_key(suite: str = "bookworm", packages: tuple[str, ...] = PACKAGES) -> str:
     """What a finished tree's marker says: changes whenever the suite or the package list does."""
     listed = " ".join(sorted(packages))
@@ -70,6 +84,7 @@ def build_judge(out_dir: str | Path | None = None, *, suite: str = "bookworm", m
     subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", suite, str(partial),
                     mirror], check=True)
     _slim(partial)
+    slim_toolchains(partial)
     sandbox_dirs(partial)
     _add_user(partial)
     # Mount points the fncall sandbox binds over (read-only image, fresh tmpfs per run).
