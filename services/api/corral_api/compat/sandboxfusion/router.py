@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from corral_api.auth.dependencies import Tenant
 from corral_api.compat.sandboxfusion.schemas import RunCodeRequest, RunCodeResponse
 from corral_api.compat.sandboxfusion.service import run_code as run_code_call
+from corral_api.fncall.router import LimitedBodyRoute
 from corral_api.fncall.service import FncallService
 from corral_common.errors import ERROR_RESPONSES, Unauthorized
 
@@ -28,7 +29,7 @@ def keyed_tenant(api_key: str, request: Request) -> str:
 
 
 KeyedTenant = Annotated[str, Depends(keyed_tenant)]
-router = APIRouter()
+router = APIRouter(route_class=LimitedBodyRoute)
 
 
 @router.post("/run_code", response_model=RunCodeResponse, tags=["sandboxfusion"], operation_id="run_code",

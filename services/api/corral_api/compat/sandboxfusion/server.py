@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 
 from corral_api.compat.sandboxfusion.schemas import RunCodeRequest, RunCodeResponse
 from corral_api.compat.sandboxfusion.service import run_code
+from corral_api.fncall.router import LimitedBodyRoute
 from corral_common.errors import install_error_handlers
 from corral_common.logging import get_logger
 
@@ -24,11 +25,14 @@ log = get_logger(__name__)
 
 def create_app(main: FastAPI, tenant: str) -> FastAPI:
     app = FastAPI(title="Corral SandboxFusion", openapi_url=None, docs_url=None, redoc_url=None)
+    # The api's state (its fncall service, once started): the body limits read it per request.
+    app.state = main.state
+    app.router.route_class = LimitedBodyRoute
     install_error_handlers(app)
 
     @app.post("/run_code", response_model=RunCodeResponse)
     async def run_code_route(body: RunCodeRequest, request: Request) -> RunCodeResponse:
-        response = await run_code(body, main.state.fncall)
+        response = await run_code(body, getattr(request.app.state, "fncall", None))
         log.debug("sandboxfusion.run_code", tenant=tenant, language=body.language, status=response.status.value)
         return response
 

@@ -99,11 +99,13 @@ def from_fncall(result: FncallResult) -> RunCodeResponse:
                            executor_pod_name=result.node_id or None, files=result.files)
 
 
-async def run_code(req: RunCodeRequest, fncall: FncallService) -> RunCodeResponse:
+async def run_code(req: RunCodeRequest, fncall: FncallService | None) -> RunCodeResponse:
     if req.language not in LANGUAGES:
         return RunCodeResponse(status=RunStatus.SandboxError,
                                message=f"language {req.language!r} is not supported by this server; supported: "
                                        f"{', '.join(sorted(LANGUAGES))}")
+    if fncall is None:  # the api is still starting
+        raise GatewayTimeout("the fncall service is starting; retry", loc=["body", "language"])
     call, extra = to_fncall(req)
     job = fncall.build_job(call, **extra)
     budget = deadline_s(req)
