@@ -51,14 +51,19 @@ def test_verl_shaped_request_and_ping(ready):
     assert resp.status == sandbox_fusion.RunStatus.Success and resp.run_result.stdout == "42\n"
 
 
+def _run(endpoint: str, code: str, language: str, stdin: str = ""):
+    """Through the PyPI client; "c" (Corral's, not in the client's Language list) as raw JSON."""
+    if language in sandbox_fusion.models.Language.__args__:
+        return sandbox_fusion.run_code(sandbox_fusion.RunCodeRequest(code=code, language=language, stdin=stdin),
+                                       endpoint=endpoint, max_attempts=1, client_timeout=60)
+    body = httpx.post(f"{endpoint}/run_code", json={"code": code, "language": language, "stdin": stdin}, timeout=60)
+    return sandbox_fusion.RunCodeResponse(**body.json())
+
+
 def _pair(endpoint: str, language: str):
-    req = sandbox_fusion.RunCodeRequest
     stdin = "" if language == "pytest" else "40 2\n"
-    ok = sandbox_fusion.run_code(req(code=accepted(language), language=language, stdin=stdin),
-                                 endpoint=endpoint, max_attempts=1, client_timeout=60)
-    bad = sandbox_fusion.run_code(req(code=FAILING_CODE[language], language=language), endpoint=endpoint,
-                                  max_attempts=1, client_timeout=60)
-    return language, ok, bad
+    return language, _run(endpoint, accepted(language), language, stdin), _run(endpoint, FAILING_CODE[language],
+                                                                                 language)
 
 
 def test_every_language_accepted_and_failing(ready):
@@ -86,7 +91,7 @@ def test_operator_port_serves_run_code_at_the_root_without_credentials(ready):
                                             "run_timeout": 5}, timeout=30)
     assert r.status_code == 200 and r.json()["status"] == "Success" and r.json()["run_result"]["stdout"] == "hi\n"
     sandbox_fusion.set_endpoint(url)
-    resp = sandbox_fusion.run_code(sandbox_fusion.RunCodeRequest(code=accepted("c"), language="c", stdin="1 2"),
+    resp = sandbox_fusion.run_code(sandbox_fusion.RunCodeRequest(code=accepted("cpp"), language="cpp", stdin="1 2"),
                                    max_attempts=1, client_timeout=60)
     assert resp.status == sandbox_fusion.RunStatus.Success and resp.run_result.stdout == "3\n"
     # Nothing else of the api is reachable through it.
