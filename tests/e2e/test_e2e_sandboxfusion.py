@@ -53,10 +53,13 @@ def test_verl_shaped_request_and_ping(ready):
 
 def _run(endpoint: str, code: str, language: str, stdin: str = ""):
     """Through the PyPI client; "c" (Corral's, not in the client's Language list) as raw JSON."""
+    # Generous limits: this checks each toolchain, not its speed on a loaded 2-core host.
+    limits = {"compile_timeout": 60, "run_timeout": 30}
     if language in sandbox_fusion.models.Language.__args__:
-        return sandbox_fusion.run_code(sandbox_fusion.RunCodeRequest(code=code, language=language, stdin=stdin),
-                                       endpoint=endpoint, max_attempts=1, client_timeout=60)
-    body = httpx.post(f"{endpoint}/run_code", json={"code": code, "language": language, "stdin": stdin}, timeout=60)
+        request = sandbox_fusion.RunCodeRequest(code=code, language=language, stdin=stdin, **limits)
+        return sandbox_fusion.run_code(request, endpoint=endpoint, max_attempts=1, client_timeout=120)
+    body = httpx.post(f"{endpoint}/run_code", json={"code": code, "language": language, "stdin": stdin, **limits},
+                      timeout=120)
     return sandbox_fusion.RunCodeResponse(**body.json())
 
 
