@@ -74,12 +74,13 @@ def bring_up(args) -> tuple[dict, Path]:
     env = dict(os.environ, CORRAL_FNCALL_POOL_MIN=str(args.pool_min), CORRAL_FNCALL_POOL_MAX=str(args.pool_max),
                CORRAL_LOG_LEVEL="WARNING")
     out = subprocess.run([sys.executable, str(ROOT / "scripts/corral_platform.py"), "up", "--state-dir", str(state),
-                          "--nodes", str(args.nodes), "--base-port", "24000", "--redis-port", "24379",
-                          "--amqp-port", "24672", "--log-level", "WARNING"],
+                          "--nodes", str(args.nodes), "--base-port", str(args.base_port),
+                          "--redis-port", str(args.redis_port), "--amqp-port", str(args.amqp_port),
+                          "--log-level", "WARNING"],
                          env=env, check=True, capture_output=True, text=True)
     info = json.loads(out.stdout.strip().splitlines()[-1])
     nodes = [url for name, url in info["urls"].items() if name.startswith("node-")]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # 14 runtimes' pools on a loaded host
     while time.monotonic() < deadline:
         if all(httpx.get(f"{u}/v1/fncall/pools", headers=internal(info)).json()["status"] == "ready" for u in nodes):
             break
@@ -265,6 +266,9 @@ def main() -> None:
     parser.add_argument("--cpp", type=int, default=20, help="C++ A+B calls")
     parser.add_argument("--lang-n", type=int, default=5, help="calls per language in the languages phase")
     parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--base-port", type=int, default=24000, help="of the platform it brings up")
+    parser.add_argument("--redis-port", type=int, default=24379)
+    parser.add_argument("--amqp-port", type=int, default=24672)
     parser.add_argument("--pool-min", type=int, default=4)
     parser.add_argument("--pool-max", type=int, default=16)
     parser.add_argument("--json", help="write the results here")
