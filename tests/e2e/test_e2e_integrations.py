@@ -132,7 +132,7 @@ INSPECT_RUN = """
     from inspect_ai import eval
     from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
     registry_find_sandboxenv("corral")  # found through the entry point, nothing imported by hand
-    logs = eval(sys.argv[1], model="mockllm/model", sandbox=sys.argv[2] if len(sys.argv) > 2 else None,
+    logs = eval(sys.argv[1], model="mockllm/model", sandbox=(sys.argv[2] or None) if len(sys.argv) > 2 else None,
                 display="none", log_dir=sys.argv[3] if len(sys.argv) > 3 else "logs")
     log = logs[0]
     sample = log.samples[0]
@@ -153,7 +153,7 @@ def test_inspect_ai_sandbox_provider(corral, platform, tmp_path, config):
         sandbox = "corral"
     (tmp_path / "task.py").write_text(textwrap.dedent(INSPECT_TASK).replace('"{sandbox}"', repr(sandbox)))
     before = {s.id for s in corral.sandboxes.list(labels={"framework": "inspect_ai"})}
-    out = run_in(python, platform, INSPECT_RUN, str(tmp_path / "task.py"), "", str(tmp_path / "logs"), cwd=tmp_path)
+    out = run_in(python, platform, INSPECT_RUN, "task.py", "", "logs", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["status"] == "success" and report["score"] == "C", report
