@@ -14,6 +14,10 @@ Phases (code: ``print(sum(range(1000)))`` unless said otherwise):
   corral concurrent   B calls with C in flight via corral.fncall_many (calls/s)
   bare loop           N x subprocess.run(["python3", "-c", code]) on the host, no isolation
   cpp a+b             K calls of C++ A+B with 10 test cases (compile + 10 runs + judge), serial
+  runcode             B SandboxFusion /run_code calls through the sandbox-fusion PyPI client
+                      (C threads, as verl's reward pool sends them), calls/s and its ratio to batch
+  languages           L calls per language (tests/fncall_programs.py) through /run_code, serial:
+                      compile + run p50 per language
 """
 
 import argparse
@@ -37,12 +41,15 @@ sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 CODE = "print(sum(range(1000)))"
 APLUSB = "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}\n"
-PHASES = ("serial", "batch", "concurrent", "bare", "cpp")
+PHASES = ("serial", "batch", "concurrent", "bare", "cpp", "runcode", "languages")
 TARGETS = {  # metric -> (op, value)
     "serial_p50_ms": ("<=", 25.0),
     "batch_calls_per_s": (">=", 150.0),
     "batch_vs_bare_ratio": (">=", 1.0),
     "cpp_aplusb_p50_ms": ("<=", 1500.0),
+    # /run_code is one HTTP call per program: it need not beat a batch, only not fall far behind.
+    "runcode_calls_per_s": (">=", 50.0),
+    "runcode_vs_batch_ratio": (">=", 0.3),
 }
 
 
@@ -67,12 +74,13 @@ def bring_up(args) -> tuple[dict, Path]:
     env = dict(os.environ, CORRAL_FNCALL_POOL_MIN=str(args.pool_min), CORRAL_FNCALL_POOL_MAX=str(args.pool_max),
                CORRAL_LOG_LEVEL="WARNING")
     out = subprocess.run([sys.executable, str(ROOT / "scripts/corral_platform.py"), "up", "--state-dir", str(state),
-                          "--nodes", str(args.nodes), "--base-port", "24000", "--redis-port", "24379",
-                          "--amqp-port", "24672", "--log-level", "WARNING"],
+                          "--nodes", str(args.nodes), "--base-port", str(args.base_port),
+                          "--redis-port", str(args.redis_port), "--amqp-port", str(args.amqp_port),
+                          "--log-level", "WARNING"],
                          env=env, check=True, capture_output=True, text=True)
     info = json.loads(out.stdout.strip().splitlines()[-1])
     nodes = [url for name, url in info["urls"].items() if name.startswith("node-")]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # 14 runtimes' pools on a loaded host
     while time.monotonic() < deadline:
         if all(httpx.get(f"{u}/v1/fncall/pools", headers=internal(info)).json()["status"] == "ready" for u in nodes):
             break
@@ -191,6 +199,52 @@ def corral_concurrent(api: str, key: str, count: int, concurrency: int) -> dict:
             "calls_per_s": round(count / elapsed, 1)}
 
 
+def runcode_concurrent(api: str, key: str, count: int, concurrency: int) -> dict:
+    """The sandbox-fusion client unchanged (requests, one call per thread), endpoint with the key."""
+    import concurrent.futures
+
+    import sandbox_fusion
+
+    endpoint = f"{api}/sandboxfusion/{key}"
+    request = sandbox_fusion.RunCodeRequest(code=CODE, language="python")
+
+    def one(_: int) -> bool:
+        return sandbox_fusion.run_code(request, endpoint=endpoint, max_attempts=1,
+                                       client_timeout=60).run_result.stdout == "499500\n"
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        ok = sum(pool.map(one, range(count)))
+    elapsed = time.perf_counter() - started
+    assert ok == count, f"{count - ok} /run_code calls were not accepted"
+    return {"calls": count, "concurrency": concurrency, "seconds": round(elapsed, 3),
+            "calls_per_s": round(count / elapsed, 1)}
+
+
+def languages(api: str, key: str, n: int) -> dict:
+    """compile + run wall time per language: /run_code's execution_time of both phases, and the
+    client's round trip, p50 over n calls each."""
+    sys.path.insert(0, str(ROOT))
+    from tests.fncall_programs import LANGUAGES, accepted
+
+    out = {}
+    with httpx.Client(timeout=120) as http:
+        for language in LANGUAGES:
+            server, client = [], []
+            for _ in range(n):
+                t = time.perf_counter()
+                r = http.post(f"{api}/sandboxfusion/{key}/run_code", json={
+                    "code": accepted(language), "language": language, "stdin": "40 2\n", "compile_timeout": 30})
+                client.append((time.perf_counter() - t) * 1000)
+                body = r.json()
+                assert body["status"] == "Success", (language, body)
+                server.append(sum((body[k] or {}).get("execution_time") or 0 for k in ("compile_result", "run_result"))
+                              * 1000)
+            out[language] = {"compile_run_p50_ms": round(pct(server, 50), 1), "client_p50_ms": round(pct(client, 50), 1),
+                             "n": n}
+    return out
+
+
 def bare_loop(n: int) -> tuple[list[float], float]:
     times = []
     started = time.perf_counter()
@@ -210,7 +264,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2000, help="calls in the batch / concurrent phases")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--cpp", type=int, default=20, help="C++ A+B calls")
+    parser.add_argument("--lang-n", type=int, default=5, help="calls per language in the languages phase")
     parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--base-port", type=int, default=24000, help="of the platform it brings up")
+    parser.add_argument("--redis-port", type=int, default=24379)
+    parser.add_argument("--amqp-port", type=int, default=24672)
     parser.add_argument("--pool-min", type=int, default=4)
     parser.add_argument("--pool-max", type=int, default=16)
     parser.add_argument("--json", help="write the results here")
@@ -247,6 +305,10 @@ def main() -> None:
             cases = [{"stdin": f"{i} {i * 7}", "expected_stdout": f"{i * 8}\n"} for i in range(10)]
             cpp_client, _ = corral_serial(api, key, args.cpp, {"runtime": "cpp", "code": APLUSB, "tests": cases})
             results["cpp_aplusb_client_ms"] = summary(cpp_client)
+        if "runcode" in phases:
+            results["runcode_concurrent"] = runcode_concurrent(api, key, args.batch, args.concurrency)
+        if "languages" in phases:
+            results["languages"] = languages(api, key, args.lang_n)
         results["host"]["loadavg_at_end"] = os.getloadavg()
         if state is not None:
             nodes = [httpx.get(f"{u}/v1/fncall/pools", headers=internal(info)).json()
@@ -265,6 +327,11 @@ def main() -> None:
         if "bare_loop_calls_per_s" in results:
             metrics["batch_vs_bare_ratio"] = round(results["corral_batch"]["calls_per_s"]
                                                    / results["bare_loop_calls_per_s"], 2)
+    if "runcode_concurrent" in results:
+        metrics["runcode_calls_per_s"] = results["runcode_concurrent"]["calls_per_s"]
+        if "corral_batch" in results:
+            metrics["runcode_vs_batch_ratio"] = round(results["runcode_concurrent"]["calls_per_s"]
+                                                      / results["corral_batch"]["calls_per_s"], 2)
     if "cpp_aplusb_client_ms" in results:
         metrics["cpp_aplusb_p50_ms"] = results["cpp_aplusb_client_ms"]["p50"]
     results["targets"] = {}

@@ -1,9 +1,10 @@
-"""Build (once) the fncall runtime root filesystem: Debian bookworm minbase + python3, gcc, g++
-(bash is in minbase), via corral_image_service.builders.judge (debootstrap, a few minutes).
+"""Build (once) the fncall runtime root filesystem: Debian bookworm minbase + the toolchains of
+the 14 fncall languages (builders.judge.PACKAGES), via corral_image_service.builders.judge
+(debootstrap: 381 s and 1.7 GB on the 2-core dev host, most of it go, the JDK, rustc/LLVM).
 
     python scripts/build_fncall_runtime.py [--cache-dir DIR] [--rebuild] [--mirror URL]
 
-The tree is cached in ``<cache-dir>/judge/rootfs`` (``CORRAL_FNCALL_CACHE_DIR``, default
+The tree is cached in ``<cache-dir>/judge/rootfs`` (rebuilt when the package list changes) (``CORRAL_FNCALL_CACHE_DIR``, default
 /var/cache/corral/fncall), which node-agents read; a finished tree is reused, so CI builds
 it once per machine and test sessions reuse it. Concurrent callers (pytest-xdist workers)
 serialise on a lock file and the second one finds the tree done. Prints the rootfs path.

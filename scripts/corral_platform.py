@@ -154,6 +154,9 @@ def up(args: argparse.Namespace) -> dict:
                                  "CORRAL_API_KEYS": ",".join([f"{args.tenant}:{api_key}", *args.extra_api_key])}),
         "memory-manager": (["corral_memory_manager"], {"CORRAL_MEMORY_MANAGER_PORT": str(ports["memory-manager"])}),
     }
+    if args.sandboxfusion_port:  # SandboxFusion's /run_code at the root of its own port, as the tenant's
+        services["api"][1].update({"CORRAL_API_SANDBOXFUSION_PORT": str(args.sandboxfusion_port),
+                                   "CORRAL_API_SANDBOXFUSION_TENANT": args.tenant})
     for n in range(1, args.nodes + 1):
         node_id = f"node-{n}"
         services[node_id] = (["corral_node_agent"], {
@@ -182,6 +185,8 @@ def up(args: argparse.Namespace) -> dict:
                        env={**env, "CORRAL_IMAGE_DATA_DIR": str(state / "images")})
     info = {"api": urls["api"], "api_key": api_key, "tenant": args.tenant, "urls": urls, "redis_url": redis_url,
             "amqp_url": amqp_url, "state_dir": str(state), "internal_token": env["CORRAL_INTERNAL_TOKEN"]}
+    if args.sandboxfusion_port:
+        info["sandboxfusion"] = f"http://127.0.0.1:{args.sandboxfusion_port}"
     write_private(state / "platform.json", json.dumps(info, indent=2))
     return info
 
@@ -237,6 +242,8 @@ def main() -> None:
     parser.add_argument("--cpu-overcommit", type=float, default=0.0,
                         help="one-core sandboxes per core of a node's share (default: the node-agent's, 8)")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--sandboxfusion-port", type=int, default=0,
+                        help="also serve SandboxFusion's /run_code without credentials on 127.0.0.1:PORT")
     parser.add_argument("--with-debian", action="store_true", help="also build a Debian+python3 base (debootstrap)")
     args = parser.parse_args()
     if args.command == "up":

@@ -92,7 +92,7 @@ def run_platform(service_urls, tmp_path_factory):
     up = subprocess.run([*cmd[:2], "up", *cmd[2:], "--nodes", "2", "--base-port", str(base_port),
                          "--cpu-overcommit", "16", "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S),
                          "--extra-api-key", f"other:{OTHER_TENANT_KEY}",
-                         "--extra-api-key", f"default:{E2B_API_KEY}"],
+                         "--extra-api-key", f"default:{E2B_API_KEY}", "--sandboxfusion-port", str(base_port + 50)],
                         env=env, capture_output=True, text=True)
     if up.returncode != 0:
         logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in (state / "logs").glob("*.log"))

@@ -18,6 +18,11 @@ from corral_api.compat.e2b.processes import ProcessTable
 from corral_api.compat.e2b.repository import E2bRepository
 from corral_api.compat.e2b.router import router as e2b_router
 from corral_api.compat.e2b.service import E2bSandboxes
+from corral_api.compat.sandboxfusion.router import router as sandboxfusion_router
+from corral_api.compat.sandboxfusion.server import SandboxFusionServer
+from corral_api.compat.swerex.router import router as swerex_router
+from corral_api.compat.swerex.router import tokens as swerex_tokens_router
+from corral_api.compat.swerex.service import SwerexService
 from corral_api.db.engine import make_engine, migrate
 from corral_api.fncall.router import router as fncall_router
 from corral_api.images.client import ImageServiceWrites
@@ -102,6 +107,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             RolloutRepository(engine), app.state.sandboxes, app.state.data_path,
             idle_pause_s=settings.rollout_idle_pause_s, ttl_s=settings.rollout_ttl_s,
             lease_s=settings.rollout_step_lease_s, max_write_bytes=settings.max_upload_mb * 1024 * 1024)
+        app.state.swerex = SwerexService(app.state.rollouts, app.state.sandboxes, app.state.data_path,
+                                         max_upload_bytes=settings.max_upload_mb * 1024 * 1024)
         sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
         app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes, JobRepository(engine))
         await app.state.jobs.resume_submissions()
@@ -114,9 +121,19 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                                      E2bRepository(store.redis, keep_s=settings.e2b_max_timeout_s + 86400), settings,
                                      on_gone=app.state.e2b_interpreter.forget)
         reaper = asyncio.create_task(app.state.e2b.reap_forever(settings.e2b_reaper_interval_s))
+        sandboxfusion = None
+        if settings.sandboxfusion_port:
+            if not settings.sandboxfusion_tenant:
+                raise ValueError("CORRAL_API_SANDBOXFUSION_PORT needs CORRAL_API_SANDBOXFUSION_TENANT (whose calls "
+                                 "they are)")
+            sandboxfusion = SandboxFusionServer(app, host=settings.sandboxfusion_host,
+                                                port=settings.sandboxfusion_port, tenant=settings.sandboxfusion_tenant)
+            await sandboxfusion.start()
         try:
             yield
         finally:
+            if sandboxfusion is not None:
+                await sandboxfusion.stop()
             reaper.cancel()
             await app.state.e2b_processes.close()
             await app.state.e2b_interpreter.close()
@@ -151,6 +168,9 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(e2b_router)
     app.include_router(e2b_envd_router)
     app.include_router(e2b_interpreter_router)
+    app.include_router(sandboxfusion_router)
+    app.include_router(swerex_tokens_router)
+    app.include_router(swerex_router)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

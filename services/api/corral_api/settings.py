@@ -78,6 +78,13 @@ class ApiSettings(PrefixedServiceSettings):
     e2b_envd_version: str = Field("0.5.8", description="envdVersion reported to the E2B SDK (gates its features)")
     # How long create waits for the sandbox to run before answering (E2B's create is synchronous).
     e2b_create_wait_s: float = Field(120.0, gt=0, description="Longest an E2B create waits for the sandbox to run")
+    # SandboxFusion on a dedicated port (0: off): POST /run_code and GET /v1/ping at its root,
+    # without credentials (SkyRL hard-codes http://{host}:8080/run_code), every call counted as
+    # sandboxfusion_tenant's (required with a port). It listens on sandboxfusion_host: loopback
+    # unless the operator names an address on a trusted network.
+    sandboxfusion_port: int = Field(0, ge=0, le=65535)
+    sandboxfusion_host: str = "127.0.0.1"
+    sandboxfusion_tenant: str = ""
     # fncall calls and batches: CORRAL_FNCALL_* (FncallApiSettings reads its own env names).
     fncall: FncallApiSettings = Field(default_factory=FncallApiSettings)
 

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from corral_api.fncall import sandboxfusion as sf
+from corral_api.compat.sandboxfusion import service as sf
+from corral_api.compat.sandboxfusion.schemas import RunCodeRequest
 from corral_api.fncall.schemas import FncallRequest
 from corral_api.fncall.service import FncallService
 from corral_api.fncall.settings import FncallApiSettings
@@ -115,7 +116,7 @@ def test_the_api_sends_the_same_bytes_as_before():
                                           tests=[{"stdin": "1", "expected_stdout": "1\n"}, {"stdin": "2"}],
                                           compare="float:1e-6", stop_on_failure=True, time_limit_ms=100))
     assert cpp.model_copy(update={"call_id": "c2"}).body().decode() == CPP_CALL
-    call, extra = sf.to_fncall(sf.RunCodeRequest(code="print(1)", language="python", run_timeout=3, compile_timeout=7,
+    call, extra = sf.to_fncall(RunCodeRequest(code="print(1)", language="python", run_timeout=3, compile_timeout=7,
                                                  stdin="x", files={"/work/a.txt": "aGk="}, fetch_files=["out.txt"]))
     fusion = service.build_job(call, **extra)
     assert fusion.model_copy(update={"call_id": "c3"}).body().decode() == SANDBOXFUSION_CALL

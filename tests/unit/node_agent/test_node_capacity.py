@@ -78,7 +78,8 @@ def test_advertised_capacity_is_the_claim_times_explicit_ratios():
 
 def test_fncall_workers_tasks_are_kept_out_of_the_sandboxes_share():
     defaults = FncallNodeSettings()
-    # 4 runtimes x 8 workers x 64 tasks, plus python's zygotes (8 tasks each).
-    assert worker_tasks(defaults) == 8 * (4 * 64 + 8)
+    # 14 runtimes x 8 workers, but at most 32 runs at once, x 64 tasks, plus python's zygotes (8 each).
+    assert worker_tasks(defaults) == 32 * 64 + 8 * 8
     assert worker_tasks(FncallNodeSettings(runtimes="c", pool_max=2, pids_max=32)) == 64
+    assert worker_tasks(FncallNodeSettings(runtimes="c,cpp", pool_max=8, max_running=4, pids_max=10)) == 40
     assert worker_tasks(FncallNodeSettings(enabled=False)) == 0

@@ -71,6 +71,7 @@ from .rollout_metadata import RolloutMetadata
 from .rollout_status import RolloutStatus
 from .run_code_request import RunCodeRequest
 from .run_code_request_files import RunCodeRequestFiles
+from .run_code_request_language import RunCodeRequestLanguage
 from .run_code_response import RunCodeResponse
 from .run_code_response_files import RunCodeResponseFiles
 from .run_status import RunStatus
@@ -91,7 +92,6 @@ from .send_input_response_send_input import SendInputResponseSendInput
 from .snapshot import Snapshot
 from .snapshot_list import SnapshotList
 from .step import Step
-from .step_action import StepAction
 from .step_args import StepArgs
 from .step_error import StepError
 from .step_observation_type_0 import StepObservationType0
@@ -100,6 +100,7 @@ from .step_request_action import StepRequestAction
 from .step_request_args import StepRequestArgs
 from .step_status import StepStatus
 from .storage_usage import StorageUsage
+from .swerex_token import SwerexToken
 from .test_case import TestCase
 from .type_text import TypeText
 from .upload_layer_kind import UploadLayerKind
@@ -178,6 +179,7 @@ __all__ = (
     "RolloutStatus",
     "RunCodeRequest",
     "RunCodeRequestFiles",
+    "RunCodeRequestLanguage",
     "RunCodeResponse",
     "RunCodeResponseFiles",
     "RunStatus",
@@ -198,7 +200,6 @@ __all__ = (
     "Snapshot",
     "SnapshotList",
     "Step",
-    "StepAction",
     "StepArgs",
     "StepError",
     "StepObservationType0",
@@ -207,6 +208,7 @@ __all__ = (
     "StepRequestArgs",
     "StepStatus",
     "StorageUsage",
+    "SwerexToken",
     "TestCase",
     "TypeText",
     "UploadLayerKind",

@@ -21,7 +21,8 @@ class FncallRequest:
     """
     Attributes:
         code (str):
-        runtime (str): One of python, cpp, c, bash (GET /v1/fncall/runtimes)
+        runtime (str): One of python, cpp, c, bash, pytest, go, java, nodejs, typescript, rust, ruby, php, lua, perl
+            (GET /v1/fncall/runtimes)
         compare (str | Unset): exact | tokens | float:<eps> (absolute or relative error) Default: 'exact'.
         files (FncallRequestFiles | Unset): Extra files in the working dir: relative path -> base64 content
         memory_limit_mb (int | Unset): Memory (RSS + tmpfs, no swap) per case Default: 256.

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..models.run_code_request_language import RunCodeRequestLanguage
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
@@ -20,27 +21,28 @@ class RunCodeRequest:
     """
     Attributes:
         code (str): the code to run
-        language (str): python, cpp, c or bash
         compile_timeout (float | Unset): compile timeout for compiled languages Default: 10.0.
         fetch_files (list[str] | Unset): a list of file paths to fetch after code execution
         files (RunCodeRequestFiles | Unset): a dict from file path to base64 encoded file content
+        language (RunCodeRequestLanguage | Unset): the language or execution mode to run the code Default:
+            RunCodeRequestLanguage.PYTHON.
+        memory_limit_mb (int | Unset): verl's field: the run's memory limit (-1: the server's default) Default: -1.
         run_timeout (float | Unset): code run timeout Default: 10.0.
         stdin (None | str | Unset): optional string to pass into stdin
     """
 
     code: str
-    language: str
     compile_timeout: float | Unset = 10.0
     fetch_files: list[str] | Unset = UNSET
     files: RunCodeRequestFiles | Unset = UNSET
+    language: RunCodeRequestLanguage | Unset = RunCodeRequestLanguage.PYTHON
+    memory_limit_mb: int | Unset = -1
     run_timeout: float | Unset = 10.0
     stdin: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         code = self.code
-
-        language = self.language
 
         compile_timeout = self.compile_timeout
 
@@ -51,6 +53,12 @@ class RunCodeRequest:
         files: dict[str, Any] | Unset = UNSET
         if not isinstance(self.files, Unset):
             files = self.files.to_dict()
+
+        language: str | Unset = UNSET
+        if not isinstance(self.language, Unset):
+            language = self.language.value
+
+        memory_limit_mb = self.memory_limit_mb
 
         run_timeout = self.run_timeout
 
@@ -65,7 +73,6 @@ class RunCodeRequest:
         field_dict.update(
             {
                 "code": code,
-                "language": language,
             }
         )
         if compile_timeout is not UNSET:
@@ -74,6 +81,10 @@ class RunCodeRequest:
             field_dict["fetch_files"] = fetch_files
         if files is not UNSET:
             field_dict["files"] = files
+        if language is not UNSET:
+            field_dict["language"] = language
+        if memory_limit_mb is not UNSET:
+            field_dict["memory_limit_MB"] = memory_limit_mb
         if run_timeout is not UNSET:
             field_dict["run_timeout"] = run_timeout
         if stdin is not UNSET:
@@ -88,8 +99,6 @@ class RunCodeRequest:
         d = dict(src_dict)
         code = d.pop("code")
 
-        language = d.pop("language")
-
         compile_timeout = d.pop("compile_timeout", UNSET)
 
         fetch_files = cast(list[str], d.pop("fetch_files", UNSET))
@@ -100,6 +109,15 @@ class RunCodeRequest:
             files = UNSET
         else:
             files = RunCodeRequestFiles.from_dict(_files)
+
+        _language = d.pop("language", UNSET)
+        language: RunCodeRequestLanguage | Unset
+        if isinstance(_language, Unset):
+            language = UNSET
+        else:
+            language = RunCodeRequestLanguage(_language)
+
+        memory_limit_mb = d.pop("memory_limit_MB", UNSET)
 
         run_timeout = d.pop("run_timeout", UNSET)
 
@@ -114,10 +132,11 @@ class RunCodeRequest:
 
         run_code_request = cls(
             code=code,
-            language=language,
             compile_timeout=compile_timeout,
             fetch_files=fetch_files,
             files=files,
+            language=language,
+            memory_limit_mb=memory_limit_mb,
             run_timeout=run_timeout,
             stdin=stdin,
         )

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
-from ..models.step_action import StepAction
 from ..models.step_status import StepStatus
 from ..types import UNSET, Unset
 
@@ -24,7 +23,7 @@ T = TypeVar("T", bound="Step")
 class Step:
     """
     Attributes:
-        action (StepAction):
+        action (str): One of StepRequest's actions, or an adapter's (swerex.*) for steps it logged
         args (StepArgs):
         index (int):
         request_hash (str):
@@ -37,7 +36,7 @@ class Step:
         replayed (bool | Unset): Answered from the log, not executed by this request Default: False.
     """
 
-    action: StepAction
+    action: str
     args: StepArgs
     index: int
     request_hash: str
@@ -54,7 +53,7 @@ class Step:
         from ..models.step_error import StepError
         from ..models.step_observation_type_0 import StepObservationType0
 
-        action = self.action.value
+        action = self.action
 
         args = self.args.to_dict()
 
@@ -130,7 +129,7 @@ class Step:
         from ..models.step_observation_type_0 import StepObservationType0
 
         d = dict(src_dict)
-        action = StepAction(d.pop("action"))
+        action = d.pop("action")
 
         args = StepArgs.from_dict(d.pop("args"))
 

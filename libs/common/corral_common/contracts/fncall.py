@@ -30,8 +30,10 @@ from pydantic import BaseModel, Field
 
 from corral_common.amqp import declare_quorum_queue
 
-RUNTIMES: tuple[str, ...] = ("python", "cpp", "c", "bash")
-COMPILED: tuple[str, ...] = ("cpp", "c")  # compiled once per call (to ``main``) before the cases run
+RUNTIMES: tuple[str, ...] = ("python", "cpp", "c", "bash", "pytest", "go", "java", "nodejs", "typescript", "rust",
+                              "ruby", "php", "lua", "perl")
+# Compiled once per call before the cases run.
+COMPILED: tuple[str, ...] = ("cpp", "c", "go", "java", "typescript", "rust")
 
 QUEUE_PREFIX = "fncall."
 BUNDLE = "bundle"  # AMQP message type of several calls in one message

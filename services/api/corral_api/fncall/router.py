@@ -1,5 +1,5 @@
-"""Public fncall endpoints: one call, batches, runtimes, the SandboxFusion-shaped /run_code,
-and /metrics. The router's lifespan (nested in the app's) connects the RPC client and Redis;
+"""Public fncall endpoints: one call, batches, runtimes, and /metrics (SandboxFusion's
+/run_code is an adapter over them: corral_api.compat.sandboxfusion). The router's lifespan (nested in the app's) connects the RPC client and Redis;
 its settings are ``app.state.settings.fncall`` (the app factory's)."""
 
 from contextlib import asynccontextmanager
@@ -11,7 +11,6 @@ from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral_api.auth.dependencies import Tenant
-from corral_api.fncall import sandboxfusion as sf
 from corral_api.fncall.rpc import FncallRpc
 from corral_api.fncall.schemas import (
     MAX_BATCH_CALLS,
@@ -24,7 +23,7 @@ from corral_api.fncall.schemas import (
 )
 from corral_api.fncall.service import FncallService
 from corral_common.contracts.fncall import RUNTIMES
-from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge, Unauthorized
+from corral_common.errors import ERROR_RESPONSES, PayloadTooLarge
 from corral_common.redis_client import connect
 
 
@@ -124,34 +123,6 @@ async def _prepend(first: bytes, rest):
     yield first
     async for chunk in rest:
         yield chunk
-
-
-# -- SandboxFusion ---------------------------------------------------------------------------
-
-
-async def _run_code(body: sf.RunCodeRequest, service: FncallService) -> sf.RunCodeResponse:
-    if body.language not in sf.LANGUAGES:
-        raise BadRequest(f"language {body.language!r} is not supported here; supported: "
-                         f"{', '.join(sorted(sf.LANGUAGES))}", loc=["body", "language"], code="unknown_runtime")
-    call, extra = sf.to_fncall(body)
-    job = service.build_job(call, **extra)
-    return sf.from_fncall((await service.run_call(job, ["body", "language"])).result)
-
-
-@router.post("/run_code", response_model=sf.RunCodeResponse, tags=["sandboxfusion"], operation_id="run_code",
-             responses=ERROR_RESPONSES)
-async def run_code(body: sf.RunCodeRequest, tenant: Tenant, service: Service) -> sf.RunCodeResponse:
-    """SandboxFusion's run_code (request and response JSON as SandboxFusion's)."""
-    return await _run_code(body, service)
-
-
-@router.post("/sandboxfusion/{api_key}/run_code", response_model=sf.RunCodeResponse, include_in_schema=False,)
-async def run_code_keyed(api_key: str, body: sf.RunCodeRequest, request: Request,
-                         service: Service) -> sf.RunCodeResponse:
-    """For the sandbox-fusion client, which sends no credentials: the key is in its endpoint URL."""
-    if request.app.state.api_keys.tenant_for(api_key) is None:
-        raise Unauthorized("invalid API key", loc=["path", "api_key"])
-    return await _run_code(body, service)
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -139,13 +139,14 @@ class FncallService:
 
     # -- one call -------------------------------------------------------------------------------
 
-    async def run_job(self, job: FncallJob) -> Answer:
-        """Publish and await the worker's result (a system_error result if none came)."""
+    async def run_job(self, job: FncallJob, timeout_s: float | None = None) -> Answer:
+        """Publish and await the worker's result (a system_error result if none came within
+        ``timeout_s``, default ``timeout_for(job)``)."""
         runtime = job.runtime
         started = time.monotonic()
         metrics.IN_FLIGHT.labels(runtime=runtime).inc()
         try:
-            result = await self.rpc.call(runtime, job, self.timeout_for(job))
+            result = await self.rpc.call(runtime, job, timeout_s or self.timeout_for(job))
         except RpcTimeout as exc:
             result = _unanswered(job, f"{exc} (is a node with fncall workers for {runtime!r} up?)")
         finally:
@@ -181,10 +182,10 @@ class FncallService:
                               compile=result.compile, cases=result.cases, node_id=result.node_id,
                               latency_ms=answer.latency_ms, message=result.message)
 
-    async def run_call(self, job: FncallJob, loc: list[str | int]) -> Answer:
+    async def run_call(self, job: FncallJob, loc: list[str | int], timeout_s: float | None = None) -> Answer:
         """One call of a request (``loc`` names its runtime field): 503 when nobody serves it."""
         await self.require_workers(job.runtime, loc)
-        return await self.run_job(job)
+        return await self.run_job(job, timeout_s)
 
     async def call(self, req: FncallRequest) -> FncallResponse:
         job = self.build_job(req)

@@ -35,12 +35,15 @@ class RolloutRow(SQLModel, table=True):
 
 class RolloutStepRow(SQLModel, table=True):
     __tablename__ = "rollout_steps"
+    __table_args__ = (Index("ux_rollout_steps_request_key", "rollout_id", "request_key", unique=True),)
 
     rollout_id: str = Field(primary_key=True, max_length=64, foreign_key="rollouts.id")
     step_index: int = Field(primary_key=True)
     action: str = Field(max_length=32)
     args: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     request_hash: str = Field(max_length=64)
+    # The caller's idempotency key when it names steps by key, not index (SWE-ReX's X-Request-ID).
+    request_key: str | None = Field(default=None, max_length=128)
     # pending (executing) | done | failed (the action raised; committed like an observation)
     # | interrupted (the api died while it ran: whether it took effect is unknown)
     status: str = Field(default="pending", max_length=16)

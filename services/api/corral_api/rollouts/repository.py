@@ -79,6 +79,11 @@ class RolloutRepository:
         with Session(self.engine) as session:
             return session.get(RolloutStepRow, (rollout_id, index))
 
+    def step_by_key(self, rollout_id: str, request_key: str) -> RolloutStepRow | None:
+        with Session(self.engine) as session:
+            return session.exec(select(RolloutStepRow).where(RolloutStepRow.rollout_id == rollout_id,
+                                                             RolloutStepRow.request_key == request_key)).first()
+
     def lookup(self, rollout_id: str, index: int) -> tuple[RolloutRow | None, RolloutStepRow | None, bool]:
         """(rollout, its step at ``index``, whether any step is pending), on one connection."""
         with self.engine.connect() as conn:

@@ -54,10 +54,11 @@ ARGS: dict[str, type[BaseModel]] = {"exec": ExecArgs, "write_file": WriteFileArg
 _LATER_FIELDS: dict[str, dict[str, Any]] = {"exec": {"output_encoding": "utf-8"}}
 
 
-def normalize_args(action: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Validate a step's args and fill defaults, so equal requests hash equally. 422 otherwise."""
+def normalize_args(action: str, args: dict[str, Any], model: type[BaseModel] | None = None) -> dict[str, Any]:
+    """Validate a step's args (against ``model``, default the action's own) and fill defaults,
+    so equal requests hash equally. 422 otherwise."""
     try:
-        normalized = ARGS[action].model_validate(args).model_dump(mode="json")
+        normalized = (model or ARGS[action]).model_validate(args).model_dump(mode="json")
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ["body", "args", *first.get("loc", ())]
@@ -93,7 +94,7 @@ class StepError(BaseModel):
 
 class Step(BaseModel):
     index: int
-    action: Action
+    action: str = Field(description="One of StepRequest's actions, or an adapter's (swerex.*) for steps it logged")
     args: dict[str, Any]
     request_hash: str
     status: StepStatus

@@ -19,7 +19,11 @@ import base64
 import secrets
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel
 
 from corral_api.rollouts.models import RolloutRow, RolloutStepRow
 from corral_api.rollouts.repository import RolloutRepository, now_dt
@@ -45,6 +49,15 @@ log = get_logger(__name__)
 _STARTING = (SandboxState.pending, SandboxState.scheduled, SandboxState.starting)
 
 
+@dataclass(frozen=True)
+class ExtraAction:
+    """A step action an adapter adds (not on the public steps endpoint): its args model and
+    what performs it; the observation it returns is what the log keeps and replays."""
+
+    args: type[BaseModel]
+    perform: Callable[[RolloutRow, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
 class RolloutService:
     def __init__(self, repo: RolloutRepository, sandboxes: SandboxService, data: SandboxDataPath, *,
                  idle_pause_s: float, ttl_s: float, lease_s: float = 10.0, max_write_bytes: int = 100 << 20,
@@ -61,6 +74,12 @@ class RolloutService:
         self._tasks: dict[tuple[str, int], asyncio.Task] = {}
         # One claim / pause / finish at a time per rollout (within this process).
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Keyed steps of one rollout run one after another (the next index is only known then).
+        self._keyed: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.extra_actions: dict[str, ExtraAction] = {}
+
+    def register_action(self, name: str, action: ExtraAction) -> None:
+        self.extra_actions[name] = action
 
     async def _db(self, fn, *args, **kwargs):
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -165,8 +184,28 @@ class RolloutService:
 
     # ---- steps ------------------------------------------------------------------------
 
-    async def step(self, tenant: str, rollout_id: str, req: StepRequest) -> Step:
-        args = normalize_args(req.action, req.args)
+    async def keyed_step(self, tenant: str, rollout_id: str, key: str, action: str, args: dict[str, Any]) -> Step:
+        """A step named by the caller's idempotency key instead of an index: executed once at
+        the next index the first time the key comes, answered from the log (or waited for)
+        when it comes again; the same key with another request is a 409 ``step_mismatch``."""
+        existing = await self._db(self.repo.step_by_key, rollout_id, key)
+        if existing is None:
+            async with self._keyed[rollout_id]:
+                existing = await self._db(self.repo.step_by_key, rollout_id, key)
+                if existing is None:
+                    row = await self._row(tenant, rollout_id)
+                    if row.step_count and await self._db(self.repo.has_pending, rollout_id):
+                        # One whose caller went away (it runs on server-side): the next waits for it.
+                        await self._await_step(rollout_id, row.step_count - 1)
+                        row = await self._row(tenant, rollout_id)
+                    req = StepRequest.model_construct(index=row.step_count, action=action, args=args)
+                    return await self.step(tenant, rollout_id, req, request_key=key)
+        req = StepRequest.model_construct(index=existing.step_index, action=action, args=args)
+        return await self.step(tenant, rollout_id, req, request_key=key)
+
+    async def step(self, tenant: str, rollout_id: str, req: StepRequest, *, request_key: str | None = None) -> Step:
+        extra = self.extra_actions.get(req.action)
+        args = normalize_args(req.action, req.args, extra.args if extra else None)
         digest = request_hash(req.action, args)
         row, existing, _ = await self._db(self.repo.lookup, rollout_id, req.index)
         if row is None or row.tenant != tenant:
@@ -177,7 +216,7 @@ class RolloutService:
                 row, existing, pending = await self._db(self.repo.lookup, rollout_id, req.index)
                 assert row is not None
                 if existing is None:
-                    task = await self._claim(row, req, args, digest, pending)
+                    task = await self._claim(row, req, args, digest, pending, request_key)
                     if task is None:  # another api process claimed the index first
                         existing = await self._db(self.repo.step, rollout_id, req.index)
         if task is not None:
@@ -194,7 +233,7 @@ class RolloutService:
         return view
 
     async def _claim(self, row: RolloutRow, req: StepRequest, args: dict[str, Any], digest: str,
-                     pending: bool) -> "asyncio.Task[RolloutStepRow] | None":
+                     pending: bool, request_key: str | None = None) -> "asyncio.Task[RolloutStepRow] | None":
         """Under the rollout's lock: check the index, make the sandbox runnable, insert the
         pending row and start the task. None when another api process claimed the index first."""
         if req.index > row.step_count:
@@ -208,7 +247,7 @@ class RolloutService:
                            loc=["body", "index"], code="step_in_progress")
         await self._ensure_running(row)
         step = RolloutStepRow(rollout_id=row.id, step_index=req.index, action=req.action, args=args,
-                              request_hash=digest, status="pending", executor=self.executor,
+                              request_hash=digest, request_key=request_key, status="pending", executor=self.executor,
                               lease_until=time.time() + self.lease_s, started_at=now_dt())
         if not await self._db(self.repo.claim, step, expires_at=time.time() + row.ttl_s):
             return None
@@ -291,6 +330,8 @@ class RolloutService:
 
     async def _perform(self, row: RolloutRow, action: str, args: dict[str, Any]) -> dict[str, Any]:
         tenant, sid = row.tenant, row.sandbox_id
+        if action in self.extra_actions:
+            return await self.extra_actions[action].perform(row, args)
         if action == "exec":
             return (await self.data.exec(tenant, sid, ExecRequest.model_validate(args))).model_dump(mode="json")
         if action == "write_file":

@@ -333,7 +333,7 @@ class Worker:
             verdict = Verdict.system_error
         elif run.wall_killed or run.cpu_killed:
             verdict = Verdict.time_limit_exceeded
-        elif run.exit_code != 0 or not (call_dir / "main").exists():
+        elif run.exit_code != 0 or not (call_dir / runtime.output).exists():
             verdict = Verdict.compile_error
         stderr = run.stderr if not run.system_error else run.system_error.encode()
         return CompileResult(verdict=verdict, exit_code=run.exit_code, stdout=_decode(run.stdout),

@@ -46,9 +46,11 @@ class RuntimePool:
     def __init__(self, runtime: str, node_id: str, config: ExecutorConfig, connection: AbstractRobustConnection, *,
                  min_size: int, max_size: int, warm: bool = False, scale_interval_s: float = 1.0,
                  idle_ticks_to_shrink: int = 10, cgroup_prefix: str = "",
-                 publish_timeout_s: float = PUBLISH_TIMEOUT_S):
+                 publish_timeout_s: float = PUBLISH_TIMEOUT_S, running: asyncio.Semaphore | None = None):
         self.runtime = runtime
         self.publish_timeout_s = publish_timeout_s
+        # The node's runs at once over all its pools (FncallNodeSettings.max_running).
+        self.running = running
         self.cgroup_prefix = cgroup_prefix or f"corral-fncall/{node_id}"
         self.node_id = node_id
         self.config = config
@@ -195,8 +197,11 @@ class RuntimePool:
             if job.runtime != self.runtime:
                 result = FncallResult(call_id=job.call_id, runtime=job.runtime, verdict=Verdict.system_error,
                                       message=f"job for {job.runtime} on the {self.runtime} queue")
-            else:
+            elif self.running is None:
                 result = await worker.run_job(job)
+            else:
+                async with self.running:
+                    result = await worker.run_job(job)
         finally:
             self.busy -= 1
             metrics.POOL_BUSY.labels(**self._labels).set(self.busy)

@@ -53,14 +53,15 @@ def _instance_cgroup(entry: Path) -> str:
 
 
 def worker_tasks(settings: FncallNodeSettings) -> int:
-    """The most tasks this node's fncall workers hold at once (every pool at its max size, each
-    worker's runs at pids_max, python's zygotes at ZYGOTE_PIDS): the node keeps them out of
-    what its sandboxes may reserve of its pids cap."""
+    """The most tasks this node's fncall workers hold at once (as many runs as every pool at its
+    max size, capped by max_running, each at pids_max; python's zygotes at ZYGOTE_PIDS): the
+    node keeps them out of what its sandboxes may reserve of its pids cap."""
     if not settings.enabled:
         return 0
     names = [n for n in settings.runtime_names if n in RUNTIME_SPECS]
     zygote = ZYGOTE_PIDS if settings.warm_python and "python" in names else 0
-    return settings.pool_max * (len(names) * settings.pids_max + zygote)
+    runs = min(settings.pool_max * len(names), settings.max_running)
+    return runs * settings.pids_max + settings.pool_max * zygote
 
 
 def _alive(pid: int) -> bool:
@@ -124,6 +125,7 @@ class FncallPools:
         self.status_message = "starting"
         self._connection: AbstractRobustConnection | None = None
         self._starter: asyncio.Task | None = None
+        self._running = asyncio.Semaphore(settings.max_running)
 
     def config(self, rootfs: Path) -> ExecutorConfig:
         s = self.settings
@@ -194,12 +196,17 @@ class FncallPools:
                 if name not in RUNTIME_SPECS:
                     log.warning("fncall.unknown_runtime", runtime=name)
                     continue
+                if missing := RUNTIME_SPECS[name].missing_tools(rootfs):
+                    # A judge tree from before this runtime existed: leave its queue to nodes that have it.
+                    log.warning("fncall.runtime_not_in_tree", runtime=name, missing=missing)
+                    continue
                 pool = RuntimePool(name, self.node_id, config, self._connection, min_size=self.settings.pool_min,
                                    max_size=self.settings.pool_max,
                                    warm=self.settings.warm_python and name == "python",
                                    scale_interval_s=self.settings.scale_interval_s,
                                    idle_ticks_to_shrink=self.settings.idle_ticks_to_shrink,
-                                   cgroup_prefix=self.cgroup_prefix, publish_timeout_s=self.publish_timeout_s)
+                                   cgroup_prefix=self.cgroup_prefix, publish_timeout_s=self.publish_timeout_s,
+                                   running=self._running)
                 await pool.start()
                 self.pools[name] = pool
             self.status_message = "ready"

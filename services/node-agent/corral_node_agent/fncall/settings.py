@@ -1,5 +1,7 @@
 """fncall settings of a node-agent (``CORRAL_FNCALL_*``), nested in ``NodeAgentSettings.fncall``."""
 
+from pydantic import Field
+
 from corral_common.contracts.fncall import RUNTIMES
 from corral_common.settings import FncallSettingsBase
 
@@ -18,6 +20,9 @@ class FncallNodeSettings(FncallSettingsBase):
     # shrinks back towards min when idle.
     pool_min: int = 2
     pool_max: int = 8
+    # Runs at once over all the runtimes' pools of this node (a call beyond it waits for one to
+    # end): with 14 runtimes, pool_max each would let 112 run (and reserve their pids).
+    max_running: int = Field(32, ge=1)
     scale_interval_s: float = 1.0
     idle_ticks_to_shrink: int = 10
     pids_max: int = 64

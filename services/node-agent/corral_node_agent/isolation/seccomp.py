@@ -37,6 +37,7 @@ precompiled `TREE` program (oci.py) instead of compiling the JSON on every creat
 import errno
 import hashlib
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,7 +260,8 @@ class SyscallFilter:
         if path.exists() and path.stat().st_size > 0:
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        # Per process: two node-agents filling an empty cache at once must not share a tmp file.
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         subprocess.run([python, "-c", _GENERATOR, str(tmp), str(optimize)], input=json.dumps(spec).encode(),
                        check=True, capture_output=True)
         tmp.replace(path)

@@ -102,7 +102,8 @@ def sync_detailed(
 ) -> Response[ErrorResponse | RunCodeResponse]:
     """Run Code
 
-     SandboxFusion's run_code (request and response JSON as SandboxFusion's).
+     SandboxFusion's run_code (request and response JSON as SandboxFusion's; 504 when the
+    call could not finish within compile_timeout + run_timeout + 8 s).
 
     Args:
         body (RunCodeRequest):
@@ -133,7 +134,8 @@ def sync(
 ) -> ErrorResponse | RunCodeResponse | None:
     """Run Code
 
-     SandboxFusion's run_code (request and response JSON as SandboxFusion's).
+     SandboxFusion's run_code (request and response JSON as SandboxFusion's; 504 when the
+    call could not finish within compile_timeout + run_timeout + 8 s).
 
     Args:
         body (RunCodeRequest):
@@ -159,7 +161,8 @@ async def asyncio_detailed(
 ) -> Response[ErrorResponse | RunCodeResponse]:
     """Run Code
 
-     SandboxFusion's run_code (request and response JSON as SandboxFusion's).
+     SandboxFusion's run_code (request and response JSON as SandboxFusion's; 504 when the
+    call could not finish within compile_timeout + run_timeout + 8 s).
 
     Args:
         body (RunCodeRequest):
@@ -188,7 +191,8 @@ async def asyncio(
 ) -> ErrorResponse | RunCodeResponse | None:
     """Run Code
 
-     SandboxFusion's run_code (request and response JSON as SandboxFusion's).
+     SandboxFusion's run_code (request and response JSON as SandboxFusion's; 504 when the
+    call could not finish within compile_timeout + run_timeout + 8 s).
 
     Args:
         body (RunCodeRequest):

@@ -1,0 +1,41 @@
+from enum import StrEnum
+
+
+class RunCodeRequestLanguage(StrEnum):
+    BASH = "bash"
+    C = "c"
+    CPP = "cpp"
+    CSHARP = "csharp"
+    CUDA = "cuda"
+    D_UT = "D_ut"
+    GO = "go"
+    GO_TEST = "go_test"
+    GTEST = "gtest"
+    JAVA = "java"
+    JEST = "jest"
+    JULIA = "julia"
+    JUNIT = "junit"
+    KOTLIN_SCRIPT = "kotlin_script"
+    LEAN = "lean"
+    LUA = "lua"
+    NODEJS = "nodejs"
+    PERL = "perl"
+    PHP = "php"
+    PYTEST = "pytest"
+    PYTHON = "python"
+    PYTHON2 = "python2"
+    PYTHON3 = "python3"
+    PYTHON_GPU = "python_gpu"
+    R = "R"
+    RACKET = "racket"
+    REACT = "react"
+    RUBY = "ruby"
+    RUST = "rust"
+    SCALA = "scala"
+    SQL = "sql"
+    SWIFT = "swift"
+    TYPESCRIPT = "typescript"
+    VERILOG = "verilog"
+
+    def __str__(self) -> str:
+        return str(self.value)
