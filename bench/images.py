@@ -155,7 +155,7 @@ def scenario(args, name: str, layer_mode: str, locality: bool, registry: str) ->
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work-dir", default="/var/tmp/corral-bench-images")
-    parser.add_argument("--registry-port", type=int, default=47202)
+    parser.add_argument("--registry-port", type=int, default=29402)
     parser.add_argument("--base-port", type=int, default=24400)
     parser.add_argument("--redis-url", default=os.environ.get("CORRAL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
     parser.add_argument("--amqp-url", default=os.environ.get("CORRAL_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1/"))

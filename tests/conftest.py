@@ -122,7 +122,7 @@ def postgres_url(tmp_path_factory):
         pytest.skip("needs PostgreSQL: a Docker engine, CORRAL_TEST_POSTGRES_URL, or the postgresql package (as root)")
     state = tempfile.mkdtemp(prefix="corral-pg-")
     os.chmod(state, 0o755)
-    port = str(48000 + _worker_index())
+    port = str(ports.SHARED_POSTGRES)
     out = subprocess.run([str(ROOT / "scripts/servers.sh"), "start-postgres", state, port],
                          check=True, capture_output=True, text=True).stdout.split()
     yield out[-1]

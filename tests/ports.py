@@ -8,7 +8,7 @@ private Redis that way). So the plan stays below it:
   21000 + 200 x worker   the e2e platform's services (tests/live_platform.py)
   24000 + 200 x worker   a platform started by hand while developing
   25672 / 26379 / 26432  the servers `make test` starts (Makefile)
-  27000 + 20 x worker    the shared Redis and RabbitMQ a worker starts when none is given
+  27000 + 20 x worker    the shared Redis, RabbitMQ and PostgreSQL a worker starts when none is given
   28000 + 100 x worker   servers a test of that worker may stop and restart (private())
 
 A RabbitMQ on port P takes P..P+9 (scripts/servers.sh: epmd, distribution, its CLI tools').
@@ -20,12 +20,13 @@ WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 
 BROKER_SPAN = 10  # ports one RabbitMQ takes from its AMQP port on
 
 SHARED_REDIS = 27000 + 20 * WORKER
-SHARED_AMQP = SHARED_REDIS + 10
+SHARED_AMQP = SHARED_REDIS + 10  # .. + 9
+SHARED_POSTGRES = SHARED_REDIS + 1
 
 
 def private(offset: int) -> int:
     """This worker's private port at offset (0..99): 0..49 brokers (five of them), 50..59 Redis,
-    60..69 PostgreSQL, 70..89 the servers-on-loopback test, 90..99 free."""
+    60..69 PostgreSQL, 70..89 the servers-on-loopback test, 90..99 registries."""
     if not 0 <= offset < 100:
         raise ValueError(f"private port offset {offset} outside 0..99")
     return 28000 + 100 * WORKER + offset

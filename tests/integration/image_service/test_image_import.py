@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import ports
 from tests.integration.image_service import oci_images as oci
 from tests.integration.image_service.helpers import image_settings
 
@@ -20,8 +21,7 @@ pytestmark = [
     pytest.mark.skipif(bool(oci.missing_tools()), reason=oci.missing_tools() or "tools present"),
 ]
 
-# A private server's port (47000 + 100 x worker index + 0..19).
-REGISTRY_PORT = 47000 + 100 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) + 1
+REGISTRY_PORT = ports.private(90)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
