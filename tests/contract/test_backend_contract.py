@@ -179,7 +179,7 @@ async def test_files_round_trip(subject):
 
 _METHODS = {Capability.pause: ("pause", "resume"), Capability.screen: ("screenshot", "send_input"),
             Capability.snapshot: ("snapshot", "delete_snapshot"), Capability.adopt: ("spec_of",),
-            Capability.ports: ("connect_port",)}
+            Capability.ports: ("connect_port",), Capability.commit: ("commit_diff",)}
 
 
 async def test_capabilities_are_what_the_backend_does(subject):
@@ -194,7 +194,8 @@ async def test_capabilities_are_what_the_backend_does(subject):
         calls = {Capability.pause: lambda: backend.pause(sid), Capability.screen: lambda: backend.screenshot(sid),
                  Capability.snapshot: lambda: backend.snapshot(sid, "never"),
                  Capability.adopt: lambda: backend.spec_of(sid),
-                 Capability.ports: lambda: backend.connect_port(sid, 8080)}
+                 Capability.ports: lambda: backend.connect_port(sid, 8080),
+                 Capability.commit: lambda: backend.commit_diff(sid, "/nonexistent/diff.tar")}
         with pytest.raises(Unsupported) as exc:
             result = calls[capability]()
             if asyncio.iscoroutine(result):

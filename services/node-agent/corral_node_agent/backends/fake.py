@@ -12,7 +12,9 @@ A sandbox ends on its own after ``spec.timeout_s`` (real time), or when a test c
 """
 
 import asyncio
+import io
 import socket
+import tarfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -152,6 +154,17 @@ class FakeBackend(SandboxBackend):
     def is_paused(self, sandbox_id: str) -> bool:
         sb = self.sandboxes.get(sandbox_id)
         return bool(sb and sb.paused)
+
+    async def commit_diff(self, sandbox_id: str, out_path: str) -> int:
+        """The files written to the sandbox, as an OCI layer tar (a fake deletes nothing)."""
+        self._can(Capability.commit)
+        sb = self._get(sandbox_id)
+        with tarfile.open(out_path, "w") as tar:
+            for path, f in sorted(sb.files.items()):
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.size, info.mode, info.mtime = len(f.data), f.mode, int(f.mtime)
+                tar.addfile(info, io.BytesIO(f.data))
+        return len(sb.files)
 
     async def connect_port(self, sandbox_id: str, port: int) -> socket.socket:
         """A fake sandbox runs nothing, so nothing listens on any of its ports."""
