@@ -26,6 +26,11 @@ def test_request_mapping_and_verl_fields():
     assert extra == {"wall_limit_ms": 3000, "compile_timeout_ms": 7000, "fetch_files": ["out.txt"]}
     assert sf.to_fncall(RunCodeRequest(code="x"))[0].memory_limit_mb == sf.DEFAULT_MEMORY_MB  # -1: default
     assert RunCodeRequest.model_validate({"code": "x"}).language == "python"  # verl's tutorial sends code only
+    # What the fuzzer found: bodies upstream accepts that fncall's own request refused (a 500).
+    assert sf.to_fncall(RunCodeRequest(code=""))[0].code == "\n"
+    assert sf.to_fncall(RunCodeRequest.model_validate({"code": "x", "memory_limit_MB": False}))[0].memory_limit_mb == \
+        sf.DEFAULT_MEMORY_MB
+    assert sf.to_fncall(RunCodeRequest.model_validate({"code": "x", "memory_limit_MB": 1}))[0].memory_limit_mb == 16
     assert sf.deadline_s(req) == 3 + 7 + sf.DEADLINE_SLACK_S
 
 

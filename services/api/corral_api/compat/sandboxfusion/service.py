@@ -33,6 +33,7 @@ LANGUAGES = {name: ALIASES.get(name, name) for name in (*RUNTIMES, *EXTRA_LANGUA
              if ALIASES.get(name, name) in RUNTIMES}
 DEFAULT_MEMORY_MB = 1024
 MAX_MEMORY_MB = 4096
+MIN_MEMORY_MB = 16  # fncall's floor: a smaller verl memory_limit_MB runs with 16
 OUTPUT_LIMIT_KB = 8 * 1024
 DEADLINE_SLACK_S = 8.0  # of verl's 10 s: the rest is for the network and the client
 
@@ -50,8 +51,11 @@ def to_fncall(req: RunCodeRequest) -> tuple[FncallRequest, dict]:
     """The fncall request plus the job fields SandboxFusion needs beyond it."""
     files = {name.removeprefix("/work/").removeprefix("./"): content
              for name, content in req.files.items() if content is not None}
-    memory = min(req.memory_limit_mb, MAX_MEMORY_MB) if req.memory_limit_mb > 0 else DEFAULT_MEMORY_MB
-    call = FncallRequest(runtime=LANGUAGES[req.language], code=req.code, files=files, stdin=req.stdin or "",
+    memory = (min(max(req.memory_limit_mb, MIN_MEMORY_MB), MAX_MEMORY_MB) if req.memory_limit_mb > 0
+              else DEFAULT_MEMORY_MB)
+    # Upstream runs an empty program (python: Success, no output; C: a link error); fncall wants
+    # code, and one newline is the same program in every language.
+    call = FncallRequest(runtime=LANGUAGES[req.language], code=req.code or "\n", files=files, stdin=req.stdin or "",
                          time_limit_ms=int(req.run_timeout * 1000), memory_limit_mb=memory,
                          output_limit_kb=OUTPUT_LIMIT_KB)
     extra = {"wall_limit_ms": int(req.run_timeout * 1000), "compile_timeout_ms": int(req.compile_timeout * 1000),
