@@ -103,7 +103,7 @@ def test_bad_input_gets_clear_4xx(api):
     def post(body, **kw):
         return api.post("/v1/fncall", json=body, **kw)
 
-    r = post({"runtime": "ruby", "code": "puts 1"})
+    r = post({"runtime": "cobol", "code": "DISPLAY 1"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_runtime"
     r = post({"runtime": "python", "code": ""})
     assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["body", "code"]

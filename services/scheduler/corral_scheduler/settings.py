@@ -25,6 +25,10 @@ class SchedulerSettings(PrefixedServiceSettings):
     # Nodes whose load (0..1, the scarcest resource) is within this of the least loaded one's
     # compete on locality; the rest come after by load (1.0: locality always first).
     placement_locality_slack: float = Field(0.25, ge=0.0, le=1.0)
+    # Environments smaller than this are placed by load alone: fetching a few MB costs a cold
+    # node milliseconds, while preferring the nodes that hold them keeps every sandbox of a small
+    # image on the first node that ran it (the spread strategy would no longer spread).
+    placement_locality_min_mb: int = Field(64, ge=0)
     # How often a request that found no room looks again, and how many wait at once.
     placement_retry_s: float = Field(0.2, validation_alias=AliasChoices(
         "CORRAL_SCHEDULER_PLACEMENT_RETRY_S", "CORRAL_PLACEMENT_RETRY_S"))

@@ -42,7 +42,7 @@ async def plane(redis_url, amqp_url, tmp_path):
             layer = await c.post("/v1/layers", params={"kind": "base", "name": "warm", "version": "1"},
                                  content=tar_of(tree), headers={"Content-Type": "application/x-tar"})
             assert (await c.post("/v1/environments", json={"name": "warm", "base": "warm:1"})).status_code == 201
-        scheduler = scheduler_app(SchedulerSettings(image_service_url=images, **common))
+        scheduler = scheduler_app(SchedulerSettings(image_service_url=images, placement_locality_min_mb=0, **common))
         await stack.enter_async_context(serve(scheduler))
         prefix = uuid.uuid4().hex[:6]
         for name in ("a", "b"):  # equal nodes: a ties first

@@ -88,7 +88,7 @@ class Placer:
 
     async def _by_locality(self, ranked: list, event: SandboxRequested) -> list:
         layers = await self.environments.sizes(event.tenant, event.spec)
-        if not layers:
+        if sum(layers.values()) < max(1, self.settings.placement_locality_min_mb * 1024 * 1024):
             return ranked
         held = await self.store.held_layers([n.node_id for n in ranked], list(layers))
         return by_locality(ranked, layers, held, self.settings.placement_locality_slack)

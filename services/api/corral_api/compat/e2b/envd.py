@@ -97,8 +97,11 @@ async def resolve(request: HTTPConnection, query_user: str | None = None, *, all
         corral = await sandboxes.get(record.tenant, sandbox_id)
     except NotFound:
         raise SandboxGone(sandbox_id) from None
-    if corral.state is not SandboxState.running:
-        log.info("e2b.envd_refused", sandbox_id=sandbox_id, path=request.url.path, why=corral.state.value)
+    # A killed sandbox is gone for E2B as soon as kill returns (its SDK checks is_running right
+    # after), although the node may still be stopping it.
+    if corral.state is not SandboxState.running or corral.delete_requested:
+        log.info("e2b.envd_refused", sandbox_id=sandbox_id, path=request.url.path,
+                 why="deleted" if corral.delete_requested else corral.state.value)
         raise SandboxGone(sandbox_id)
     return Envd(sandbox_id, record.tenant, user_of(request, query_user))
 
