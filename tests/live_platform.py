@@ -80,14 +80,6 @@ def run_platform(service_urls, tmp_path_factory):
                # the names the nodes' egress proxies resolve; the "outside" is a namespace those
                # tests make at EGRESS_UPSTREAM.
                CORRAL_NETWORK_PRESETS=json.dumps(EGRESS_PRESETS), CORRAL_NODE_EGRESS_HOSTS=json.dumps(EGRESS_HOSTS))
-    # Sandbox disks are allocated for real: every xdist worker runs a platform of its own on
-    # this one filesystem, so each of its nodes gets its share of what is free, or they would
-    # all count the same free space and a busy suite fills the disk (failed starts instead of
-    # waiting for room).
-    if "CORRAL_NODE_DISK_CAPACITY_MB" not in env:
-        st = os.statvfs(state)
-        platforms = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-        env["CORRAL_NODE_DISK_CAPACITY_MB"] = str(int(st.f_bavail * st.f_frsize * 0.8 / (2 * platforms)) >> 20)
     # Node-agents enable microvm/vm when QEMU is on PATH; without a guest kit those could not
     # boot, so the platform then runs containers only (a VM request is unschedulable).
     vm_missing = vm_backends_missing()
