@@ -27,7 +27,7 @@ class RunCodeRequest:
         language (RunCodeRequestLanguage | Unset): the language or execution mode to run the code Default:
             RunCodeRequestLanguage.PYTHON.
         memory_limit_mb (int | Unset): verl's field: the run's memory limit (-1: the server's default) Default: -1.
-        run_timeout (float | Unset): code run timeout Default: 10.0.
+        run_timeout (float | Unset): code run timeout (at most fncall's 60 s per case) Default: 10.0.
         stdin (None | str | Unset): optional string to pass into stdin
     """
 

@@ -42,7 +42,7 @@ class RunCodeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     compile_timeout: float = Field(10, gt=0, le=300, description="compile timeout for compiled languages")
-    run_timeout: float = Field(10, gt=0, le=300, description="code run timeout")
+    run_timeout: float = Field(10, gt=0, le=60, description="code run timeout (at most fncall's 60 s per case)")
     code: str = Field(..., max_length=1_000_000, description="the code to run")
     stdin: str | None = Field(None, description="optional string to pass into stdin")
     # Required upstream; python by default here so verl's tutorial body ({"code": ...}) runs.
