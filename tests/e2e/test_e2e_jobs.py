@@ -30,7 +30,10 @@ def test_deleting_a_job_terminates_all_its_sandboxes(corral):
     job.wait(timeout=60, poll_s=0.5)
     assert job.info["deleted"] is True
     assert sum(job.counts.values()) <= 30
-    assert set(job.counts) == {"terminated"}
+    # Any other end says why (a failed one: its reason, which CI's log must show).
+    ended_otherwise = [(sb.id, sb.state, sb.info.reason)
+                       for sb in corral.sandboxes.list(labels={"job": job.id}) if sb.state != "terminated"]
+    assert set(job.counts) == {"terminated"}, ended_otherwise
 
 
 def test_too_many_sandboxes_is_a_clear_4xx(corral, platform):

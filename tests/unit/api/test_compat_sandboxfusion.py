@@ -4,6 +4,8 @@ checked against the sandbox-fusion client's own models."""
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from corral_api.compat.sandboxfusion import service as sf
@@ -32,6 +34,20 @@ def test_request_mapping_and_verl_fields():
         sf.DEFAULT_MEMORY_MB
     assert sf.to_fncall(RunCodeRequest.model_validate({"code": "x", "memory_limit_MB": 1}))[0].memory_limit_mb == 16
     assert sf.deadline_s(req) == 3 + 7 + sf.DEADLINE_SLACK_S
+    tiny = sf.to_fncall(RunCodeRequest(code="x", run_timeout=5e-324, compile_timeout=5e-324))
+    assert tiny[0].time_limit_ms == 1 and tiny[1]["wall_limit_ms"] == 1 and tiny[1]["compile_timeout_ms"] == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(run=st.floats(min_value=0, max_value=60, exclude_min=True), compile_=st.floats(min_value=0, max_value=300,
+       exclude_min=True), memory=st.integers(min_value=-1, max_value=64 * 1024))
+def test_every_request_the_schema_accepts_translates_to_a_valid_fncall(run, compile_, memory):
+    """The class of bug the contract fuzzer found twice: a body /run_code's schema accepts that
+    fncall's own request refuses is a 500. Every accepted timeout and memory must translate."""
+    req = RunCodeRequest.model_validate({"code": "x", "run_timeout": run, "compile_timeout": compile_,
+                                         "memory_limit_MB": memory})
+    call, extra = sf.to_fncall(req)
+    assert call.time_limit_ms >= 1 and extra["wall_limit_ms"] >= 1 and extra["compile_timeout_ms"] >= 1
 
 
 def test_names_outside_upstreams_list_are_422_and_supported_list_is_long():

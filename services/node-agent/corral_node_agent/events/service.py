@@ -221,6 +221,10 @@ class NodeEvents:
         log.info("sandbox.readopted", sandbox_id=sandbox_id, state=record.state.value)
 
     async def heartbeat_once(self) -> None:
+        await self._beat()
+        await self._report_layers()
+
+    async def _beat(self) -> None:
         # What runs here is in Redis before the node shows up live there (after a Redis that
         # lost its data, the scheduler must not see this node empty), and a node given up by
         # the reaper stops what it still runs before its heartbeat clears the tombstone.
@@ -230,17 +234,30 @@ class NodeEvents:
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=s.disk_capacity_mb)
-        # Which layers it holds, for placement by locality (best effort: never fails a heartbeat).
+
+    async def _report_layers(self) -> None:
+        """Which layers it holds, for placement by locality (best effort: never fails a heartbeat)."""
         try:
             held = await asyncio.to_thread(self.manager.layers.held_bytes)
+            s = self.settings
             await self.store.report_layers(self.node_id, held, ttl_s=max(3 * s.heartbeat_timeout_s, 30))
         except Exception:
             log.exception("node.layers_report_failed", node_id=self.node_id)
 
     async def heartbeat_forever(self) -> None:
-        while True:
-            try:
-                await self.heartbeat_once()
-            except Exception:
-                log.exception("node.heartbeat_failed", node_id=self.node_id)
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
+        # The layer report runs beside the beat, never before it: it waits for a worker thread,
+        # and a burst of teardowns (each unmounts and deletes a disk in one) can hold every
+        # worker for seconds, which would make the beat late and the reaper fail the node.
+        report: asyncio.Task | None = None
+        try:
+            while True:
+                try:
+                    await self._beat()
+                except Exception:
+                    log.exception("node.heartbeat_failed", node_id=self.node_id)
+                if report is None or report.done():
+                    report = asyncio.create_task(self._report_layers())
+                await asyncio.sleep(self.settings.heartbeat_interval_s)
+        finally:
+            if report is not None:
+                report.cancel()

@@ -13,6 +13,7 @@ verl's client gives up after ``compile_timeout + run_timeout + 10 s``; we answer
 """
 
 import asyncio
+import math
 
 from corral_api.compat.sandboxfusion.schemas import (
     EXTRA_LANGUAGES,
@@ -47,6 +48,12 @@ def deadline_s(req: RunCodeRequest) -> float:
     return req.compile_timeout + req.run_timeout + DEADLINE_SLACK_S
 
 
+def _ms(seconds: float) -> int:
+    # Rounded up and at least 1 ms: a sub-millisecond timeout (the fuzzer sends 5e-324) is 1 ms,
+    # never 0, which fncall reads as "no limit" or rejects.
+    return max(1, math.ceil(seconds * 1000))
+
+
 def to_fncall(req: RunCodeRequest) -> tuple[FncallRequest, dict]:
     """The fncall request plus the job fields SandboxFusion needs beyond it."""
     files = {name.removeprefix("/work/").removeprefix("./"): content
@@ -56,9 +63,9 @@ def to_fncall(req: RunCodeRequest) -> tuple[FncallRequest, dict]:
     # Upstream runs an empty program (python: Success, no output; C: a link error); fncall wants
     # code, and one newline is the same program in every language.
     call = FncallRequest(runtime=LANGUAGES[req.language], code=req.code or "\n", files=files, stdin=req.stdin or "",
-                         time_limit_ms=int(req.run_timeout * 1000), memory_limit_mb=memory,
+                         time_limit_ms=_ms(req.run_timeout), memory_limit_mb=memory,
                          output_limit_kb=OUTPUT_LIMIT_KB)
-    extra = {"wall_limit_ms": int(req.run_timeout * 1000), "compile_timeout_ms": int(req.compile_timeout * 1000),
+    extra = {"wall_limit_ms": _ms(req.run_timeout), "compile_timeout_ms": _ms(req.compile_timeout),
              "fetch_files": list(req.fetch_files)}
     return call, extra
 
