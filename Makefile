@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 STATE ?= $(CURDIR)/.state
 TEST_STATE ?= $(CURDIR)/.state-test
 NODES ?= 2
+# `make up` also builds (once per machine, cached under /var/cache/corral) and registers a Debian
+# base with python3, pip and git; `make up UP_ARGS=` skips it.
+UP_ARGS ?= --with-debian
 APT_PACKAGES := python3 python3-venv python3-dev gcc redis-server rabbitmq-server crun erofs-utils busybox-static \
 	debootstrap iproute2 postgresql docker-compose bubblewrap python3-seccomp fuse3 libfuse3-dev pkg-config \
 	qemu-system-x86 qemu-utils kmod cpio lz4 libjansson-dev e2fsprogs nftables libnftables1 zstd skopeo umoci docker-registry
@@ -15,7 +18,7 @@ PACKAGES := -e libs/common -e services/api -e services/scheduler -e services/nod
 	-e services/image-service -e services/memory-manager -e clients/python
 PYTEST_ARGS ?= -q -n 2 --dist loadgroup
 
-.PHONY: up down deps venv guestkit test test-locked test-unit client client-check bench lint check clean
+.PHONY: up down deps venv guestkit judge test test-locked test-unit client client-check bench lint check clean
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -37,7 +40,13 @@ venv: deps $(VENV)/.installed
 guestkit: venv
 	@$(PY) -m corral_node_agent guestkit build
 
-up: venv guestkit
+# The fncall runtimes' root (Debian + the 14 languages' toolchains, /var/cache/corral/fncall/judge):
+# minutes of debootstrap once per machine, a no-op when it is up to date. `make up` registers it
+# as environment "judge", so fncall works right after it.
+judge: venv
+	@$(PY) scripts/build_fncall_runtime.py > /dev/null
+
+up: venv guestkit judge
 	@# $(STATE).json holds the API key and the internal token: 0600 before anything is written to it.
 	@install -m 600 /dev/null $(STATE).json
 	@$(PY) scripts/corral_platform.py up --state-dir $(STATE) --nodes $(NODES) $(UP_ARGS) > $(STATE).json

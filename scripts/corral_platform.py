@@ -62,6 +62,19 @@ def register_judge(image_service_url: str, env: dict[str, str] | None = None) ->
                    check=True, capture_output=True, env=env)
 
 
+# The Debian base's debootstrap tree, kept across state dirs like the judge tree: built once
+# per machine (minutes), registered again in seconds by every later `up`.
+DEBIAN_WORK_DIR = Path(os.environ.get("CORRAL_BASES_CACHE_DIR", "/var/cache/corral/bases"))
+
+
+def register_debian(image_service_url: str, env: dict[str, str]) -> None:
+    """Build (once) and register the Debian base (python3, pip, git) as environment "debian-python"."""
+    DEBIAN_WORK_DIR.mkdir(parents=True, exist_ok=True)
+    subprocess.run([PYTHON, "-m", "corral_image_service.cli", "build-base", "debian", "--name", "debian-python",
+                    "--version", "1", "--url", image_service_url, "--work-dir", str(DEBIAN_WORK_DIR)],
+                   check=True, env=env, stdout=subprocess.DEVNULL)
+
+
 def _node_disk_mb(state: Path, nodes: int) -> str:
     """Each node's share of the disk its sandboxes' disks live on (all nodes share state's
     filesystem): 90% of what it has free, split evenly, unless CORRAL_NODE_DISK_CAPACITY_MB says."""
@@ -181,8 +194,7 @@ def up(args: argparse.Namespace) -> dict:
     if is_complete(default_rootfs_dir()):
         register_judge(urls["image-service"], env)
     if args.with_debian:
-        subprocess.run([*build[:4], "debian", "--name", "debian-python", "--version", "1", *build[8:]], check=True,
-                       env={**env, "CORRAL_IMAGE_DATA_DIR": str(state / "images")})
+        register_debian(urls["image-service"], {**env, "CORRAL_IMAGE_DATA_DIR": str(state / "images")})
     info = {"api": urls["api"], "api_key": api_key, "tenant": args.tenant, "urls": urls, "redis_url": redis_url,
             "amqp_url": amqp_url, "state_dir": str(state), "internal_token": env["CORRAL_INTERNAL_TOKEN"]}
     if args.sandboxfusion_port:
@@ -244,7 +256,8 @@ def main() -> None:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--sandboxfusion-port", type=int, default=0,
                         help="also serve SandboxFusion's /run_code without credentials on 127.0.0.1:PORT")
-    parser.add_argument("--with-debian", action="store_true", help="also build a Debian+python3 base (debootstrap)")
+    parser.add_argument("--with-debian", action="store_true", help="also build (once per machine) and register a Debian base with python3, pip and git "
+                             "as environment debian-python")
     args = parser.parse_args()
     if args.command == "up":
         info = up(args)

@@ -1,4 +1,4 @@
-"""Debian bookworm (minbase + python3 + git), via debootstrap.
+"""Debian bookworm (minbase + python3, pip and git), via debootstrap.
 
 debootstrap output is not reproducible (logs, timestamps in dpkg state, ldconfig cache), so
 the finished tree is cached under the work dir and reused: re-running the CLI then yields
@@ -15,6 +15,9 @@ from corral_image_service.builders.common import ensure_line, sandbox_dirs, writ
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 _DONE = ".corral-complete"  # next to the rootfs, never inside it
+# What a SWE-style task needs to start: run the repository's code, install its dependencies
+# (with network egress), and read its history.
+PACKAGES = ("python3", "python3-pip", "python3-venv", "git")
 
 # Keep later `apt-get install`s in derived layers as lean as the base.
 _NODOC = """path-exclude=/usr/share/doc/*
@@ -62,8 +65,9 @@ def build_debian(out_dir: str | Path, *, suite: str = "bookworm", mirror: str = 
                  rebuild: bool = False, **_: object) -> Path:
     root = Path(out_dir)
     done = root.parent / (root.name + _DONE)
-    if done.exists() and root.is_dir() and not rebuild:
-        return root
+    marker = f"{suite} {mirror} {','.join(PACKAGES)}"
+    if root.is_dir() and not rebuild and done.exists() and done.read_text().strip() == marker:
+        return root  # a tree from another package list is rebuilt
     if os.geteuid() != 0:
         raise PermissionError("debootstrap needs root")
     partial = root.parent / (root.name + ".partial")
@@ -72,11 +76,11 @@ def build_debian(out_dir: str | Path, *, suite: str = "bookworm", mirror: str = 
             shutil.rmtree(p)
     done.unlink(missing_ok=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,git", suite, str(partial), mirror],
-                   check=True)
+    subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", suite, str(partial),
+                    mirror], check=True)
     _slim(partial)
     sandbox_dirs(partial)
     _add_user(partial)
     os.replace(partial, root)
-    done.write_text(f"{suite} {mirror}\n")
+    done.write_text(marker + "\n")
     return root
