@@ -79,7 +79,7 @@ def get(ctx: typer.Context, sandbox_id: Id) -> None:
     state.emit(sb.info, lambda info: state.out.print(detail_table(plain(info))))
 
 
-@app.command("exec", context_settings={"allow_interspersed_args": False})
+@app.command("exec")
 def exec_(ctx: typer.Context, sandbox_id: Id,
          command: Annotated[list[str] | None, typer.Argument(help="the command (one argument: run by sh -c)")] = None,
          interactive: Annotated[bool, typer.Option("--interactive", "-i", help="with -t: a shell")] = False,
