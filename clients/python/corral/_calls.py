@@ -27,6 +27,7 @@ from corral_client.models import (
     FileInfo,
     ImageImport,
     Layer,
+    Node,
     SandboxCreate,
     Snapshot,
     StorageUsage,
@@ -246,12 +247,23 @@ def create_job(body: dict[str, Any]) -> Call[dict[str, Any]]:
     return Call("POST", "/v1/jobs", _json, json=body)
 
 
+def list_jobs(include_deleted: bool = False) -> Call[list[dict[str, Any]]]:
+    return Call("GET", "/v1/jobs", lambda response: response.json()["items"],
+                params={"include_deleted": include_deleted})
+
+
 def get_job(job_id: str) -> Call[dict[str, Any]]:
     return Call("GET", _path("/v1/jobs/{}", job_id), _json)
 
 
 def delete_job(job_id: str) -> Call[dict[str, Any]]:
     return Call("DELETE", _path("/v1/jobs/{}", job_id), _json)
+
+
+# ---- nodes ---------------------------------------------------------------------------------
+
+def list_nodes() -> Call[list[Node]]:
+    return Call("GET", "/v1/nodes", _items(Node))
 
 
 # ---- rollouts ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from corral._common import connect
 from corral._transport import AsyncTransport
 from corral.images import AsyncEnvironments, AsyncImages, AsyncLayers
 from corral.jobs import AsyncJobs
+from corral.nodes import AsyncNodes
 from corral.rollouts import AsyncRollouts
 from corral.sandboxes import AsyncSandbox, AsyncSandboxes
 from corral.snapshots import AsyncSnapshots
@@ -31,6 +32,7 @@ class AsyncCorral:
         self.snapshots = AsyncSnapshots(self)
         self.layers = AsyncLayers(self)
         self.environments = AsyncEnvironments(self)
+        self.nodes = AsyncNodes(self)
         self.images = AsyncImages(self)
 
     @property

@@ -14,6 +14,7 @@ from corral._common import connect
 from corral._transport import SyncTransport
 from corral.images import Environments, Images, Layers
 from corral.jobs import Jobs
+from corral.nodes import Nodes
 from corral.rollouts import Rollouts
 from corral.sandboxes import Sandbox, Sandboxes
 from corral.snapshots import Snapshots
@@ -31,6 +32,7 @@ class Corral:
         self.snapshots = Snapshots(self)
         self.layers = Layers(self)
         self.environments = Environments(self)
+        self.nodes = Nodes(self)
         self.images = Images(self)
 
     @property

@@ -107,6 +107,11 @@ class _JobsOps(Flavored):
     def delete(self, job_id: str) -> Op[Any]:
         return self._job(self._corral, (yield calls.delete_job(job_id)))
 
+    @operation
+    def list(self, include_deleted: bool = False) -> Op[list[Any]]:
+        """Your jobs, newest first (each with its counts per state)."""
+        return [self._job(self._corral, info) for info in (yield calls.list_jobs(include_deleted))]
+
 
 class Jobs(_JobsOps, flavor="sync"):
     _job = Job

@@ -160,6 +160,10 @@ class JobStore:
             data, pending = await pipe.execute()
         return JobRecord.from_hash(data, pending) if data else None
 
+    async def tenant_job_ids(self, tenant: str) -> list[str]:
+        """Every job the tenant created that Redis still holds (deleted ones too), sorted."""
+        return sorted(await self.redis.smembers(f"jobs:tenant:{tenant}"))
+
     async def sandbox_ids(self, job_id: str) -> list[str]:
         return sorted(await self.redis.smembers(f"job:{job_id}:all"))
 

@@ -32,6 +32,7 @@ from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.router import router as jobs_router
 from corral_api.jobs.service import JobService
 from corral_api.limits import TenantConcurrencyMiddleware, TenantLimiter
+from corral_api.nodes.router import router as nodes_router
 from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.router import router as rollouts_router
@@ -163,6 +164,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(fncall_router)
     app.include_router(rollouts_router)
     app.include_router(jobs_router)
+    app.include_router(nodes_router)
     app.include_router(images_router)
     app.include_router(commits_router)
     app.include_router(e2b_router)

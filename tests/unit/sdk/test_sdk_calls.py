@@ -24,7 +24,8 @@ from corral.fncall import fncall, fncall_body, fncall_many
 from corral.rollouts import StepFailed
 from corral_client.api.fncall import create_fncall_batch, get_fncall_batch
 from corral_client.api.fncall import fncall as generated_fncall
-from corral_client.api.jobs import create_job, delete_job, get_job
+from corral_client.api.jobs import create_job, delete_job, get_job, list_jobs
+from corral_client.api.nodes import list_nodes
 from corral_client.api.rollouts import create_rollout, finish_rollout, get_rollout, list_rollouts, rollout_step
 from corral_client.api.sandboxes import (
     create_sandbox,
@@ -114,6 +115,8 @@ def test_builders_send_what_the_generated_client_sends():
         (calls.get_snapshot("snap-1"), get_snapshot._get_kwargs("snap-1")),
         (calls.delete_snapshot("snap-1"), delete_snapshot._get_kwargs("snap-1")),
         (calls.get_job("job-1"), get_job._get_kwargs("job-1")),
+        (calls.list_jobs(), list_jobs._get_kwargs()),
+        (calls.list_nodes(), list_nodes._get_kwargs()),
         (calls.delete_job("job-1"), delete_job._get_kwargs("job-1")),
         (calls.create_rollout({"job_id": "j"}, wait=False, timeout=9.0),
          create_rollout._get_kwargs(body=_Body({"job_id": "j"}), wait=False, timeout=9.0)),

@@ -49,6 +49,7 @@ from .job_counts import JobCounts
 from .job_create import JobCreate
 from .job_create_labels import JobCreateLabels
 from .job_labels import JobLabels
+from .job_list import JobList
 from .key_press import KeyPress
 from .layer import Layer
 from .layer_kind import LayerKind
@@ -60,6 +61,8 @@ from .mouse_move import MouseMove
 from .network_counters import NetworkCounters
 from .network_denial import NetworkDenial
 from .network_policy import NetworkPolicy
+from .node import Node
+from .node_list import NodeList
 from .rollout import Rollout
 from .rollout_create import RolloutCreate
 from .rollout_create_metadata import RolloutCreateMetadata
@@ -157,6 +160,7 @@ __all__ = (
     "JobCreate",
     "JobCreateLabels",
     "JobLabels",
+    "JobList",
     "KeyPress",
     "Layer",
     "LayerKind",
@@ -168,6 +172,8 @@ __all__ = (
     "NetworkCounters",
     "NetworkDenial",
     "NetworkPolicy",
+    "Node",
+    "NodeList",
     "Rollout",
     "RolloutCreate",
     "RolloutCreateMetadata",

@@ -2,10 +2,10 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from corral_api.auth.dependencies import Tenant
-from corral_api.jobs.schemas import Job, JobCreate
+from corral_api.jobs.schemas import Job, JobCreate, JobList
 from corral_api.jobs.service import JobService
 from corral_common.errors import ERROR_RESPONSES
 
@@ -26,6 +26,13 @@ async def create_job(body: JobCreate, tenant: Tenant, service: Service, response
     record = await service.create(tenant, body)
     response.headers["Location"] = f"/v1/jobs/{record.id}"
     return await service.get(tenant, record.id)
+
+
+@router.get("", response_model=JobList, operation_id="list_jobs")
+async def list_jobs(tenant: Tenant, service: Service,
+                    include_deleted: Annotated[bool, Query(description="also the deleted jobs")] = False) -> JobList:
+    """Your jobs, newest first, with their counts per state."""
+    return JobList(items=await service.of_tenant(tenant, include_deleted=include_deleted))
 
 
 @router.get("/{job_id}", response_model=Job, operation_id="get_job")

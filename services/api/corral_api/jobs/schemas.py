@@ -34,3 +34,7 @@ class Job(BaseModel):
     pending: int = Field(description="Sandboxes still queued")
     queue_position: int | None = Field(None, description="0: this job is admitted next; null when nothing is queued")
     counts: dict[str, int] = Field(default_factory=dict, description="Sandboxes per state")
+
+
+class JobList(BaseModel):
+    items: list[Job]

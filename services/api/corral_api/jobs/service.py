@@ -129,6 +129,15 @@ class JobService:
                    submitted=record.submitted, admitted=record.admitted, pending=record.pending,
                    queue_position=await self._position(record), counts=counts)
 
+    async def of_tenant(self, tenant: str, *, include_deleted: bool = False) -> list[Job]:
+        """The tenant's jobs, newest first (counts per state as ``get``)."""
+        jobs = []
+        for job_id in await self.jobs.tenant_job_ids(tenant):
+            record = await self.jobs.get(job_id)
+            if record is not None and record.tenant == tenant and (include_deleted or not record.deleted):
+                jobs.append(await self.get(tenant, job_id))
+        return sorted(jobs, key=lambda job: job.created_at, reverse=True)
+
     async def _position(self, record: JobRecord) -> int | None:
         """Where this job stands in the scheduler's next pick (priority, then stride pass)."""
         if record.pending == 0:
