@@ -63,7 +63,8 @@ class TenantConcurrencyMiddleware:
         limiter: TenantLimiter | None = getattr(state, "tenant_limiter", None)
         key = api_key_of(Headers(scope=scope)) if limiter is not None else None
         try:
-            tenant = state.api_keys.tenant_for(key) if key else None
+            principal = await state.api_keys.authenticate(key) if key else None
+            tenant = principal.tenant if principal else None
         except Exception:  # noqa: BLE001 - the route's own auth meets the same error, inside the error handlers
             tenant = None
         if tenant is None:

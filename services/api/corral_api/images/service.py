@@ -2,7 +2,7 @@
 catalogue, a storage quota, uploads streamed through to image-service (which stores each
 distinct content once, whoever uploads it)."""
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from corral_api.images.client import ImageServiceWrites, segments
 from corral_api.images.schemas import Environment, EnvironmentCreate, ImageImport, Layer, StorageUsage
@@ -10,16 +10,24 @@ from corral_api.images.schemas import Environment, EnvironmentCreate, ImageImpor
 
 class ImageCatalogService:
     def __init__(self, writes: ImageServiceWrites, *, quota_bytes: int | None,
-                 forget_environment: Callable[[str, str], None] = lambda name, tenant: None):
+                 forget_environment: Callable[[str, str], None] = lambda name, tenant: None,
+                 tenant_quota: Callable[[str, int | None], Awaitable[int | None]] | None = None):
         self.writes = writes
         self.quota_bytes = quota_bytes
+        # A tenant's own max_image_bytes (admin quotas) wins over the operator's default.
+        self.tenant_quota = tenant_quota
         # Cached "this environment exists" answers of the sandbox path, dropped on a delete.
         self.forget_environment = forget_environment
+
+    async def quota_for(self, tenant: str) -> int | None:
+        if self.tenant_quota is None:
+            return self.quota_bytes
+        return await self.tenant_quota(tenant, self.quota_bytes)
 
     async def upload_layer(self, tenant: str, kind: str, name: str, version: str, body: AsyncIterator[bytes],
                            content_type: str) -> tuple[Layer, bool]:
         response = await self.writes.upload("/v1/layers", tenant, body, content_type, {
-            "kind": kind, "name": name, "version": version, "quota_bytes": self.quota_bytes})
+            "kind": kind, "name": name, "version": version, "quota_bytes": await self.quota_for(tenant)})
         return Layer.of(response.json()), response.status_code == 201
 
     async def list_layers(self, tenant: str, kind: str | None) -> list[Layer]:
@@ -49,11 +57,15 @@ class ImageCatalogService:
 
     async def usage(self, tenant: str) -> StorageUsage:
         reply = (await self.writes.call("GET", "/v1/usage", tenant)).json()
-        return StorageUsage(used_bytes=reply["bytes"], quota_bytes=self.quota_bytes, layers=reply["layers"])
+        return StorageUsage(used_bytes=reply["bytes"], quota_bytes=await self.quota_for(tenant),
+                            layers=reply["layers"])
+
+    async def used_bytes(self, tenant: str) -> int:
+        return (await self.writes.call("GET", "/v1/usage", tenant)).json()["bytes"]
 
     async def start_import(self, tenant: str, params: dict, body: AsyncIterator[bytes] | None,
                            content_type: str) -> tuple[ImageImport, int]:
-        params = {**params, "quota_bytes": self.quota_bytes}
+        params = {**params, "quota_bytes": await self.quota_for(tenant)}
         if body is None:
             response = await self.writes.call("POST", "/v1/imports", tenant, params=params)
         else:

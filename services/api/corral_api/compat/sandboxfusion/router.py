@@ -21,8 +21,9 @@ async def fncall_service(request: Request) -> FncallService:
 Service = Annotated[FncallService, Depends(fncall_service)]
 
 
-def keyed_tenant(api_key: str, request: Request) -> str:
-    tenant = request.app.state.api_keys.tenant_for(api_key)
+async def keyed_tenant(api_key: str, request: Request) -> str:
+    principal = await request.app.state.api_keys.authenticate(api_key)
+    tenant = principal.tenant if principal else None
     if tenant is None:
         raise Unauthorized("invalid API key", loc=["path", "api_key"])
     return tenant
