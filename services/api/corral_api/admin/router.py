@@ -17,7 +17,7 @@ from corral_api.admin.schemas import (
     TenantDetail,
     TenantList,
     TenantUpdate,
-    Usage,
+    TenantUsage,
 )
 from corral_api.admin.service import AdminService
 from corral_api.auth.dependencies import Operator
@@ -85,7 +85,7 @@ async def revoke_key(key_id: str, _: Operator, service: Service) -> Key:
     return await service.revoke_key(key_id)
 
 
-@usage_router.get("/v1/usage", response_model=Usage, operation_id="get_usage")
-async def get_usage(tenant: CallerTenant, service: Service) -> Usage:
+@usage_router.get("/v1/usage", response_model=TenantUsage, operation_id="get_usage")
+async def get_usage(tenant: CallerTenant, service: Service) -> TenantUsage:
     """Your tenant's usage: what its live sandboxes hold now and the totals of those that ended."""
     return await service.usage(tenant)

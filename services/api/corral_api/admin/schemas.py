@@ -41,7 +41,7 @@ class TenantUpdate(BaseModel):
     disabled: bool | None = None
 
 
-class CurrentUsage(BaseModel):
+class TenantUsageNow(BaseModel):
     sandboxes: int
     cpu: float
     memory_mb: int
@@ -49,7 +49,7 @@ class CurrentUsage(BaseModel):
     image_bytes: int | None = Field(description="Null when image-service could not be asked")
 
 
-class UsageTotals(BaseModel):
+class TenantUsageTotals(BaseModel):
     """Of the tenant's ended sandboxes (billing): wall time × what each asked for."""
 
     cpu_s: float = Field(description="CPU seconds used")
@@ -58,10 +58,10 @@ class UsageTotals(BaseModel):
     sandboxes_ended: int
 
 
-class Usage(BaseModel):
+class TenantUsage(BaseModel):
     tenant: str
-    current: CurrentUsage
-    totals: UsageTotals
+    current: TenantUsageNow
+    totals: TenantUsageTotals
 
 
 class Tenant(BaseModel):
@@ -76,7 +76,7 @@ class Tenant(BaseModel):
 
 
 class TenantDetail(Tenant):
-    usage: Usage
+    usage: TenantUsage
 
 
 class TenantList(BaseModel):

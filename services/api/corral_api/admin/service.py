@@ -9,7 +9,7 @@ from corral_api.admin.quotas import Demand, QuotaLedger
 from corral_api.admin.repository import TenantRepository, UsageRepository
 from corral_api.admin.schemas import (
     CreatedKey,
-    CurrentUsage,
+    TenantUsageNow,
     Key,
     KeyCreate,
     RotatedKey,
@@ -17,8 +17,8 @@ from corral_api.admin.schemas import (
     TenantCreate,
     TenantDetail,
     TenantUpdate,
-    Usage,
-    UsageTotals,
+    TenantUsage,
+    TenantUsageTotals,
 )
 from corral_api.auth.service import ApiKeyService, AuthVersion
 from corral_common.errors import Conflict, NotFound, TooManyRequests
@@ -160,7 +160,7 @@ class AdminService:
         await self._changed()
         return await self.get_tenant(name)
 
-    async def usage(self, tenant: str) -> Usage:
+    async def usage(self, tenant: str) -> TenantUsage:
         used = await self.quotas.ledger.used(tenant)
         try:
             image_bytes = await self.image_bytes(tenant)
@@ -168,8 +168,8 @@ class AdminService:
             log.warning("usage.image_bytes_unavailable", tenant=tenant)
             image_bytes = None
         totals = await asyncio.to_thread(self.usage_rows.totals, tenant)
-        return Usage(tenant=tenant, current=CurrentUsage(**used, image_bytes=image_bytes),
-                     totals=UsageTotals(**totals))
+        return TenantUsage(tenant=tenant, current=TenantUsageNow(**used, image_bytes=image_bytes),
+                     totals=TenantUsageTotals(**totals))
 
     # ---- keys ------------------------------------------------------------------------------
 
