@@ -272,3 +272,57 @@ async def test_the_ledger_gives_a_jobs_sandbox_back_once_however_often_its_event
     finally:
         await store.redis.delete(f"quota:used:{tenant}", f"quota:entries:{tenant}", f"quota:released:{tenant}:job-1")
         await store.close()
+
+
+def admin_cli(url: str, api_key: str):
+    """``corral admin`` as corral.cli.main mounts it (the root sets the shared State: url, key, --json)."""
+    context = pytest.importorskip("corral.cli.context", reason="corral.cli.context comes with the CLI (issue 15 part 1)")
+    import typer
+
+    from corral.cli import admin
+
+    root = typer.Typer()
+
+    @root.callback()
+    def _root(ctx: typer.Context, json_output: bool = typer.Option(False, "--json")) -> None:
+        ctx.obj = context.State(url=url, api_key=api_key, json=json_output)
+
+    root.add_typer(admin.app, name="admin")
+    return root
+
+
+async def test_the_admin_cli_rotates_a_key_and_the_old_one_is_refused_at_once(plane, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    ops = admin_cli(plane.urls["api"], OPERATOR_KEY)
+    env = {"CORRAL_CONFIG": str(tmp_path / "none.toml")}
+
+    async def run(*args: str, app=ops):
+        result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
+        return result
+
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    r = await run("--json", "admin", "tenants", "create", name, "--max-sandboxes", "3", "--max-cpu", "none")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["quotas"]["max_sandboxes"] == 3
+    r = await run("--json", "admin", "keys", "create", name, "--name", "trainer")
+    assert r.exit_code == 0, r.output
+    created = json.loads(r.stdout)
+    r = await run("--json", "admin", "keys", "rotate", created["id"])
+    assert r.exit_code == 0, r.output
+    rotated = json.loads(r.stdout)
+    assert rotated["replaces"] == created["id"]
+    assert_error(await plane.http2.get("/v1/sandboxes", headers=bearer(created["key"])), 401, "unauthorized")
+    assert (await plane.http2.get("/v1/sandboxes", headers=bearer(rotated["key"]))).status_code == 200
+    r = await run("--json", "admin", "keys", "ls", "--tenant", name)
+    assert [(k["id"], bool(k["revoked_at"])) for k in json.loads(r.stdout)["keys"]] == [
+        (created["id"], True), (rotated["id"], False)]
+    r = await run("admin", "tenants", "quota", name, "--max-sandboxes", "none")
+    assert r.exit_code == 0 and "unlimited" in r.stdout, r.output
+    r = await run("admin", "tenants", "quota", name, "--max-cpu", "lots")
+    assert r.exit_code == 2 and "not a number" in r.output
+    # A tenant key is refused (the api's 403, exit code 1), and nothing changed.
+    r = await run("admin", "tenants", "ls", app=admin_cli(plane.urls["api"], rotated["key"]))
+    assert r.exit_code == 1 and "operator_only" in r.output, r.output
