@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from corral_api.admin.models import TenantRow
@@ -113,13 +114,19 @@ class ApiKeyService:
         stays revoked after a restart (remove it from the setting as well)."""
         key = key or new_key()
         digest = hash_key(key)
-        with Session(self.engine) as session:
-            if session.get(TenantRow, tenant) is None:
-                session.add(TenantRow(name=tenant))
-            if session.get(ApiKey, digest) is None:
-                session.add(ApiKey(key_hash=digest, id=new_key_id(), tenant=tenant, role=role, name=name or role,
-                                   prefix=key[:PREFIX_CHARS]))
-            session.commit()
+        for attempt in range(2):  # replicas starting together: the one that lost the insert race reads again
+            try:
+                with Session(self.engine) as session:
+                    if session.get(TenantRow, tenant) is None:
+                        session.add(TenantRow(name=tenant))
+                    if session.get(ApiKey, digest) is None:
+                        session.add(ApiKey(key_hash=digest, id=new_key_id(), tenant=tenant, role=role,
+                                           name=name or role, prefix=key[:PREFIX_CHARS]))
+                    session.commit()
+                break
+            except IntegrityError:
+                if attempt:
+                    raise
         return key
 
     # ---- lookups ---------------------------------------------------------------------------
