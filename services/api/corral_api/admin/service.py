@@ -9,7 +9,6 @@ from corral_api.admin.quotas import Demand, QuotaLedger
 from corral_api.admin.repository import TenantRepository, UsageRepository
 from corral_api.admin.schemas import (
     CreatedKey,
-    TenantUsageNow,
     Key,
     KeyCreate,
     RotatedKey,
@@ -18,6 +17,7 @@ from corral_api.admin.schemas import (
     TenantDetail,
     TenantUpdate,
     TenantUsage,
+    TenantUsageNow,
     TenantUsageTotals,
 )
 from corral_api.auth.service import ApiKeyService, AuthVersion
