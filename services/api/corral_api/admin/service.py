@@ -131,7 +131,8 @@ class AdminService:
         await self.keys.version.bump()
 
     async def _tenant(self, name: str, loc: list) -> Tenant:
-        row = await asyncio.to_thread(self.tenants.get, name)
+        # A NUL cannot be in any stored name (and PostgreSQL refuses it in a query): no such tenant.
+        row = None if "\0" in name else await asyncio.to_thread(self.tenants.get, name)
         if row is None:
             raise NotFound(f"tenant {name!r} not found", loc=loc, code="tenant_not_found")
         return Tenant.of(row)
@@ -153,6 +154,7 @@ class AdminService:
         return TenantDetail(**tenant.model_dump(), usage=await self.usage(name))
 
     async def update_tenant(self, name: str, body: TenantUpdate) -> TenantDetail:
+        await self._tenant(name, ["path", "name"])
         quotas = body.quotas.model_dump(exclude_unset=True) if body.quotas is not None else None
         row = await asyncio.to_thread(self.tenants.update, name, quotas, body.disabled)
         if row is None:
@@ -185,7 +187,7 @@ class AdminService:
         return CreatedKey(**Key.of(row).model_dump(), key=key)
 
     async def _key(self, key_id: str) -> Key:
-        row = await asyncio.to_thread(self.keys.get, key_id)
+        row = None if "\0" in key_id else await asyncio.to_thread(self.keys.get, key_id)
         if row is None:
             raise NotFound(f"key {key_id!r} not found", loc=["path", "key_id"], code="key_not_found")
         return Key.of(row)
