@@ -154,7 +154,14 @@ class ApiKeyService:
         now = time.monotonic()
         if cached is not None and version is not None and cached[1] == version and cached[2] > now:
             return cached[0]
-        principal = await asyncio.to_thread(self.lookup, key)
+        try:
+            principal = await asyncio.to_thread(self.lookup, key)
+        except Exception:
+            # SQL away: an answer of the current version whose TTL ran out is still right
+            # (nothing changed since, or the version would differ), so known keys keep working.
+            if cached is not None and version is not None and cached[1] == version:
+                return cached[0]
+            raise
         if principal is None:
             self._cache.pop(digest, None)
         elif version is not None:
