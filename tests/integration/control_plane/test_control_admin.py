@@ -327,3 +327,22 @@ async def test_the_admin_cli_rotates_a_key_and_the_old_one_is_refused_at_once(pl
     # A tenant key is refused: the api's 403 (corral.cli.main reports it and exits 1).
     r = await run("admin", "tenants", "ls", app=admin_cli(plane.urls["api"], rotated["key"]))
     assert isinstance(r.exception, CorralError) and (r.exception.status, r.exception.code) == (403, "operator_only")
+
+
+async def test_the_fncall_bucket_admits_a_batch_bigger_than_its_burst_once_then_waits(redis_url):
+    store = StateStore.from_url(redis_url)
+    ledger = QuotaLedger(store.redis)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    slow = 0.001  # one call per 1000 s: nothing refills while the test runs
+    try:
+        await ledger.take_fncall(tenant, 1, None, ["body"])  # unlimited: no bucket at all
+        assert not await store.redis.exists(f"quota:fncall:{tenant}")
+        await ledger.take_fncall(tenant, 5, slow, ["body", "calls"])  # burst 1, a batch of 5: admitted, owes 4
+        with pytest.raises(TooManyRequests) as info:
+            await ledger.take_fncall(tenant, 1, slow, ["body"])
+        assert info.value.extra["quota"] == "max_fncall_per_s" and info.value.retry_after_s >= 4000
+        other = f"{tenant}-b"  # another tenant's bucket is its own
+        await ledger.take_fncall(other, 1, slow, ["body"])
+    finally:
+        await store.redis.delete(f"quota:fncall:{tenant}", f"quota:fncall:{tenant}-b")
+        await store.close()
