@@ -52,9 +52,6 @@ class TenantQuotas:
             self._cache[tenant] = (quotas, version)
         return quotas
 
-    async def forget(self) -> None:
-        self._cache.clear()
-
     async def admit_sandbox(self, tenant: str, sandbox_id: str, spec: SandboxSpec, loc: list | None = None) -> None:
         await self._admit(tenant, sandbox_id, Demand(1, spec.cpu, spec.memory_mb, spec.disk_mb), loc or ["body"])
 
