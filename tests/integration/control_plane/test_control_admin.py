@@ -346,3 +346,23 @@ async def test_the_fncall_bucket_admits_a_batch_bigger_than_its_burst_once_then_
     finally:
         await store.redis.delete(f"quota:fncall:{tenant}", f"quota:fncall:{tenant}-b")
         await store.close()
+
+
+async def test_a_tenants_own_image_quota_refuses_a_layer_past_it_and_stores_nothing(plane, tmp_path):
+    from tests.integration.image_service.helpers import make_tree, tar_of
+
+    name, key, _ = await new_tenant(plane.http, max_image_bytes=1000)
+    tree = make_tree(tmp_path / "big", {"data.bin": "x" * 200_000, "etc/os-release": "ID=quota\n"})
+    r = await plane.http.post("/v1/layers", params={"kind": "base", "name": "big", "version": "1"},
+                              content=tar_of(tree), headers={**bearer(key), "Content-Type": "application/x-tar"})
+    assert_error(r, 413, "storage_quota_exceeded")
+    assert "big" not in {layer["name"] for layer in (await plane.http.get("/v1/layers", headers=bearer(key))).json()}
+    usage = (await plane.http.get("/v1/usage", headers=bearer(key))).json()["current"]
+    assert usage["image_bytes"] == 0
+    assert (await plane.http.get("/v1/images/usage", headers=bearer(key))).json()["quota_bytes"] == 1000
+    # Unlimited for this tenant: the same upload is stored and counted.
+    await plane.http.patch(f"/v1/admin/tenants/{name}", headers=OPS, json={"quotas": {"max_image_bytes": None}})
+    r = await plane.http.post("/v1/layers", params={"kind": "base", "name": "big", "version": "1"},
+                              content=tar_of(tree), headers={**bearer(key), "Content-Type": "application/x-tar"})
+    assert r.status_code == 201, r.text
+    assert (await plane.http.get("/v1/usage", headers=bearer(key))).json()["current"]["image_bytes"] > 1000
