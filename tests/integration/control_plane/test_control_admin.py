@@ -366,3 +366,38 @@ async def test_a_tenants_own_image_quota_refuses_a_layer_past_it_and_stores_noth
                               content=tar_of(tree), headers={**bearer(key), "Content-Type": "application/x-tar"})
     assert r.status_code == 201, r.text
     assert (await plane.http.get("/v1/usage", headers=bearer(key))).json()["current"]["image_bytes"] > 1000
+
+
+async def test_a_refused_create_first_reclaims_shares_whose_sandbox_is_gone(redis_url, tmp_path):
+    """A share whose sandbox ended without its event reaching the api (or whose record expired)
+    is given back when it would refuse a create; a share admitted just now never is."""
+    import time
+
+    from corral_api.admin.repository import TenantRepository
+    from corral_api.admin.service import TenantQuotas
+    from corral_api.auth.service import AuthVersion
+    from corral_api.db.engine import make_engine, migrate
+    from corral_common.sandboxes import SandboxSpec
+
+    url = f"sqlite:///{tmp_path}/api.db"
+    migrate(url)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    TenantRepository(make_engine(url)).create(tenant, {"max_sandboxes": 1})
+    store = StateStore.from_url(redis_url)
+    quotas = TenantQuotas(TenantRepository(make_engine(url)), QuotaLedger(store.redis), AuthVersion(store.redis))
+    spec = SandboxSpec(environment="tiny", cpu=0.1, memory_mb=64, disk_mb=64)
+    try:
+        await quotas.admit_sandbox(tenant, "sb-young", spec)  # no record yet: being created right now
+        with pytest.raises(TooManyRequests):
+            await quotas.admit_sandbox(tenant, "sb-next", spec)
+        # Make it old: a record that never came (or expired) two minutes on.
+        entries = f"quota:entries:{tenant}"
+        value = await store.redis.hget(entries, "sb-young")
+        n, cpu, mem, disk, _ = (value.decode() if isinstance(value, bytes) else value).split("|")
+        await store.redis.hset(entries, "sb-young", f"{n}|{cpu}|{mem}|{disk}|{time.time() - 120}")
+        await quotas.admit_sandbox(tenant, "sb-next", spec)
+        assert set(await quotas.ledger.entries(tenant)) == {"sb-next"}
+        assert (await quotas.ledger.used(tenant))["sandboxes"] == 1
+    finally:
+        await store.redis.delete(f"quota:used:{tenant}", f"quota:entries:{tenant}")
+        await store.close()
