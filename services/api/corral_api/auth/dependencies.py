@@ -7,6 +7,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from corral_api.auth.service import Principal
+from corral_api.limits import AUTHENTICATED_SCOPE_KEY
 from corral_common.errors import CorralError, Unauthorized
 
 bearer = HTTPBearer(auto_error=False, description="API key: `Authorization: Bearer <key>`")
@@ -17,7 +18,9 @@ async def current_principal(request: Request,
     key = credentials.credentials if credentials else request.headers.get("x-api-key")
     if not key:
         raise Unauthorized("missing API key (Authorization: Bearer <key>)", loc=["header", "authorization"])
-    principal = await request.app.state.api_keys.authenticate(key)
+    # Looked up a moment ago by limits.TenantConcurrencyMiddleware for this same request.
+    known = request.scope.get(AUTHENTICATED_SCOPE_KEY)
+    principal = known[1] if known and known[0] == key else await request.app.state.api_keys.authenticate(key)
     if principal is None:
         raise Unauthorized("invalid API key", loc=["header", "authorization"])
     return principal
