@@ -355,7 +355,8 @@ async def test_a_tenants_own_image_quota_refuses_a_layer_past_it_and_stores_noth
     tree = make_tree(tmp_path / "big", {"data.bin": "x" * 200_000, "etc/os-release": "ID=quota\n"})
     r = await plane.http.post("/v1/layers", params={"kind": "base", "name": "big", "version": "1"},
                               content=tar_of(tree), headers={**bearer(key), "Content-Type": "application/x-tar"})
-    assert_error(r, 413, "storage_quota_exceeded")
+    error = assert_error(r, 413, "storage_quota_exceeded")
+    assert (error["quota"], error["quota_bytes"]) == ("max_image_bytes", 1000)
     assert "big" not in {layer["name"] for layer in (await plane.http.get("/v1/layers", headers=bearer(key))).json()}
     usage = (await plane.http.get("/v1/usage", headers=bearer(key))).json()["current"]
     assert usage["image_bytes"] == 0

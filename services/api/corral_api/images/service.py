@@ -2,10 +2,23 @@
 catalogue, a storage quota, uploads streamed through to image-service (which stores each
 distinct content once, whoever uploads it)."""
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 from corral_api.images.client import ImageServiceWrites, segments
 from corral_api.images.schemas import Environment, EnvironmentCreate, ImageImport, Layer, StorageUsage
+from corral_common.errors import CorralError
+
+
+@contextmanager
+def naming_the_quota() -> Iterator[None]:
+    """image-service's 413 ``storage_quota_exceeded`` also names the admin quota it stands for."""
+    try:
+        yield
+    except CorralError as exc:
+        if exc.code == "storage_quota_exceeded":
+            exc.extra.setdefault("quota", "max_image_bytes")
+        raise
 
 
 class ImageCatalogService:
@@ -26,8 +39,9 @@ class ImageCatalogService:
 
     async def upload_layer(self, tenant: str, kind: str, name: str, version: str, body: AsyncIterator[bytes],
                            content_type: str) -> tuple[Layer, bool]:
-        response = await self.writes.upload("/v1/layers", tenant, body, content_type, {
-            "kind": kind, "name": name, "version": version, "quota_bytes": await self.quota_for(tenant)})
+        with naming_the_quota():
+            response = await self.writes.upload("/v1/layers", tenant, body, content_type, {
+                "kind": kind, "name": name, "version": version, "quota_bytes": await self.quota_for(tenant)})
         return Layer.of(response.json()), response.status_code == 201
 
     async def list_layers(self, tenant: str, kind: str | None) -> list[Layer]:
@@ -66,10 +80,11 @@ class ImageCatalogService:
     async def start_import(self, tenant: str, params: dict, body: AsyncIterator[bytes] | None,
                            content_type: str) -> tuple[ImageImport, int]:
         params = {**params, "quota_bytes": await self.quota_for(tenant)}
-        if body is None:
-            response = await self.writes.call("POST", "/v1/imports", tenant, params=params)
-        else:
-            response = await self.writes.upload("/v1/imports", tenant, body, content_type, params)
+        with naming_the_quota():
+            if body is None:
+                response = await self.writes.call("POST", "/v1/imports", tenant, params=params)
+            else:
+                response = await self.writes.upload("/v1/imports", tenant, body, content_type, params)
         return ImageImport.of(response.json()), response.status_code
 
     async def get_import(self, tenant: str, import_id: str) -> ImageImport:
