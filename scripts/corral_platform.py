@@ -159,12 +159,14 @@ def up(args: argparse.Namespace) -> dict:
     env = _env(args, state, redis_url, amqp_url)
     ports = _ports(args)
     api_key = _secret(state / "api-key")
+    operator_key = _secret(state / "operator-key")  # for /v1/admin/* (docs/admin.md)
     services = {
         "image-service": (["corral_image_service"], {"CORRAL_IMAGE_PORT": str(ports["image-service"]),
                                                      "CORRAL_IMAGE_DATA_DIR": str(state / "images")}),
         "scheduler": (["corral_scheduler"], {"CORRAL_SCHEDULER_PORT": str(ports["scheduler"])}),
         "api": (["corral_api"], {"CORRAL_API_PORT": str(ports["api"]), "CORRAL_API_DATA_DIR": str(state / "api"),
-                                 "CORRAL_API_KEYS": ",".join([f"{args.tenant}:{api_key}", *args.extra_api_key])}),
+                                 "CORRAL_API_KEYS": ",".join([f"{args.tenant}:{api_key}", *args.extra_api_key]),
+                                 "CORRAL_API_OPERATOR_KEYS": f"operator:{operator_key}"}),
         "memory-manager": (["corral_memory_manager"], {"CORRAL_MEMORY_MANAGER_PORT": str(ports["memory-manager"])}),
     }
     if args.sandboxfusion_port:  # SandboxFusion's /run_code at the root of its own port, as the tenant's
@@ -195,7 +197,8 @@ def up(args: argparse.Namespace) -> dict:
         register_judge(urls["image-service"], env)
     if args.with_debian:
         register_debian(urls["image-service"], {**env, "CORRAL_IMAGE_DATA_DIR": str(state / "images")})
-    info = {"api": urls["api"], "api_key": api_key, "tenant": args.tenant, "urls": urls, "redis_url": redis_url,
+    info = {"api": urls["api"], "api_key": api_key, "operator_key": operator_key, "tenant": args.tenant, "urls": urls,
+            "redis_url": redis_url,
             "amqp_url": amqp_url, "state_dir": str(state), "internal_token": env["CORRAL_INTERNAL_TOKEN"]}
     if args.sandboxfusion_port:
         info["sandboxfusion"] = f"http://127.0.0.1:{args.sandboxfusion_port}"

@@ -9,6 +9,7 @@ print(f"""
 Corral is up.  State, logs and pid files: {info['state_dir']}
   API docs:   {api}/docs
   API key:    {key}     (tenant {info['tenant']!r}; also in {info['state_dir']}/api-key)
+  Operator:   {info.get('operator_key', '-')}     (for /v1/admin/*, docs/admin.md; also in {info['state_dir']}/operator-key)
 
 Try it:
   curl -s -X POST '{api}/v1/sandboxes?wait_for=running' -H 'Authorization: Bearer {key}' \\

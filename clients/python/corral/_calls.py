@@ -303,3 +303,42 @@ def get_fncall_batch(batch_id: str, *, offset: int, limit: int, timeout: float) 
     """Waits (server side, up to ``timeout`` seconds) until the page has results or the batch is done."""
     return Call("GET", _path("/v1/fncall/batch/{}", batch_id), _json,
                 params={"offset": offset, "limit": limit, "wait": "true", "timeout": timeout})
+
+
+# ---- administration (operator keys; answers stay dicts shaped like the api's) --------------
+
+def list_tenants() -> Call[list[dict[str, Any]]]:
+    return Call("GET", "/v1/admin/tenants", lambda response: response.json()["tenants"])
+
+
+def create_tenant(body: dict[str, Any]) -> Call[dict[str, Any]]:
+    return Call("POST", "/v1/admin/tenants", _json, json=body)
+
+
+def get_tenant(name: str) -> Call[dict[str, Any]]:
+    return Call("GET", _path("/v1/admin/tenants/{}", name), _json)
+
+
+def update_tenant(name: str, body: dict[str, Any]) -> Call[dict[str, Any]]:
+    return Call("PATCH", _path("/v1/admin/tenants/{}", name), _json, json=body)
+
+
+def list_keys(tenant: str | None = None) -> Call[list[dict[str, Any]]]:
+    return Call("GET", "/v1/admin/keys", lambda response: response.json()["keys"],
+                params=_without_none({"tenant": tenant}))
+
+
+def create_key(body: dict[str, Any]) -> Call[dict[str, Any]]:
+    return Call("POST", "/v1/admin/keys", _json, json=body)
+
+
+def rotate_key(key_id: str) -> Call[dict[str, Any]]:
+    return Call("POST", _path("/v1/admin/keys/{}/rotate", key_id), _json)
+
+
+def revoke_key(key_id: str) -> Call[dict[str, Any]]:
+    return Call("DELETE", _path("/v1/admin/keys/{}", key_id), _json)
+
+
+def get_usage() -> Call[dict[str, Any]]:
+    return Call("GET", "/v1/usage", _json)

@@ -12,6 +12,7 @@ import httpx
 
 from corral._common import connect
 from corral._transport import AsyncTransport
+from corral.admin import AsyncAdmin, AsyncUsage
 from corral.images import AsyncEnvironments, AsyncImages, AsyncLayers
 from corral.jobs import AsyncJobs
 from corral.nodes import AsyncNodes
@@ -33,12 +34,18 @@ class AsyncCorral:
         self.layers = AsyncLayers(self)
         self.environments = AsyncEnvironments(self)
         self.nodes = AsyncNodes(self)
+        self.admin = AsyncAdmin(self)
+        self._usage = AsyncUsage(self)
         self.images = AsyncImages(self)
 
     @property
     def http(self) -> httpx.AsyncClient:
         """The underlying httpx client (auth set), for raw and streaming calls."""
         return self.api.get_async_httpx_client()
+
+    async def usage(self) -> dict:
+        """Your tenant's usage: ``current`` (live sandboxes, image bytes) and ``totals`` (billing)."""
+        return await self._usage.usage()
 
     async def close(self) -> None:
         await self.http.aclose()

@@ -12,6 +12,7 @@ import httpx
 
 from corral._common import connect
 from corral._transport import SyncTransport
+from corral.admin import Admin, Usage
 from corral.images import Environments, Images, Layers
 from corral.jobs import Jobs
 from corral.nodes import Nodes
@@ -33,12 +34,18 @@ class Corral:
         self.layers = Layers(self)
         self.environments = Environments(self)
         self.nodes = Nodes(self)
+        self.admin = Admin(self)
+        self._usage = Usage(self)
         self.images = Images(self)
 
     @property
     def http(self) -> httpx.Client:
         """The underlying httpx client (auth set), for raw and streaming calls."""
         return self.api.get_httpx_client()
+
+    def usage(self) -> dict:
+        """Your tenant's usage: ``current`` (live sandboxes, image bytes) and ``totals`` (billing)."""
+        return self._usage.usage()
 
     def close(self) -> None:
         self.http.close()

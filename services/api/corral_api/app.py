@@ -7,6 +7,12 @@ from pathlib import Path
 import httpx
 from fastapi import FastAPI
 
+from corral_api.admin.quotas import QuotaLedger
+from corral_api.admin.repository import TenantRepository, UsageRepository
+from corral_api.admin.router import router as admin_router
+from corral_api.admin.router import usage_router
+from corral_api.admin.service import AdminService, TenantQuotas
+from corral_api.auth.models import OPERATOR_ROLE
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.commits.router import router as commits_router
 from corral_api.commits.service import CommitService
@@ -72,10 +78,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         migrate(database_url)
         engine = make_engine(database_url, **settings.sql_pool())
-        api_keys = ApiKeyService(engine)
+        store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
+        api_keys = ApiKeyService(engine, store.redis)
         for tenant, key in parse_bootstrap_keys(settings.keys):
             api_keys.add(tenant, key)
-        store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
+        for name, key in parse_bootstrap_keys(settings.operator_keys, "CORRAL_API_OPERATOR_KEYS"):
+            api_keys.add(settings.operator_tenant, key, role=OPERATOR_ROLE, name=name)
+        tenant_rows = TenantRepository(engine)
+        quotas = TenantQuotas(tenant_rows, QuotaLedger(store.redis), api_keys.version)
         bus = await EventBus(settings.amqp_url, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
         history = HistoryRepository(engine)
         waiters = StateWaiters()
@@ -85,7 +95,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         node_client = NodeClient(settings.internal_token, max_connections=settings.node_max_connections,
                                  pool_timeout_s=settings.http_pool_timeout_s)
         await bus.subscribe(state_routing_keys(SandboxState), SandboxStateChanged, waiters.on_event)
-        await bus.consume(RECORDS_QUEUE, TERMINAL_KEYS, SandboxStateChanged, TerminalRecorder(store, history).handle)
+        await bus.consume(RECORDS_QUEUE, TERMINAL_KEYS, SandboxStateChanged, TerminalRecorder(store, history, quotas).handle)
         app.state.settings = settings
         app.state.api_keys = api_keys
         app.state.tenant_limiter = TenantLimiter(settings.tenant_max_inflight)
@@ -95,12 +105,17 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                                              settings.max_wait_s, snapshots=snapshot_rows,
                                              ceilings=NodeCeilings(store, settings.heartbeat_timeout_s,
                                                                    max_disk_mb=settings.max_disk_mb),
-                                             network=NetworkRules(settings, store, api_host=settings.host))
+                                             network=NetworkRules(settings, store, api_host=settings.host),
+                                             quotas=quotas)
         image_writes = ImageServiceWrites(settings.image_service_url, settings.internal_token,
                                           max_connections=settings.image_service_max_connections,
                                           pool_timeout_s=settings.http_pool_timeout_s)
         app.state.images = ImageCatalogService(image_writes, quota_bytes=settings.image_quota_bytes,
-                                               forget_environment=app.state.sandboxes.environments.forget)
+                                               forget_environment=app.state.sandboxes.environments.forget,
+                                               tenant_quota=quotas.image_quota_bytes)
+        app.state.quotas = quotas
+        app.state.admin = AdminService(tenant_rows, UsageRepository(engine), api_keys, quotas,
+                                       image_bytes=lambda tenant: app.state.images.used_bytes(tenant))
         app.state.data_path = SandboxDataPath(app.state.sandboxes, node_client)
         app.state.snapshots = SnapshotService(snapshot_rows, app.state.sandboxes, node_client)
         app.state.commits = CommitService(app.state.sandboxes, node_client, app.state.images, app.state.snapshots)
@@ -111,7 +126,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.swerex = SwerexService(app.state.rollouts, app.state.sandboxes, app.state.data_path,
                                          max_upload_bytes=settings.max_upload_mb * 1024 * 1024)
         sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
-        app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes, JobRepository(engine))
+        app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes, JobRepository(engine), quotas=quotas)
         await app.state.jobs.resume_submissions()
         # A Redis that lost its data gets its jobs queued again (once the nodes re-registered theirs).
         requeuer = asyncio.create_task(app.state.jobs.requeue_forever(settings.heartbeat_interval_s,
@@ -160,6 +175,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_middleware(E2bPortRouting)
     instrument_app(app)
     app.include_router(sandboxes_router)
+    app.include_router(admin_router)
+    app.include_router(usage_router)
     app.include_router(snapshots_router)
     app.include_router(fncall_router)
     app.include_router(rollouts_router)

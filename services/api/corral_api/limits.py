@@ -23,6 +23,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_common.errors import TooManyRequests
 
+# Where the middleware leaves (key, principal) for auth.dependencies.current_principal.
+AUTHENTICATED_SCOPE_KEY = "corral.principal"
+
 
 class TenantLimiter:
     def __init__(self, limit: int):
@@ -63,7 +66,10 @@ class TenantConcurrencyMiddleware:
         limiter: TenantLimiter | None = getattr(state, "tenant_limiter", None)
         key = api_key_of(Headers(scope=scope)) if limiter is not None else None
         try:
-            tenant = state.api_keys.tenant_for(key) if key else None
+            principal = await state.api_keys.authenticate(key) if key else None
+            tenant = principal.tenant if principal else None
+            if principal is not None:  # the route's auth takes it from here: one lookup per request
+                scope[AUTHENTICATED_SCOPE_KEY] = (key, principal)
         except Exception:  # noqa: BLE001 - the route's own auth meets the same error, inside the error handlers
             tenant = None
         if tenant is None:

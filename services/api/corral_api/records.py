@@ -2,6 +2,7 @@
 
 import asyncio
 
+from corral_api.admin.service import TenantQuotas
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.sandboxes import TERMINAL_STATES
@@ -12,9 +13,12 @@ TERMINAL_KEYS = state_routing_keys(sorted(TERMINAL_STATES))
 
 
 class TerminalRecorder:
-    def __init__(self, store: StateStore, history: HistoryRepository):
+    def __init__(self, store: StateStore, history: HistoryRepository, quotas: TenantQuotas | None = None):
         self.store = store
         self.history = history
+        # The ended sandbox's share of its tenant's quota is given back (once, however often
+        # the event comes: QuotaLedger.release).
+        self.quotas = quotas
 
     async def handle(self, event: SandboxStateChanged) -> None:
         record = await self.store.get_sandbox(event.sandbox_id)
@@ -25,3 +29,5 @@ class TerminalRecorder:
         if event.usage is not None and record.usage is None:
             record.usage = event.usage
         await asyncio.to_thread(self.history.record, record)
+        if self.quotas is not None:
+            await self.quotas.release(record)

@@ -23,6 +23,11 @@ class ApiSettings(PrefixedServiceSettings):
     database_url: str = ""
     # Bootstrap keys, "tenant:key,tenant2:key2". Stored hashed in SQL at start.
     keys: str = ""
+    # Bootstrap operator keys (the admin routes /v1/admin/*), "name:key,name2:key2", stored
+    # hashed in SQL at start as keys of role operator of the tenant operator_tenant.
+    operator_keys: str = Field("", description=(
+        "Operator keys for /v1/admin/*, 'name:key' comma-separated; stored hashed in SQL at start"))
+    operator_tenant: str = Field("operator", description="Tenant the bootstrap operator keys belong to")
     max_upload_mb: int = 100
     # The largest disk_mb a sandbox may ask for (0: as large as the largest live node holds).
     max_disk_mb: int = 0

@@ -201,3 +201,33 @@ def test_replicas_starting_together_migrate_one_database_once(request):
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
         admin.dispose()
+
+
+def test_admin_keys_tenants_and_usage_totals(database_url):
+    """Migration 0006 on both databases: keys with ids, roles and revocation; tenants with
+    quotas; billing totals summed in SQL from the history rows."""
+    from corral_api.admin.repository import TenantRepository, UsageRepository
+
+    migrate(database_url)
+    engine = make_engine(database_url)
+    keys = ApiKeyService(engine)
+    keys.add("ops", "operator-key-123", role="operator", name="root")
+    assert keys.lookup("operator-key-123").is_operator
+    row, key = keys.create("ops", name="second")
+    new, new_key, old = keys.rotate(row.id)
+    assert keys.lookup(key) is None and keys.lookup(new_key).key_id == new.id and old.revoked_at is not None
+    assert keys.revoke(new.id).revoked_at is not None and keys.lookup(new_key) is None
+    tenants = TenantRepository(engine)
+    assert tenants.create("ops", {}) is None  # the bootstrap made it
+    assert tenants.update("ops", {"max_cpu": 4, "max_sandboxes": None}).quotas == {"max_cpu": 4}
+    history = HistoryRepository(engine)
+    for i, (memory_mb, wall_s, cpu_s) in enumerate([(64, 10.0, 2.0), (256, 3600.0, 100.0)]):
+        history.record(SandboxRecord(
+            id=f"sb-bill{i}", tenant="ops", state=SandboxState.terminated,
+            spec=SandboxSpec(environment="busybox", memory_mb=memory_mb), created_at=1.0, updated_at=2.0,
+            started_at=1.0, ended_at=1.0 + wall_s, usage=Usage(cpu_seconds=cpu_s, wall_time_s=wall_s)))
+    totals = UsageRepository(engine).totals("ops")
+    assert totals == {"cpu_s": 102.0, "memory_mb_s": 64 * 10.0 + 256 * 3600.0, "sandbox_hours": 3610.0 / 3600,
+                      "sandboxes_ended": 2}
+    assert UsageRepository(engine).totals("nobody")["sandboxes_ended"] == 0
+    engine.dispose()

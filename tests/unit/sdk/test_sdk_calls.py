@@ -22,6 +22,17 @@ from corral.client import Corral
 from corral.errors import CorralError, SandboxFailed
 from corral.fncall import fncall, fncall_body, fncall_many
 from corral.rollouts import StepFailed
+from corral_client.api.admin import (
+    create_key,
+    create_tenant,
+    get_tenant,
+    get_usage,
+    list_keys,
+    list_tenants,
+    revoke_key,
+    rotate_key,
+    update_tenant,
+)
 from corral_client.api.fncall import create_fncall_batch, get_fncall_batch
 from corral_client.api.fncall import fncall as generated_fncall
 from corral_client.api.jobs import create_job, delete_job, get_job, list_jobs
@@ -134,6 +145,15 @@ def test_builders_send_what_the_generated_client_sends():
         (calls.fncall({}), generated_fncall._get_kwargs(body=_Body({}))),
         (calls.create_fncall_batch([]), create_fncall_batch._get_kwargs(body=_Body({}))),
         (calls.get_fncall_batch("fb-1", offset=0, limit=10, timeout=1), get_fncall_batch._get_kwargs("fb-1")),
+        (calls.list_tenants(), list_tenants._get_kwargs()),
+        (calls.create_tenant({}), create_tenant._get_kwargs(body=_Body({}))),
+        (calls.get_tenant("t/1"), get_tenant._get_kwargs("t/1")),
+        (calls.update_tenant("t", {}), update_tenant._get_kwargs("t", body=_Body({}))),
+        (calls.list_keys("t"), list_keys._get_kwargs(tenant="t")),
+        (calls.create_key({}), create_key._get_kwargs(body=_Body({}))),
+        (calls.rotate_key("key-1"), rotate_key._get_kwargs("key-1")),
+        (calls.revoke_key("key-1"), revoke_key._get_kwargs("key-1")),
+        (calls.get_usage(), get_usage._get_kwargs()),
     ]:
         _same_request(ours, generated, body=False)
 
@@ -514,3 +534,37 @@ def test_both_transports_run_one_operation_the_same_way():
 
 def iter_yielding_nonsense():
     yield "not a step"
+
+
+@scenario
+async def test_admin_tenants_keys_and_usage(corral, api, flavour):
+    tenant = {"name": "team-a", "created_at": T0, "disabled": False, "quotas": {"max_sandboxes": 3}}
+    key = {"id": "key-1", "tenant": "team-a", "name": "ci", "role": "tenant", "prefix": "ck_abc",
+           "created_at": T0, "revoked_at": None}
+    api.on("GET", "/v1/admin/tenants", {"tenants": [tenant]})
+    api.on("POST", "/v1/admin/tenants", (201, tenant))
+    api.on("PATCH", "/v1/admin/tenants/team-a", tenant)
+    api.on("GET", "/v1/admin/keys", {"keys": [key]})
+    api.on("POST", "/v1/admin/keys", (201, {**key, "key": "ck_secret"}))
+    api.on("POST", "/v1/admin/keys/key-1/rotate", {**key, "id": "key-2", "key": "ck_new", "replaces": "key-1"})
+    api.on("DELETE", "/v1/admin/keys/key-2", {**key, "id": "key-2", "revoked_at": T0})
+    api.on("GET", "/v1/usage", {"tenant": "t", "current": {}, "totals": {}})
+    api.on("GET", "/v1/admin/tenants/nobody", (404, {"error": {"code": "tenant_not_found", "message": "no",
+                                                               "details": [{"loc": ["path", "name"], "msg": "no"}]}}))
+    assert await done(corral.admin.tenants.list()) == [tenant]
+    assert (await done(corral.admin.tenants.create("team-a", max_sandboxes=3)))["name"] == "team-a"
+    await done(corral.admin.tenants.update("team-a", disabled=True, max_cpu=None))
+    assert await done(corral.admin.keys.list("team-a")) == [key]
+    assert (await done(corral.admin.keys.create("team-a", name="ci")))["key"] == "ck_secret"
+    assert (await done(corral.admin.keys.rotate("key-1")))["replaces"] == "key-1"
+    assert (await done(corral.admin.keys.revoke("key-2")))["revoked_at"] == T0
+    assert (await done(corral.usage()))["tenant"] == "t"
+    with pytest.raises(CorralError) as info:
+        await done(corral.admin.tenants.get("nobody"))
+    assert (info.value.status, info.value.code) == (404, "tenant_not_found")
+    with pytest.raises(TypeError, match="max_gpus"):
+        await done(corral.admin.tenants.create("team-b", max_gpus=1))
+    assert api.bodies()[1:3] == [{"name": "team-a", "quotas": {"max_sandboxes": 3}},
+                                 {"quotas": {"max_cpu": None}, "disabled": True}]
+    assert api.sent()[3] == ("GET", "/v1/admin/keys?tenant=team-a")
+    assert api.bodies()[4] == {"tenant": "team-a", "name": "ci", "role": "tenant"}

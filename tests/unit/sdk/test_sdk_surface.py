@@ -8,6 +8,7 @@ import pytest
 
 import corral
 from corral import AsyncCorral, AsyncRollout, AsyncSandbox, Corral, Rollout, Sandbox
+from corral.admin import Admin, AsyncAdmin, AsyncKeys, AsyncTenants, Keys, Tenants
 from corral.fncall import fncall, fncall_body, fncall_many
 from corral.images import AsyncEnvironments, AsyncImages, AsyncLayers, Environments, Images, Layers
 from corral.jobs import AsyncJob, AsyncJobs, Job, Jobs
@@ -18,7 +19,8 @@ from corral.snapshots import AsyncSnapshots, Snapshots
 
 PAIRS = [(Corral, AsyncCorral), (Sandbox, AsyncSandbox), (Sandboxes, AsyncSandboxes), (Job, AsyncJob),
          (Jobs, AsyncJobs), (Rollout, AsyncRollout), (Rollouts, AsyncRollouts), (Snapshots, AsyncSnapshots),
-         (Layers, AsyncLayers), (Environments, AsyncEnvironments), (Images, AsyncImages), (Nodes, AsyncNodes)]
+         (Layers, AsyncLayers), (Environments, AsyncEnvironments), (Images, AsyncImages), (Nodes, AsyncNodes),
+         (Admin, AsyncAdmin), (Tenants, AsyncTenants), (Keys, AsyncKeys)]
 ASYNC_OF = dict(PAIRS)
 CONTEXT = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 
@@ -53,7 +55,8 @@ def test_sync_and_async_classes_have_the_same_methods_and_parameters(sync_cls, a
 def test_the_clients_have_the_same_namespaces():
     sync, aio = Corral("http://corral.test", "key"), AsyncCorral("http://corral.test", "key")
     namespaces = {name: value for name, value in vars(sync).items() if not name.startswith("_") and name != "api"}
-    assert set(namespaces) == {"sandboxes", "rollouts", "jobs", "snapshots", "layers", "environments", "images", "nodes"}
+    assert set(namespaces) == {"sandboxes", "rollouts", "jobs", "snapshots", "layers", "environments", "images",
+                               "nodes", "admin"}
     assert {name for name in vars(aio) if not name.startswith("_")} == {*namespaces, "api"}
     for name, value in namespaces.items():
         assert type(getattr(aio, name)) is ASYNC_OF[type(value)], name

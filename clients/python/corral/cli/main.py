@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from corral.cli import config, env, fncall, images, job, nodes, rollout, sandbox
+from corral.cli import admin, config, env, fncall, images, job, nodes, rollout, sandbox
 from corral.cli.context import EXIT_CONFIG, CliFailure, State, failure_of, get_state, report
 
 app = typer.Typer(name="corral", help="Corral: sandboxes, jobs, rollouts and fncall from the shell.",
@@ -38,8 +38,7 @@ app.add_typer(job.app, name="job", help="Jobs: many sandboxes of one spec, with 
 app.add_typer(rollout.app, name="rollout", help="Rollouts and their trajectories.")
 app.add_typer(fncall.app, name="fncall", help="Run code against test cases (stateless).")
 app.command("nodes", help="Live nodes with their capacity and use.")(nodes.nodes)
-# `corral admin` (tenants, keys, quotas): registered here at merge by the coordinator:
-# from corral.cli import admin; app.add_typer(admin.app, name="admin", help="Tenants, API keys and quotas (operator key).")
+app.add_typer(admin.app, name="admin", help="Tenants, API keys and quotas (operator key).")
 
 config_app = typer.Typer(help="Show or change the config file (profiles of url + API key).", no_args_is_help=True)
 app.add_typer(config_app, name="config")

@@ -14,6 +14,7 @@ from .commit_request import CommitRequest
 from .commit_result import CommitResult
 from .compile_result import CompileResult
 from .create_sandbox_wait_for_type_0 import CreateSandboxWaitForType0
+from .created_key import CreatedKey
 from .environment import Environment
 from .environment_create import EnvironmentCreate
 from .environment_layer import EnvironmentLayer
@@ -50,6 +51,10 @@ from .job_create import JobCreate
 from .job_create_labels import JobCreateLabels
 from .job_labels import JobLabels
 from .job_list import JobList
+from .key import Key
+from .key_create import KeyCreate
+from .key_create_role import KeyCreateRole
+from .key_list import KeyList
 from .key_press import KeyPress
 from .layer import Layer
 from .layer_kind import LayerKind
@@ -63,6 +68,7 @@ from .network_denial import NetworkDenial
 from .network_policy import NetworkPolicy
 from .node import Node
 from .node_list import NodeList
+from .quotas import Quotas
 from .rollout import Rollout
 from .rollout_create import RolloutCreate
 from .rollout_create_metadata import RolloutCreateMetadata
@@ -72,6 +78,7 @@ from .rollout_info_type_0 import RolloutInfoType0
 from .rollout_list import RolloutList
 from .rollout_metadata import RolloutMetadata
 from .rollout_status import RolloutStatus
+from .rotated_key import RotatedKey
 from .run_code_request import RunCodeRequest
 from .run_code_request_files import RunCodeRequestFiles
 from .run_code_request_language import RunCodeRequestLanguage
@@ -104,6 +111,14 @@ from .step_request_args import StepRequestArgs
 from .step_status import StepStatus
 from .storage_usage import StorageUsage
 from .swerex_token import SwerexToken
+from .tenant import Tenant
+from .tenant_create import TenantCreate
+from .tenant_detail import TenantDetail
+from .tenant_list import TenantList
+from .tenant_update import TenantUpdate
+from .tenant_usage import TenantUsage
+from .tenant_usage_now import TenantUsageNow
+from .tenant_usage_totals import TenantUsageTotals
 from .test_case import TestCase
 from .type_text import TypeText
 from .upload_layer_kind import UploadLayerKind
@@ -125,6 +140,7 @@ __all__ = (
     "CommitResult",
     "CompileResult",
     "CreateSandboxWaitForType0",
+    "CreatedKey",
     "Environment",
     "EnvironmentCreate",
     "EnvironmentLayer",
@@ -161,6 +177,10 @@ __all__ = (
     "JobCreateLabels",
     "JobLabels",
     "JobList",
+    "Key",
+    "KeyCreate",
+    "KeyCreateRole",
+    "KeyList",
     "KeyPress",
     "Layer",
     "LayerKind",
@@ -174,6 +194,7 @@ __all__ = (
     "NetworkPolicy",
     "Node",
     "NodeList",
+    "Quotas",
     "Rollout",
     "RolloutCreate",
     "RolloutCreateMetadata",
@@ -183,6 +204,7 @@ __all__ = (
     "RolloutList",
     "RolloutMetadata",
     "RolloutStatus",
+    "RotatedKey",
     "RunCodeRequest",
     "RunCodeRequestFiles",
     "RunCodeRequestLanguage",
@@ -215,6 +237,14 @@ __all__ = (
     "StepStatus",
     "StorageUsage",
     "SwerexToken",
+    "Tenant",
+    "TenantCreate",
+    "TenantDetail",
+    "TenantList",
+    "TenantUpdate",
+    "TenantUsage",
+    "TenantUsageNow",
+    "TenantUsageTotals",
     "TestCase",
     "TypeText",
     "UploadLayerKind",

@@ -71,10 +71,18 @@ async def fncall_service(request: Request) -> FncallService:
 Service = Annotated[FncallService, Depends(fncall_service)]
 
 
+async def take_fncall_quota(request: Request, tenant: str, calls: int, loc: list) -> None:
+    """The tenant's max_fncall_per_s (a token bucket in Redis): 429 quota_exceeded past it."""
+    quotas = getattr(request.app.state, "quotas", None)
+    if quotas is not None:
+        await quotas.take_fncall(tenant, calls, loc)
+
+
 @router.post("/v1/fncall", response_model=FncallResponse, tags=["fncall"], operation_id="fncall",
              responses=ERROR_RESPONSES)
-async def fncall(body: FncallRequest, tenant: Tenant, service: Service) -> FncallResponse:
+async def fncall(request: Request, body: FncallRequest, tenant: Tenant, service: Service) -> FncallResponse:
     """Run code statelessly: compile once, run every test case in a fresh isolated sandbox, judge."""
+    await take_fncall_quota(request, tenant, 1, ["body"])
     return await service.call(body)
 
 
@@ -86,8 +94,10 @@ async def runtimes(tenant: Tenant, service: Service) -> RuntimeList:
 
 @router.post("/v1/fncall/batch", status_code=202, response_model=Batch, tags=["fncall"],
              operation_id="create_fncall_batch", responses=ERROR_RESPONSES)
-async def create_batch(body: BatchRequest, tenant: Tenant, service: Service, response: Response) -> Batch:
+async def create_batch(request: Request, body: BatchRequest, tenant: Tenant, service: Service,
+                       response: Response) -> Batch:
     """Up to 10,000 calls. Answers at once with the batch id; page, wait for or stream the results."""
+    await take_fncall_quota(request, tenant, len(body.calls), ["body", "calls"])
     batch = await service.create_batch(tenant, body.calls)
     response.headers["Location"] = f"/v1/fncall/batch/{batch.id}"
     return batch

@@ -16,6 +16,7 @@ import asyncio
 import secrets
 import time
 
+from corral_api.admin.service import TenantQuotas
 from corral_api.jobs.models import JobRow
 from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.schemas import Job, JobCreate
@@ -34,8 +35,11 @@ MARKER = "jobs:durable"
 
 
 class JobService:
-    def __init__(self, jobs: JobStore, sandboxes: SandboxService, rows: JobRepository | None = None):
+    def __init__(self, jobs: JobStore, sandboxes: SandboxService, rows: JobRepository | None = None,
+                 quotas: TenantQuotas | None = None):
         self.jobs = jobs
+        # A job is admitted whole against its tenant's quotas (admin/quotas.py says why).
+        self.quotas = quotas
         self.sandboxes = sandboxes
         self.rows = rows  # None: jobs live in Redis only (not queued again after a wipe)
         self.redis = jobs.redis
@@ -66,12 +70,19 @@ class JobService:
         job_id = f"job-{secrets.token_hex(6)}"
         spec = spec.model_copy(update={"labels": {**spec.labels, **body.labels, "job": job_id}})
         created_at = time.time()
-        if self.rows is not None:  # durable first: a job Redis has is one SQL can queue again
-            await asyncio.to_thread(self.rows.add, JobRow(
-                id=job_id, tenant=tenant, count=body.count, weight=body.weight, priority=body.priority,
-                spec=spec.model_dump(mode="json"), labels=body.labels, created_at=created_at))
-        await self.jobs.create_job(job_id, tenant, spec, body.count, weight=body.weight, priority=body.priority,
-                                   labels=body.labels, created_at=created_at)
+        if self.quotas is not None:  # 429 quota_exceeded, and nothing made
+            await self.quotas.admit_job(tenant, job_id, body.count, spec)
+        try:
+            if self.rows is not None:  # durable first: a job Redis has is one SQL can queue again
+                await asyncio.to_thread(self.rows.add, JobRow(
+                    id=job_id, tenant=tenant, count=body.count, weight=body.weight, priority=body.priority,
+                    spec=spec.model_dump(mode="json"), labels=body.labels, created_at=created_at))
+            await self.jobs.create_job(job_id, tenant, spec, body.count, weight=body.weight,
+                                       priority=body.priority, labels=body.labels, created_at=created_at)
+        except BaseException:
+            if self.quotas is not None:
+                await self.quotas.drop(tenant, job_id)
+            raise
         await self.redis.sadd("jobs:submitting", job_id)
         self._spawn(self._submit(job_id))
         record = await self.jobs.get(job_id)
@@ -166,6 +177,8 @@ class JobService:
             # A submission chunk in flight when the job was marked deleted may add records.
             ids = [sid for sid in await self.jobs.sandbox_ids(job_id) if sid not in done]
             if not ids and not await self.redis.sismember("jobs:submitting", job_id):
+                if self.quotas is not None:  # the sandboxes never made give their share back too
+                    await self.quotas.drop(tenant, job_id)
                 return
             failed = await self._terminate(tenant, job_id, ids)
             done.update(set(ids) - failed)  # the failed ones (the broker away...) are tried again

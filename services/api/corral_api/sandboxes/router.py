@@ -191,7 +191,8 @@ async def port_ingress_ws(websocket: WebSocket, sandbox_id: str, port: Annotated
     """WebSocket ingress (same rules as HTTP): the API key is the handshake's ``Authorization:
     Bearer`` or ``X-API-Key``; a refusal closes the socket with 1008 (auth) or 1011."""
     key = api_key_of(websocket.headers)
-    tenant = websocket.app.state.api_keys.tenant_for(key) if key else None
+    principal = await websocket.app.state.api_keys.authenticate(key) if key else None
+    tenant = principal.tenant if principal else None
     if tenant is None:
         await websocket.close(code=1008, reason="missing or invalid API key")
         return

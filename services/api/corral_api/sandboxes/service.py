@@ -6,6 +6,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
+from corral_api.admin.service import TenantQuotas
 from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.network import NetworkRules
 from corral_api.sandboxes.repository import HistoryRepository
@@ -100,8 +101,11 @@ class EnvironmentCatalog:
 class SandboxService:
     def __init__(self, store: StateStore, bus: EventBus, history: HistoryRepository, waiters: StateWaiters,
                  environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotRepository | None = None,
-                 ceilings: NodeCeilings | None = None, network: NetworkRules | None = None):
+                 ceilings: NodeCeilings | None = None, network: NetworkRules | None = None,
+                 quotas: TenantQuotas | None = None):
         self.store = store
+        # The tenant's quotas, counted before a record exists (None: not counted).
+        self.quotas = quotas
         # The egress policy's presets and forbidden targets (None: only the grammar is checked).
         self.network = network
         # What no live node could hold is a 422 before anything is made (None: not checked).
@@ -132,7 +136,14 @@ class SandboxService:
         if not restoring:
             spec = await self.environments.require_spec(spec, tenant=tenant)
         sandbox_id = f"sb-{secrets.token_hex(8)}"
-        record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)
+        if self.quotas is not None:  # 429 quota_exceeded, and nothing made
+            await self.quotas.admit_sandbox(tenant, sandbox_id, spec)
+        try:
+            record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)
+        except BaseException:
+            if self.quotas is not None:
+                await self.quotas.drop(tenant, sandbox_id)
+            raise
         try:
             await self.bus.publish(SANDBOX_REQUESTED_KEY, SandboxRequested(sandbox_id=sandbox_id, tenant=tenant,
                                                                            spec=spec, node_id=required_node))
@@ -141,6 +152,8 @@ class SandboxService:
             # lost finds it failed and skips it; its reservation, if it made one, goes too).
             await self.store.transition(sandbox_id, SandboxState.failed, reason="request_not_queued")
             await self.store.release(sandbox_id)
+            if self.quotas is not None:  # no terminal event tells the ledger of this one
+                await self.quotas.drop(tenant, sandbox_id)
             raise ServiceUnavailable(f"could not queue the request; nothing was started ({exc})",
                                      code=exc.code if isinstance(exc, ServiceUnavailable) else None) from exc
         return record

@@ -103,7 +103,8 @@ def sync_detailed(
     """Run Code
 
      SandboxFusion's run_code (request and response JSON as SandboxFusion's; 504 when the
-    call could not finish within compile_timeout + run_timeout + 8 s).
+    call could not finish within compile_timeout + run_timeout + 8 s; 429 past the tenant's
+    max_fncall_per_s).
 
     Args:
         body (RunCodeRequest):
@@ -135,7 +136,8 @@ def sync(
     """Run Code
 
      SandboxFusion's run_code (request and response JSON as SandboxFusion's; 504 when the
-    call could not finish within compile_timeout + run_timeout + 8 s).
+    call could not finish within compile_timeout + run_timeout + 8 s; 429 past the tenant's
+    max_fncall_per_s).
 
     Args:
         body (RunCodeRequest):
@@ -162,7 +164,8 @@ async def asyncio_detailed(
     """Run Code
 
      SandboxFusion's run_code (request and response JSON as SandboxFusion's; 504 when the
-    call could not finish within compile_timeout + run_timeout + 8 s).
+    call could not finish within compile_timeout + run_timeout + 8 s; 429 past the tenant's
+    max_fncall_per_s).
 
     Args:
         body (RunCodeRequest):
@@ -192,7 +195,8 @@ async def asyncio(
     """Run Code
 
      SandboxFusion's run_code (request and response JSON as SandboxFusion's; 504 when the
-    call could not finish within compile_timeout + run_timeout + 8 s).
+    call could not finish within compile_timeout + run_timeout + 8 s; 429 past the tenant's
+    max_fncall_per_s).
 
     Args:
         body (RunCodeRequest):

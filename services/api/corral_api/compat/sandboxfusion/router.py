@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from corral_api.auth.dependencies import Tenant
 from corral_api.compat.sandboxfusion.schemas import RunCodeRequest, RunCodeResponse
 from corral_api.compat.sandboxfusion.service import run_code as run_code_call
-from corral_api.fncall.router import LimitedBodyRoute
+from corral_api.fncall.router import LimitedBodyRoute, take_fncall_quota
 from corral_api.fncall.service import FncallService
 from corral_common.errors import ERROR_RESPONSES, Unauthorized
 
@@ -21,8 +21,9 @@ async def fncall_service(request: Request) -> FncallService:
 Service = Annotated[FncallService, Depends(fncall_service)]
 
 
-def keyed_tenant(api_key: str, request: Request) -> str:
-    tenant = request.app.state.api_keys.tenant_for(api_key)
+async def keyed_tenant(api_key: str, request: Request) -> str:
+    principal = await request.app.state.api_keys.authenticate(api_key)
+    tenant = principal.tenant if principal else None
     if tenant is None:
         raise Unauthorized("invalid API key", loc=["path", "api_key"])
     return tenant
@@ -34,14 +35,18 @@ router = APIRouter(route_class=LimitedBodyRoute)
 
 @router.post("/run_code", response_model=RunCodeResponse, tags=["sandboxfusion"], operation_id="run_code",
              responses=ERROR_RESPONSES)
-async def run_code(body: RunCodeRequest, tenant: Tenant, service: Service) -> RunCodeResponse:
+async def run_code(request: Request, body: RunCodeRequest, tenant: Tenant, service: Service) -> RunCodeResponse:
     """SandboxFusion's run_code (request and response JSON as SandboxFusion's; 504 when the
-    call could not finish within compile_timeout + run_timeout + 8 s)."""
+    call could not finish within compile_timeout + run_timeout + 8 s; 429 past the tenant's
+    max_fncall_per_s)."""
+    await take_fncall_quota(request, tenant, 1, ["body"])
     return await run_code_call(body, service)
 
 
 @router.post("/sandboxfusion/{api_key}/run_code", response_model=RunCodeResponse, include_in_schema=False)
-async def run_code_keyed(body: RunCodeRequest, tenant: KeyedTenant, service: Service) -> RunCodeResponse:
+async def run_code_keyed(request: Request, body: RunCodeRequest, tenant: KeyedTenant,
+                         service: Service) -> RunCodeResponse:
+    await take_fncall_quota(request, tenant, 1, ["body"])
     return await run_code_call(body, service)
 
 

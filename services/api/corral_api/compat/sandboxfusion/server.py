@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 
 from corral_api.compat.sandboxfusion.schemas import RunCodeRequest, RunCodeResponse
 from corral_api.compat.sandboxfusion.service import run_code
-from corral_api.fncall.router import LimitedBodyRoute
+from corral_api.fncall.router import LimitedBodyRoute, take_fncall_quota
 from corral_common.errors import install_error_handlers
 from corral_common.logging import get_logger
 
@@ -32,6 +32,7 @@ def create_app(main: FastAPI, tenant: str) -> FastAPI:
 
     @app.post("/run_code", response_model=RunCodeResponse)
     async def run_code_route(body: RunCodeRequest, request: Request) -> RunCodeResponse:
+        await take_fncall_quota(request, tenant, 1, ["body"])  # the tenant's max_fncall_per_s
         response = await run_code(body, getattr(request.app.state, "fncall", None))
         log.debug("sandboxfusion.run_code", tenant=tenant, language=body.language, status=response.status.value)
         return response

@@ -2,6 +2,7 @@ from alembic import context
 from sqlalchemy import engine_from_config, pool
 from sqlmodel import SQLModel
 
+import corral_api.admin.models  # noqa: F401
 import corral_api.auth.models  # noqa: F401  (registers tables)
 import corral_api.jobs.models  # noqa: F401
 import corral_api.rollouts.models  # noqa: F401
