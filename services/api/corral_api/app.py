@@ -32,6 +32,7 @@ from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.router import router as jobs_router
 from corral_api.jobs.service import JobService
 from corral_api.limits import TenantConcurrencyMiddleware, TenantLimiter
+from corral_api.metrics import PlatformGauges
 from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.router import router as rollouts_router
@@ -54,6 +55,7 @@ from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
+from corral_common.metrics import METRICS_TOKEN, install_metrics
 from corral_common.sandboxes import SandboxState
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
@@ -111,6 +113,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                                          max_upload_bytes=settings.max_upload_mb * 1024 * 1024)
         sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
         app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes, JobRepository(engine))
+        app.state.platform_gauges = PlatformGauges(store, JobStore(store.redis))
         await app.state.jobs.resume_submissions()
         # A Redis that lost its data gets its jobs queued again (once the nodes re-registered theirs).
         requeuer = asyncio.create_task(app.state.jobs.requeue_forever(settings.heartbeat_interval_s,
@@ -158,6 +161,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_middleware(TenantConcurrencyMiddleware)
     app.add_middleware(E2bPortRouting)
     instrument_app(app)
+    # Platform-wide numbers (every tenant's): the internal token's, never a tenant key's (corral_common.metrics).
+    install_metrics(app, "api", collectors=[_fncall_gauges(app), _platform_gauges(app)], dependencies=METRICS_TOKEN)
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)
     app.include_router(fncall_router)
@@ -177,6 +182,22 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         return {"status": "ok"}
 
     return app
+
+
+def _fncall_gauges(app: FastAPI):
+    async def fncall_gauges() -> None:
+        service = getattr(app.state, "fncall", None)  # set by the fncall router's lifespan
+        if service is not None:
+            await service.refresh_gauges()
+    return fncall_gauges
+
+
+def _platform_gauges(app: FastAPI):
+    async def platform_gauges() -> None:
+        gauges = getattr(app.state, "platform_gauges", None)  # none before the lifespan ran
+        if gauges is not None:
+            await gauges()
+    return platform_gauges
 
 
 def main() -> None:
