@@ -152,7 +152,9 @@ def test_sandbox_fusion_client_works_unchanged(fncall_ready):
 
 def test_metrics(api, fncall_ready):
     corral.fncall("python", "print(1)", url=fncall_ready["api"], api_key=fncall_ready["api_key"])
-    text = api.get("/metrics").text
+    # platform-wide numbers: the internal token's (a tenant's key is refused)
+    assert api.get("/metrics").status_code == 401
+    text = api.get("/metrics", headers={"Authorization": f"Bearer {fncall_ready['internal_token']}"}).text
     for name in ("corral_fncall_api_calls_total", "corral_fncall_api_latency_seconds_bucket",
                  "corral_fncall_api_queue_depth", "corral_fncall_api_calls_per_second"):
         assert name in text, name
