@@ -94,6 +94,8 @@ class RequestMetrics:
         self.service = service
         self.routes = routes or RouteLabels()
         self.in_flight = HTTP_IN_FLIGHT.labels(service=service)
+        # (method, route, status) -> the two children: labels() costs ~8 us a call, a dict hit 0.1
+        self._children: dict[tuple[str, str, str], tuple] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -113,11 +115,13 @@ class RequestMetrics:
             await self.app(scope, receive, send_status)
         finally:
             self.in_flight.dec()
-            method = scope["method"] if scope["method"] in METHODS else "OTHER"
-            labels = {"service": self.service, "method": method, "route": self.routes.label(scope),
-                      "status": str(status)}
-            HTTP_REQUESTS.labels(**labels).inc()
-            HTTP_DURATION.labels(**labels).observe(time.perf_counter() - started)
+            key = (scope["method"] if scope["method"] in METHODS else "OTHER", self.routes.label(scope), str(status))
+            children = self._children.get(key)
+            if children is None:
+                labels = {"service": self.service, "method": key[0], "route": key[1], "status": key[2]}
+                children = self._children[key] = (HTTP_REQUESTS.labels(**labels), HTTP_DURATION.labels(**labels))
+            children[0].inc()
+            children[1].observe(time.perf_counter() - started)
 
 
 async def require_metrics_token(request: HTTPConnection) -> None:
