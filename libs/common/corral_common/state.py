@@ -512,8 +512,11 @@ class StateStore:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for key in batch:
                     pipe.hmget(key, "state", "spec")
-                rows = await pipe.execute()
-            for state, spec in rows:
+                rows = await pipe.execute(raise_on_error=False)
+            for row in rows:
+                if isinstance(row, Exception):
+                    continue  # not a hash (a key some other code put under sb:): not a sandbox
+                state, spec = row
                 if not state:
                     continue  # expired between the scan and the read, or a stub
                 try:
