@@ -151,3 +151,25 @@ def test_internal_services_serve_metrics_without_the_token(service, tmp_path):
     assert r.headers["content-type"].startswith("text/plain")
     again = client.get("/metrics", headers={INTERNAL_TOKEN_HEADER: INTERNAL}).text  # counts the first scrape
     assert f'corral_http_requests_total{{method="GET",route="/metrics",service="{service}",status="200"}}' in again
+
+
+def test_the_dashboard_queries_only_catalogued_metrics():
+    """Static twin of tests/integration/test_metrics_every_service.py (which checks the live
+    services): every metric a Grafana query names is in docs/observability.md's catalogue."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+
+    def base(name: str) -> str:
+        return re.sub(r"_(total|bucket|count|sum)$", "", name)
+
+    pattern = r"\b((?:corral|process)_[a-z0-9_]+)\b"
+    catalogue = {base(n) for n in re.findall(pattern, (root / "docs/observability.md").read_text())}
+    dashboard = json.loads((root / "deploy/grafana/corral-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    queried = {base(n) for e in exprs for n in re.findall(pattern, e)}
+    assert queried and not queried - catalogue, sorted(queried - catalogue)
+    assert all(t["datasource"]["uid"] == "corral-prometheus" for p in dashboard["panels"] for t in p.get("targets", []))
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
