@@ -173,3 +173,33 @@ def test_the_dashboard_queries_only_catalogued_metrics():
     assert queried and not queried - catalogue, sorted(queried - catalogue)
     assert all(t["datasource"]["uid"] == "corral-prometheus" for p in dashboard["panels"] for t in p.get("targets", []))
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+METRIC_MODULES = ["corral_common.metrics", "corral_api.metrics", "corral_api.fncall.metrics", "corral_scheduler.metrics",
+                  "corral_image_service.metrics", "corral_node_agent.metrics", "corral_node_agent.fncall.metrics",
+                  "corral_node_agent.network.egress", "corral_node_agent.events.registration"]
+
+
+def test_metric_names_follow_the_conventions_and_are_catalogued():
+    """corral_ prefix, histograms in _seconds, byte counts in _bytes; each one in docs/observability.md."""
+    import importlib
+    import re
+    from pathlib import Path
+
+    from prometheus_client.metrics import MetricWrapperBase
+
+    doc = (Path(__file__).resolve().parents[3] / "docs/observability.md").read_text()
+    found = {}
+    for module in METRIC_MODULES:
+        for obj in vars(importlib.import_module(module)).values():
+            if isinstance(obj, MetricWrapperBase):
+                found[obj._name] = obj._type
+    assert len(found) > 40
+    for name, kind in found.items():
+        assert re.fullmatch(r"corral_[a-z0-9_]+", name), name
+        if kind == "histogram":
+            assert name.endswith("_seconds"), name
+        if "bytes" in name:
+            assert name.endswith("_bytes"), name  # (a counter's exposed name then adds _total)
+        shown = f"{name}_total" if kind == "counter" else name
+        assert f"`{shown}`" in doc, f"{shown} is not in docs/observability.md's catalogue"
