@@ -14,7 +14,7 @@ UPLOADS = Counter("corral_image_uploads_total", "Request bodies spooled (layer t
 UPLOAD_BYTES = Counter("corral_image_upload_bytes_total", "Bytes of spooled request bodies", ["kind"])
 CHUNK_REQUESTS = Counter("corral_image_chunk_requests_total", "Chunk downloads asked of this service (node lazy "
                          "loaders' cache misses)", ["outcome"])
-CHUNK_BYTES = Counter("corral_image_chunk_bytes_served_total", "Chunk bytes served")
+CHUNK_BYTES = Counter("corral_image_chunk_served_bytes_total", "Chunk bytes served")
 STORED_BYTES = Gauge("corral_image_stored_bytes", "Bytes stored, by kind (distinct layer blobs, disk images)", ["kind"])
 STORED_OBJECTS = Gauge("corral_image_stored_objects", "Layers and disk images in the catalogue", ["kind"])
 
