@@ -153,6 +153,19 @@ async def _collect(service: str, collectors: Iterable[Collector]) -> None:
     await asyncio.gather(*(one(c) for c in collectors))
 
 
+def on_state(app: FastAPI, name: str) -> Collector:
+    """A collector calling ``app.state.<name>()`` (an object the lifespan made); nothing before the
+    lifespan ran or when the service does without it."""
+
+    async def collect() -> None:
+        target = getattr(app.state, name, None)
+        if target is not None:
+            await target()
+
+    collect.__name__ = name
+    return collect
+
+
 def install_metrics(app: FastAPI, service: str, *, collectors: Iterable[Collector] = (),
                     dependencies: list | None = None, version: str = "") -> None:
     """Serve ``GET /metrics`` on ``app`` and count its HTTP requests as ``service``.

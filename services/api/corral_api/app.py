@@ -55,7 +55,7 @@ from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
-from corral_common.metrics import METRICS_TOKEN, install_metrics
+from corral_common.metrics import METRICS_TOKEN, install_metrics, on_state
 from corral_common.sandboxes import SandboxState
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
@@ -162,7 +162,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_middleware(E2bPortRouting)
     instrument_app(app)
     # Platform-wide numbers (every tenant's): the internal token's, never a tenant key's (corral_common.metrics).
-    install_metrics(app, "api", collectors=[_fncall_gauges(app), _platform_gauges(app)], dependencies=METRICS_TOKEN)
+    install_metrics(app, "api", collectors=[on_state(app, "fncall_gauges"), on_state(app, "platform_gauges")],
+                    dependencies=METRICS_TOKEN)
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)
     app.include_router(fncall_router)
@@ -182,22 +183,6 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         return {"status": "ok"}
 
     return app
-
-
-def _fncall_gauges(app: FastAPI):
-    async def fncall_gauges() -> None:
-        service = getattr(app.state, "fncall", None)  # set by the fncall router's lifespan
-        if service is not None:
-            await service.refresh_gauges()
-    return fncall_gauges
-
-
-def _platform_gauges(app: FastAPI):
-    async def platform_gauges() -> None:
-        gauges = getattr(app.state, "platform_gauges", None)  # none before the lifespan ran
-        if gauges is not None:
-            await gauges()
-    return platform_gauges
 
 
 def main() -> None:

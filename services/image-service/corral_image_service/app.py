@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from corral_common.errors import install_error_handlers
 from corral_common.internal import INTERNAL_ONLY
 from corral_common.logging import configure_logging, get_logger
-from corral_common.metrics import install_metrics
+from corral_common.metrics import install_metrics, on_state
 from corral_image_service.blobs.router import router as blobs_router
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.chunks.router import router as chunks_router
@@ -70,12 +70,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
                               "content-addressed blobs and their chunks.")
     app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
-
-    async def storage_gauges() -> None:
-        if getattr(app.state, "storage_gauges", None) is not None:  # none before the lifespan ran
-            await app.state.storage_gauges()
-
-    install_metrics(app, "image-service", collectors=[storage_gauges])
+    install_metrics(app, "image-service", collectors=[on_state(app, "storage_gauges")])
     # Reads too: layers, blobs and chunks are tenants' file systems.
     for router in (layers_router, usage_router, imports_router, environments_router, disk_images_router, blobs_router, chunks_router):
         app.include_router(router, dependencies=INTERNAL_ONLY)

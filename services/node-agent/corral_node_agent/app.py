@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from corral_common.amqp import EventBus
 from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
 from corral_common.logging import configure_logging
-from corral_common.metrics import install_metrics
+from corral_common.metrics import install_metrics, on_state
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_node_agent import capacity as node_capacity
@@ -57,6 +57,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             events = NodeEvents(settings, store, bus, manager, capacity)
             app.state.settings, app.state.manager, app.state.events = settings, manager, events
             app.state.capacity = capacity
+            app.state.node_gauges = metrics.NodeGauges(settings.node_id, manager)
             # Heartbeat before consuming so the scheduler sees us as soon as we take work.
             await events.heartbeat_once()
             await events.reconcile()
@@ -80,13 +81,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
     app.state.settings = settings  # the internal token's check reads it
     install_node_error_handlers(app)
     instrument_app(app)
-
-    async def node_gauges() -> None:
-        manager = getattr(app.state, "manager", None)  # none before the lifespan ran
-        if manager is not None:
-            metrics.refresh_sandboxes(settings.node_id, manager.inventory(), manager.kinds())
-
-    install_metrics(app, "node-agent", collectors=[node_gauges])
+    install_metrics(app, "node-agent", collectors=[on_state(app, "node_gauges")])
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)
     app.include_router(fncall_router)

@@ -26,13 +26,19 @@ TIME_TO_RUNNING = Histogram("corral_sandbox_create_to_running_seconds",
 STATES = ("starting", "running", "paused", "failed")
 
 
-def refresh_sandboxes(node: str, inventory: list[tuple[str, str]], backends: list[str]) -> None:
-    counts: dict[tuple[str, str], int] = {(state, kind): 0 for state in STATES for kind in backends}
-    for key in inventory:
-        counts[key] = counts.get(key, 0) + 1
-    SANDBOXES.clear()
-    for (state, kind), n in counts.items():
-        SANDBOXES.labels(node=node, state=state, backend=kind).set(n)
+class NodeGauges:
+    """Scrape-time collector of the node's sandboxes (``install_metrics(collectors=...)``)."""
+
+    def __init__(self, node: str, manager):
+        self.node, self.manager = node, manager
+
+    async def __call__(self) -> None:
+        counts = {(state, kind): 0 for state in STATES for kind in self.manager.kinds()}  # every series, even at 0
+        for key in self.manager.inventory():
+            counts[key] = counts.get(key, 0) + 1
+        SANDBOXES.clear()
+        for (state, kind), n in counts.items():
+            SANDBOXES.labels(node=self.node, state=state, backend=kind).set(n)
 
 
 class ChunkCacheCollector(Collector):

@@ -11,7 +11,7 @@ from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested
 from corral_common.internal import INTERNAL_ONLY
 from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
-from corral_common.metrics import install_metrics
+from corral_common.metrics import install_metrics, on_state
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_scheduler.jobs.service import JobAdmitter
@@ -60,12 +60,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
     app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
     instrument_app(app)
-
-    async def scheduler_gauges() -> None:
-        if getattr(app.state, "gauges", None) is not None:  # none before the lifespan ran
-            await app.state.gauges()
-
-    install_metrics(app, "scheduler", collectors=[scheduler_gauges])
+    install_metrics(app, "scheduler", collectors=[on_state(app, "gauges")])
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str | int]:

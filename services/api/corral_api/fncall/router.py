@@ -52,6 +52,7 @@ async def lifespan(app: FastAPI):
     rpc = await FncallRpc(settings.amqp_url, RUNTIMES, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
     redis = connect(settings.redis_url, decode_responses=False, **settings.redis_pool())
     app.state.fncall = FncallService(rpc, redis, settings.fncall)
+    app.state.fncall_gauges = app.state.fncall.refresh_gauges  # read at each /metrics scrape
     try:
         yield
     finally:
