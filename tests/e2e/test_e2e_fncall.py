@@ -152,12 +152,17 @@ def test_sandbox_fusion_client_works_unchanged(fncall_ready):
 
 def test_metrics(api, fncall_ready):
     corral.fncall("python", "print(1)", url=fncall_ready["api"], api_key=fncall_ready["api_key"])
-    text = api.get("/metrics").text
+    # platform-wide numbers: the internal token's (a tenant's key is refused)
+    assert api.get("/metrics").status_code == 401
+    text = api.get("/metrics", headers={"Authorization": f"Bearer {fncall_ready['internal_token']}"}).text
     for name in ("corral_fncall_api_calls_total", "corral_fncall_api_latency_seconds_bucket",
                  "corral_fncall_api_queue_depth", "corral_fncall_api_calls_per_second"):
         assert name in text, name
     node = httpx.get(f"{fncall_ready['urls']['node-1']}/metrics").text
-    for name in ("corral_fncall_pool_size", "corral_fncall_pool_busy", "corral_fncall_call_seconds_bucket",
-                 "corral_fncall_calls_total", "corral_fncall_queue_depth"):
+    for name in ("corral_fncall_pool_size", "corral_fncall_pool_busy", "corral_fncall_calls_total",
+                 "corral_fncall_queue_depth"):
         assert name in node, name
     assert 'corral_fncall_pool_size{node="node-1",runtime="python"}' in node
+    # the call ran on one of the nodes (whichever pool took it from the work queue)
+    nodes = [httpx.get(f"{url}/metrics").text for name, url in fncall_ready["urls"].items() if name.startswith("node-")]
+    assert any("corral_fncall_call_seconds_bucket" in text for text in nodes)

@@ -94,7 +94,7 @@ def test_only_the_public_api_is_published_beyond_loopback(compose):
             if name == "api":
                 continue
             assert spec.startswith("127.0.0.1:"), f"{name} publishes {spec} beyond loopback"
-        if name in ("redis", "rabbitmq", "postgres"):
+        if name in ("redis", "rabbitmq", "postgres", "grafana"):  # third-party parts, not Corral services
             continue
         assert svc["environment"].get("CORRAL_INTERNAL_TOKEN"), f"{name} has no internal token"
     assert not compose["services"]["redis"].get("ports"), "Redis (no password) must not be published"
@@ -109,3 +109,20 @@ def test_redis_persists_on_its_volume(compose):
     assert (flags["--appendonly"], flags["--appendfsync"]) == ("yes", "everysec")
     volume, target = redis["volumes"][0].split(":")[:2]
     assert target == "/data" and volume in compose["volumes"]
+
+
+def test_observability_is_an_opt_in_profile_scraping_every_service(compose):
+    """Prometheus and Grafana start only with `--profile observability`; Prometheus scrapes each
+    Corral service at its compose name and port, the api with the internal token."""
+    services = compose["services"]
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["observability"], name
+    assert all("profiles" not in svc for name, svc in services.items() if name not in ("prometheus", "grafana"))
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
+    ports = {"api": "8000", "scheduler": "8001", "image-service": "8002", "node-agent": "8100", "memory-manager": "8003"}
+    for name, port in ports.items():
+        assert jobs[name]["static_configs"][0]["targets"] == [f"{name}:{port}"]
+        assert port in str(services[name]["ports"])
+    assert jobs["api"]["authorization"]["credentials_file"] in services["prometheus"]["entrypoint"][-1]
+    assert "CORRAL_INTERNAL_TOKEN" in services["prometheus"]["environment"]

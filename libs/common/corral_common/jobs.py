@@ -182,3 +182,14 @@ class JobStore:
         """Dequeue an admitted (placed=True) or ended (placed=False) sandbox; idempotent."""
         return bool(await self._done(keys=[f"job:{job_id}", f"job:{job_id}:pending", "jobs:active"],
                                      args=[sandbox_id, "1" if placed else "0"]))
+
+    async def queue_depth(self) -> tuple[int, int]:
+        """(active jobs, their sandboxes not admitted yet): one SMEMBERS and a pipelined ZCARD each."""
+        active = sorted(await self.redis.smembers("jobs:active"))
+        if not active:
+            return 0, 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job in active:
+                pipe.zcard(f"job:{job}:pending")
+            sizes = await pipe.execute()
+        return len(active), sum(sizes)

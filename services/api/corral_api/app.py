@@ -39,6 +39,7 @@ from corral_api.jobs.router import router as jobs_router
 from corral_api.jobs.service import JobService
 from corral_api.limits import TenantConcurrencyMiddleware, TenantLimiter
 from corral_api.nodes.router import router as nodes_router
+from corral_api.metrics import PlatformGauges
 from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.router import router as rollouts_router
@@ -61,6 +62,7 @@ from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
+from corral_common.metrics import METRICS_TOKEN, install_metrics, on_state
 from corral_common.sandboxes import SandboxState
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
@@ -127,6 +129,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                                          max_upload_bytes=settings.max_upload_mb * 1024 * 1024)
         sweeper = asyncio.create_task(app.state.rollouts.sweep_forever(settings.rollout_sweep_interval_s))
         app.state.jobs = JobService(JobStore(store.redis), app.state.sandboxes, JobRepository(engine), quotas=quotas)
+        app.state.platform_gauges = PlatformGauges(store, JobStore(store.redis))
         await app.state.jobs.resume_submissions()
         # A Redis that lost its data gets its jobs queued again (once the nodes re-registered theirs).
         requeuer = asyncio.create_task(app.state.jobs.requeue_forever(settings.heartbeat_interval_s,
@@ -174,6 +177,9 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_middleware(TenantConcurrencyMiddleware)
     app.add_middleware(E2bPortRouting)
     instrument_app(app)
+    # Platform-wide numbers (every tenant's): the internal token's, never a tenant key's (corral_common.metrics).
+    install_metrics(app, "api", collectors=[on_state(app, "fncall_gauges"), on_state(app, "platform_gauges")],
+                    dependencies=METRICS_TOKEN)
     app.include_router(sandboxes_router)
     app.include_router(admin_router)
     app.include_router(usage_router)

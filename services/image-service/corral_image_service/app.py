@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from corral_common.errors import install_error_handlers
 from corral_common.internal import INTERNAL_ONLY
 from corral_common.logging import configure_logging, get_logger
+from corral_common.metrics import install_metrics, on_state
 from corral_image_service.blobs.router import router as blobs_router
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.chunks.router import router as chunks_router
@@ -22,6 +23,7 @@ from corral_image_service.imports.service import ImportService
 from corral_image_service.layers.router import router as layers_router
 from corral_image_service.layers.router import usage_router
 from corral_image_service.layers.service import LayerService
+from corral_image_service.metrics import StorageGauges
 from corral_image_service.settings import ImageServiceSettings
 
 log = get_logger(__name__)
@@ -55,6 +57,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
             disk_images=DiskImageService(engine, store, settings.qemu_img), build_limiter=build_limiter,
             imports=imports,
         )
+        app.state.storage_gauges = StorageGauges(engine)
         log.info("image_service.ready", data_dir=settings.data_dir, db=engine.url.render_as_string(hide_password=True))
         try:
             yield
@@ -67,6 +70,7 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
                               "content-addressed blobs and their chunks.")
     app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
+    install_metrics(app, "image-service", collectors=[on_state(app, "storage_gauges")])
     # Reads too: layers, blobs and chunks are tenants' file systems.
     for router in (layers_router, usage_router, imports_router, environments_router, disk_images_router, blobs_router, chunks_router):
         app.include_router(router, dependencies=INTERNAL_ONLY)

@@ -7,7 +7,10 @@ from fastapi import Request
 from starlette.requests import ClientDisconnect
 
 from corral_common.errors import BadRequest, PayloadTooLarge
+from corral_image_service import metrics
 from corral_image_service.blobs.service import BlobStore
+
+_UPLOAD_KINDS = {".tar": "layer", ".image.tar": "oci_image"}
 
 
 async def spool_body(request: Request, store: BlobStore, *, limit_bytes: int, limit_setting: str,
@@ -38,4 +41,7 @@ async def spool_body(request: Request, store: BlobStore, *, limit_bytes: int, li
     if size == 0:
         tmp.unlink(missing_ok=True)
         raise BadRequest(f"empty body: {empty_hint}", loc=["body"], code="empty_body")
+    kind = _UPLOAD_KINDS.get(suffix, "disk_image")  # a disk image's suffix is its format (.qcow2, .raw...)
+    metrics.UPLOADS.labels(kind=kind).inc()
+    metrics.UPLOAD_BYTES.labels(kind=kind).inc(size)
     return tmp

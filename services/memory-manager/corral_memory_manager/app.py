@@ -8,6 +8,7 @@ from fastapi import FastAPI
 
 from corral_common.errors import install_error_handlers
 from corral_common.logging import configure_logging
+from corral_common.metrics import install_metrics
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_memory_manager.host.router import router as host_router
 from corral_memory_manager.host.service import HostMemoryService
@@ -25,6 +26,7 @@ def create_app(settings: MemoryManagerSettings | None = None) -> FastAPI:
     app.state.host = HostMemoryService(settings.node_id, settings.proc_root, settings.sys_root)
     install_error_handlers(app)
     instrument_app(app)
+    install_metrics(app, "memory-manager")
     app.include_router(host_router)
 
     @app.get("/healthz", tags=["health"])

@@ -9,9 +9,11 @@ from fastapi import FastAPI
 from corral_common.amqp import EventBus
 from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
 from corral_common.logging import configure_logging
+from corral_common.metrics import install_metrics, on_state
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_node_agent import capacity as node_capacity
+from corral_node_agent import metrics
 from corral_node_agent.backends.base import SandboxBackend
 from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.detect import cgroup_driver
@@ -45,6 +47,9 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             manager = build_manager(settings, backends)
             # Sandboxes a previous run of this agent left running are re-adopted, not killed.
             await manager.start(adopt=settings.adopt_on_start)
+            lazy = getattr(manager.layers, "lazy", None)
+            if lazy is not None:
+                metrics.CHUNK_CACHES.watch(settings.node_id, lazy.chunks.stats)
             # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
             node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
             store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
@@ -52,6 +57,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             events = NodeEvents(settings, store, bus, manager, capacity)
             app.state.settings, app.state.manager, app.state.events = settings, manager, events
             app.state.capacity = capacity
+            app.state.node_gauges = metrics.NodeGauges(settings.node_id, manager)
             # Heartbeat before consuming so the scheduler sees us as soon as we take work.
             await events.heartbeat_once()
             await events.reconcile()
@@ -75,6 +81,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
     app.state.settings = settings  # the internal token's check reads it
     install_node_error_handlers(app)
     instrument_app(app)
+    install_metrics(app, "node-agent", collectors=[on_state(app, "node_gauges")])
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)
     app.include_router(fncall_router)

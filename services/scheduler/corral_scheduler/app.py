@@ -11,9 +11,11 @@ from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested
 from corral_common.internal import INTERNAL_ONLY
 from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
+from corral_common.metrics import install_metrics, on_state
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_scheduler.jobs.service import JobAdmitter
+from corral_scheduler.metrics import SchedulerGauges
 from corral_scheduler.nodes.service import NodeReaper
 from corral_scheduler.placement.locality import EnvironmentLayers
 from corral_scheduler.placement.service import Placer
@@ -43,6 +45,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
         admitter = JobAdmitter(jobs, placer, settings.placement_retry_s)
         admit_task = asyncio.create_task(admitter.run())
         app.state.store, app.state.bus, app.state.admitter, app.state.placer = store, bus, admitter, placer
+        app.state.gauges = SchedulerGauges(store, jobs, placer, settings.heartbeat_timeout_s)
         try:
             yield
         finally:
@@ -57,6 +60,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
     app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
     instrument_app(app)
+    install_metrics(app, "scheduler", collectors=[on_state(app, "gauges")])
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str | int]:

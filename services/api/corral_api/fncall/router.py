@@ -1,4 +1,4 @@
-"""Public fncall endpoints: one call, batches, runtimes, and /metrics (SandboxFusion's
+"""Public fncall endpoints: one call, batches, runtimes (their metrics are on the api's /metrics; SandboxFusion's
 /run_code is an adapter over them: corral_api.compat.sandboxfusion). The router's lifespan (nested in the app's) connects the RPC client and Redis;
 its settings are ``app.state.settings.fncall`` (the app factory's)."""
 
@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral_api.auth.dependencies import Tenant
 from corral_api.fncall.rpc import FncallRpc
@@ -53,6 +52,7 @@ async def lifespan(app: FastAPI):
     rpc = await FncallRpc(settings.amqp_url, RUNTIMES, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
     redis = connect(settings.redis_url, decode_responses=False, **settings.redis_pool())
     app.state.fncall = FncallService(rpc, redis, settings.fncall)
+    app.state.fncall_gauges = app.state.fncall.refresh_gauges  # read at each /metrics scrape
     try:
         yield
     finally:
@@ -133,11 +133,3 @@ async def _prepend(first: bytes, rest):
     yield first
     async for chunk in rest:
         yield chunk
-
-
-@router.get("/metrics", include_in_schema=False)
-async def metrics(request: Request) -> Response:
-    service: FncallService | None = getattr(request.app.state, "fncall", None)
-    if service is not None:
-        await service.refresh_gauges()
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -16,6 +16,7 @@ import asyncio
 import secrets
 import time
 
+from corral_api import metrics
 from corral_api.admin.service import TenantQuotas
 from corral_api.jobs.models import JobRow
 from corral_api.jobs.repository import JobRepository
@@ -85,6 +86,7 @@ class JobService:
             raise
         await self.redis.sadd("jobs:submitting", job_id)
         self._spawn(self._submit(job_id))
+        metrics.SANDBOXES_REQUESTED.labels(backend=spec.backend, via="job").inc(body.count)
         record = await self.jobs.get(job_id)
         assert record is not None
         return record

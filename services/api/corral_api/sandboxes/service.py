@@ -6,6 +6,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
+from corral_api import metrics
 from corral_api.admin.service import TenantQuotas
 from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.network import NetworkRules
@@ -156,6 +157,7 @@ class SandboxService:
                 await self.quotas.drop(tenant, sandbox_id)
             raise ServiceUnavailable(f"could not queue the request; nothing was started ({exc})",
                                      code=exc.code if isinstance(exc, ServiceUnavailable) else None) from exc
+        metrics.SANDBOXES_REQUESTED.labels(backend=spec.backend, via="single").inc()
         return record
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxRecord:

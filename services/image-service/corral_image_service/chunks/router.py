@@ -5,6 +5,7 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from corral_common.errors import BadRequest, NotFound
+from corral_image_service import metrics
 from corral_image_service.blobs.schemas import DIGEST_RE
 from corral_image_service.chunks.schemas import ChunkIndexOut
 from corral_image_service.chunks.store import chunk_blob
@@ -59,8 +60,14 @@ _CHUNK_RESPONSES = {400: {"description": "Malformed digest"}, 404: {"description
 async def get_chunk(digest: str, svc: ServicesDep) -> Response:
     # Chunks are small (≤ a few MiB): one read in a worker thread beats FileResponse's
     # thread hop per 64 KiB, and this is the hot path of every lazily loaded sandbox.
-    head = _chunk_response(digest, svc)
+    try:
+        head = _chunk_response(digest, svc)
+    except NotFound:
+        metrics.CHUNK_REQUESTS.labels(outcome="not_found").inc()
+        raise
     data = await anyio.to_thread.run_sync(Path(head.path).read_bytes)
+    metrics.CHUNK_REQUESTS.labels(outcome="served").inc()
+    metrics.CHUNK_BYTES.inc(len(data))
     return Response(data, media_type="application/octet-stream", headers={
         "Cache-Control": _IMMUTABLE, "ETag": f'"{digest}"', "X-Corral-Digest": digest})
 

@@ -14,6 +14,7 @@ from corral_common.events import SandboxPlace, SandboxStop
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, Usage
 from corral_common.state import StateStore
+from corral_node_agent import metrics
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.capacity.resources import NodeCapacity
 from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
@@ -74,9 +75,11 @@ class NodeEvents:
             # running/stopping without being in our manager: a previous agent run owned it.
             await self._transition(sandbox_id, SandboxState.failed, reason=FailureReason.node_lost.value)
             return
+        started, outcome = time.perf_counter(), "failed"
         try:
             # Who owns it is kept on this node's disk too, for a Redis that loses its data.
             await self.manager.create(sandbox_id, event.spec, owner=OwnerRecord.of(record, event.spec, time.time()))
+            outcome = "started"
         except StartFailed as exc:
             log.warning("sandbox.start_failed", sandbox_id=sandbox_id, reason=exc.reason.value, error=exc.message)
             await self._transition(sandbox_id, SandboxState.failed, reason=exc.reason.value)
@@ -86,8 +89,13 @@ class NodeEvents:
             await self._transition(sandbox_id, SandboxState.failed, reason=FailureReason.start_failed.value,
                                    error=str(exc)[:500])
             return
+        finally:
+            metrics.CREATE_SECONDS.labels(node=self.node_id, backend=event.spec.backend, outcome=outcome).observe(
+                time.perf_counter() - started)
         # The record says how it runs (kind, accelerator, image transport...).
-        if not await self._transition(sandbox_id, SandboxState.running, runtime=self.manager.runtime(sandbox_id)):
+        if await self._transition(sandbox_id, SandboxState.running, runtime=self.manager.runtime(sandbox_id)):
+            metrics.TIME_TO_RUNNING.labels(backend=event.spec.backend).observe(max(0.0, time.time() - record.created_at))
+        else:
             if await self.store.get_sandbox(sandbox_id) is None:
                 await self.registration.restore(sandbox_id)  # Redis lost it meanwhile: it runs here
                 return
@@ -110,7 +118,10 @@ class NodeEvents:
                 await self._transition(sandbox_id, SandboxState.terminated, reason=event.reason)
                 return
             await self._transition(sandbox_id, SandboxState.stopping, reason=event.reason)
+            started = time.perf_counter()
             usage = await self.manager.delete(sandbox_id)
+            metrics.STOP_SECONDS.labels(node=self.node_id, backend=record.spec.backend).observe(
+                time.perf_counter() - started)
             await self._transition(sandbox_id, SandboxState.terminated, reason=event.reason, usage=usage)
 
     async def pause(self, sandbox_id: str) -> SandboxState:

@@ -1,4 +1,4 @@
-"""Node-agent endpoints of the fncall pools (status, Prometheus metrics) and their lifespan.
+"""Node-agent endpoints of the fncall pools (status; their metrics are on the node's /metrics) and their lifespan.
 
 Included by the node-agent app; the router's lifespan runs inside the app's, so
 ``app.state.settings`` (node id, AMQP URL, the nested ``fncall`` settings) is there when the
@@ -7,8 +7,7 @@ pools start.
 
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, FastAPI, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi import APIRouter, FastAPI, Request
 
 from corral_common.internal import INTERNAL_ONLY
 from corral_node_agent.fncall.service import FncallPools, instance_of
@@ -34,8 +33,3 @@ router = APIRouter(lifespan=lifespan)
 async def pools_status(request: Request) -> dict:
     pools: FncallPools | None = getattr(request.app.state, "fncall", None)
     return pools.status() if pools else {"status": "not started", "pools": []}
-
-
-@router.get("/metrics", include_in_schema=False)
-async def metrics() -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -283,6 +283,20 @@ class SandboxManager:
         """The sandboxes that run (started, not ended)."""
         return [sid for sid in self._entries if self.is_live(sid)]
 
+    def inventory(self) -> list[tuple[str, str]]:
+        """(state, backend) of every sandbox here: starting (not up yet), running, paused, failed (start failed, not
+        removed yet)."""
+        out = []
+        for sid, entry in list(self._entries.items()):
+            if entry.error is not None:
+                state = "failed"
+            elif not entry.ready.is_set():
+                state = "starting"
+            else:
+                state = "paused" if self.is_paused(sid) else "running"
+            out.append((state, entry.kind))
+        return out
+
     def is_live(self, sandbox_id: str) -> bool:
         entry = self._entries.get(sandbox_id)
         return entry is not None and entry.ready.is_set() and entry.error is None

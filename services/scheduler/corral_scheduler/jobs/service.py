@@ -15,6 +15,7 @@ from corral_common.events import SandboxRequested
 from corral_common.jobs import JobStore
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
+from corral_scheduler import metrics
 from corral_scheduler.placement.service import Placer
 
 log = get_logger(__name__)
@@ -53,6 +54,8 @@ class JobAdmitter:
             and record.state is not SandboxState.failed
         await self.jobs.done(job_id, sandbox_id, placed=placed)
         self.admitted += 1
+        if placed:
+            metrics.JOB_ADMISSIONS.inc()
         return True
 
     async def run(self) -> None:

@@ -6,6 +6,7 @@ it, it fails as ``unschedulable``.
 """
 
 import asyncio
+import time
 
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
@@ -13,6 +14,7 @@ from corral_common.events import SandboxPlace, SandboxRequested, node_routing_ke
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState
 from corral_common.state import StateStore
+from corral_scheduler import metrics
 from corral_scheduler.placement.locality import EnvironmentLayers
 from corral_scheduler.placement.policy import by_locality, could_ever_fit, rank_nodes
 from corral_scheduler.settings import SchedulerSettings
@@ -43,6 +45,7 @@ class Placer:
 
     async def try_place(self, event: SandboxRequested) -> bool:
         """One placement attempt; True when the request needs no more work."""
+        started = time.perf_counter()
         record = await self.store.get_sandbox(event.sandbox_id)
         if record is None or record.state in TERMINAL_STATES:
             return True
@@ -65,6 +68,8 @@ class Placer:
                 await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.failed,
                                            reason=FailureReason.required_node_unavailable.value,
                                            error=f"node {required} (the only one that may take it) is not live")
+                metrics.failed(FailureReason.required_node_unavailable.value, event.spec.backend,
+                               time.perf_counter() - started)
                 return True
         held = await self.store.reservation_node(event.sandbox_id)
         ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(nodes, event.spec, self.settings.placement_strategy)
@@ -79,10 +84,13 @@ class Placer:
                 await self._refused(event.sandbox_id)
                 return True
             await self._publish_place(event, got)
+            metrics.placed(record.created_at, "job" if record.job_id else "request", event.spec.backend,
+                           time.perf_counter() - started)
             return True
         if nodes and not any(could_ever_fit(n, event.spec) for n in nodes):
             await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.failed,
                                        reason=FailureReason.unschedulable.value)
+            metrics.failed(FailureReason.unschedulable.value, event.spec.backend, time.perf_counter() - started)
             return True
         return False
 
