@@ -38,8 +38,8 @@ from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.router import router as jobs_router
 from corral_api.jobs.service import JobService
 from corral_api.limits import TenantConcurrencyMiddleware, TenantLimiter
-from corral_api.nodes.router import router as nodes_router
 from corral_api.metrics import PlatformGauges
+from corral_api.nodes.router import router as nodes_router
 from corral_api.records import RECORDS_QUEUE, TERMINAL_KEYS, TerminalRecorder
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.router import router as rollouts_router
