@@ -7,6 +7,7 @@ same-origin Origin/Referer. Responses carry a strict Content-Security-Policy (Ui
 
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +24,7 @@ from corral_api.ui.security import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, cs
 from corral_api.ui.service import DashboardService, SandboxFilter, timeline
 from corral_api.ui.sessions import COOKIE, UiSession, UiSessions
 from corral_common.display import InputRequest
-from corral_common.errors import BadRequest, CorralError
+from corral_common.errors import BadRequest, CorralError, TooManyRequests
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxState
 
@@ -75,11 +76,24 @@ def dashboard(request: Request) -> DashboardService:
     return request.app.state.dashboard
 
 
-async def current_session(request: Request) -> UiSession:
+async def current_session(request: Request) -> AsyncIterator[UiSession]:
+    """The request's session; while the request runs it holds one of the tenant's in-flight
+    slots, as an API-key request does (TenantConcurrencyMiddleware): the dashboard is no way
+    around ``tenant_max_inflight``."""
     session = await sessions(request).get(request.cookies.get(COOKIE))
     if session is None:
         raise LoginRequired()
-    return session
+    limiter = getattr(request.app.state, "tenant_limiter", None)
+    if limiter is None:
+        yield session
+        return
+    if not limiter.try_acquire(session.tenant):
+        raise TooManyRequests(f"tenant {session.tenant!r} already has {limiter.limit} requests in flight on this "
+                              "api replica (tenant_max_inflight)", code="tenant_concurrency_limit")
+    try:
+        yield session
+    finally:
+        limiter.release(session.tenant)
 
 
 def own_origin(request: Request) -> str:
