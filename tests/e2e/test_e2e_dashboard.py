@@ -45,9 +45,12 @@ def browser(tmp_path):
 
 
 def wait(driver, condition, timeout: float = WAIT_S):
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(condition)
+    # The pages re-render their live parts every 2 s: an element found a moment ago may be gone.
+    return WebDriverWait(driver, timeout, poll_frequency=0.2,
+                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(condition)
 
 
 def shot(driver, name: str) -> None:
@@ -149,6 +152,9 @@ def test_login_watch_a_sandbox_run_a_command_and_log_out(platform, browser):
              d.find_element(By.ID, "sandbox-state").text == "terminated", timeout=120)
         shot(browser, "deleted")
 
+    # The pages work under their CSP: the browser refused nothing (htmx, its config, our script).
+    refused = [e["message"] for e in browser.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert refused == []
     browser.find_element(By.ID, "logout").click()
     wait(browser, lambda d: d.current_url.endswith("/ui/login"))
     with httpx.Client(base_url=api, cookies=jar) as http:  # the old cookie is dead server-side too
