@@ -161,6 +161,34 @@ def test_login_watch_a_sandbox_run_a_command_and_log_out(platform, browser):
         assert http.get("/ui/sandboxes", follow_redirects=False).status_code == 303
 
 
+def test_rollout_trajectory_shows_steps_and_replays(platform, browser):
+    from selenium.webdriver.common.by import By
+
+    api, job = platform["api"], f"ui-job-{secrets.token_hex(4)}"
+    with Corral(api, platform["api_key"]) as corral:
+        rollout = corral.rollouts.create("busybox", job_id=job, memory_mb=64)
+        try:
+            rollout.exec("echo '<i>step zero</i>'")
+            rollout.exec("echo second")
+            again = corral.rollouts.attach(rollout.id)
+            again.exec("echo '<i>step zero</i>'")  # re-sent: answered from the log, counted
+            assert again.replayed == 1
+
+            log_in(browser, api, platform["api_key"])
+            wait(browser, lambda d: d.find_elements(By.ID, "by-state"))
+            browser.get(f"{api}/ui/rollouts?job={job}")
+            wait(browser, lambda d: d.find_elements(By.LINK_TEXT, rollout.id))[0].click()
+            rows = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr.step-row"))
+            shot(browser, "trajectory")
+            assert len(rows) == 2
+            assert [r.find_element(By.CSS_SELECTOR, "td.replays").text for r in rows] == ["1", "0"]
+            first = rows[0].text
+            assert "exec" in first and "<i>step zero</i>" in first  # the observation, as text
+            assert not browser.find_element(By.ID, "trajectory").find_elements(By.TAG_NAME, "i")
+        finally:
+            rollout.finish()
+
+
 def test_vm_screen_changes_after_typing(vm_platform, browser):
     """A vm sandbox's page shows its screen; text typed in the browser reaches the guest's shell
     (the command it typed ran) and the screen image changes."""
@@ -180,6 +208,8 @@ def test_vm_screen_changes_after_typing(vm_platform, browser):
             browser.get(f"{api}/ui/sandboxes/{sb.id}")
             before = wait(browser, frame).screenshot_as_png
             shot(browser, "vm-before")
+            frame(browser).click()  # dashboard.js turns it into a click at that pixel of the guest
+            wait(browser, lambda d: d.find_element(By.ID, "input-status").text.startswith("clicked at "))
             browser.find_element(By.ID, "type-text").send_keys("touch /tmp/typed-in-the-browser")
             browser.find_element(By.ID, "type-send").click()
             wait(browser, lambda d: d.find_element(By.ID, "input-status").text == "sent 1 text event")
