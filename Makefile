@@ -13,7 +13,8 @@ NODES ?= 2
 UP_ARGS ?= --with-debian
 APT_PACKAGES := python3 python3-venv python3-dev gcc redis-server rabbitmq-server crun erofs-utils busybox-static \
 	debootstrap iproute2 postgresql docker-compose bubblewrap python3-seccomp fuse3 libfuse3-dev pkg-config \
-	qemu-system-x86 qemu-utils kmod cpio lz4 libjansson-dev e2fsprogs nftables libnftables1 zstd skopeo umoci docker-registry
+	qemu-system-x86 qemu-utils kmod cpio lz4 libjansson-dev e2fsprogs nftables libnftables1 zstd skopeo umoci docker-registry \
+	chromium chromium-driver
 PACKAGES := -e libs/common -e services/api -e services/scheduler -e services/node-agent \
 	-e services/image-service -e services/memory-manager -e clients/python
 PYTEST_ARGS ?= -q -n 2 --dist loadgroup

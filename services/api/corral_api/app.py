@@ -56,6 +56,9 @@ from corral_api.settings import ApiSettings
 from corral_api.snapshots.repository import SnapshotRepository
 from corral_api.snapshots.router import router as snapshots_router
 from corral_api.snapshots.service import SnapshotService
+from corral_api.ui.router import install_dashboard
+from corral_api.ui.service import DashboardService
+from corral_api.ui.sessions import UiSessions
 from corral_common.amqp import EventBus
 from corral_common.contracts.images import ImageServiceClient
 from corral_common.errors import install_error_handlers
@@ -140,6 +143,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                                      E2bRepository(store.redis, keep_s=settings.e2b_max_timeout_s + 86400), settings,
                                      on_gone=app.state.e2b_interpreter.forget)
         reaper = asyncio.create_task(app.state.e2b.reap_forever(settings.e2b_reaper_interval_s))
+        app.state.ui_sessions = UiSessions(store.redis, ttl_s=settings.ui_session_ttl_s)
+        app.state.dashboard = DashboardService(app.state)
         sandboxfusion = None
         if settings.sandboxfusion_port:
             if not settings.sandboxfusion_tenant:
@@ -196,6 +201,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(sandboxfusion_router)
     app.include_router(swerex_tokens_router)
     app.include_router(swerex_router)
+    install_dashboard(app)
 
     @app.get("/healthz", tags=["health"], operation_id="healthz")
     async def healthz() -> dict[str, str]:

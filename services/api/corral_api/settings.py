@@ -90,6 +90,9 @@ class ApiSettings(PrefixedServiceSettings):
     sandboxfusion_port: int = Field(0, ge=0, le=65535)
     sandboxfusion_host: str = "127.0.0.1"
     sandboxfusion_tenant: str = ""
+    ui_session_ttl_s: int = Field(8 * 3600, ge=60, le=30 * 86400,
+                                  description="How long a dashboard (/ui) session lasts without a request "
+                                              "(sliding; kept in Redis)")
     # fncall calls and batches: CORRAL_FNCALL_* (FncallApiSettings reads its own env names).
     fncall: FncallApiSettings = Field(default_factory=FncallApiSettings)
 

@@ -133,6 +133,8 @@ async def test_concurrent_and_abandoned_requests_execute_once(service):
     assert {a.observation["stdout"] for a in answers} == {"ran 1\n"} and all(a.replayed for a in answers)
     replay = await service.step("t", rollout.id, step0)
     assert replay.replayed and replay.status == "done" and service.data.calls == 1
+    assert sorted(a.replays for a in answers) == [1, 2] and replay.replays == 3  # every re-send is counted
+    assert (await service.get("t", rollout.id)).steps[0].replays == 3
     with pytest.raises(Conflict):
         await service.step("t", rollout.id, StepRequest(index=0, action="exec", args={"cmd": "echo other"}))
     with pytest.raises(Unprocessable):

@@ -34,6 +34,7 @@ class Step:
         finished_at (datetime.datetime | None | Unset):
         observation (None | StepObservationType0 | Unset):
         replayed (bool | Unset): Answered from the log, not executed by this request Default: False.
+        replays (int | Unset): Times this step was answered from the log (re-sent requests) Default: 0.
     """
 
     action: str
@@ -47,6 +48,7 @@ class Step:
     finished_at: datetime.datetime | None | Unset = UNSET
     observation: None | StepObservationType0 | Unset = UNSET
     replayed: bool | Unset = False
+    replays: int | Unset = 0
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,6 +99,8 @@ class Step:
 
         replayed = self.replayed
 
+        replays = self.replays
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -119,6 +123,8 @@ class Step:
             field_dict["observation"] = observation
         if replayed is not UNSET:
             field_dict["replayed"] = replayed
+        if replays is not UNSET:
+            field_dict["replays"] = replays
 
         return field_dict
 
@@ -203,6 +209,8 @@ class Step:
 
         replayed = d.pop("replayed", UNSET)
 
+        replays = d.pop("replays", UNSET)
+
         step = cls(
             action=action,
             args=args,
@@ -215,6 +223,7 @@ class Step:
             finished_at=finished_at,
             observation=observation,
             replayed=replayed,
+            replays=replays,
         )
 
         step.additional_properties = d

@@ -55,3 +55,5 @@ class RolloutStepRow(SQLModel, table=True):
     started_at: datetime
     finished_at: datetime | None = None
     duration_ms: float | None = None
+    # Times it was answered from the log (a request re-sent after a crash or a lost answer).
+    replays: int = Field(default=0, sa_column_kwargs={"server_default": "0"})

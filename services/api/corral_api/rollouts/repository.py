@@ -97,6 +97,16 @@ class RolloutRepository:
         rollout = RolloutRow(**{("meta" if key == "metadata" else key): value for key, value in row.items()})
         return rollout, RolloutStepRow(**step) if step is not None else None, pending is not None
 
+    def count_replay(self, rollout_id: str, index: int) -> int:
+        """One more answer of a committed step from the log; returns the new count."""
+        with Session(self.engine) as session:
+            count = session.execute(update(RolloutStepRow).where(col(RolloutStepRow.rollout_id) == rollout_id,
+                                                                 col(RolloutStepRow.step_index) == index)
+                                    .values(replays=col(RolloutStepRow.replays) + 1)
+                                    .returning(col(RolloutStepRow.replays))).scalar()
+            session.commit()
+            return count or 0
+
     def has_pending(self, rollout_id: str) -> bool:
         with Session(self.engine) as session:
             return session.exec(select(RolloutStepRow.step_index).where(

@@ -104,6 +104,7 @@ class Step(BaseModel):
     finished_at: datetime | None = None
     duration_ms: float | None = None
     replayed: bool = Field(False, description="Answered from the log, not executed by this request")
+    replays: int = Field(0, description="Times this step was answered from the log (re-sent requests)")
 
 
 class RolloutCreate(BaseModel):

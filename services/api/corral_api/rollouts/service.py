@@ -230,6 +230,7 @@ class RolloutService:
         done = await self._await_step(rollout_id, req.index) if existing.status == "pending" else existing
         view = step_view(done)
         view.replayed = True
+        view.replays = await self._db(self.repo.count_replay, rollout_id, req.index)
         return view
 
     async def _claim(self, row: RolloutRow, req: StepRequest, args: dict[str, Any], digest: str,
@@ -432,4 +433,4 @@ def step_view(row: RolloutStepRow) -> Step:
     return Step(index=row.step_index, action=row.action, args=row.args, request_hash=row.request_hash,
                 status=row.status, observation=row.observation,
                 error=StepError.model_validate(row.error) if row.error else None, started_at=row.started_at,
-                finished_at=row.finished_at, duration_ms=row.duration_ms)
+                finished_at=row.finished_at, duration_ms=row.duration_ms, replays=row.replays or 0)

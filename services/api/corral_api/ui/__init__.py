@@ -1,0 +1,1 @@
+"""The web dashboard at /ui: server-rendered pages over the api's own services (docs/dashboard.md)."""
