@@ -47,6 +47,20 @@ class RunStats:
         return self.oom_kills > 0
 
 
+@dataclass(frozen=True)
+class MemoryReading:
+    """A cgroup's memory now (for the node's memory·time accounting and the memory-manager).
+
+    ``working_set_bytes`` is what the cgroup uses less its inactive page cache (the kernel's
+    first reclaim candidates, cAdvisor's and the kubelet's definition); ``swap_bytes`` is what
+    reclaim moved out to swap (zram), counted beside, not in, the working set.
+    """
+
+    usage_bytes: int = 0
+    working_set_bytes: int = 0
+    swap_bytes: int = 0
+
+
 class Cgroup(ABC):
     """One cgroup, named by its path below the node's cgroup root (``/corral/n1/sb-1``): the
     root of every v1 controller, or on v2 the cgroup the node was delegated (often the root)."""
@@ -76,6 +90,11 @@ class Cgroup(ABC):
     @abstractmethod
     def stats(self) -> RunStats:
         """Raises OSError if the cgroup does not exist."""
+
+    @abstractmethod
+    def memory_reading(self) -> MemoryReading:
+        """Two reads of kept descriptors (cheap: sampled every second for every sandbox).
+        Raises OSError if the cgroup does not exist."""
 
     @abstractmethod
     def cpu_ms(self) -> float:

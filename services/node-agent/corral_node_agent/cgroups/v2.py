@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 from typing import Self
 
-from corral_node_agent.cgroups.base import CPU_PERIOD_US, Cgroup, CgroupDriver, RunStats, cpu_quota_us
-from corral_node_agent.cgroups.files import ControlFiles, flat_keyed
+from corral_node_agent.cgroups.base import CPU_PERIOD_US, Cgroup, CgroupDriver, MemoryReading, RunStats, cpu_quota_us
+from corral_node_agent.cgroups.files import ControlFiles, flat_keyed, keyed_value
 from corral_node_agent.cgroups.mounts import MOUNTINFO, CgroupMount, cgroup_mounts
 
 SELF_CGROUP = "/proc/self/cgroup"
@@ -320,6 +320,16 @@ class V2Cgroup(Cgroup):
 
     def cpu_ms(self) -> float:
         return (self._usage_usec() - self._cpu_before) / 1000
+
+    def memory_reading(self) -> MemoryReading:
+        usage = int(self.files.read(self._file("memory.current")))
+        stat = self.files.read(self._file("memory.stat"))
+        try:
+            swap = int(self.files.read(self._file("memory.swap.current")))
+        except OSError:  # no swap accounting on this host
+            swap = 0
+        return MemoryReading(usage_bytes=usage, working_set_bytes=max(0, usage - keyed_value(stat, "inactive_file")),
+                             swap_bytes=swap)
 
     def stats(self) -> RunStats:
         return RunStats(cpu_ns=(self._usage_usec() - self._cpu_before) * 1000,
