@@ -11,6 +11,8 @@ from corral_common.logging import configure_logging
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_memory_manager.host.router import router as host_router
 from corral_memory_manager.host.service import HostMemoryService
+from corral_memory_manager.reclaim.lifecycle import reclaim_lifespan
+from corral_memory_manager.reclaim.router import router as reclaim_router
 from corral_memory_manager.settings import MemoryManagerSettings
 
 
@@ -20,12 +22,15 @@ def create_app(settings: MemoryManagerSettings | None = None) -> FastAPI:
     setup_tracing("corral-memory-manager", settings.otel_exporter_otlp_endpoint)
 
     app = FastAPI(title=f"Corral memory-manager {settings.node_id}", version="0.1.0",
-                  description="Per-node memory: meminfo, KSM, DAMON availability, swap and zram.")
+                  lifespan=lambda app: reclaim_lifespan(app, settings),
+                  description="Per-node memory: meminfo, KSM, DAMON availability, swap and zram; "
+                              "proactive reclaim of idle sandboxes.")
     app.state.settings = settings
     app.state.host = HostMemoryService(settings.node_id, settings.proc_root, settings.sys_root)
     install_error_handlers(app)
     instrument_app(app)
     app.include_router(host_router)
+    app.include_router(reclaim_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -96,6 +96,11 @@ class Cgroup(ABC):
         """Two reads of kept descriptors (cheap: sampled every second for every sandbox).
         Raises OSError if the cgroup does not exist."""
 
+    def reclaim(self, nbytes: int) -> bool:
+        """Ask the kernel to reclaim up to ``nbytes`` from it (v2's ``memory.reclaim``); False
+        where there is no such interface (v1) or nothing more could go. Never OOM-kills."""
+        return False
+
     @abstractmethod
     def cpu_ms(self) -> float:
         """Cpu time of every task (cheap: polled while a run goes on)."""
@@ -115,6 +120,14 @@ class Cgroup(ABC):
     @abstractmethod
     def populated(self) -> bool:
         """Whether any process is in this cgroup or below."""
+
+    @abstractmethod
+    def is_frozen(self) -> bool:
+        """Whether its tasks are frozen (a paused sandbox), read only; False if it is gone."""
+
+    @abstractmethod
+    def child_names(self) -> list[str]:
+        """The names of the cgroups right below it ([] if it does not exist)."""
 
     @abstractmethod
     def freeze(self) -> bool:

@@ -193,6 +193,19 @@ class V1Cgroup(Cgroup):
     def populated(self) -> bool:
         return any(cg.pids() for cg in self._subtree())
 
+    def is_frozen(self) -> bool:
+        try:
+            return self._read("freezer", "freezer.state").strip() == "FROZEN"
+        except OSError:
+            return False
+
+    def child_names(self) -> list[str]:
+        base = self.dirs.get("memory")
+        try:
+            return sorted(d.name for d in base.iterdir() if d.is_dir()) if base is not None else []
+        except FileNotFoundError:
+            return []
+
     def freeze(self) -> bool:
         # v1 may stay FREEZING while a task is busy; writing FROZEN again retries (the
         # kernel's documented way), hence one step per call.

@@ -263,6 +263,13 @@ class V2Cgroup(Cgroup):
         if cpu is not None or self.files.last_written(cpu_max) is not None:
             self.files.set_limit(cpu_max, render_cpu_max(cpu))
 
+    def reclaim(self, nbytes: int) -> bool:
+        try:
+            _write(self._file("memory.reclaim"), max(0, nbytes))
+        except OSError:  # EAGAIN: not all of it could go; ENOENT: a kernel before 5.19
+            return False
+        return True
+
     def _set_memory(self, limit: int) -> None:
         path = self._file("memory.max")
         if self.files.last_written(path) == str(limit):
@@ -353,6 +360,18 @@ class V2Cgroup(Cgroup):
             return flat_keyed((self.dir / "cgroup.events").read_text()).get("populated") == 1
         except FileNotFoundError:
             return False
+
+    def is_frozen(self) -> bool:
+        try:
+            return flat_keyed((self.dir / "cgroup.events").read_text()).get("frozen") == 1
+        except OSError:
+            return False
+
+    def child_names(self) -> list[str]:
+        try:
+            return sorted(d.name for d in self.dir.iterdir() if d.is_dir())
+        except FileNotFoundError:
+            return []
 
     def freeze(self) -> bool:
         _write(self.dir / "cgroup.freeze", 1)  # not cached: crun pause/resume write it too

@@ -1,0 +1,33 @@
+"""Start and stop of the reclaim side: the zram swap (when asked for) and the loop."""
+
+import asyncio
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from corral_common.logging import get_logger
+from corral_memory_manager.reclaim.service import ReclaimService
+from corral_memory_manager.reclaim.zram import ensure_zram_swap
+
+log = get_logger(__name__)
+
+
+@asynccontextmanager
+async def reclaim_lifespan(app: FastAPI, settings):
+    service = app.state.reclaim = ReclaimService(settings.node_id, settings.reclaim_policy())
+    app.state.swap_device = None
+    if settings.zram_swap_mb:
+        try:
+            swap = await asyncio.to_thread(ensure_zram_swap, settings.zram_swap_mb << 20, settings.zram_algorithm,
+                                           sys_root=settings.sys_root)
+            app.state.swap_device = swap.device
+        except Exception:  # the node runs on without swap: reclaim then drops clean pages only
+            log.exception("zram.setup_failed", size_mb=settings.zram_swap_mb)
+    loop = None
+    if settings.reclaim_enabled and service.available():
+        loop = asyncio.create_task(service.run_forever(settings.reclaim_interval_s))
+    try:
+        yield
+    finally:
+        if loop is not None:
+            loop.cancel()
