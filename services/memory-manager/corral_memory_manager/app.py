@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from corral_common.errors import install_error_handlers
 from corral_common.logging import configure_logging
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_memory_manager.balloons.router import router as balloons_router
 from corral_memory_manager.host.router import router as host_router
 from corral_memory_manager.host.service import HostMemoryService
 from corral_memory_manager.reclaim.lifecycle import reclaim_lifespan
@@ -31,6 +32,7 @@ def create_app(settings: MemoryManagerSettings | None = None) -> FastAPI:
     instrument_app(app)
     app.include_router(host_router)
     app.include_router(reclaim_router)
+    app.include_router(balloons_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

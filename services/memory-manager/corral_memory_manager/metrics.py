@@ -12,3 +12,7 @@ PASS_SECONDS = Gauge("corral_memory_reclaim_pass_seconds", "Time the last reclai
                      ["node"])
 CANDIDATES = Gauge("corral_memory_reclaim_candidates", "Idle or paused sandboxes seen at the last pass", ["node"])
 SWAP_USED = Gauge("corral_memory_swap_used_bytes", "Swap in use on the host (/proc/swaps)", ["node"])
+BALLOON_SETS = Counter("corral_memory_balloon_sets_total", "Balloon targets sent to VMs, by direction",
+                       ["node", "direction"])
+BALLOON_ACTUAL = Gauge("corral_memory_balloon_actual_bytes", "RAM a VM's guest has (its balloon deflated by)",
+                       ["node", "sandbox"])

@@ -13,6 +13,7 @@ from pydantic_settings import SettingsConfigDict
 from corral_common.settings import CommonSettings, PrefixedServiceSettings
 
 if TYPE_CHECKING:
+    from corral_memory_manager.balloons.policy import BalloonPolicy
     from corral_memory_manager.reclaim.policy import ReclaimPolicy
 
 
@@ -47,6 +48,25 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     # swap is never changed). Needs root and util-linux's mkswap/swapon.
     zram_swap_mb: int = Field(0, ge=0)
     zram_algorithm: str = "lz4"
+
+    # VM balloons (docs/memory.md): every balloon_interval_s each VM's balloon is read through the
+    # node-agent (the one QMP client of each VM) at node_agent_url and set from its guest's stats.
+    balloon_enabled: bool = True
+    balloon_interval_s: float = Field(2.0, gt=0)
+    node_agent_url: str = "http://127.0.0.1:8100"
+    # Headroom left to a guest above what it uses (the larger of the two), and its floor.
+    balloon_reserve_mb: int = Field(64, ge=0)
+    balloon_reserve_fraction: float = Field(0.10, ge=0, le=1)
+    balloon_floor_fraction: float = Field(0.25, gt=0, le=1)
+    # Guest MemAvailable below this (or any swap-in): deflate at once.
+    balloon_low_available_mb: int = Field(48, ge=0)
+
+    def balloon_policy(self) -> "BalloonPolicy":
+        from corral_memory_manager.balloons.policy import BalloonPolicy
+
+        return BalloonPolicy(reserve_mb=self.balloon_reserve_mb, reserve_fraction=self.balloon_reserve_fraction,
+                             floor_fraction=self.balloon_floor_fraction,
+                             low_available_mb=self.balloon_low_available_mb)
 
     def reclaim_policy(self) -> "ReclaimPolicy":
         from corral_memory_manager.reclaim.policy import ReclaimPolicy

@@ -1,4 +1,4 @@
-"""Start and stop of the reclaim side: the zram swap (when asked for) and the loop."""
+"""Start and stop of the memory-manager's loops: the zram swap (when asked for), reclaim, balloons."""
 
 import asyncio
 from contextlib import asynccontextmanager
@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from corral_common.logging import get_logger
+from corral_memory_manager.balloons.service import BalloonService
 from corral_memory_manager.reclaim.service import ReclaimService
 from corral_memory_manager.reclaim.zram import ensure_zram_swap
 
@@ -23,11 +24,17 @@ async def reclaim_lifespan(app: FastAPI, settings):
             app.state.swap_device = swap.device
         except Exception:  # the node runs on without swap: reclaim then drops clean pages only
             log.exception("zram.setup_failed", size_mb=settings.zram_swap_mb)
-    loop = None
+    loops = []
     if settings.reclaim_enabled and service.available():
-        loop = asyncio.create_task(service.run_forever(settings.reclaim_interval_s))
+        loops.append(asyncio.create_task(service.run_forever(settings.reclaim_interval_s)))
+    balloons = app.state.balloons = BalloonService(settings.node_id, settings.node_agent_url,
+                                                   settings.internal_token or "", settings.balloon_policy(),
+                                                   service.sandbox_ids)
+    if settings.balloon_enabled and service.available():
+        loops.append(asyncio.create_task(balloons.run_forever(settings.balloon_interval_s)))
     try:
         yield
     finally:
-        if loop is not None:
+        for loop in loops:
             loop.cancel()
+        await balloons.aclose()

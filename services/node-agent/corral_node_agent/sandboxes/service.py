@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from corral_common.contracts.images import EnvironmentLayer
+from corral_common.contracts.memory import BalloonState
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
@@ -341,6 +342,12 @@ class SandboxManager:
 
     async def resume(self, sandbox_id: str) -> None:
         await self._capable(sandbox_id, Capability.pause).resume(sandbox_id)
+
+    async def balloon(self, sandbox_id: str) -> BalloonState:
+        return await self._capable(sandbox_id, Capability.balloon).balloon(sandbox_id)
+
+    async def set_balloon(self, sandbox_id: str, target_mb: int) -> None:
+        await self._capable(sandbox_id, Capability.balloon).set_balloon(sandbox_id, target_mb)
 
     async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
         self._require(sandbox_id)
