@@ -61,6 +61,13 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     # Guest MemAvailable below this (or any swap-in): deflate at once.
     balloon_low_available_mb: int = Field(48, ge=0)
 
+    # KSM policy (host-wide knob, so opt-in): the scanner runs while the node holds at least
+    # ksm_min_same_image VMs of one environment, at ksm_pages_to_scan; a scanner the host
+    # already ran is never stopped.
+    ksm_policy_enabled: bool = False
+    ksm_min_same_image: int = Field(3, ge=2)
+    ksm_pages_to_scan: int = Field(1000, ge=1, le=10_000_000)
+
     def balloon_policy(self) -> "BalloonPolicy":
         from corral_memory_manager.balloons.policy import BalloonPolicy
 

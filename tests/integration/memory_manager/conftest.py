@@ -40,3 +40,6 @@ async def backend(state_dir, node_id, base_layer):  # noqa: F811 - the imported 
     b = ContainerBackend(NodeAgentSettings(node_id=node_id, state_dir=state_dir))
     yield b
     await b.close()
+
+
+from tests.integration.node_agent.vm.conftest import guestkit_dir, layers  # noqa: E402, F401 - fixtures

@@ -57,3 +57,32 @@ def test_a_guest_that_ignores_the_balloon_is_deflated_and_left_alone_for_a_while
     assert d.target_mb == 512
     later = decide(state(actual=512, free=400), d.memory, POLICY, NOW)
     assert later.target_mb is None and later.why.startswith("guest ignored")
+
+
+def test_ksm_is_wanted_for_many_vms_of_one_image_only():
+    from corral_memory_manager.balloons.ksm import ksm_wanted
+
+    assert ksm_wanted(["debian", "debian", "debian", "alpine"], 3)
+    assert not ksm_wanted(["debian", "debian", "alpine", "alpine"], 3)
+    assert not ksm_wanted([], 3) and not ksm_wanted(["", "", ""], 3)
+
+
+def test_ksm_policy_starts_the_scanner_and_stops_only_what_it_started(tmp_path):
+    from corral_memory_manager.balloons.ksm import KsmPolicy
+    from corral_memory_manager.host.service import HostMemoryService
+
+    ksm = tmp_path / "sys/kernel/mm/ksm"
+    ksm.mkdir(parents=True)
+    for name, value in {"run": 0, "pages_to_scan": 100, "sleep_millisecs": 20, "pages_shared": 0,
+                        "pages_sharing": 0, "pages_unshared": 0, "full_scans": 0}.items():
+        (ksm / name).write_text(f"{value}\n")
+    policy = KsmPolicy(HostMemoryService("n1", str(tmp_path / "proc"), str(tmp_path / "sys"), page_size=4096),
+                       min_same_image=2, pages_to_scan=1000)
+    assert policy.apply(["img", "img"]) is True
+    assert (ksm / "run").read_text().strip() == "1" and (ksm / "pages_to_scan").read_text().strip() == "1000"
+    assert policy.apply(["img", "img"]) is None  # already on
+    assert policy.apply(["img"]) is False
+    assert (ksm / "run").read_text().strip() == "0" and (ksm / "pages_to_scan").read_text().strip() == "100"
+    # A scanner the host runs itself is left on.
+    (ksm / "run").write_text("1\n")
+    assert policy.apply([]) is None and (ksm / "run").read_text().strip() == "1"

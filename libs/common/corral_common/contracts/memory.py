@@ -22,6 +22,7 @@ class GuestMemoryStats(BaseModel):
 
 class BalloonState(BaseModel):
     sandbox_id: str
+    environment: str = Field("", description="The VM's environment: VMs of one image are what KSM merges")
     memory_mb: int = Field(description="The VM's RAM as configured (the balloon fully deflated)")
     actual_mb: float = Field(description="RAM the guest has now (memory_mb less the inflated balloon)")
     guest: GuestMemoryStats

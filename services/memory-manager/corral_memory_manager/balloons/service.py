@@ -11,6 +11,7 @@ from corral_common.contracts.memory import BalloonState
 from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_common.logging import get_logger
 from corral_memory_manager import metrics
+from corral_memory_manager.balloons.ksm import KsmPolicy
 from corral_memory_manager.balloons.policy import BalloonMemory, BalloonPolicy, decide
 
 log = get_logger(__name__)
@@ -20,8 +21,8 @@ _NOT_A_VM_RECHECK_S = 300.0
 
 class BalloonService:
     def __init__(self, node_id: str, node_agent_url: str, internal_token: str, policy: BalloonPolicy,
-                 sandbox_ids, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.node_id, self.policy, self.sandbox_ids = node_id, policy, sandbox_ids
+                 sandbox_ids, transport: httpx.AsyncBaseTransport | None = None, ksm: KsmPolicy | None = None) -> None:
+        self.node_id, self.policy, self.sandbox_ids, self.ksm = node_id, policy, sandbox_ids, ksm
         self.client = httpx.AsyncClient(base_url=node_agent_url.rstrip("/"), timeout=5.0, transport=transport,
                                         headers={INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {})
         self.memory: dict[str, BalloonMemory] = {}
@@ -48,6 +49,9 @@ class BalloonService:
                 metrics.BALLOON_ACTUAL.remove(self.node_id, gone)
             except KeyError:
                 pass
+        if self.ksm is not None:
+            environments = [entry["state"]["environment"] for entry in self.last.values()]
+            await asyncio.to_thread(self.ksm.apply, environments)
 
     async def _one(self, sandbox_id: str) -> None:
         resp = await self.client.get(f"/v1/sandboxes/{sandbox_id}/balloon")

@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from corral_common.logging import get_logger
+from corral_memory_manager.balloons.ksm import KsmPolicy
 from corral_memory_manager.balloons.service import BalloonService
 from corral_memory_manager.reclaim.service import ReclaimService
 from corral_memory_manager.reclaim.zram import ensure_zram_swap
@@ -27,9 +28,11 @@ async def reclaim_lifespan(app: FastAPI, settings):
     loops = []
     if settings.reclaim_enabled and service.available():
         loops.append(asyncio.create_task(service.run_forever(settings.reclaim_interval_s)))
+    ksm = (KsmPolicy(app.state.host, settings.ksm_min_same_image, settings.ksm_pages_to_scan)
+           if settings.ksm_policy_enabled else None)
     balloons = app.state.balloons = BalloonService(settings.node_id, settings.node_agent_url,
                                                    settings.internal_token or "", settings.balloon_policy(),
-                                                   service.sandbox_ids)
+                                                   service.sandbox_ids, ksm=ksm)
     if settings.balloon_enabled and service.available():
         loops.append(asyncio.create_task(balloons.run_forever(settings.balloon_interval_s)))
     try:

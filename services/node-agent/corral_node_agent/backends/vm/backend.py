@@ -580,7 +580,8 @@ class QemuBackend(SandboxBackend):
             actual, stats = await vm.machine.balloon_stats()
         except ExecuteError as exc:  # e.g. adopted from an agent that gave the balloon no id
             raise Unsupported(f"the VM's balloon cannot be read: {exc}") from exc
-        return BalloonState(sandbox_id=sandbox_id, memory_mb=vm.config.memory_mb, actual_mb=actual / MIB,
+        return BalloonState(sandbox_id=sandbox_id, environment=vm.spec.environment,
+                            memory_mb=vm.config.memory_mb, actual_mb=actual / MIB,
                             guest=guest_memory_stats(stats))
 
     async def set_balloon(self, sandbox_id: str, target_mb: int) -> None:
