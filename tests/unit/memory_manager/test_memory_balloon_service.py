@@ -1,0 +1,45 @@
+"""The balloon loop against a stand-in node-agent (httpx.MockTransport): a container's 409 marks
+it as no VM (not asked again), a VM with free memory gets a PUT of its target, the internal
+token goes along, and a VM that is gone is forgotten."""
+
+import time
+
+import httpx
+
+from corral_memory_manager.balloons.policy import BalloonPolicy
+from corral_memory_manager.balloons.service import BalloonService
+
+
+async def test_the_loop_reads_balloons_and_sets_targets():
+    calls: list[tuple[str, str, bytes]] = []
+    ids = ["ctr", "vm"]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.headers["X-Corral-Internal-Token"] == "tok"
+        calls.append((request.method, request.url.path, request.content))
+        if request.url.path.startswith("/v1/sandboxes/ctr/"):
+            return httpx.Response(409, json={"error": {"code": "unsupported_by_backend", "message": "no balloon",
+                                                       "details": []}})
+        if request.method == "GET":
+            return httpx.Response(200, json={
+                "sandbox_id": "vm", "environment": "debian", "memory_mb": 512, "actual_mb": 512,
+                "guest": {"total_mb": 490, "free_mb": 400, "available_mb": 420, "disk_caches_mb": 20,
+                          "swap_in": 0, "last_update": int(time.time())}})
+        return httpx.Response(200, json={"target_mb": 134})
+
+    service = BalloonService("n1", "http://agent", "tok", BalloonPolicy(), lambda: list(ids),
+                             transport=httpx.MockTransport(handler))
+    try:
+        await service.run_once()
+        puts = [c for c in calls if c[0] == "PUT"]
+        assert puts == [  # used 70 MiB (490 − 400 free − 20 cache) + 64 reserve
+            ("PUT", "/v1/sandboxes/vm/balloon", b'{"target_mb":134}')]
+        assert service.last["vm"]["why"] == "inflate"
+        calls.clear()
+        await service.run_once()
+        assert not [c for c in calls if "/ctr/" in c[1]]  # a container is not asked again
+        ids.remove("vm")
+        await service.run_once()
+        assert "vm" not in service.last and "vm" not in service.memory
+    finally:
+        await service.aclose()
