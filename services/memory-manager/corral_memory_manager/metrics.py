@@ -16,3 +16,5 @@ BALLOON_SETS = Counter("corral_memory_balloon_sets_total", "Balloon targets sent
                        ["node", "direction"])
 BALLOON_ACTUAL = Gauge("corral_memory_balloon_actual_bytes", "RAM a VM's guest has (its balloon deflated by)",
                        ["node", "sandbox"])
+GUEST_RECLAIMS = Counter("corral_memory_guest_cache_drops_total",
+                         "Idle guests asked (through the guest agent) to drop their page cache and compact", ["node"])

@@ -60,6 +60,9 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     balloon_floor_fraction: float = Field(0.25, gt=0, le=1)
     # Guest MemAvailable below this (or any swap-in): deflate at once.
     balloon_low_available_mb: int = Field(48, ge=0)
+    # An idle VM (reclaim_idle_after_s) whose guest holds more page cache than this is asked,
+    # through its guest agent, to drop it and compact (free page reporting returns it). 0: off.
+    guest_cache_reclaim_mb: int = Field(64, ge=0)
 
     # KSM policy (host-wide knob, so opt-in): the scanner runs while the node holds at least
     # ksm_min_same_image VMs of one environment, at ksm_pages_to_scan; a scanner the host

@@ -86,3 +86,12 @@ def test_ksm_policy_starts_the_scanner_and_stops_only_what_it_started(tmp_path):
     # A scanner the host runs itself is left on.
     (ksm / "run").write_text("1\n")
     assert policy.apply([]) is None and (ksm / "run").read_text().strip() == "1"
+
+
+def test_only_an_idle_guest_with_much_page_cache_is_asked_to_drop_it():
+    from corral_memory_manager.balloons.policy import guest_cache_reclaim_due
+
+    cached = state(free=100, caches=200)
+    assert guest_cache_reclaim_due(cached, idle_s=90, idle_after_s=60, cache_mb=64)
+    assert not guest_cache_reclaim_due(cached, idle_s=10, idle_after_s=60, cache_mb=64)  # busy
+    assert not guest_cache_reclaim_due(state(caches=20), idle_s=90, idle_after_s=60, cache_mb=64)

@@ -43,3 +43,35 @@ async def test_the_loop_reads_balloons_and_sets_targets():
         assert "vm" not in service.last and "vm" not in service.memory
     finally:
         await service.aclose()
+
+
+async def test_an_idle_guest_with_page_cache_is_asked_once_per_idle_stretch():
+    execs: list[dict] = []
+    idle = {"vm": 100.0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/exec"):
+            import json
+
+            execs.append(json.loads(request.content))
+            return httpx.Response(200, json={"exit_code": 0, "stdout": "", "stderr": ""})
+        if request.method == "GET":
+            return httpx.Response(200, json={
+                "sandbox_id": "vm", "memory_mb": 512, "actual_mb": 200,
+                "guest": {"total_mb": 190, "free_mb": 20, "available_mb": 150, "disk_caches_mb": 130,
+                          "swap_in": 0, "last_update": int(time.time())}})
+        return httpx.Response(200, json={"target_mb": 200})
+
+    service = BalloonService("n1", "http://agent", "", BalloonPolicy(), lambda: ["vm"],
+                             transport=httpx.MockTransport(handler), idle_seconds=lambda sid: idle[sid],
+                             guest_reclaim=(60.0, 64.0))
+    try:
+        await service.run_once()
+        assert len(execs) == 1 and execs[0]["user"] == "root" and "drop_caches" in execs[0]["cmd"]
+        await service.run_once()
+        assert len(execs) == 1  # the same idle stretch: not again
+        idle["vm"] = 5.0  # it woke up, then idles again
+        await service.run_once()
+        assert len(execs) == 1  # busy: nothing
+    finally:
+        await service.aclose()

@@ -32,7 +32,10 @@ async def reclaim_lifespan(app: FastAPI, settings):
            if settings.ksm_policy_enabled else None)
     balloons = app.state.balloons = BalloonService(settings.node_id, settings.node_agent_url,
                                                    settings.internal_token or "", settings.balloon_policy(),
-                                                   service.sandbox_ids, ksm=ksm)
+                                                   service.sandbox_ids, ksm=ksm, idle_seconds=service.idle_seconds,
+                                                   guest_reclaim=(settings.reclaim_idle_after_s,
+                                                                  settings.guest_cache_reclaim_mb)
+                                                   if settings.guest_cache_reclaim_mb else None)
     if settings.balloon_enabled and service.available():
         loops.append(asyncio.create_task(balloons.run_forever(settings.balloon_interval_s)))
     try:

@@ -74,6 +74,11 @@ class ReclaimService:
             cg = self._cgroups[sandbox_id] = self.driver.cgroup(sandbox_cgroup_path(self.node_id, sandbox_id))
         return cg
 
+    def idle_seconds(self, sandbox_id: str) -> float:
+        """How long the sandbox's cgroup cpu time has stood still as this run saw it (0: unseen)."""
+        watch = self._watch.get(sandbox_id)
+        return 0.0 if watch is None else self.clock() - watch.changed_at
+
     def sandbox_ids(self) -> list[str]:
         # "_fncall-*" are the fncall workers' cgroups: never a sandbox, always busy or empty.
         names = self.driver.cgroup(node_cgroup_path(self.node_id)).child_names()
