@@ -1,7 +1,8 @@
 """Memory-manager service (one per node): reports and tunes the host's memory sharing/reclaim.
 
-For now: host memory (meminfo, KSM, DAMON availability, swap/zram) and the KSM knobs.
-Balloon targets over QMP and DAMON/madvise reclaim drivers come later.
+Host memory (meminfo, KSM, DAMON availability, swap/zram) and the KSM knobs; the reclaim loop
+(idle and paused sandboxes paged out into zram) and the balloon loop (VM balloon targets from
+guest stats, through the node-agent; KSM policy). What runs where: docs/memory.md.
 """
 
 from fastapi import FastAPI
