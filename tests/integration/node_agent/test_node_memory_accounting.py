@@ -79,11 +79,15 @@ def test_a_pass_over_a_thousand_sandboxes_is_cheap(node):
     ids = [f"sb-{i}" for i in range(1000)]
     for sid in ids:
         driver.cgroup(sandbox_cgroup_path(node_id, sid)).create()
-    acc = MemoryAccounting(driver, node_id)
-    acc.sample(ids)  # first pass opens the descriptors
-    started = time.perf_counter()
-    acc.sample(ids)
-    per_sandbox = (time.perf_counter() - started) / len(ids)
-    print(f"memory sample: {per_sandbox * 1e6:.1f} µs per sandbox")
+    acc = MemoryAccounting(driver, node_id, stat_every=5)
+    timings = []
+    for _ in range(6):  # pass 0 opens the descriptors and reads memory.stat; 1-4 do not; 5 does
+        started = time.perf_counter()
+        acc.sample(ids)
+        timings.append((time.perf_counter() - started) / len(ids))
+    light, full = sorted(timings[1:5])[1], timings[5]
+    print(f"memory sample: {light * 1e6:.1f} µs per sandbox (usage only), {full * 1e6:.1f} µs with memory.stat, "
+          f"{(4 * light + full) / 5 * 1e6:.1f} µs on average")
     assert all(acc.account(s) is not None for s in ids)
-    assert per_sandbox < 300e-6  # one second's pass over 1,000 sandboxes costs < 30% of a core
+    # a second's pass over 1,000 sandboxes costs < 10% of a core on average
+    assert (4 * light + full) / 5 < 100e-6

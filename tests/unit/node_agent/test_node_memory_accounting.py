@@ -45,6 +45,9 @@ class FakeCgroup:
             raise FileNotFoundError("gone")
         return reading(self.values.pop(0))
 
+    def memory_usage_bytes(self) -> int:
+        return self.memory_reading().usage_bytes
+
     def close(self) -> None:
         self.closed = True
 
@@ -87,3 +90,34 @@ def test_prune_drops_accounts_of_sandboxes_that_are_gone():
     acc.sample(["sb-a", "sb-b"])
     acc.prune({"sb-b"})
     assert acc.account("sb-a") is None and acc.account("sb-b") is not None
+
+
+def test_memory_stat_is_read_every_few_passes_and_its_cache_subtracted_between():
+    class CachedCgroup:
+        """usage grows by 10 MiB a pass; 30 MiB of it is inactive page cache throughout."""
+
+        def __init__(self):
+            self.usage, self.stats = 100 * MIB, 0
+
+        def memory_usage_bytes(self) -> int:
+            self.usage += 10 * MIB
+            return self.usage
+
+        def memory_reading(self) -> MemoryReading:
+            self.stats += 1
+            usage = self.memory_usage_bytes()
+            return MemoryReading(usage_bytes=usage, working_set_bytes=usage - 30 * MIB, swap_bytes=MIB)
+
+        def close(self):
+            pass
+
+    cg = CachedCgroup()
+    driver = type("D", (), {"cgroup": lambda self, path: cg})()
+    acc = MemoryAccounting(driver, "n1", clock=iter(range(100)).__next__, stat_every=5)
+    for _ in range(10):
+        acc._sample_one("sb", acc.clock())
+    assert cg.stats == 2  # passes 0 and 5
+    account = acc.account("sb")
+    assert account.working_set_bytes == cg.usage - 30 * MIB and account.swap_bytes == MIB
+    acc.usage("sb", Usage())  # a usage read is always a full one
+    assert cg.stats == 3

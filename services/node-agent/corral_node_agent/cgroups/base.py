@@ -96,6 +96,11 @@ class Cgroup(ABC):
         """Two reads of kept descriptors (cheap: sampled every second for every sandbox).
         Raises OSError if the cgroup does not exist."""
 
+    @abstractmethod
+    def memory_usage_bytes(self) -> int:
+        """Memory charged now, page cache included: one small read (the sampler's every-pass read,
+        memory.stat's inactive page cache being re-read only every few passes)."""
+
     def reclaim(self, nbytes: int) -> bool:
         """Ask the kernel to reclaim up to ``nbytes`` from it (v2's ``memory.reclaim``); False
         where there is no such interface (v1) or nothing more could go. Never OOM-kills."""

@@ -152,8 +152,11 @@ class V1Cgroup(Cgroup):
     def oom_kills(self) -> int:
         return self._oom_kills() - self._oom_before
 
+    def memory_usage_bytes(self) -> int:
+        return int(self._read("memory", "memory.usage_in_bytes"))
+
     def memory_reading(self) -> MemoryReading:
-        usage = int(self._read("memory", "memory.usage_in_bytes"))
+        usage = self.memory_usage_bytes()
         stat = self._read("memory", "memory.stat")
         return MemoryReading(usage_bytes=usage,
                              working_set_bytes=max(0, usage - keyed_value(stat, "total_inactive_file")),

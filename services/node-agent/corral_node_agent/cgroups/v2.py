@@ -328,8 +328,11 @@ class V2Cgroup(Cgroup):
     def cpu_ms(self) -> float:
         return (self._usage_usec() - self._cpu_before) / 1000
 
+    def memory_usage_bytes(self) -> int:
+        return int(self.files.read(self._file("memory.current")))
+
     def memory_reading(self) -> MemoryReading:
-        usage = int(self.files.read(self._file("memory.current")))
+        usage = self.memory_usage_bytes()
         stat = self.files.read(self._file("memory.stat"))
         try:
             swap = int(self.files.read(self._file("memory.swap.current")))
