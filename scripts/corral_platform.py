@@ -167,7 +167,10 @@ def up(args: argparse.Namespace) -> dict:
         "api": (["corral_api"], {"CORRAL_API_PORT": str(ports["api"]), "CORRAL_API_DATA_DIR": str(state / "api"),
                                  "CORRAL_API_KEYS": ",".join([f"{args.tenant}:{api_key}", *args.extra_api_key]),
                                  "CORRAL_API_OPERATOR_KEYS": f"operator:{operator_key}"}),
-        "memory-manager": (["corral_memory_manager"], {"CORRAL_MEMORY_MANAGER_PORT": str(ports["memory-manager"])}),
+        # One memory-manager, for node-1 (its balloons through node-1's agent).
+        "memory-manager": (["corral_memory_manager"], {
+            "CORRAL_MEMORY_MANAGER_PORT": str(ports["memory-manager"]), "CORRAL_NODE_ID": "node-1",
+            "CORRAL_MEMORY_MANAGER_NODE_AGENT_URL": f"http://127.0.0.1:{args.base_port + 101}"}),
     }
     if args.sandboxfusion_port:  # SandboxFusion's /run_code at the root of its own port, as the tenant's
         services["api"][1].update({"CORRAL_API_SANDBOXFUSION_PORT": str(args.sandboxfusion_port),

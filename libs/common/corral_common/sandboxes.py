@@ -165,3 +165,9 @@ class Usage(BaseModel):
     network_tx_bytes: int = 0
     network_rx_bytes: int = 0
     network_denied: int = 0
+    # Memory as the node sampled it every second (its cgroup less inactive page cache: the
+    # working set); memory·time is that working set integrated over the sandbox's life.
+    memory_mib_seconds: float = 0.0
+    peak_working_set_bytes: int = 0
+    working_set_bytes: int = 0
+    swap_bytes: int = 0  # moved out to compressed swap by the memory-manager's reclaim

@@ -261,6 +261,9 @@ class NodeInfo:
     # Room for sandboxes' disks (disk_mb); None: a node from before disks were scheduled.
     disk_mb: int | None = None
     used_disk_mb: int = 0
+    # Memory the node measured (working_set_mb, peak_working_set_mb, swap_mb, mib_seconds);
+    # None: a node that does not sample (no cgroups, or from before accounting).
+    memory: dict[str, float] | None = None
 
     def reserved_memory_mb(self, spec: SandboxSpec) -> int:
         """What a sandbox of this spec takes from this node's memory."""
@@ -397,9 +400,10 @@ class StateStore:
     async def heartbeat(self, node_id: str, url: str, cpu_capacity: float, memory_mb: int, max_sandboxes: int, *,
                         backends: tuple[str, ...] | list[str] = ("container",), accelerator: str = "",
                         vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB, pids: int | None = None,
-                        disk_mb: int | None = None) -> None:
+                        disk_mb: int | None = None, memory: dict[str, float] | None = None) -> None:
         """``pids``: tasks the node's sandboxes may take together; ``disk_mb``: room for their
-        disks (None: not counted)."""
+        disks (None: not counted); ``memory``: what its cgroup measured (working set, peak,
+        swap, memory·time: see node-agent memory/accounting.py)."""
         now = time.time()  # (cpu_milli: a node left no cpu advertises 0, not cpu_milli()'s minimum of 1)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"node:{node_id}", mapping={
@@ -407,7 +411,8 @@ class StateStore:
                 "max_sandboxes": max_sandboxes, "heartbeat_at": repr(now), "backends": ",".join(backends),
                 "accelerator": accelerator, "vm_memory_overhead_mb": vm_memory_overhead_mb,
             })
-            for field, value in (("pids", pids), ("disk_mb", disk_mb)):
+            measured = json.dumps(memory, sort_keys=True) if memory is not None else None
+            for field, value in (("pids", pids), ("disk_mb", disk_mb), ("memory", measured)):
                 if value is not None:
                     pipe.hset(f"node:{node_id}", field, value)
                 else:
@@ -460,6 +465,7 @@ class StateStore:
                 pids=int(info["pids"]) if info.get("pids") else None, used_pids=int(used.get("pids", 0)),
                 disk_mb=int(info["disk_mb"]) if info.get("disk_mb") else None,
                 used_disk_mb=int(used.get("disk_mb", 0)),
+                memory=json.loads(info["memory"]) if info.get("memory") else None,
             ))
         return nodes
 

@@ -1,7 +1,8 @@
 """Memory-manager service (one per node): reports and tunes the host's memory sharing/reclaim.
 
-For now: host memory (meminfo, KSM, DAMON availability, swap/zram) and the KSM knobs.
-Balloon targets over QMP and DAMON/madvise reclaim drivers come later.
+Host memory (meminfo, KSM, DAMON availability, swap/zram) and the KSM knobs; the reclaim loop
+(idle and paused sandboxes paged out into zram) and the balloon loop (VM balloon targets from
+guest stats, through the node-agent; KSM policy). What runs where: docs/memory.md.
 """
 
 from fastapi import FastAPI
@@ -10,8 +11,11 @@ from corral_common.errors import install_error_handlers
 from corral_common.logging import configure_logging
 from corral_common.metrics import install_metrics
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_memory_manager.balloons.router import router as balloons_router
 from corral_memory_manager.host.router import router as host_router
 from corral_memory_manager.host.service import HostMemoryService
+from corral_memory_manager.reclaim.lifecycle import reclaim_lifespan
+from corral_memory_manager.reclaim.router import router as reclaim_router
 from corral_memory_manager.settings import MemoryManagerSettings
 
 
@@ -21,13 +25,17 @@ def create_app(settings: MemoryManagerSettings | None = None) -> FastAPI:
     setup_tracing("corral-memory-manager", settings.otel_exporter_otlp_endpoint)
 
     app = FastAPI(title=f"Corral memory-manager {settings.node_id}", version="0.1.0",
-                  description="Per-node memory: meminfo, KSM, DAMON availability, swap and zram.")
+                  lifespan=lambda app: reclaim_lifespan(app, settings),
+                  description="Per-node memory: meminfo, KSM, DAMON availability, swap and zram; "
+                              "proactive reclaim of idle sandboxes.")
     app.state.settings = settings
     app.state.host = HostMemoryService(settings.node_id, settings.proc_root, settings.sys_root)
     install_error_handlers(app)
     instrument_app(app)
     install_metrics(app, "memory-manager")
     app.include_router(host_router)
+    app.include_router(reclaim_router)
+    app.include_router(balloons_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

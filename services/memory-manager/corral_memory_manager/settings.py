@@ -5,12 +5,16 @@ configures both. ``proc_root`` / ``sys_root`` point at a fake tree in tests,
 or at the host's /proc and /sys bind-mounted somewhere else in a container.
 """
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
 from corral_common.settings import CommonSettings, PrefixedServiceSettings
+
+if TYPE_CHECKING:
+    from corral_memory_manager.balloons.policy import BalloonPolicy
+    from corral_memory_manager.reclaim.policy import ReclaimPolicy
 
 
 class MemoryManagerSettings(PrefixedServiceSettings):
@@ -25,3 +29,59 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     proc_root: str = Field("/proc", validation_alias=AliasChoices(
         "CORRAL_MEMORY_MANAGER_PROC_ROOT", "CORRAL_PROC_ROOT"))
     sys_root: str = Field("/sys", validation_alias=AliasChoices("CORRAL_MEMORY_MANAGER_SYS_ROOT", "CORRAL_SYS_ROOT"))
+
+    # Proactive reclaim (docs/memory.md): every reclaim_interval_s, the node's idle
+    # (cpu time still for reclaim_idle_after_s) and paused sandboxes' memory is paged out
+    # (MADV_PAGEOUT) into swap; active sandboxes are never touched. Without swap only clean
+    # file pages go: set zram_swap_mb for a compressed swap in RAM.
+    reclaim_enabled: bool = True
+    reclaim_interval_s: float = Field(5.0, gt=0)
+    reclaim_idle_after_s: float = Field(60.0, ge=0)
+    # Less than this in a sandbox's working set: not worth a pass.
+    reclaim_min_mb: int = Field(8, ge=0)
+    # A reclaimed sandbox is reclaimed again once its working set grew back by this much, or
+    # after reclaim_cooldown_s (hysteresis: no pageout loop on a sandbox that faults pages back).
+    reclaim_regrow_mb: int = Field(16, ge=0)
+    reclaim_cooldown_s: float = Field(300.0, ge=0)
+    reclaim_max_mb_per_pass: int = Field(1024, gt=0)
+    # MiB of zram swap to set up at start if no zram swap is active (0: none; the host's own
+    # swap is never changed). Needs root and util-linux's mkswap/swapon.
+    zram_swap_mb: int = Field(0, ge=0)
+    zram_algorithm: str = "lz4"
+
+    # VM balloons (docs/memory.md): every balloon_interval_s each VM's balloon is read through the
+    # node-agent (the one QMP client of each VM) at node_agent_url and set from its guest's stats.
+    balloon_enabled: bool = True
+    balloon_interval_s: float = Field(2.0, gt=0)
+    node_agent_url: str = "http://127.0.0.1:8100"
+    # Headroom left to a guest above what it uses (the larger of the two), and its floor.
+    balloon_reserve_mb: int = Field(64, ge=0)
+    balloon_reserve_fraction: float = Field(0.10, ge=0, le=1)
+    balloon_floor_fraction: float = Field(0.25, gt=0, le=1)
+    # Guest MemAvailable below this (or any swap-in): deflate at once.
+    balloon_low_available_mb: int = Field(48, ge=0)
+    # An idle VM (reclaim_idle_after_s) whose guest holds more page cache than this is asked,
+    # through its guest agent, to drop it and compact (free page reporting returns it). 0: off.
+    guest_cache_reclaim_mb: int = Field(64, ge=0)
+
+    # KSM policy (host-wide knob, so opt-in): the scanner runs while the node holds at least
+    # ksm_min_same_image VMs of one environment, at ksm_pages_to_scan; a scanner the host
+    # already ran is never stopped.
+    ksm_policy_enabled: bool = False
+    ksm_min_same_image: int = Field(3, ge=2)
+    ksm_pages_to_scan: int = Field(1000, ge=1, le=10_000_000)
+
+    def balloon_policy(self) -> "BalloonPolicy":
+        from corral_memory_manager.balloons.policy import BalloonPolicy
+
+        return BalloonPolicy(reserve_mb=self.balloon_reserve_mb, reserve_fraction=self.balloon_reserve_fraction,
+                             floor_fraction=self.balloon_floor_fraction,
+                             low_available_mb=self.balloon_low_available_mb)
+
+    def reclaim_policy(self) -> "ReclaimPolicy":
+        from corral_memory_manager.reclaim.policy import ReclaimPolicy
+
+        mib = 1 << 20
+        return ReclaimPolicy(idle_after_s=self.reclaim_idle_after_s, min_bytes=self.reclaim_min_mb * mib,
+                             regrow_bytes=self.reclaim_regrow_mb * mib, cooldown_s=self.reclaim_cooldown_s,
+                             max_bytes_per_pass=self.reclaim_max_mb_per_pass * mib)

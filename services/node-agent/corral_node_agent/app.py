@@ -20,6 +20,7 @@ from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
 from corral_node_agent.http_errors import install_node_error_handlers
+from corral_node_agent.memory.accounting import sample_memory_forever
 from corral_node_agent.sandboxes.router import router as sandboxes_router
 from corral_node_agent.sandboxes.router import snapshots_router
 from corral_node_agent.sandboxes.service import build_manager
@@ -67,10 +68,12 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             await bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
                               events.on_stop, prefetch=64)
             heartbeat = asyncio.create_task(events.heartbeat_forever())
+            memory_sampler = asyncio.create_task(sample_memory_forever(manager, settings.memory_sample_interval_s))
             try:
                 yield
             finally:
                 heartbeat.cancel()
+                memory_sampler.cancel()
                 await bus.close()
                 await store.close()
                 node_cgroup.release(cgroup_driver(), settings.node_id)

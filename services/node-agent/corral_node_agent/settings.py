@@ -68,6 +68,9 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # host_share of them. Never more than the other agents on the host left free (see
     # capacity_registry_dir): a claim beyond that is clamped, and logged.
     cpu_capacity: float | None = Field(None, gt=0)
+    # Seconds between two memory samples of every sandbox's cgroup (working set, memory·time in
+    # Usage, GET /v1/nodes and /metrics). ~25 µs per sandbox per pass (docs/memory.md).
+    memory_sample_interval_s: float = Field(1.0, gt=0, le=60)
     # MiB of the host's RAM this node takes (its cgroup's memory cap). Unset: host_share of RAM
     # less system_reserved_memory_mb.
     memory_capacity_mb: int | None = Field(None, gt=0)

@@ -187,3 +187,14 @@ async def test_a_node_the_reaper_gave_up_stops_instead_of_registering(store):
     assert await store.get_sandbox("sb-gone") is None and await store.node_sandboxes("n1") == set()
     await store.heartbeat("n1", "http://n1", cpu_capacity=4, memory_mb=1000, max_sandboxes=10)
     assert await store.restore_sandbox(_running("sb-new", "n1")) is RestoreOutcome.restored
+
+
+async def test_heartbeat_carries_the_nodes_measured_memory(store):
+    """What the node-agent's accounting measured shows in GET /v1/nodes (live_nodes), and a
+    node that stops sending it (no cgroups) shows None again."""
+    measured = {"working_set_mb": 812.5, "peak_working_set_mb": 1024.0, "swap_mb": 96.0, "mib_seconds": 48000.0}
+    await store.heartbeat("n1", "http://n1", cpu_capacity=1, memory_mb=1000, max_sandboxes=10, memory=measured)
+    (node,) = await store.live_nodes(10)
+    assert node.memory == measured
+    await store.heartbeat("n1", "http://n1", cpu_capacity=1, memory_mb=1000, max_sandboxes=10)
+    assert (await store.get_node("n1")).memory is None

@@ -22,6 +22,7 @@ from corral_node_agent.layers import LayerCache
 from corral_node_agent.sandboxes.router import router
 from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
+from tests.polling import until
 
 pytestmark = pytest.mark.asyncio
 
@@ -149,3 +150,26 @@ async def test_exit_listener(node):
     assert seen == [("m4", "timeout")]
     assert manager.count() == 0
     assert not any(m.startswith(f"{manager.backend.sandboxes_dir}/m4") for m in host.mountpoints())
+
+
+async def test_usage_carries_the_sandboxs_measured_memory_and_a_container_has_no_balloon(node, node_id):
+    """The manager's accounting (one sample per pass, as the agent's loop runs it) ends up in the
+    Usage that delete returns; a container answers the balloon route with a JSON 409."""
+    from corral_node_agent.cgroups.detect import cgroup_driver
+    from corral_node_agent.memory.accounting import MemoryAccounting
+
+    manager, client, _ = node
+    manager.memory = MemoryAccounting(cgroup_driver(), f"{node_id}-mgr")
+    await manager.create("mem1", SandboxSpec(environment="busybox", memory_mb=128, disk_mb=32))
+    r = await client.post("/v1/sandboxes/mem1/exec", json={
+        "cmd": "awk 'BEGIN { s = sprintf(\"%33554432s\", \"\"); system(\"sleep 600\") }' >/dev/null 2>&1 &"})
+    assert r.status_code == 200
+    await until(lambda: (manager.sample_memory() or manager.memory.account("mem1"))
+                and manager.memory.account("mem1").working_set_bytes > 32 << 20, 30, "the 32 MiB to be sampled")
+    live = manager.usage("mem1")
+    assert live.working_set_bytes > 32 << 20 and live.peak_working_set_bytes >= live.working_set_bytes
+    r = await client.get("/v1/sandboxes/mem1/balloon")
+    assert r.status_code == 409 and r.json()["error"]["code"] == "unsupported_by_backend"
+    usage = await manager.delete("mem1")
+    assert usage.peak_working_set_bytes > 32 << 20 and usage.memory_mib_seconds > 0
+    assert manager.memory.account("mem1") is None  # closed with the sandbox

@@ -255,3 +255,38 @@ def test_control_files_are_kept_open_and_limits_written_once(tmp_path):
     assert files.counter(str(f), "missing") == 0
     files.close()
     assert flat_keyed("usage_usec 12\nuser_usec 7\nbad x\n") == {"usage_usec": 12, "user_usec": 7}
+
+
+def test_v2_memory_reading_is_current_less_inactive_file(tmp_path):
+    root, driver = unified(tmp_path)
+    leaf = _leaf(root, current=100 * MIB)
+    (leaf / "memory.stat").write_text(f"anon {60 * MIB}\nfile {40 * MIB}\ninactive_file {30 * MIB}\n")
+    (leaf / "memory.swap.current").write_text(str(5 * MIB))
+    reading = driver.cgroup("/corral/n1/sb-1").memory_reading()
+    assert (reading.usage_bytes, reading.working_set_bytes, reading.swap_bytes) == (100 * MIB, 70 * MIB, 5 * MIB)
+
+
+def test_v1_memory_reading_is_usage_less_total_inactive_file(tmp_path):
+    from corral_node_agent.cgroups.v1 import V1Driver
+
+    mem = tmp_path / "memory"
+    leaf = mem / "corral/n1/sb-1"
+    leaf.mkdir(parents=True)
+    (leaf / "memory.usage_in_bytes").write_text(str(50 * MIB))
+    # the sandbox's own inactive_file is 0 but its children's (total_) count: use total_
+    (leaf / "memory.stat").write_text(f"inactive_file 0\ntotal_inactive_file {20 * MIB}\nswap 0\n"
+                                      f"total_swap {3 * MIB}\n")
+    info = mountinfo(tmp_path, f"/ {mem} rw - cgroup cgroup rw,memory")
+    reading = V1Driver(info).cgroup("/corral/n1/sb-1").memory_reading()
+    assert (reading.usage_bytes, reading.working_set_bytes, reading.swap_bytes) == (50 * MIB, 30 * MIB, 3 * MIB)
+
+
+def test_keyed_value_finds_one_key_without_confusing_prefixes():
+    from corral_node_agent.cgroups.files import keyed_value
+
+    text = "inactive_file 5\ntotal_inactive_file 7\nswap 1\ntotal_swap 9"
+    assert keyed_value(text, "inactive_file") == 5
+    assert keyed_value(text, "total_inactive_file") == 7
+    assert keyed_value(text, "total_swap") == 9  # the last line, no newline after it
+    assert keyed_value(text, "swap") == 1
+    assert keyed_value(text, "active_file") == 0  # absent (only a suffix of other keys)

@@ -16,25 +16,35 @@ class Usage:
     """
     Attributes:
         cpu_seconds (float | Unset):  Default: 0.0.
+        memory_mib_seconds (float | Unset):  Default: 0.0.
         network_denied (int | Unset):  Default: 0.
         network_rx_bytes (int | Unset):  Default: 0.
         network_tx_bytes (int | Unset):  Default: 0.
         oom_kills (int | Unset):  Default: 0.
         peak_memory_bytes (int | Unset):  Default: 0.
+        peak_working_set_bytes (int | Unset):  Default: 0.
+        swap_bytes (int | Unset):  Default: 0.
         wall_time_s (float | Unset):  Default: 0.0.
+        working_set_bytes (int | Unset):  Default: 0.
     """
 
     cpu_seconds: float | Unset = 0.0
+    memory_mib_seconds: float | Unset = 0.0
     network_denied: int | Unset = 0
     network_rx_bytes: int | Unset = 0
     network_tx_bytes: int | Unset = 0
     oom_kills: int | Unset = 0
     peak_memory_bytes: int | Unset = 0
+    peak_working_set_bytes: int | Unset = 0
+    swap_bytes: int | Unset = 0
     wall_time_s: float | Unset = 0.0
+    working_set_bytes: int | Unset = 0
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         cpu_seconds = self.cpu_seconds
+
+        memory_mib_seconds = self.memory_mib_seconds
 
         network_denied = self.network_denied
 
@@ -46,13 +56,21 @@ class Usage:
 
         peak_memory_bytes = self.peak_memory_bytes
 
+        peak_working_set_bytes = self.peak_working_set_bytes
+
+        swap_bytes = self.swap_bytes
+
         wall_time_s = self.wall_time_s
+
+        working_set_bytes = self.working_set_bytes
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update({})
         if cpu_seconds is not UNSET:
             field_dict["cpu_seconds"] = cpu_seconds
+        if memory_mib_seconds is not UNSET:
+            field_dict["memory_mib_seconds"] = memory_mib_seconds
         if network_denied is not UNSET:
             field_dict["network_denied"] = network_denied
         if network_rx_bytes is not UNSET:
@@ -63,8 +81,14 @@ class Usage:
             field_dict["oom_kills"] = oom_kills
         if peak_memory_bytes is not UNSET:
             field_dict["peak_memory_bytes"] = peak_memory_bytes
+        if peak_working_set_bytes is not UNSET:
+            field_dict["peak_working_set_bytes"] = peak_working_set_bytes
+        if swap_bytes is not UNSET:
+            field_dict["swap_bytes"] = swap_bytes
         if wall_time_s is not UNSET:
             field_dict["wall_time_s"] = wall_time_s
+        if working_set_bytes is not UNSET:
+            field_dict["working_set_bytes"] = working_set_bytes
 
         return field_dict
 
@@ -72,6 +96,8 @@ class Usage:
     def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
         d = dict(src_dict)
         cpu_seconds = d.pop("cpu_seconds", UNSET)
+
+        memory_mib_seconds = d.pop("memory_mib_seconds", UNSET)
 
         network_denied = d.pop("network_denied", UNSET)
 
@@ -83,16 +109,26 @@ class Usage:
 
         peak_memory_bytes = d.pop("peak_memory_bytes", UNSET)
 
+        peak_working_set_bytes = d.pop("peak_working_set_bytes", UNSET)
+
+        swap_bytes = d.pop("swap_bytes", UNSET)
+
         wall_time_s = d.pop("wall_time_s", UNSET)
+
+        working_set_bytes = d.pop("working_set_bytes", UNSET)
 
         usage = cls(
             cpu_seconds=cpu_seconds,
+            memory_mib_seconds=memory_mib_seconds,
             network_denied=network_denied,
             network_rx_bytes=network_rx_bytes,
             network_tx_bytes=network_tx_bytes,
             oom_kills=oom_kills,
             peak_memory_bytes=peak_memory_bytes,
+            peak_working_set_bytes=peak_working_set_bytes,
+            swap_bytes=swap_bytes,
             wall_time_s=wall_time_s,
+            working_set_bytes=working_set_bytes,
         )
 
         usage.additional_properties = d

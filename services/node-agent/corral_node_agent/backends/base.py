@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import StrEnum
 
+from corral_common.contracts.memory import BalloonState
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
@@ -58,12 +59,13 @@ class Capability(StrEnum):
     commit = "commit"  # commit_diff(): the writable layer as an OCI diff tar
     # connect_port(): TCP connections to a port inside the sandbox (HTTP ingress).
     ports = "ports"
+    balloon = "balloon"  # balloon(), set_balloon(): a VM's virtio-balloon and its guest's memory stats
 
 
 _LACKING = {Capability.pause: "cannot be paused", Capability.screen: "have no display",
             Capability.snapshot: "cannot be snapshotted", Capability.adopt: "cannot be adopted",
             Capability.commit: "cannot be committed (VMs: snapshot them)",
-            Capability.ports: "do not offer port ingress"}
+            Capability.ports: "do not offer port ingress", Capability.balloon: "have no memory balloon"}
 
 # Called once per sandbox that ended on its own (init died, or timeout_s elapsed), after the
 # backend has already torn it down; stop() afterwards is a no-op returning the same usage.
@@ -188,6 +190,12 @@ class SandboxBackend(abc.ABC):
     async def delete_snapshot(self, snapshot_id: str) -> None:
         """NotFound when this node has no such snapshot."""
         raise self.unsupported(Capability.snapshot)
+
+    async def balloon(self, sandbox_id: str) -> BalloonState:
+        raise self.unsupported(Capability.balloon)
+
+    async def set_balloon(self, sandbox_id: str, target_mb: int) -> None:
+        raise self.unsupported(Capability.balloon)
 
     async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
         """Replace a running sandbox's egress rules (network/egress.py); in force on return.

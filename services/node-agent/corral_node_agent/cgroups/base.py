@@ -47,6 +47,20 @@ class RunStats:
         return self.oom_kills > 0
 
 
+@dataclass(frozen=True)
+class MemoryReading:
+    """A cgroup's memory now (for the node's memory·time accounting and the memory-manager).
+
+    ``working_set_bytes`` is what the cgroup uses less its inactive page cache (the kernel's
+    first reclaim candidates, cAdvisor's and the kubelet's definition); ``swap_bytes`` is what
+    reclaim moved out to swap (zram), counted beside, not in, the working set.
+    """
+
+    usage_bytes: int = 0
+    working_set_bytes: int = 0
+    swap_bytes: int = 0
+
+
 class Cgroup(ABC):
     """One cgroup, named by its path below the node's cgroup root (``/corral/n1/sb-1``): the
     root of every v1 controller, or on v2 the cgroup the node was delegated (often the root)."""
@@ -78,6 +92,21 @@ class Cgroup(ABC):
         """Raises OSError if the cgroup does not exist."""
 
     @abstractmethod
+    def memory_reading(self) -> MemoryReading:
+        """Two reads of kept descriptors (cheap: sampled every second for every sandbox).
+        Raises OSError if the cgroup does not exist."""
+
+    @abstractmethod
+    def memory_usage_bytes(self) -> int:
+        """Memory charged now, page cache included: one small read (the sampler's every-pass read,
+        memory.stat's inactive page cache being re-read only every few passes)."""
+
+    def reclaim(self, nbytes: int) -> bool:
+        """Ask the kernel to reclaim up to ``nbytes`` from it (v2's ``memory.reclaim``); False
+        where there is no such interface (v1) or nothing more could go. Never OOM-kills."""
+        return False
+
+    @abstractmethod
     def cpu_ms(self) -> float:
         """Cpu time of every task (cheap: polled while a run goes on)."""
 
@@ -96,6 +125,14 @@ class Cgroup(ABC):
     @abstractmethod
     def populated(self) -> bool:
         """Whether any process is in this cgroup or below."""
+
+    @abstractmethod
+    def is_frozen(self) -> bool:
+        """Whether its tasks are frozen (a paused sandbox), read only; False if it is gone."""
+
+    @abstractmethod
+    def child_names(self) -> list[str]:
+        """The names of the cgroups right below it ([] if it does not exist)."""
 
     @abstractmethod
     def freeze(self) -> bool:

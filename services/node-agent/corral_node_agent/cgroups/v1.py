@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Self
 
 from corral_node_agent import host
-from corral_node_agent.cgroups.base import CPU_PERIOD_US, Cgroup, CgroupDriver, RunStats, cpu_quota_us
-from corral_node_agent.cgroups.files import ControlFiles
+from corral_node_agent.cgroups.base import CPU_PERIOD_US, Cgroup, CgroupDriver, MemoryReading, RunStats, cpu_quota_us
+from corral_node_agent.cgroups.files import ControlFiles, keyed_value
 from corral_node_agent.cgroups.mounts import MOUNTINFO, cgroup_mounts
 
 CONTROLLERS = ("memory", "pids", "cpuacct")  # what the node needs to create, cap and join
@@ -152,6 +152,16 @@ class V1Cgroup(Cgroup):
     def oom_kills(self) -> int:
         return self._oom_kills() - self._oom_before
 
+    def memory_usage_bytes(self) -> int:
+        return int(self._read("memory", "memory.usage_in_bytes"))
+
+    def memory_reading(self) -> MemoryReading:
+        usage = self.memory_usage_bytes()
+        stat = self._read("memory", "memory.stat")
+        return MemoryReading(usage_bytes=usage,
+                             working_set_bytes=max(0, usage - keyed_value(stat, "total_inactive_file")),
+                             swap_bytes=keyed_value(stat, "total_swap"))
+
     def cpu_ms(self) -> float:
         return int(self._read("cpuacct", "cpuacct.usage")) / 1e6
 
@@ -185,6 +195,19 @@ class V1Cgroup(Cgroup):
 
     def populated(self) -> bool:
         return any(cg.pids() for cg in self._subtree())
+
+    def is_frozen(self) -> bool:
+        try:
+            return self._read("freezer", "freezer.state").strip() == "FROZEN"
+        except OSError:
+            return False
+
+    def child_names(self) -> list[str]:
+        base = self.dirs.get("memory")
+        try:
+            return sorted(d.name for d in base.iterdir() if d.is_dir()) if base is not None else []
+        except FileNotFoundError:
+            return []
 
     def freeze(self) -> bool:
         # v1 may stay FREEZING while a task is busy; writing FROZEN again retries (the

@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 from typing import Self
 
-from corral_node_agent.cgroups.base import CPU_PERIOD_US, Cgroup, CgroupDriver, RunStats, cpu_quota_us
-from corral_node_agent.cgroups.files import ControlFiles, flat_keyed
+from corral_node_agent.cgroups.base import CPU_PERIOD_US, Cgroup, CgroupDriver, MemoryReading, RunStats, cpu_quota_us
+from corral_node_agent.cgroups.files import ControlFiles, flat_keyed, keyed_value
 from corral_node_agent.cgroups.mounts import MOUNTINFO, CgroupMount, cgroup_mounts
 
 SELF_CGROUP = "/proc/self/cgroup"
@@ -263,6 +263,13 @@ class V2Cgroup(Cgroup):
         if cpu is not None or self.files.last_written(cpu_max) is not None:
             self.files.set_limit(cpu_max, render_cpu_max(cpu))
 
+    def reclaim(self, nbytes: int) -> bool:
+        try:
+            _write(self._file("memory.reclaim"), max(0, nbytes))
+        except OSError:  # EAGAIN: not all of it could go; ENOENT: a kernel before 5.19
+            return False
+        return True
+
     def _set_memory(self, limit: int) -> None:
         path = self._file("memory.max")
         if self.files.last_written(path) == str(limit):
@@ -321,6 +328,19 @@ class V2Cgroup(Cgroup):
     def cpu_ms(self) -> float:
         return (self._usage_usec() - self._cpu_before) / 1000
 
+    def memory_usage_bytes(self) -> int:
+        return int(self.files.read(self._file("memory.current")))
+
+    def memory_reading(self) -> MemoryReading:
+        usage = self.memory_usage_bytes()
+        stat = self.files.read(self._file("memory.stat"))
+        try:
+            swap = int(self.files.read(self._file("memory.swap.current")))
+        except OSError:  # no swap accounting on this host
+            swap = 0
+        return MemoryReading(usage_bytes=usage, working_set_bytes=max(0, usage - keyed_value(stat, "inactive_file")),
+                             swap_bytes=swap)
+
     def stats(self) -> RunStats:
         return RunStats(cpu_ns=(self._usage_usec() - self._cpu_before) * 1000,
                         peak_memory_bytes=max(0, self._peak() - self._baseline),
@@ -343,6 +363,18 @@ class V2Cgroup(Cgroup):
             return flat_keyed((self.dir / "cgroup.events").read_text()).get("populated") == 1
         except FileNotFoundError:
             return False
+
+    def is_frozen(self) -> bool:
+        try:
+            return flat_keyed((self.dir / "cgroup.events").read_text()).get("frozen") == 1
+        except OSError:
+            return False
+
+    def child_names(self) -> list[str]:
+        try:
+            return sorted(d.name for d in self.dir.iterdir() if d.is_dir())
+        except FileNotFoundError:
+            return []
 
     def freeze(self) -> bool:
         _write(self.dir / "cgroup.freeze", 1)  # not cached: crun pause/resume write it too

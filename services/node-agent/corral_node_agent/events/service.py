@@ -244,7 +244,8 @@ class NodeEvents:
         await self.store.heartbeat(self.node_id, s.url, cap.cpu, cap.memory_mb, s.max_sandboxes,
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
-                                   disk_mb=s.disk_capacity_mb)
+                                   disk_mb=s.disk_capacity_mb,
+                                   memory=_measured_memory(self.manager))
 
     async def _report_layers(self) -> None:
         """Which layers it holds, for placement by locality (best effort: never fails a heartbeat)."""
@@ -272,3 +273,9 @@ class NodeEvents:
         finally:
             if report is not None:
                 report.cancel()
+
+
+def _measured_memory(manager) -> dict[str, float] | None:
+    """The node's measured memory for its heartbeat (None where nothing is sampled)."""
+    memory = getattr(manager, "memory", None)
+    return memory.node.summary() if memory is not None else None

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 from websockets.asyncio.client import connect as ws_connect
 
+from corral_common.contracts.memory import BalloonState, BalloonTarget
 from corral_common.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
 from corral_common.errors import BadRequest
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
@@ -79,6 +80,17 @@ async def set_network(sandbox_id: str, body: NetworkPolicy, manager: Manager) ->
 @router.get("/network", summary="The sandbox's egress counters and latest refusals")
 async def get_network(sandbox_id: str, manager: Manager) -> dict:
     return await manager.network_state(sandbox_id)
+
+
+@router.get("/balloon", summary="A VM's balloon and its guest's memory stats (the memory-manager's lever)")
+async def get_balloon(sandbox_id: str, manager: Manager) -> BalloonState:
+    return await manager.balloon(sandbox_id)
+
+
+@router.put("/balloon", summary="Set a VM's balloon: the RAM to leave its guest")
+async def set_balloon(sandbox_id: str, body: BalloonTarget, manager: Manager) -> BalloonTarget:
+    await manager.set_balloon(sandbox_id, body.target_mb)
+    return body
 
 
 @router.post("/resume", summary="Thaw the sandbox (paused → running)")

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from corral_common.contracts.images import EnvironmentLayer
+from corral_common.contracts.memory import BalloonState
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
@@ -41,8 +42,10 @@ from corral_common.sandboxes import (
 )
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, SandboxBackend
 from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs
+from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import ImageUnavailable, NodeAgentError, NotFound, StartFailed, Unavailable, Unsupported
 from corral_node_agent.layers.cache import LayerCache
+from corral_node_agent.memory.accounting import MemoryAccounting
 from corral_node_agent.sandboxes.commits import LayerUploads
 from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
 from corral_node_agent.settings import NodeAgentSettings
@@ -70,7 +73,8 @@ class _Entry:
 class SandboxManager:
     def __init__(self, backends: SandboxBackend | dict[str, SandboxBackend], layers: LayerCache, *,
                  max_sandboxes: int = 1000, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB,
-                 owners: OwnerRecords | None = None, uploads: LayerUploads | None = None):
+                 owners: OwnerRecords | None = None, uploads: LayerUploads | None = None,
+                 memory: MemoryAccounting | None = None):
         self.backends = backends if isinstance(backends, dict) else {"container": backends}
         # Where commits go (image-service); None: this manager cannot commit.
         self.uploads = uploads
@@ -78,6 +82,8 @@ class SandboxManager:
         self.max_sandboxes = max_sandboxes
         self.vm_memory_overhead_mb = vm_memory_overhead_mb
         self.owners = owners
+        # Working set and memory·time of every sandbox (None: no cgroups here, nothing sampled).
+        self.memory = memory
         self._entries: dict[str, _Entry] = {}
         self._listeners: list[ExitListener] = []
         for backend in self.backends.values():
@@ -233,12 +239,22 @@ class SandboxManager:
         entry = self._entries.get(sandbox_id)
         if entry is not None:
             await entry.ready.wait()
-        usage = await self._backend_of(sandbox_id).stop(sandbox_id)
+        usage = self._close_memory_account(sandbox_id, await self._backend_of(sandbox_id).stop(sandbox_id))
         entry = self._entries.pop(sandbox_id, None)
         if entry is not None:
             await self._release(entry)
         self._forget_owner(sandbox_id)
         return usage
+
+    def _close_memory_account(self, sandbox_id: str, usage: Usage) -> Usage:
+        return self.memory.close_account(sandbox_id, usage) if self.memory is not None else usage
+
+    def sample_memory(self) -> None:
+        """One accounting pass over every running sandbox (blocking reads: call in a thread)."""
+        if self.memory is not None:
+            live = self.live_ids()
+            self.memory.sample(live)
+            self.memory.prune(set(self._entries))
 
     def _forget_owner(self, sandbox_id: str) -> None:
         if self.owners is not None:
@@ -259,6 +275,7 @@ class SandboxManager:
         await self._backend_exit(sandbox_id, ExitReason.image_unavailable, usage)
 
     async def _backend_exit(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> None:
+        usage = self._close_memory_account(sandbox_id, usage)
         entry = self._entries.pop(sandbox_id, None)
         if entry is not None:
             await self._release(entry)
@@ -317,7 +334,8 @@ class SandboxManager:
 
     def usage(self, sandbox_id: str) -> Usage:
         self._require(sandbox_id)
-        return self._backend_of(sandbox_id).usage(sandbox_id)
+        usage = self._backend_of(sandbox_id).usage(sandbox_id)
+        return self.memory.usage(sandbox_id, usage) if self.memory is not None else usage
 
     def _require(self, sandbox_id: str) -> _Entry:
         entry = self._entries.get(sandbox_id)
@@ -338,6 +356,12 @@ class SandboxManager:
 
     async def resume(self, sandbox_id: str) -> None:
         await self._capable(sandbox_id, Capability.pause).resume(sandbox_id)
+
+    async def balloon(self, sandbox_id: str) -> BalloonState:
+        return await self._capable(sandbox_id, Capability.balloon).balloon(sandbox_id)
+
+    async def set_balloon(self, sandbox_id: str, target_mb: int) -> None:
+        await self._capable(sandbox_id, Capability.balloon).set_balloon(sandbox_id, target_mb)
 
     async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
         self._require(sandbox_id)
@@ -451,8 +475,10 @@ def build_manager(settings: NodeAgentSettings, backends: SandboxBackend | None =
     FakeBackend) + layers from image-service. Call inside the event loop, after
     host.enter_private_mount_namespace(), then `await manager.start()`."""
     layers = LayerCache(settings.layers())
+    driver = cgroup_driver()
+    memory = MemoryAccounting(driver, settings.node_id) if driver.available() else None
     return SandboxManager(backends or build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
                           vm_memory_overhead_mb=settings.vm_memory_overhead_mb,
                           owners=OwnerRecords(f"{settings.state_dir}/owners"),
                           uploads=LayerUploads(settings.image_service_url, settings.internal_token,
-                                               f"{settings.state_dir}/commits"))
+                                               f"{settings.state_dir}/commits"), memory=memory)

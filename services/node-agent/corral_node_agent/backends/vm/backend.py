@@ -27,6 +27,7 @@ from typing import Any
 
 from qemu.qmp import ExecuteError
 
+from corral_common.contracts.memory import BalloonState, GuestMemoryStats
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
@@ -70,6 +71,8 @@ from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
 
+MIB = 1024 * 1024
+
 STATE_FILE = "state.bin"
 META_FILE = "snapshot.json"
 UPPER_FILE = "upper.img"
@@ -110,7 +113,7 @@ class QemuBackend(SandboxBackend):
     kind = "microvm"
     machine_type: Machine = "microvm"
     layer_format = LayerFormat.files
-    capabilities = frozenset({Capability.pause, Capability.snapshot, Capability.adopt})
+    capabilities = frozenset({Capability.pause, Capability.snapshot, Capability.adopt, Capability.balloon})
 
     def __init__(self, settings: NodeAgentSettings):
         self.settings = settings
@@ -567,6 +570,26 @@ class QemuBackend(SandboxBackend):
         self._supervise(vm)
         log.info("vm.adopted", sandbox_id=sandbox_id, pid=pid, paused=vm.paused)
 
+    # ---- balloon (the memory-manager's lever, through the agent: the one QMP client) ----
+
+    async def balloon(self, sandbox_id: str) -> BalloonState:
+        vm = self._get(sandbox_id)
+        if not vm.config.balloon:
+            raise self.unsupported(Capability.balloon)
+        try:
+            actual, stats = await vm.machine.balloon_stats()
+        except ExecuteError as exc:  # e.g. adopted from an agent that gave the balloon no id
+            raise Unsupported(f"the VM's balloon cannot be read: {exc}") from exc
+        return BalloonState(sandbox_id=sandbox_id, environment=vm.spec.environment,
+                            memory_mb=vm.config.memory_mb, actual_mb=actual / MIB,
+                            guest=guest_memory_stats(stats))
+
+    async def set_balloon(self, sandbox_id: str, target_mb: int) -> None:
+        vm = self._get(sandbox_id)
+        if not vm.config.balloon:
+            raise self.unsupported(Capability.balloon)
+        await vm.machine.set_balloon(min(target_mb, vm.config.memory_mb) * MIB)
+
     # ---- pause / snapshot ---------------------------------------------------------------
 
     async def pause(self, sandbox_id: str) -> None:
@@ -731,3 +754,21 @@ class FullVmBackend(QemuBackend):
 
 def qemu_available(settings: NodeAgentSettings) -> bool:
     return shutil.which(settings.qemu) is not None
+
+
+def guest_memory_stats(report: dict) -> GuestMemoryStats:
+    """QEMU's ``guest-stats`` (bytes, -1 for what the guest does not report) in MiB."""
+    stats = report.get("stats", {})
+
+    def value(key: str, scale: float = MIB) -> float | None:
+        raw = stats.get(key, -1)
+        return None if raw is None or raw < 0 else raw / scale
+
+    def count(key: str) -> int | None:
+        raw = stats.get(key, -1)
+        return None if raw is None or raw < 0 else int(raw)
+
+    return GuestMemoryStats(total_mb=value("stat-total-memory"), free_mb=value("stat-free-memory"),
+                            available_mb=value("stat-available-memory"), disk_caches_mb=value("stat-disk-caches"),
+                            swap_in=count("stat-swap-in"), swap_out=count("stat-swap-out"),
+                            major_faults=count("stat-major-faults"), last_update=int(report.get("last-update", 0)))

@@ -15,7 +15,7 @@ from typing import Any
 from qemu.qmp import ConnectError, QMPClient
 
 from corral_common.logging import get_logger
-from corral_node_agent.backends.vm.qemu import MachineConfig, build_argv
+from corral_node_agent.backends.vm.qemu import BALLOON_ID, MachineConfig, build_argv
 from corral_node_agent.errors import RuntimeFailure
 
 log = get_logger(__name__)
@@ -34,6 +34,7 @@ class QemuMachine:
         self.argv = build_argv(qemu, config)
         self.proc: asyncio.subprocess.Process | None = None
         self.qmp: QMPClient | None = None
+        self._stats_polling = False  # balloon guest-stats polling turned on over this QMP
         # The guest's serial console, last CONSOLE_KEEP_BYTES only: a guest printing forever
         # costs a bounded amount of host memory and no disk.
         self._console: collections.deque[bytes] = collections.deque()
@@ -233,6 +234,23 @@ class QemuMachine:
         if self.qmp is None:
             raise MachineError("the VM is not running")
         return await self.qmp.execute(command, arguments)
+
+    async def balloon_stats(self, polling_interval_s: int = 2) -> tuple[int, dict[str, Any]]:
+        """(bytes the guest has now, the guest's last balloon stats report). Stats stay at their
+        boot values until polling is on: the first call turns it on (then a report arrives
+        every ``polling_interval_s``)."""
+        path = f"/machine/peripheral/{BALLOON_ID}"
+        if not self._stats_polling:
+            await self.execute("qom-set", {"path": path, "property": "guest-stats-polling-interval",
+                                           "value": polling_interval_s})
+            self._stats_polling = True
+        actual = (await self.execute("query-balloon"))["actual"]
+        stats = await self.execute("qom-get", {"path": path, "property": "guest-stats"})
+        return int(actual), stats
+
+    async def set_balloon(self, target_bytes: int) -> None:
+        """Ask the guest to give back all but ``target_bytes`` (QEMU caps it at the VM's RAM)."""
+        await self.execute("balloon", {"value": int(target_bytes)})
 
     async def pause(self) -> None:
         await self.execute("stop")

@@ -15,6 +15,7 @@ Accelerator = Literal["kvm", "tcg"]
 
 # DAX maps whole 2 MiB pages: a pmem backing file's size must be a multiple of this.
 PMEM_ALIGN = 2 * 1024 * 1024
+BALLOON_ID = "balloon0"
 
 
 def detect_accelerator(preference: str = "auto") -> Accelerator:
@@ -199,7 +200,8 @@ def build_argv(qemu: str, cfg: MachineConfig, *, upper_fds: tuple[int, int] = (3
     if cfg.display:
         argv += ["-vga", "std", "-device", "virtio-tablet-pci"]
     if cfg.balloon:
-        argv += ["-device", f"virtio-balloon-{bus},deflate-on-oom=on,free-page-reporting=on"]
+        # id: the memory-manager's guest stats are read at /machine/peripheral/<id> (QOM).
+        argv += ["-device", f"virtio-balloon-{bus},id={BALLOON_ID},deflate-on-oom=on,free-page-reporting=on"]
     if cfg.incoming:
         argv += ["-incoming", cfg.incoming]
     return argv + list(cfg.extra)

@@ -1,0 +1,109 @@
+"""The balloon loop: for every VM of the node, read its balloon through the node-agent, set a
+target (policy.py). The node-agent is the one QMP client of each VM; this service never opens
+a monitor (docs/memory.md)."""
+
+import asyncio
+import time
+
+import httpx
+
+from corral_common.contracts.memory import BalloonState
+from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.logging import get_logger
+from corral_memory_manager import metrics
+from corral_memory_manager.balloons.ksm import KsmPolicy
+from corral_memory_manager.balloons.policy import BalloonMemory, BalloonPolicy, decide, guest_cache_reclaim_due
+
+log = get_logger(__name__)
+
+_NOT_A_VM_RECHECK_S = 300.0
+
+
+class BalloonService:
+    def __init__(self, node_id: str, node_agent_url: str, internal_token: str, policy: BalloonPolicy,
+                 sandbox_ids, transport: httpx.AsyncBaseTransport | None = None, ksm: KsmPolicy | None = None,
+                 idle_seconds=None, guest_reclaim: tuple[float, float] | None = None) -> None:
+        """``idle_seconds(sandbox_id)``: how long its cgroup's cpu time stood still (the reclaim
+        loop's watch); ``guest_reclaim``: (idle_after_s, cache_mb) for in-guest cache drops, None: off."""
+        self.node_id, self.policy, self.sandbox_ids, self.ksm = node_id, policy, sandbox_ids, ksm
+        self.idle_seconds, self.guest_reclaim = idle_seconds, guest_reclaim
+        self._guest_reclaimed_at: dict[str, float] = {}
+        self.client = httpx.AsyncClient(base_url=node_agent_url.rstrip("/"), timeout=5.0, transport=transport,
+                                        headers={INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {})
+        self.memory: dict[str, BalloonMemory] = {}
+        self.not_vms: dict[str, float] = {}  # sandbox -> when it said it has no balloon
+        self.last: dict[str, dict] = {}  # sandbox -> last state and decision (GET /v1/balloons)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def run_once(self) -> None:
+        now = time.monotonic()
+        ids = await asyncio.to_thread(self.sandbox_ids)
+        for sandbox_id in ids:
+            if now - self.not_vms.get(sandbox_id, -_NOT_A_VM_RECHECK_S) < _NOT_A_VM_RECHECK_S:
+                continue
+            try:
+                await self._one(sandbox_id)
+            except httpx.HTTPError as exc:
+                log.warning("balloon.unreachable", sandbox_id=sandbox_id, error=str(exc))
+        for gone in [s for s in self.memory if s not in ids]:
+            self.memory.pop(gone, None)
+            self.last.pop(gone, None)
+            self._guest_reclaimed_at.pop(gone, None)
+            try:
+                metrics.BALLOON_ACTUAL.remove(self.node_id, gone)
+            except KeyError:
+                pass
+        if self.ksm is not None:
+            environments = [entry["state"]["environment"] for entry in self.last.values()]
+            await asyncio.to_thread(self.ksm.apply, environments)
+
+    async def _one(self, sandbox_id: str) -> None:
+        resp = await self.client.get(f"/v1/sandboxes/{sandbox_id}/balloon")
+        if 400 <= resp.status_code < 500:  # a container (no balloon), or gone
+            self.not_vms[sandbox_id] = time.monotonic()
+            return
+        resp.raise_for_status()
+        state = BalloonState.model_validate(resp.json())
+        decision = decide(state, self.memory.get(sandbox_id, BalloonMemory()), self.policy, time.time())
+        self.memory[sandbox_id] = decision.memory
+        if decision.target_mb is not None:
+            put = await self.client.put(f"/v1/sandboxes/{sandbox_id}/balloon",
+                                        json={"target_mb": max(16, int(decision.target_mb))})
+            put.raise_for_status()
+            metrics.BALLOON_SETS.labels(self.node_id, "deflate" if decision.target_mb >= state.actual_mb
+                                        else "inflate").inc()
+            log.info("balloon.set", sandbox_id=sandbox_id, actual_mb=round(state.actual_mb),
+                     target_mb=int(decision.target_mb), why=decision.why)
+        metrics.BALLOON_ACTUAL.labels(self.node_id, sandbox_id).set(state.actual_mb * (1 << 20))
+        await self._guest_cache_reclaim(sandbox_id, state)
+        self.last[sandbox_id] = {"state": state.model_dump(), "target_mb": decision.target_mb, "why": decision.why}
+
+    async def _guest_cache_reclaim(self, sandbox_id: str, state: BalloonState) -> None:
+        """Cold page cache inside an idle guest: dropped and compacted through the guest agent
+        (the node-agent's exec route, as root), at most once per idle stretch."""
+        if self.guest_reclaim is None or self.idle_seconds is None:
+            return
+        idle_after_s, cache_mb = self.guest_reclaim
+        idle = self.idle_seconds(sandbox_id)
+        last = self._guest_reclaimed_at.get(sandbox_id)
+        if last is not None and time.monotonic() - last < idle:  # still the same idle stretch
+            return
+        if not guest_cache_reclaim_due(state, idle, idle_after_s, cache_mb):
+            return
+        resp = await self.client.post(f"/v1/sandboxes/{sandbox_id}/exec", json={
+            "cmd": "sync; echo 1 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory",
+            "user": "root", "timeout_s": 30})
+        self._guest_reclaimed_at[sandbox_id] = time.monotonic()
+        metrics.GUEST_RECLAIMS.labels(self.node_id).inc()
+        log.info("balloon.guest_cache_dropped", sandbox_id=sandbox_id, caches_mb=state.guest.disk_caches_mb,
+                 status=resp.status_code)
+
+    async def run_forever(self, interval_s: float) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("balloon.pass_failed", node_id=self.node_id)
+            await asyncio.sleep(interval_s)

@@ -1,0 +1,1 @@
+"""Proactive reclaim of idle containers' cold memory into compressed swap (zram)."""

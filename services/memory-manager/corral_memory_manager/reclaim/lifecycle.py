@@ -1,0 +1,46 @@
+"""Start and stop of the memory-manager's loops: the zram swap (when asked for), reclaim, balloons."""
+
+import asyncio
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from corral_common.logging import get_logger
+from corral_memory_manager.balloons.ksm import KsmPolicy
+from corral_memory_manager.balloons.service import BalloonService
+from corral_memory_manager.reclaim.service import ReclaimService
+from corral_memory_manager.reclaim.zram import ensure_zram_swap
+
+log = get_logger(__name__)
+
+
+@asynccontextmanager
+async def reclaim_lifespan(app: FastAPI, settings):
+    service = app.state.reclaim = ReclaimService(settings.node_id, settings.reclaim_policy())
+    app.state.swap_device = None
+    if settings.zram_swap_mb:
+        try:
+            swap = await asyncio.to_thread(ensure_zram_swap, settings.zram_swap_mb << 20, settings.zram_algorithm,
+                                           sys_root=settings.sys_root)
+            app.state.swap_device = swap.device
+        except Exception:  # the node runs on without swap: reclaim then drops clean pages only
+            log.exception("zram.setup_failed", size_mb=settings.zram_swap_mb)
+    loops = []
+    if settings.reclaim_enabled and service.available():
+        loops.append(asyncio.create_task(service.run_forever(settings.reclaim_interval_s)))
+    ksm = (KsmPolicy(app.state.host, settings.ksm_min_same_image, settings.ksm_pages_to_scan)
+           if settings.ksm_policy_enabled else None)
+    balloons = app.state.balloons = BalloonService(settings.node_id, settings.node_agent_url,
+                                                   settings.internal_token or "", settings.balloon_policy(),
+                                                   service.sandbox_ids, ksm=ksm, idle_seconds=service.idle_seconds,
+                                                   guest_reclaim=(settings.reclaim_idle_after_s,
+                                                                  settings.guest_cache_reclaim_mb)
+                                                   if settings.guest_cache_reclaim_mb else None)
+    if settings.balloon_enabled and service.available():
+        loops.append(asyncio.create_task(balloons.run_forever(settings.balloon_interval_s)))
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.cancel()
+        await balloons.aclose()

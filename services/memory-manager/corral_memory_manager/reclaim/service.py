@@ -1,0 +1,168 @@
+"""The reclaim loop: scan the node's sandbox cgroups, page out the idle and paused ones' memory.
+
+It reads the same cgroups the node-agent creates (``/corral/<node>/<sandbox>``, through the
+node-agent's cgroup drivers) and writes nothing to them: MADV_PAGEOUT on their processes
+(pageout.py). So it needs no call into the node-agent, and a restart of this service leaves
+every sandbox exactly as it was; the new run starts by watching (cpu time must stand still for
+``idle_after_s`` under its own eyes before a sandbox counts as idle).
+"""
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral_common.logging import get_logger
+from corral_memory_manager import metrics
+from corral_memory_manager.reclaim import pageout
+from corral_memory_manager.reclaim.policy import ReclaimPolicy, SandboxMemoryView, order
+from corral_node_agent.cgroups.base import Cgroup, CgroupDriver
+from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.cgroups.node import node_cgroup_path, sandbox_cgroup_path
+
+log = get_logger(__name__)
+
+
+@dataclass
+class ReclaimRecord:
+    sandbox_id: str
+    reason: str  # paused | idle
+    before_bytes: int
+    after_bytes: int
+    seconds: float
+    at: float  # wall clock
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        return max(0, self.before_bytes - self.after_bytes)
+
+
+@dataclass
+class _Watch:
+    cpu_ms: float
+    changed_at: float  # monotonic: when cpu time last moved
+    after_bytes: int | None = None  # working set right after our last reclaim
+    reclaimed_at: float | None = None
+
+
+@dataclass
+class PassReport:
+    seen: int = 0
+    candidates: int = 0
+    reclaimed: list[ReclaimRecord] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class ReclaimService:
+    def __init__(self, node_id: str, policy: ReclaimPolicy, driver: CgroupDriver | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.node_id, self.policy, self.clock = node_id, policy, clock
+        self.driver = driver or cgroup_driver()
+        self._watch: dict[str, _Watch] = {}
+        self._cgroups: dict[str, Cgroup] = {}
+        self.history: list[ReclaimRecord] = []  # the last 100, newest last
+        self.last_pass: PassReport | None = None
+        self._pass_lock = threading.Lock()  # the loop's pass and an on-demand one never overlap
+
+    def available(self) -> bool:
+        return self.driver.available()
+
+    def _cgroup(self, sandbox_id: str) -> Cgroup:
+        cg = self._cgroups.get(sandbox_id)
+        if cg is None:
+            cg = self._cgroups[sandbox_id] = self.driver.cgroup(sandbox_cgroup_path(self.node_id, sandbox_id))
+        return cg
+
+    def idle_seconds(self, sandbox_id: str) -> float:
+        """How long the sandbox's cgroup cpu time has stood still as this run saw it (0: unseen)."""
+        watch = self._watch.get(sandbox_id)
+        return 0.0 if watch is None else self.clock() - watch.changed_at
+
+    def sandbox_ids(self) -> list[str]:
+        # "_fncall-*" are the fncall workers' cgroups: never a sandbox, always busy or empty.
+        names = self.driver.cgroup(node_cgroup_path(self.node_id)).child_names()
+        return [n for n in names if not n.startswith("_")]
+
+    def views(self) -> list[SandboxMemoryView]:
+        now = self.clock()
+        views, seen = [], set()
+        for sandbox_id in self.sandbox_ids():
+            cg = self._cgroup(sandbox_id)
+            try:
+                reading, cpu = cg.memory_reading(), cg.cpu_ms()
+            except OSError:  # removed meanwhile
+                continue
+            seen.add(sandbox_id)
+            watch = self._watch.get(sandbox_id)
+            if watch is None:
+                watch = self._watch[sandbox_id] = _Watch(cpu, now)
+            elif cpu != watch.cpu_ms:
+                watch.cpu_ms, watch.changed_at = cpu, now
+            views.append(SandboxMemoryView(
+                sandbox_id, reading.working_set_bytes, cg.is_frozen(), idle_s=now - watch.changed_at,
+                working_set_after_reclaim=watch.after_bytes,
+                since_reclaim_s=None if watch.reclaimed_at is None else now - watch.reclaimed_at))
+        for gone in [s for s in self._watch if s not in seen]:
+            self._watch.pop(gone, None)
+            cg = self._cgroups.pop(gone, None)
+            if cg is not None:
+                cg.close()
+        return views
+
+    def reclaim(self, view: SandboxMemoryView) -> ReclaimRecord:
+        """Page out everything the sandbox's processes map. Its cpu time moves a little while
+        the kernel works on its pages: that is not the sandbox waking up, so the idle clock is
+        not restarted by it."""
+        cg = self._cgroup(view.sandbox_id)
+        started, before = time.perf_counter(), view.working_set_bytes
+        for pid in cg.pids():
+            pageout.page_out(pid)
+        # cgroup v2 also reclaims page cache nobody maps (v1 has no such file: pageout only).
+        cg.reclaim(before)
+        try:
+            after = cg.memory_reading().working_set_bytes
+            cpu = cg.cpu_ms()
+        except OSError:
+            after, cpu = before, None
+        now = self.clock()
+        watch = self._watch.get(view.sandbox_id)
+        if watch is not None:
+            watch.after_bytes, watch.reclaimed_at = after, now
+            if cpu is not None:
+                watch.cpu_ms = cpu
+        record = ReclaimRecord(view.sandbox_id, "paused" if view.frozen else "idle", before, after,
+                               time.perf_counter() - started, time.time())
+        metrics.RECLAIMS.labels(self.node_id, record.reason).inc()
+        metrics.RECLAIMED_BYTES.labels(self.node_id).inc(record.reclaimed_bytes)
+        metrics.RECLAIM_SECONDS.labels(self.node_id).observe(record.seconds)
+        log.info("memory.reclaimed", sandbox_id=view.sandbox_id, reason=record.reason, before=before, after=after,
+                 seconds=round(record.seconds, 3))
+        self.history = [*self.history[-99:], record]
+        return record
+
+    def run_once(self) -> PassReport:
+        """One pass (blocking: run it in a thread)."""
+        with self._pass_lock:
+            return self._run_once()
+
+    def _run_once(self) -> PassReport:
+        started = time.perf_counter()
+        views = self.views()
+        chosen = order(views, self.policy)
+        report = PassReport(seen=len(views), candidates=len(chosen))
+        for view in chosen:
+            report.reclaimed.append(self.reclaim(view))
+        report.seconds = time.perf_counter() - started
+        metrics.PASS_SECONDS.labels(self.node_id).set(report.seconds)
+        metrics.CANDIDATES.labels(self.node_id).set(len(chosen))
+        self.last_pass = report
+        return report
+
+    async def run_forever(self, interval_s: float) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.run_once)
+            except Exception:
+                log.exception("memory.reclaim_pass_failed", node_id=self.node_id)
+            await asyncio.sleep(interval_s)
