@@ -220,3 +220,20 @@ def test_vm_screen_changes_after_typing(vm_platform, browser):
             # The page fetches a new frame every 2 s: one shows what was typed.
             wait(browser, lambda d: (img := frame(d)) is not None and img.screenshot_as_png != before, timeout=120)
             shot(browser, "vm-after")
+
+
+def test_revoking_the_key_ends_its_dashboard_sessions_at_once(platform):
+    """A session is only as good as the key it logged in with: revoked, the next page is the login."""
+    api = platform["api"]
+    with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {platform['operator_key']}"}) as admin:
+        made = admin.post("/v1/admin/keys", json={"tenant": platform["tenant"], "name": "ui-session"})
+        assert made.status_code == 201, made.text
+        key_id, key = made.json()["id"], made.json()["key"]
+    with httpx.Client(base_url=api, headers={"origin": api}) as http:
+        login = http.post("/ui/login", data={"api_key": key}, follow_redirects=False)
+        assert login.status_code == 303 and "corral_ui" in login.cookies
+        assert http.get("/ui/sandboxes", follow_redirects=False).status_code == 200
+        with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {platform['operator_key']}"}) as admin:
+            assert admin.delete(f"/v1/admin/keys/{key_id}").status_code == 200
+        page = http.get("/ui/sandboxes", follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"].endswith("/ui/login")

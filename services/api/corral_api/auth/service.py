@@ -133,8 +133,11 @@ class ApiKeyService:
 
     def lookup(self, key: str) -> Principal | None:
         """The key's principal from SQL: None for an unknown or revoked key or a disabled tenant."""
+        return self._lookup_digest(hash_key(key))
+
+    def _lookup_digest(self, digest: str) -> Principal | None:
         with Session(self.engine) as session:
-            row = session.get(ApiKey, hash_key(key))
+            row = session.get(ApiKey, digest)
             if row is None or row.revoked_at is not None:
                 return None
             tenant = session.get(TenantRow, row.tenant)
@@ -148,14 +151,18 @@ class ApiKeyService:
         return principal.tenant if principal else None
 
     async def authenticate(self, key: str) -> Principal | None:
-        digest = hash_key(key)
+        return await self.authenticate_digest(hash_key(key))
+
+    async def authenticate_digest(self, digest: str) -> Principal | None:
+        """As ``authenticate``, from the key's sha256: what a dashboard session keeps, so that
+        revoking the key it logged in with (or disabling its tenant) ends the session at once."""
         version = await self.version.current()
         cached = self._cache.get(digest)
         now = time.monotonic()
         if cached is not None and version is not None and cached[1] == version and cached[2] > now:
             return cached[0]
         try:
-            principal = await asyncio.to_thread(self.lookup, key)
+            principal = await asyncio.to_thread(self._lookup_digest, digest)
         except Exception:
             # SQL away: an answer of the current version whose TTL ran out is still right
             # (nothing changed since, or the version would differ), so known keys keep working.

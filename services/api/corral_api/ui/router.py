@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.templating import Jinja2Templates
 
+from corral_api.auth.service import hash_key
 from corral_api.sandboxes.router import parse_labels
 from corral_api.ui.security import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, csrf_token_matches, same_origin
 from corral_api.ui.service import DashboardService, SandboxFilter, timeline
@@ -83,6 +84,11 @@ async def current_session(request: Request) -> AsyncIterator[UiSession]:
     session = await sessions(request).get(request.cookies.get(COOKIE))
     if session is None:
         raise LoginRequired()
+    principal = await request.app.state.api_keys.authenticate_digest(session.key_hash)
+    if principal is None or principal.tenant != session.tenant:
+        # The key it logged in with was revoked (or its tenant disabled): the session ends too.
+        await sessions(request).delete(request.cookies.get(COOKIE))
+        raise LoginRequired()
     limiter = getattr(request.app.state, "tenant_limiter", None)
     if limiter is None:
         yield session
@@ -137,10 +143,10 @@ async def login(request: Request, api_key: Annotated[str, Form(max_length=512)] 
     # Login CSRF (a forged form logging the victim into the attacker's tenant): same origin only.
     if not same_origin(request.headers, own_origin(request)):
         raise CsrfRefused("cross-site login refused", loc=["header", "origin"])
-    tenant = request.app.state.api_keys.tenant_for(api_key) if api_key else None
-    if tenant is None:
+    principal = await request.app.state.api_keys.authenticate(api_key) if api_key else None
+    if principal is None:
         return render(request, "login.html", None, None, status_code=401, error="invalid API key")
-    token, _ = await sessions(request).create(tenant)
+    token, _ = await sessions(request).create(principal.tenant, hash_key(api_key))
     response = RedirectResponse("/ui", status_code=303)
     response.set_cookie(COOKIE, token, max_age=sessions(request).ttl_s, path="/ui", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")

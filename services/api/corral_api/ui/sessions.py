@@ -18,6 +18,9 @@ class UiSession:
     tenant: str
     csrf: str
     created_at: float
+    # The sha256 of the API key it logged in with (never the key): each request checks the key
+    # still holds, so a revoked key or a disabled tenant ends its sessions at once.
+    key_hash: str = ""
 
 
 def session_key(token: str) -> str:
@@ -29,13 +32,13 @@ class UiSessions:
         self.redis = redis
         self.ttl_s = ttl_s
 
-    async def create(self, tenant: str) -> tuple[str, UiSession]:
+    async def create(self, tenant: str, key_hash: str = "") -> tuple[str, UiSession]:
         token = secrets.token_urlsafe(32)
-        session = UiSession(tenant=tenant, csrf=secrets.token_urlsafe(32), created_at=time.time())
+        session = UiSession(tenant=tenant, csrf=secrets.token_urlsafe(32), created_at=time.time(), key_hash=key_hash)
         key = session_key(token)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping={"tenant": session.tenant, "csrf": session.csrf,
-                                    "created_at": str(session.created_at)})
+                                    "created_at": str(session.created_at), "key_hash": key_hash})
             pipe.expire(key, self.ttl_s)
             await pipe.execute()
         return token, session
@@ -48,7 +51,8 @@ class UiSessions:
         if not data or "tenant" not in data:
             return None
         await self.redis.expire(key, self.ttl_s)  # sliding: an open dashboard stays logged in
-        return UiSession(tenant=data["tenant"], csrf=data["csrf"], created_at=float(data["created_at"]))
+        return UiSession(tenant=data["tenant"], csrf=data["csrf"], created_at=float(data["created_at"]),
+                         key_hash=data.get("key_hash", ""))
 
     async def delete(self, token: str | None) -> None:
         if token and len(token) <= 128:
