@@ -100,6 +100,21 @@ def resolve_backend(backend: str, *, isolation: str = "container", display: bool
     return backend  # type: ignore[return-value]
 
 
+def check_labels(value: dict[str, str]) -> dict[str, str]:
+    """The label rules, for every model that takes labels (a sandbox's, a job's added to each
+    of its sandboxes): one that passes here can never fail a sandbox's spec later."""
+    import re
+
+    if len(value) > 64:
+        raise ValueError("at most 64 labels")
+    for key, val in value.items():
+        if not re.match(LABEL_KEY_PATTERN, key):
+            raise ValueError(f"invalid label key {key!r}")
+        if len(val) > 256 or "\n" in val:
+            raise ValueError(f"invalid label value for {key!r}")
+    return value
+
+
 class SandboxSpec(BaseModel):
     """What a caller asks for. Validated once at the api; trusted by the services behind it."""
 
@@ -143,16 +158,7 @@ class SandboxSpec(BaseModel):
     @field_validator("labels")
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
-        import re
-
-        if len(value) > 64:
-            raise ValueError("at most 64 labels")
-        for key, val in value.items():
-            if not re.match(LABEL_KEY_PATTERN, key):
-                raise ValueError(f"invalid label key {key!r}")
-            if len(val) > 256 or "\n" in val:
-                raise ValueError(f"invalid label value for {key!r}")
-        return value
+        return check_labels(value)
 
 
 class Usage(BaseModel):

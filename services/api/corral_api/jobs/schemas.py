@@ -2,6 +2,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from corral_api.sandboxes.schemas import SandboxCreate
 from corral_common.jobs import MAX_JOB_SANDBOXES
+from corral_common.sandboxes import check_labels
 
 
 class JobCreate(BaseModel):
@@ -16,9 +17,8 @@ class JobCreate(BaseModel):
     @field_validator("labels")
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
-        if len(value) > 64:
-            raise ValueError("at most 64 labels")
-        return value
+        # The same rules as a sandbox's own labels: they end up in each sandbox's spec.
+        return check_labels(value)
 
 
 class Job(BaseModel):

@@ -26,7 +26,7 @@ from corral_common.errors import NotFound, Unprocessable
 from corral_common.jobs import JobRecord, JobStore
 from corral_common.logging import get_logger
 from corral_common.overload import is_unavailable
-from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec
+from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec, check_labels
 
 log = get_logger(__name__)
 
@@ -69,7 +69,13 @@ class JobService:
                                                  guest_kit=not spec.disk_image)
         spec = await self.sandboxes.environments.require_spec(spec, loc=("body", "spec"), tenant=tenant)
         job_id = f"job-{secrets.token_hex(6)}"
-        spec = spec.model_copy(update={"labels": {**spec.labels, **body.labels, "job": job_id}})
+        labels = {**spec.labels, **body.labels, "job": job_id}
+        try:  # each label set passed alone; together (plus job=<id>) they must still make a valid spec
+            check_labels(labels)
+        except ValueError as exc:
+            raise Unprocessable(f"the spec's labels with the job's: {exc}", loc=["body", "labels"],
+                                code="invalid_labels") from None
+        spec = spec.model_copy(update={"labels": labels})
         created_at = time.time()
         if self.quotas is not None:  # 429 quota_exceeded, and nothing made
             await self.quotas.admit_job(tenant, job_id, body.count, spec)

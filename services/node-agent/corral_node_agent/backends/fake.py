@@ -50,7 +50,8 @@ class FakeSandbox:
 
 class FakeBackend(SandboxBackend):
     def __init__(self, *, layer_format: LayerFormat = LayerFormat.mounts,
-                 capabilities: Iterable[Capability] = frozenset(Capability),
+                 # Everything but a VM's memory balloon, which it does not model.
+                 capabilities: Iterable[Capability] = frozenset(Capability) - {Capability.balloon},
                  runtime: dict[str, str] | None = None, accelerator: str = "",
                  clock: Callable[[], float] = time.monotonic):
         self.layer_format = layer_format
