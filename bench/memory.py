@@ -294,6 +294,7 @@ def node_agent_transport(vm_backend):
 async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: str, zram_device: str | None) -> dict:
     from corral_common.exec import ExecRequest
     from corral_common.sandboxes import SandboxSpec
+    from corral_memory_manager import metrics
     from corral_memory_manager.balloons.ksm import KsmPolicy
     from corral_memory_manager.balloons.policy import BalloonPolicy
     from corral_memory_manager.balloons.service import BalloonService
@@ -349,9 +350,15 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
                                       idle_seconds=reclaim.idle_seconds if reclaim else None,
                                       guest_reclaim=(args.idle_after, 64.0) if reclaim else None)
 
+        def counters() -> dict[str, float]:  # the memory-manager's counters are per node, cumulative
+            return {**{d: _counter(metrics.BALLOON_SETS.labels(node_id, d)) for d in ("inflate", "deflate")},
+                    "guest_cache_drops": _counter(metrics.GUEST_RECLAIMS.labels(node_id))}
+
+        counters_before = counters()
         lat = {"vm_burst": [], "vm_probe": [], "ct_burst": [], "ct_probe": []}
         failures: list[str] = []
         reclaimed: list = []
+        balloon_min: dict[str, float] = {}
         stop = asyncio.Event()
 
         async def run(backend, sid: str, cmd: str, vm: bool) -> float:
@@ -378,15 +385,25 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
                     await balloons.run_once()
                 except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
                     failures.append(f"balloon pass: {exc}")
+                for sid, entry in balloons.last.items():
+                    actual = entry["state"]["actual_mb"]
+                    balloon_min[sid] = min(balloon_min.get(sid, actual), actual)
                 await asyncio.sleep(2.0)
 
         total = len(ct_ids) + len(vm_ids)
+
+        async def pause(seconds: float) -> None:
+            """Sleep, but end at once when the run stops."""
+            try:
+                await asyncio.wait_for(stop.wait(), max(0.0, seconds))
+            except TimeoutError:
+                pass
 
         async def workload(i: int, backend, sid: str, vm: bool, rng: random.Random):
             kind = "vm" if vm else "ct"
             try:
                 await run(backend, sid, holder_cmd(args.hold_copies), vm)  # load the repository
-                await asyncio.sleep(i * args.cycle / total)  # the phase shift
+                await pause(i * args.cycle / total)  # the phase shift
                 step = 0
                 while not stop.is_set():
                     step += 1
@@ -395,11 +412,11 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
                         lat[f"{kind}_burst"].append(await run(backend, sid, burst_cmd(step * 100 + j, args.burst_mb), vm))
                     earliest = time.monotonic() + args.idle_after + 2
                     if cycle_end - 1 > earliest:
-                        await asyncio.sleep(rng.uniform(earliest, cycle_end - 1) - time.monotonic())
+                        await pause(rng.uniform(earliest, cycle_end - 1) - time.monotonic())
                         if stop.is_set():
                             break
                         lat[f"{kind}_probe"].append(await run(backend, sid, "true", vm))
-                    await asyncio.sleep(max(0.0, cycle_end - time.monotonic()))
+                    await pause(cycle_end - time.monotonic())
             except Exception as exc:  # noqa: BLE001 - a failed sandbox is a result, not a crash of the run
                 failures.append(f"{sid}: {exc}")
 
@@ -416,11 +433,11 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
                 for k, (b, s, vm) in enumerate(members)]
         await asyncio.sleep(args.duration)
         stop.set()
+        end = await asyncio.to_thread(sampler.sample)  # the window ends here for every configuration
         await asyncio.gather(*work)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        end = await asyncio.to_thread(sampler.sample)
         balloon_states = {}
         if vm_ids:
             for s in vm_ids:
@@ -428,11 +445,9 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
                 balloon_states[s] = round(b.actual_mb)
         ksm_shared = _ksm("pages_sharing") * 4096 // MIB
         oom = sum(ct_backend._get(s).cgroup.oom_kills() for s in ct_ids)
+        moved = {k: int(v - counters_before[k]) for k, v in counters().items()}
         if balloons is not None:
-            sets = sum(1 for e in balloons.last.values() if e.get("target_mb") is not None)
             await balloons.aclose()
-        else:
-            sets = 0
         if ksm is not None:
             await asyncio.to_thread(ksm.apply, [])  # stops the scanner it started, restores the rate
         everything = lat["vm_probe"] + lat["ct_probe"]
@@ -448,7 +463,9 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
             "samples": len(sampler.samples),
             "reclaims": len(reclaimed), "reclaimed_mb": round(sum(r.reclaimed_bytes for r in reclaimed) / MIB, 1),
             "reclaimed_vms": sorted({r.sandbox_id for r in reclaimed if r.sandbox_id in vm_ids}),
-            "balloon_actual_end_mb": balloon_states, "balloon_vms_with_target_last_pass": sets,
+            "balloon_actual_end_mb": balloon_states, "balloon_actual_min_mb": {k: round(v) for k, v in balloon_min.items()},
+            "balloon_sets": {"inflate": moved["inflate"], "deflate": moved["deflate"]},
+            "guest_cache_drops": moved["guest_cache_drops"],
             "ksm_pages_sharing_end_mb": ksm_shared, "container_oom_kills": oom, "failures": failures,
             "exec_probe_p50_ms": pct(everything, 50), "exec_probe_p99_ms": pct(everything, 99), "probes": len(everything),
             **{f"{k}_p50_ms": pct(v, 50) for k, v in lat.items()}, **{f"{k}_p99_ms": pct(v, 99) for k, v in lat.items()},
@@ -464,6 +481,11 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
 
 # ---------------------------------------------------------------------------- main
 
+def _counter(child) -> float:
+    """A prometheus_client counter's value (the memory-manager's metrics, in-process here)."""
+    return child._value.get()
+
+
 def _ksm(knob: str) -> int:
     return int(Path(f"/sys/kernel/mm/ksm/{knob}").read_text())
 
@@ -478,17 +500,31 @@ def prepare_images(work: str, deps_mb: int) -> tuple[dict, dict]:
     os.chmod(work, 0o755)  # noqa: S103 - read-only images of public files, nothing secret
     tree = f"{work}/root"
     build_tree(tree, deps_mb)
-    images = {"blk": f"{work}/base.erofs", "dax": f"{work}/dax/base.erofs", "mount": f"{work}/mnt"}
+    images = {"blk": f"{work}/base.erofs", "dax": f"{work}/dax/base.erofs", "mount": f"{work}/mnt",
+              "containers": f"{work}/containers.erofs"}
     subprocess.run(["mkfs.erofs", "-zlz4hc", images["blk"], tree], check=True, capture_output=True)
     os.chmod(images["blk"], 0o444)
+    # The containers mount their own copy: the VM image's page cache is then only the VMs' doing.
+    shutil.copyfile(images["blk"], images["containers"])
     os.makedirs(f"{work}/dax")
     os.chmod(f"{work}/dax", 0o755)  # noqa: S103 - as above
     build_dax_image(tree, images["dax"], "bench-memory")
     sizes = {k: round(os.path.getsize(images[k]) / MIB, 1) for k in ("blk", "dax")}
     shutil.rmtree(tree)
     os.mkdir(images["mount"])
-    host.mount_erofs(images["blk"], images["mount"])
+    host.mount_erofs(images["containers"], images["mount"])
     return images, sizes
+
+
+def evict_page_cache(path: str) -> None:
+    """Start each configuration with the VM image out of the host page cache (mkfs and the
+    previous configuration left it there); only this file, nothing else of the host."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 async def main_async(args) -> list[dict]:
@@ -527,10 +563,14 @@ async def main_async(args) -> list[dict]:
             if cfg.ksm and ksm_run != "0":
                 print(f"skip {name}: the host already runs KSM (run={ksm_run})", file=sys.stderr)
                 continue
+            for image in ("blk", "dax"):
+                await asyncio.to_thread(evict_page_cache, images[image])
             swap = ensure_zram_swap(4 << 30) if cfg.reclaim else None
             try:
                 results.append(await run_config(cfg, args, backends, images, node_id,
                                                 swap.device if swap is not None else None))
+            except Exception as exc:  # noqa: BLE001 - recorded; the other configurations still run
+                results.append({"config": name, "label": cfg.label, "error": f"{type(exc).__name__}: {exc}"})
             finally:
                 if swap is not None and swap.created:
                     await asyncio.to_thread(remove_zram, swap.device.removeprefix("/dev/zram"))
@@ -546,10 +586,14 @@ async def main_async(args) -> list[dict]:
 
 
 def print_table(results: list[dict]) -> None:
-    base = next((r for r in results if r["config"] == "b"), None) or next((r for r in results if r["config"] == "a"), None)
+    ok = [r for r in results if "error" not in r]
+    base = next((r for r in ok if r["config"] == "b"), None) or next((r for r in ok if r["config"] == "a"), None)
     print(f"\n{'config':4} {'':24} {'peak MiB':>9} {'MiB·s':>9} {'vs ' + (base['config'] if base else '-'):>7} "
           f"{'probe p50/p99 ms':>17} {'VM burst p50/p99 ms':>20} {'ct burst p50/p99':>17} {'fail':>4}")
     for r in results:
+        if "error" in r:
+            print(f"{r['config']:4} {r['label']:24} ERROR {r['error'][:100]}")
+            continue
         saving = f"{100 * (1 - r['mib_s'] / base['mib_s']):.1f}%" if base and base["mib_s"] else "-"
         print(f"{r['config']:4} {r['label']:24} {r['host_peak_mb']:9.0f} {r['mib_s']:9.0f} {saving:>7} "
               f"{r['exec_probe_p50_ms']:>8.0f}/{r['exec_probe_p99_ms']:<8.0f} "
