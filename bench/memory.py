@@ -355,6 +355,7 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
                     "guest_cache_drops": _counter(metrics.GUEST_RECLAIMS.labels(node_id))}
 
         counters_before = counters()
+        ksm_sharing_before = _ksm("pages_sharing")  # merges left on the host by others count not
         lat = {"vm_burst": [], "vm_probe": [], "ct_burst": [], "ct_probe": []}
         failures: list[str] = []
         reclaimed: list = []
@@ -443,7 +444,7 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
             for s in vm_ids:
                 b = await vm_backend.balloon(s)
                 balloon_states[s] = round(b.actual_mb)
-        ksm_shared = _ksm("pages_sharing") * 4096 // MIB
+        ksm_shared = (_ksm("pages_sharing") - ksm_sharing_before) * 4096 // MIB
         oom = sum(ct_backend._get(s).cgroup.oom_kills() for s in ct_ids)
         moved = {k: int(v - counters_before[k]) for k, v in counters().items()}
         if balloons is not None:
