@@ -1,7 +1,10 @@
 """DSec's memory experiment on this host: N q35 VMs (TCG) plus M crun containers, each running a
 phase-shifted agent-like workload, under the memory-manager's levers added one at a time.
 
-    sudo .venv/bin/python bench/memory.py --vms 4 --containers 4 --duration 140 --json bench/results/memory.json
+    sudo .venv/bin/python bench/memory.py --vms 3 --containers 3 --duration 120 --cycle 45 \
+        --bursts-per-cycle 1 --hold-copies 6 --burst-mb 32 --json bench/results/memory.json
+
+(~15 min on 2 cores; results and what they mean: docs/benchmarks.md.)
 
 Workload (the same for every sandbox, driven by exec as an agent would drive it). One image
 holds busybox, ``/data/lib`` (a copy of the host's Python 3.11 standard library: the
@@ -604,16 +607,16 @@ def print_table(results: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vms", type=int, default=4)
-    parser.add_argument("--containers", type=int, default=4)
+    parser.add_argument("--vms", type=int, default=3)
+    parser.add_argument("--containers", type=int, default=3)
     parser.add_argument("--vm-memory-mb", type=int, default=448)
     parser.add_argument("--boot-parallel", type=int, default=2, help="VMs booted at once")
-    parser.add_argument("--duration", type=float, default=140.0, help="seconds per configuration")
-    parser.add_argument("--cycle", type=float, default=40.0, help="seconds of one burst + idle cycle")
-    parser.add_argument("--bursts-per-cycle", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=120.0, help="seconds per configuration")
+    parser.add_argument("--cycle", type=float, default=45.0, help="seconds of one burst + idle cycle")
+    parser.add_argument("--bursts-per-cycle", type=int, default=1)
     parser.add_argument("--deps-mb", type=int, default=12)
-    parser.add_argument("--hold-copies", type=int, default=8)
-    parser.add_argument("--burst-mb", type=int, default=48)
+    parser.add_argument("--hold-copies", type=int, default=6)
+    parser.add_argument("--burst-mb", type=int, default=32)
     parser.add_argument("--idle-after", type=float, default=8.0)
     parser.add_argument("--vm-idle-cpu", type=float, default=0.15, help="e+: a VM below this many cores is idle")
     parser.add_argument("--ksm-pages-to-scan", type=int, default=1000)
