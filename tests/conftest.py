@@ -23,6 +23,8 @@ from tests.live_platform import platform, vm_platform  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytest_plugins = ["tests.exit_watchdog"]
+
 
 def _worker_index() -> int:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")

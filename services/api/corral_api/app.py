@@ -211,12 +211,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
 
 
 def main() -> None:
-    import uvicorn
-
-    from corral_common.settings import HTTP_KEEP_ALIVE_S
+    from corral_common.serving import serve
 
     settings = ApiSettings()
-    # log_config=None: uvicorn's own lines go through configure_logging's JSON formatter too.
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
-                log_level=settings.log_level.lower(), access_log=False,
-                timeout_keep_alive=HTTP_KEEP_ALIVE_S)
+    serve(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)

@@ -1,12 +1,11 @@
-import uvicorn
-
+from corral_common.serving import serve
 from corral_image_service.app import create_app
 from corral_image_service.settings import ImageServiceSettings
 
 
 def main() -> None:
     settings = ImageServiceSettings()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None)
+    serve(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
 
 
 if __name__ == "__main__":

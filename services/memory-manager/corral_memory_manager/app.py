@@ -45,9 +45,7 @@ def create_app(settings: MemoryManagerSettings | None = None) -> FastAPI:
 
 
 def main() -> None:
-    import uvicorn
+    from corral_common.serving import serve
 
     settings = MemoryManagerSettings()
-    # log_config=None: uvicorn's own lines go through configure_logging's JSON formatter too.
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
-                log_level=settings.log_level.lower(), access_log=False)
+    serve(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)

@@ -110,9 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m corral_node_agent`` serves; ``python -m corral_node_agent cleanup`` cleans up and exits."""
     import sys
 
-    import uvicorn
-
-    from corral_common.settings import HTTP_KEEP_ALIVE_S
+    from corral_common.serving import serve
     from corral_node_agent.host import enter_private_mount_namespace
 
     args = sys.argv[1:] if argv is None else argv
@@ -124,6 +122,4 @@ def main(argv: list[str] | None = None) -> None:
         return
     # The stock asyncio loop, not uvloop: libuv's process spawn is ~2x slower here, and the
     # node-agent's hot path (crun run/exec) is spawning processes.
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, loop="asyncio",
-                log_level=settings.log_level.lower(), access_log=False,
-                timeout_keep_alive=HTTP_KEEP_ALIVE_S, log_config=None)
+    serve(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level, loop="asyncio")

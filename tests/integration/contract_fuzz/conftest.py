@@ -28,6 +28,7 @@ import httpx
 import pytest
 import uvicorn
 
+from corral_common.serving import GRACEFUL_SHUTDOWN_S
 from tests.polling import until_sync
 from tests.sandbox_host import container_skip_reason
 
@@ -50,8 +51,11 @@ def free_port() -> int:
 def served(app, what: str, port: int | None = None):
     """``app`` (lifespan and all) served on loopback (``port``, or a free one); yields its base URL."""
     port = port or free_port()
+    # A bounded graceful shutdown, as the services have (corral_common.serving): a fuzzed request
+    # with a long timeout would otherwise hold the teardown, and the session's exit, for as long.
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           log_config=None, access_log=False))
+                                           log_config=None, access_log=False,
+                                           timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
     thread = threading.Thread(target=server.run, name=f"fuzz-{what}", daemon=True)
     thread.start()
     until_sync(lambda: server.started or not thread.is_alive(), 60, f"{what} to start", 0.02)

@@ -23,10 +23,19 @@ the set ``sandboxes`` (its veth's name . its address):
 import ctypes
 import json
 import re
+import threading
 
 TABLE = "corral_egress"
 VETH_PREFIX = "ce"  # host side of a sandbox's veth: ce<slot>
 _IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}\Z")
+
+
+# libnftables is not safe for concurrent use, not even of two contexts from two threads (its
+# parser and cache keep process-wide state): a node-agent's own calls come from its one netns
+# worker, but a process serving several agents (the in-process tests) aborted in
+# nft_run_cmd_from_buffer. Every call into the library holds this lock; a set element costs
+# ~0.1 ms, so it is never contended for long.
+_LIBRARY_LOCK = threading.Lock()
 
 
 class NftError(RuntimeError):
@@ -49,23 +58,28 @@ class Nftables:
             getattr(lib, name).restype = ctypes.c_char_p
         lib.nft_ctx_output_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint]
         self._lib = lib
-        self._ctx = lib.nft_ctx_new(0)
-        lib.nft_ctx_buffer_output(self._ctx)
-        lib.nft_ctx_buffer_error(self._ctx)
+        with _LIBRARY_LOCK:
+            self._ctx = lib.nft_ctx_new(0)
+            lib.nft_ctx_buffer_output(self._ctx)
+            lib.nft_ctx_buffer_error(self._ctx)
 
     def run(self, commands: str, *, json_output: bool = False) -> str:
-        self._lib.nft_ctx_output_set_flags(self._ctx, 1 << 4 if json_output else 0)  # NFT_CTX_OUTPUT_JSON
-        rc = self._lib.nft_run_cmd_from_buffer(self._ctx, commands.encode())
-        out = (self._lib.nft_ctx_get_output_buffer(self._ctx) or b"").decode()
-        err = (self._lib.nft_ctx_get_error_buffer(self._ctx) or b"").decode()
+        with _LIBRARY_LOCK:
+            if not self._ctx:
+                raise NftError("the nftables context is closed")
+            self._lib.nft_ctx_output_set_flags(self._ctx, 1 << 4 if json_output else 0)  # NFT_CTX_OUTPUT_JSON
+            rc = self._lib.nft_run_cmd_from_buffer(self._ctx, commands.encode())
+            out = (self._lib.nft_ctx_get_output_buffer(self._ctx) or b"").decode()
+            err = (self._lib.nft_ctx_get_error_buffer(self._ctx) or b"").decode()
         if rc != 0:
             raise NftError(err.strip() or f"nft failed ({rc})")
         return out
 
     def close(self) -> None:
-        if self._ctx:
-            self._lib.nft_ctx_free(self._ctx)
-            self._ctx = None
+        with _LIBRARY_LOCK:
+            if self._ctx:
+                self._lib.nft_ctx_free(self._ctx)
+                self._ctx = None
 
 
 def ruleset(*, proxy_port: int, dns_port: int = 53) -> str:
