@@ -46,6 +46,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
         try:
             # crun containers always; microvm and vm where QEMU is installed.
             manager = build_manager(settings, backends)
+            manager.max_sandboxes = capacity.max_sandboxes
             # Sandboxes a previous run of this agent left running are re-adopted, not killed.
             await manager.start(adopt=settings.adopt_on_start)
             lazy = getattr(manager.layers, "lazy", None)
@@ -113,11 +114,12 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from corral_common.settings import HTTP_KEEP_ALIVE_S
-    from corral_node_agent.host import enter_private_mount_namespace
+    from corral_node_agent.host import enter_private_mount_namespace, raise_open_files_limit
 
     args = sys.argv[1:] if argv is None else argv
     # Must run while the process is still single-threaded (before uvicorn and the loop).
     enter_private_mount_namespace()
+    raise_open_files_limit()
     settings = NodeAgentSettings()
     if args[:1] == ["cleanup"]:
         asyncio.run(cleanup(settings))

@@ -241,7 +241,7 @@ class NodeEvents:
         # the reaper stops what it still runs before its heartbeat clears the tombstone.
         await self.registration.sync()
         s, cap = self.settings, self.capacity
-        await self.store.heartbeat(self.node_id, s.url, cap.cpu, cap.memory_mb, s.max_sandboxes,
+        await self.store.heartbeat(self.node_id, s.url, cap.cpu, cap.memory_mb, cap.max_sandboxes,
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=s.disk_capacity_mb,
