@@ -47,6 +47,13 @@ end
 return out
 """
 
+# Why a pending sandbox waits (the scheduler found no room): only while it is still pending.
+_SET_WAITING_REASON = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then return 0 end
+redis.call('HSET', KEYS[1], 'reason', ARGV[1])
+return 1
+"""
+
 # Count a sandbox on its node (the used counters, its reservation resv:<id> = node|cpu|mem|pids|disk
 # and the node's sandbox set); shared by reserve and restore.
 _TAKE = """
@@ -306,6 +313,7 @@ class StateStore:
         self._release = redis.register_script(_RELEASE)
         self._restore = redis.register_script(_RESTORE)
         self._count = redis.register_script(_COUNT)
+        self._set_waiting_reason = redis.register_script(_SET_WAITING_REASON)
 
     @classmethod
     def from_url(cls, url: str, *, max_connections: int = 100, pool_timeout_s: float = 5.0) -> "StateStore":
@@ -391,6 +399,11 @@ class StateStore:
         changed, previous, tenant, node_id, *flat = await self._transition(keys=[_sandbox_key(sandbox_id)], args=argv)
         ended = SandboxRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True))) if flat else None
         return Transition(bool(changed), SandboxState(previous) if previous else None, tenant, node_id or None, ended)
+
+    async def set_waiting_reason(self, sandbox_id: str, reason: str) -> bool:
+        """Say why a pending sandbox waits (False: it is no longer pending). Leaving pending
+        clears it (the scheduled transition writes an empty reason)."""
+        return bool(await self._set_waiting_reason(keys=[_sandbox_key(sandbox_id)], args=[reason]))
 
     async def mark_delete_requested(self, sandbox_id: str) -> None:
         await self.redis.hset(_sandbox_key(sandbox_id), "delete_requested", "1")
