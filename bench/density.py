@@ -157,7 +157,6 @@ def kernel_counters(agent_pid: int | None) -> dict:
         "threads_max": int(sysctl("kernel.threads-max") or 0),
         "user_namespaces": len(userns), "max_user_namespaces": int(sysctl("user.max_user_namespaces") or 0),
         "cgroups_memory": cgroups.get("memory"), "cgroups_pids": cgroups.get("pids"),
-        "loop_devices": len(list(Path("/sys/block").glob("loop*"))),
         "mounts_host": len(Path("/proc/self/mountinfo").read_text().splitlines()),
         "mount_max": int(sysctl("fs.mount-max") or 0),
         "conntrack": int(sysctl("net.netfilter.nf_conntrack_count") or 0),
@@ -229,6 +228,53 @@ def service_pids(state: str) -> dict[str, int]:
     return out
 
 
+def agents_by_node(state: str) -> dict[str, int]:
+    return {n: p for n, p in service_pids(state).items() if n.startswith("node-")}
+
+
+async def node_of(corral, ids: list[str]) -> dict[str, str]:
+    return {sid: (await corral.sandboxes.get(sid)).info.to_dict().get("node_id") for sid in ids}
+
+
+def crun_exec_floor(state: str, agents: dict[str, int], ids: list[str], nodes: dict[str, str]) -> list[float]:
+    """The same `true` run by crun itself in the same containers (no api, no agent): the floor.
+    It runs in the agent's mount namespace (where crun sees one cgroup layout)."""
+    out = []
+    crun = shutil.which("crun") or "crun"
+    for sid in ids:
+        node = nodes.get(sid)
+        if node not in agents:
+            continue
+        t = time.perf_counter()
+        rc = subprocess.call(["nsenter", "-t", str(agents[node]), "-m", crun, "--root",
+                              str(Path(state, "nodes", node, "crun")), "exec", sid, "true"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if rc == 0:
+            out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def node_cgroups_mib(nodes: list[str]) -> float | None:
+    """What the nodes' cgroups (every sandbox's processes and what the kernel charges them) use."""
+    total = 0
+    for node in nodes:
+        try:
+            total += int(Path(f"/sys/fs/cgroup/memory/corral/{node}/memory.usage_in_bytes").read_text())
+        except OSError:
+            return None
+    return round(total / 1024 / 1024, 1)
+
+
+def leftovers(state: str, ids: list[str]) -> dict:
+    """What of ours is still on the host after the platform went down: sandbox cgroups, crun
+    state, mounts."""
+    cg = [sid for sid in ids if any(Path(f"/sys/fs/cgroup/{h}/corral").glob(f"*/{sid}")
+                                    for h in ("memory", "pids", "cpu,cpuacct"))]
+    crun = [p.name for p in Path(state, "nodes").glob("*/crun/*") if p.is_dir()]
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if state in line]
+    return {"sandbox_cgroups": len(cg), "crun_state": len(crun), "mounts": len(mounts)}
+
+
 # ---------------------------------------------------------------------------------- phases
 
 async def timed_get(http, path: str, params=None) -> tuple[float, int]:
@@ -274,10 +320,18 @@ async def checkpoint(corral, args, state: str, count: int, ids: list[str], base_
         if r.exit_code != 0:
             raise RuntimeError(f"exec true in {sid}: exit {r.exit_code}")
     res["exec"] = summary(exec_ms)
+    res["exec_floor"] = summary(crun_exec_floor(state, agents_by_node(state), sample[:args.floor_samples],
+                                                await node_of(corral, sample[:args.floor_samples])))
+    res["exec_ratio"] = (round(res["exec"]["p50"] / res["exec_floor"]["p50"], 2)
+                         if res["exec"].get("p50") and res["exec_floor"].get("p50") else None)
+    res["node_cgroups_mib"] = node_cgroups_mib(list(agents_by_node(state)))
     http = corral.http
     lists = [await timed_get(http, "/v1/sandboxes", [("label", "bench=density"), ("state", "running")])
              for _ in range(args.list_samples)]
     res["list"] = {**summary([ms for ms, _ in lists]), "bytes": lists[-1][1]}
+    pages = [await timed_get(http, "/v1/sandboxes", [("label", "bench=density"), ("limit", "100")])
+             for _ in range(args.list_samples)]
+    res["list_page"] = {**summary([ms for ms, _ in pages]), "bytes": pages[-1][1]}
     nodes = [await timed_get(http, "/v1/nodes") for _ in range(args.list_samples)]
     res["nodes"] = summary([ms for ms, _ in nodes])
     res["heartbeat"] = await heartbeat_probe(corral, redis_url, args.heartbeat_timeout / 5)
@@ -381,11 +435,18 @@ async def run(args: argparse.Namespace, url: str, key: str, state: str, redis_ur
             pids = service_pids(state)
             result["baseline"]["agent_rss_mib"] = round(
                 rss_kib([q for n, p in pids.items() if n.startswith("node-") for q in tree(p)]) / 1024, 1)
-            ids: list[str] = []
+            ids: list[str] = result.setdefault("_ids", [])
             count, batch_no, ramp = 0, 0, []
             first = True  # the first batch is the floor: the same measures with few sandboxes
             pending_cps = list(checkpoints)
+            ramp_deadline = time.monotonic() + args.ramp_minutes * 60
             while count < args.target:
+                if time.monotonic() > ramp_deadline:
+                    result["stopped"] = {"limit": f"the run's time budget (--ramp-minutes {args.ramp_minutes:g}): "
+                                                  "the creation rate, not a resource"}
+                    result["checkpoints"].append(await checkpoint(corral, args, state, count, ids, base_used,
+                                                                  redis_url))
+                    break
                 n = min(args.batch, args.target - count)
                 t = time.perf_counter()
                 job = await corral.jobs.create("busybox", count=n, labels={**LABEL, "batch": str(batch_no)}, **SIZE)
@@ -458,15 +519,17 @@ async def teardown(corral, jobs: list[str], args: argparse.Namespace, result: di
 # ---------------------------------------------------------------------------------- report
 
 def table(result: dict) -> str:
-    head = ("sandboxes", "host MiB/sb", "agent RSS MiB", "agent KiB/sb", "agent CPU %", "exec p50 ms",
-            "exec p99 ms", "list p50 ms", "list KiB", "nodes p50 ms", "hb age max s", "tasks", "mounts(agent)")
+    head = ("sandboxes", "host MiB/sb", "cgroups MiB", "agent RSS MiB", "agent KiB/sb", "agent CPU %", "exec p50 ms",
+            "crun exec p50 ms", "ratio", "exec p99 ms", "list p50 ms", "list KiB", "page(100) p50 ms", "nodes p50 ms",
+            "hb age max s", "tasks", "mounts(agent)", "agent fds")
     rows = [head]
     for c in result.get("checkpoints", []):
         k = c["kernel"]
-        rows.append((c["sandboxes"], c["host_mib_per_sandbox"], c["agent_rss_mib"], c["agent_rss_kib_per_sandbox"],
-                     c["agent_cpu_pct"], c["exec"].get("p50"), c["exec"].get("p99"), c["list"].get("p50"),
-                     round(c["list"]["bytes"] / 1024), c["nodes"].get("p50"), c["heartbeat"]["age_max_s"],
-                     k["tasks"], k.get("mounts_agent_ns")))
+        rows.append((c["sandboxes"], c["host_mib_per_sandbox"], c.get("node_cgroups_mib"), c["agent_rss_mib"],
+                     c["agent_rss_kib_per_sandbox"], c["agent_cpu_pct"], c["exec"].get("p50"),
+                     c["exec_floor"].get("p50"), c.get("exec_ratio"), c["exec"].get("p99"), c["list"].get("p50"),
+                     round(c["list"]["bytes"] / 1024), c["list_page"].get("p50"), c["nodes"].get("p50"),
+                     c["heartbeat"]["age_max_s"], k["tasks"], k.get("mounts_agent_ns"), k.get("agent_fds")))
     cells = [[str(v) for v in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
     lines = ["| " + " | ".join(v.ljust(widths[i]) for i, v in enumerate(r)) + " |" for r in cells]
@@ -485,10 +548,12 @@ def main() -> None:
                     help="default: enough for --target sandboxes of cpu 0.01 on this host's cores")
     ap.add_argument("--exec-samples", type=int, default=40)
     ap.add_argument("--list-samples", type=int, default=5)
+    ap.add_argument("--floor-samples", type=int, default=15, help="of the exec samples, also run by crun directly")
     ap.add_argument("--settle-s", type=float, default=3.0)
     ap.add_argument("--idle-s", type=float, default=10.0)
     ap.add_argument("--heartbeat-timeout", type=float, default=10.0)
     ap.add_argument("--batch-timeout-s", type=float, default=180.0)
+    ap.add_argument("--ramp-minutes", type=float, default=30.0, help="stop creating after this long (a shared host)")
     ap.add_argument("--teardown-timeout-s", type=float, default=1200.0)
     ap.add_argument("--base-port", type=int, default=24600)
     ap.add_argument("--redis-port", type=int, default=24750)
@@ -529,9 +594,7 @@ def main() -> None:
         t = time.perf_counter()
         platform_down(state)
         result["platform_down_s"] = round(time.perf_counter() - t, 1)
-        leftovers = {"crun_cgroups": len(list(Path("/sys/fs/cgroup/memory/corral").glob("node-*/*")))
-                     if Path("/sys/fs/cgroup/memory/corral").exists() else 0}
-        result["leftovers_after_down"] = leftovers
+        result["leftovers_after_down"] = leftovers(state, result.get("_ids", []))
         if result.get("host_changes"):
             set_sysctl("kernel.pid_max", old_pid_max)
         if args.keep_state:
@@ -539,6 +602,7 @@ def main() -> None:
         else:
             shutil.rmtree(tmp_root, ignore_errors=True)
     result.pop("_jobs", None)
+    result.pop("_ids", None)
     result["total_s"] = round(time.time() - started, 1)
     last = result["checkpoints"][-1] if result["checkpoints"] else {}
     result["verdict"] = {

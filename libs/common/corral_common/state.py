@@ -5,8 +5,10 @@ state change is a compare-and-set in a Lua script, so two services racing on one
 (the scheduler's node-lost reaper and a node-agent reporting, say) cannot both win.
 """
 
+import bisect
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -354,6 +356,32 @@ class StateStore:
     async def get_sandbox(self, sandbox_id: str) -> SandboxRecord | None:
         data = await self.redis.hgetall(_sandbox_key(sandbox_id))
         return SandboxRecord.from_hash(data) if data else None
+
+    async def list_sandboxes_page(self, tenant: str, *, limit: int, after: str | None = None,
+                                  keep: Callable[["SandboxRecord"], bool] = lambda _: True,
+                                  ) -> tuple[list["SandboxRecord"], str | None]:
+        """Up to ``limit`` of the tenant's records that ``keep`` accepts, in id order after
+        ``after``, and the id to continue after (None: no more). Reads only as many records
+        as the page needs (in pipelined chunks), so a page costs the same at 10,000 sandboxes."""
+        ids = sorted(await self.redis.smembers(f"sb:tenant:{tenant}"))
+        i = bisect.bisect_right(ids, after) if after else 0
+        out: list[SandboxRecord] = []
+        chunk = max(limit, 64)
+        while i < len(ids) and len(out) < limit:
+            batch = ids[i:i + chunk]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sandbox_id in batch:
+                    pipe.hgetall(_sandbox_key(sandbox_id))
+                rows = await pipe.execute()
+            for row in rows:
+                i += 1
+                if row:
+                    record = SandboxRecord.from_hash(row)
+                    if keep(record):
+                        out.append(record)
+                        if len(out) == limit:
+                            break
+        return out, (out[-1].id if len(out) == limit and i < len(ids) else None)
 
     async def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
         ids = sorted(await self.redis.smembers(f"sb:tenant:{tenant}"))

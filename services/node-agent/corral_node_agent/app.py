@@ -69,7 +69,8 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             await bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
                               events.on_stop, prefetch=64)
             heartbeat = asyncio.create_task(events.heartbeat_forever())
-            memory_sampler = asyncio.create_task(sample_memory_forever(manager, settings.memory_sample_interval_s))
+            memory_sampler = asyncio.create_task(sample_memory_forever(
+                manager, settings.memory_sample_interval_s, settings.memory_sample_max_duty))
             try:
                 yield
             finally:

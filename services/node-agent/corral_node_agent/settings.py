@@ -71,6 +71,9 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Seconds between two memory samples of every sandbox's cgroup (working set, memory·time in
     # Usage, GET /v1/nodes and /metrics). ~25 µs per sandbox per pass (docs/memory.md).
     memory_sample_interval_s: float = Field(1.0, gt=0, le=60)
+    # The most of one core the memory samples may take: past it (thousands of sandboxes) the
+    # interval stretches instead (docs/memory.md). 0: always memory_sample_interval_s.
+    memory_sample_max_duty: float = Field(0.02, ge=0, le=1)
     # MiB of the host's RAM this node takes (its cgroup's memory cap). Unset: host_share of RAM
     # less system_reserved_memory_mb.
     memory_capacity_mb: int | None = Field(None, gt=0)

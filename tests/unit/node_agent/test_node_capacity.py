@@ -93,3 +93,11 @@ def test_sandbox_count_follows_the_pids_claim_unless_set():
     assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, fncall_pids=20_000).max_sandboxes == 12_500
     assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, id_ranges=9000).max_sandboxes == 9000
     assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, max_sandboxes=7).max_sandboxes == 7
+
+
+def test_memory_sampling_stretches_its_interval_to_stay_within_its_share_of_a_core():
+    from corral_node_agent.memory.accounting import next_sample_delay
+
+    assert next_sample_delay(1.0, 0.002, 0.02) == 1.0  # 100 sandboxes: every second
+    assert next_sample_delay(1.0, 0.25, 0.02) == pytest.approx(12.25)  # 5,000: 2% of a core
+    assert next_sample_delay(1.0, 0.25, 0.0) == 1.0  # 0: no stretching
