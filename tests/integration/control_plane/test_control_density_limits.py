@@ -94,6 +94,20 @@ async def test_a_full_node_queues_with_a_reason_and_starts_nothing_until_room_fr
         assert r.json()["state"] == "running" and r.json().get("reason") is None, r.text
         assert node.starts() == [*first, third]
 
+        # The listing pages (so that it stays fast at 10,000): id order, each once, the filter applied.
+        everything = [x["id"] for x in (await client.get("/v1/sandboxes")).json()["items"]]
+        assert sorted(everything) == everything and len(everything) == 3
+        r = await client.get("/v1/sandboxes", params={"limit": 2})
+        assert [x["id"] for x in r.json()["items"]] == everything[:2] and r.json()["next_after"] == everything[1]
+        r = await client.get("/v1/sandboxes", params={"limit": 2, "after": everything[1]})
+        assert [x["id"] for x in r.json()["items"]] == everything[2:] and r.json()["next_after"] is None
+        r = await client.get("/v1/sandboxes", params={"limit": 5, "state": "running"})
+        assert {x["id"] for x in r.json()["items"]} == {first[1], third}
+        r = await client.get("/v1/sandboxes", params={"after": everything[0]})
+        assert r.status_code == 400 and r.json()["error"]["details"][0]["loc"] == ["query", "after"], r.text
+        r = await client.get("/v1/sandboxes", params={"limit": 0})
+        assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["query", "limit"], r.text
+
         # Memory beyond what any node has: a 422 naming the field and the most there is, nothing recorded.
         before = len((await client.get("/v1/sandboxes")).json()["items"])
         r = await client.post("/v1/sandboxes", json={**SPEC, "memory_mb": 200_000})
