@@ -601,6 +601,10 @@ def main() -> None:
             print(f"state kept in {state}", file=sys.stderr)
         else:
             shutil.rmtree(tmp_root, ignore_errors=True)
+    base_rss = (result.get("baseline") or {}).get("agent_rss_mib")
+    for c in result["checkpoints"]:  # what the agents grew by, per sandbox
+        if base_rss is not None:
+            c["agent_rss_kib_per_sandbox"] = round((c["agent_rss_mib"] - base_rss) * 1024 / max(c["sandboxes"], 1), 2)
     result.pop("_jobs", None)
     result.pop("_ids", None)
     result["total_s"] = round(time.time() - started, 1)
