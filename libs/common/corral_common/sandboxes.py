@@ -74,6 +74,9 @@ def reserved_memory_mb(backend: str, memory_mb: int, vm_overhead_mb: int = DEFAU
 # A VM's cgroup holds QEMU, whose own threads (I/O workers, vCPUs, RCU...) count against
 # its pids limit; the guest's processes do not (they are the guest kernel's).
 VM_PIDS_LIMIT = 512
+# The smallest pids_limit a sandbox may ask for: a node whose pids claim is P never holds more
+# than P // MIN_PIDS_LIMIT sandboxes, whatever their kind.
+MIN_PIDS_LIMIT = 8
 
 
 def reserved_pids(backend: str, pids_limit: int) -> int:
@@ -131,7 +134,7 @@ class SandboxSpec(BaseModel):
     memory_mb: int = Field(256, ge=16, le=262144)
     disk_mb: int = Field(1024, ge=16, le=1048576, description="Size of the writable upper layer")
     timeout_s: int = Field(3600, ge=1, le=7 * 24 * 3600, description="Wall-clock lifetime; the sandbox is ended after it")
-    pids_limit: int = Field(512, ge=8, le=65536)
+    pids_limit: int = Field(512, ge=MIN_PIDS_LIMIT, le=65536)
     env: dict[str, str] = Field(default_factory=dict)
     # Defaults of every exec (an OCI image's WorkingDir and User, applied at create from the
     # environment's config unless given): working directory, and uid[:gid] of exec's "user".

@@ -5,8 +5,10 @@ state change is a compare-and-set in a Lua script, so two services racing on one
 (the scheduler's node-lost reaper and a node-agent reporting, say) cannot both win.
 """
 
+import bisect
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -45,6 +47,13 @@ if tonumber(ARGV[2]) > 0 then
   for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = v end
 end
 return out
+"""
+
+# Why a pending sandbox waits (the scheduler found no room): only while it is still pending.
+_SET_WAITING_REASON = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then return 0 end
+redis.call('HSET', KEYS[1], 'reason', ARGV[1])
+return 1
 """
 
 # Count a sandbox on its node (the used counters, its reservation resv:<id> = node|cpu|mem|pids|disk
@@ -306,6 +315,7 @@ class StateStore:
         self._release = redis.register_script(_RELEASE)
         self._restore = redis.register_script(_RESTORE)
         self._count = redis.register_script(_COUNT)
+        self._set_waiting_reason = redis.register_script(_SET_WAITING_REASON)
 
     @classmethod
     def from_url(cls, url: str, *, max_connections: int = 100, pool_timeout_s: float = 5.0) -> "StateStore":
@@ -346,6 +356,32 @@ class StateStore:
     async def get_sandbox(self, sandbox_id: str) -> SandboxRecord | None:
         data = await self.redis.hgetall(_sandbox_key(sandbox_id))
         return SandboxRecord.from_hash(data) if data else None
+
+    async def list_sandboxes_page(self, tenant: str, *, limit: int, after: str | None = None,
+                                  keep: Callable[["SandboxRecord"], bool] = lambda _: True,
+                                  ) -> tuple[list["SandboxRecord"], str | None]:
+        """Up to ``limit`` of the tenant's records that ``keep`` accepts, in id order after
+        ``after``, and the id to continue after (None: no more). Reads only as many records
+        as the page needs (in pipelined chunks), so a page costs the same at 10,000 sandboxes."""
+        ids = sorted(await self.redis.smembers(f"sb:tenant:{tenant}"))
+        i = bisect.bisect_right(ids, after) if after else 0
+        out: list[SandboxRecord] = []
+        chunk = max(limit, 64)
+        while i < len(ids) and len(out) < limit:
+            batch = ids[i:i + chunk]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sandbox_id in batch:
+                    pipe.hgetall(_sandbox_key(sandbox_id))
+                rows = await pipe.execute()
+            for row in rows:
+                i += 1
+                if row:
+                    record = SandboxRecord.from_hash(row)
+                    if keep(record):
+                        out.append(record)
+                        if len(out) == limit:
+                            break
+        return out, (out[-1].id if len(out) == limit and i < len(ids) else None)
 
     async def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
         ids = sorted(await self.redis.smembers(f"sb:tenant:{tenant}"))
@@ -391,6 +427,11 @@ class StateStore:
         changed, previous, tenant, node_id, *flat = await self._transition(keys=[_sandbox_key(sandbox_id)], args=argv)
         ended = SandboxRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True))) if flat else None
         return Transition(bool(changed), SandboxState(previous) if previous else None, tenant, node_id or None, ended)
+
+    async def set_waiting_reason(self, sandbox_id: str, reason: str) -> bool:
+        """Say why a pending sandbox waits (False: it is no longer pending). Leaving pending
+        clears it (the scheduled transition writes an empty reason)."""
+        return bool(await self._set_waiting_reason(keys=[_sandbox_key(sandbox_id)], args=[reason]))
 
     async def mark_delete_requested(self, sandbox_id: str) -> None:
         await self.redis.hset(_sandbox_key(sandbox_id), "delete_requested", "1")

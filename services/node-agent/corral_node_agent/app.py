@@ -46,6 +46,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
         try:
             # crun containers always; microvm and vm where QEMU is installed.
             manager = build_manager(settings, backends)
+            manager.max_sandboxes = capacity.max_sandboxes
             # Sandboxes a previous run of this agent left running are re-adopted, not killed.
             await manager.start(adopt=settings.adopt_on_start)
             lazy = getattr(manager.layers, "lazy", None)
@@ -68,7 +69,8 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             await bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
                               events.on_stop, prefetch=64)
             heartbeat = asyncio.create_task(events.heartbeat_forever())
-            memory_sampler = asyncio.create_task(sample_memory_forever(manager, settings.memory_sample_interval_s))
+            memory_sampler = asyncio.create_task(sample_memory_forever(
+                manager, settings.memory_sample_interval_s, settings.memory_sample_max_duty))
             try:
                 yield
             finally:
@@ -111,11 +113,12 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     from corral_common.serving import serve
-    from corral_node_agent.host import enter_private_mount_namespace
+    from corral_node_agent.host import enter_private_mount_namespace, raise_open_files_limit
 
     args = sys.argv[1:] if argv is None else argv
     # Must run while the process is still single-threaded (before uvicorn and the loop).
     enter_private_mount_namespace()
+    raise_open_files_limit()
     settings = NodeAgentSettings()
     if args[:1] == ["cleanup"]:
         asyncio.run(cleanup(settings))

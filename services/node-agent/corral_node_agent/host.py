@@ -60,6 +60,23 @@ def is_mountpoint(path: str) -> bool:
     return os.path.abspath(path) in mountpoints()
 
 
+def raise_open_files_limit() -> int:
+    """RLIMIT_NOFILE's soft limit up to its hard one; returns the new soft limit. The agent
+    keeps a few descriptors per sandbox (its init's pidfd, the memory counters the sampler
+    reads): a soft limit of 1024 (systemd's default) would end a node at a few hundred."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 def enter_private_mount_namespace() -> None:
     """Give this process its own mount namespace, shaped the way crun needs it.
 

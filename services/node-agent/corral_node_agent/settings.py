@@ -71,6 +71,9 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Seconds between two memory samples of every sandbox's cgroup (working set, memory·time in
     # Usage, GET /v1/nodes and /metrics). ~25 µs per sandbox per pass (docs/memory.md).
     memory_sample_interval_s: float = Field(1.0, gt=0, le=60)
+    # The most of one core the memory samples may take: past it (thousands of sandboxes) the
+    # interval stretches instead (docs/memory.md). 0: always memory_sample_interval_s.
+    memory_sample_max_duty: float = Field(0.02, ge=0, le=1)
     # MiB of the host's RAM this node takes (its cgroup's memory cap). Unset: host_share of RAM
     # less system_reserved_memory_mb.
     memory_capacity_mb: int | None = Field(None, gt=0)
@@ -94,7 +97,11 @@ class NodeAgentSettings(PrefixedServiceSettings):
     memory_overcommit: float = Field(1.0, gt=0)
     # Host-wide registry (flock'd files on tmpfs) where the agents sharing a host claim their share.
     capacity_registry_dir: str = "/run/corral/capacity"
-    max_sandboxes: int = 1000
+    # Sandboxes this node runs at once. 0: no count of its own beyond what its resources hold,
+    # i.e. its pids claim // 8 (the smallest pids_limit a sandbox may reserve), at most the user
+    # namespace id ranges it can hand out; the scheduler's reservations of cpu, memory, pids and
+    # disk are what fill a node (docs/architecture.md, "Capacity").
+    max_sandboxes: int = Field(0, ge=0)
     # At start, take over the sandboxes a previous run of this agent left running (false:
     # delete them, as `python -m corral_node_agent cleanup` always does).
     adopt_on_start: bool = True

@@ -198,3 +198,30 @@ async def test_heartbeat_carries_the_nodes_measured_memory(store):
     assert node.memory == measured
     await store.heartbeat("n1", "http://n1", cpu_capacity=1, memory_mb=1000, max_sandboxes=10)
     assert (await store.get_node("n1")).memory is None
+
+
+async def test_listing_pages_in_id_order_with_a_filter_and_a_waiting_reason(store):
+    import uuid
+
+    tenant = f"pages-{uuid.uuid4().hex[:6]}"
+    ids = [f"{tenant}-{i:03d}" for i in range(25)]
+    for i, sid in enumerate(ids):
+        await store.create_sandbox(sid, tenant, SandboxSpec(environment="e", labels={"odd": str(i % 2)}))
+    odd = lambda r: r.spec.labels["odd"] == "1"  # noqa: E731
+    seen, after = [], None
+    while True:
+        page, after = await store.list_sandboxes_page(tenant, limit=4, after=after, keep=odd)
+        assert len(page) <= 4
+        seen += [r.id for r in page]
+        if after is None:
+            break
+    assert seen == ids[1::2]  # each once, in order, only the kept ones
+    page, after = await store.list_sandboxes_page(tenant, limit=100)
+    assert [r.id for r in page] == ids and after is None
+    # A waiting reason is written only while pending; the scheduled step clears it.
+    assert await store.set_waiting_reason(ids[0], "waiting for room: n1 full (pids)")
+    assert (await store.get_sandbox(ids[0])).reason == "waiting for room: n1 full (pids)"
+    assert (await store.transition(ids[0], SandboxState.scheduled, node_id="n1", reason=""))[0]
+    assert (await store.get_sandbox(ids[0])).reason is None
+    assert not await store.set_waiting_reason(ids[0], "late")
+    assert (await store.get_sandbox(ids[0])).reason is None

@@ -173,3 +173,31 @@ async def test_usage_carries_the_sandboxs_measured_memory_and_a_container_has_no
     usage = await manager.delete("mem1")
     assert usage.peak_working_set_bytes > 32 << 20 and usage.memory_mib_seconds > 0
     assert manager.memory.account("mem1") is None  # closed with the sandbox
+
+
+async def test_a_full_node_refuses_a_create_and_leaves_nothing_of_it(node, state_dir):
+    """The agent's own count cap (it agrees with what the scheduler was told, so this is the
+    backstop for a placement that raced): a clear refusal before anything is made."""
+    from corral_node_agent.cgroups.node import sandbox_cgroup_path
+    from corral_node_agent.errors import Unavailable
+
+    manager, _client, _hits = node
+    manager.max_sandboxes = 1
+    spec = SandboxSpec(environment="busybox", memory_mb=32, disk_mb=16, pids_limit=8)
+    await manager.create("full-1", spec)
+    layer_refs = {d: manager.layers.refcount("sha256:" + d) for d in os.listdir(manager.layers.mounts.dir)}
+    with pytest.raises(Unavailable, match="node is full: it runs 1 sandboxes"):
+        await manager.create("full-2", spec)
+    assert manager.ids() == ["full-1"]
+    assert not manager.is_live("full-2")
+    assert not os.path.exists(f"{state_dir}/sandboxes/full-2")
+    assert not os.path.exists(f"{manager.backend.crun_root}/full-2")
+    assert not os.path.exists(f"{state_dir}/owners/full-2.json")
+    cgroup = sandbox_cgroup_path(manager.backend.settings.node_id, "full-2").lstrip("/")
+    assert not [h for h in ("memory", "pids", "cpu,cpuacct") if os.path.exists(f"/sys/fs/cgroup/{h}/{cgroup}")]
+    assert not [m for m in host.mountpoints() if "full-2" in m]
+    assert {d: manager.layers.refcount("sha256:" + d) for d in os.listdir(manager.layers.mounts.dir)} == layer_refs
+    await manager.delete("full-1")
+    await manager.create("full-2", spec)  # room again: it starts
+    assert manager.is_live("full-2")
+    await manager.delete("full-2")

@@ -83,3 +83,21 @@ def test_fncall_workers_tasks_are_kept_out_of_the_sandboxes_share():
     assert worker_tasks(FncallNodeSettings(runtimes="c", pool_max=2, pids_max=32)) == 64
     assert worker_tasks(FncallNodeSettings(runtimes="c,cpp", pool_max=8, max_running=4, pids_max=10)) == 40
     assert worker_tasks(FncallNodeSettings(enabled=False)) == 0
+
+
+def test_sandbox_count_follows_the_pids_claim_unless_set():
+    """No count cap of the agent's own (it was 1,000): what its pids hold at the smallest
+    pids_limit, bounded by the user namespace ranges it can hand out; an explicit setting wins."""
+    claim = Resources(2, 10_000, 120_000)
+    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1).max_sandboxes == 15_000
+    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, fncall_pids=20_000).max_sandboxes == 12_500
+    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, id_ranges=9000).max_sandboxes == 9000
+    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, max_sandboxes=7).max_sandboxes == 7
+
+
+def test_memory_sampling_stretches_its_interval_to_stay_within_its_share_of_a_core():
+    from corral_node_agent.memory.accounting import next_sample_delay
+
+    assert next_sample_delay(1.0, 0.002, 0.02) == 1.0  # 100 sandboxes: every second
+    assert next_sample_delay(1.0, 0.25, 0.02) == pytest.approx(12.25)  # 5,000: 2% of a core
+    assert next_sample_delay(1.0, 0.25, 0.0) == 1.0  # 0: no stretching

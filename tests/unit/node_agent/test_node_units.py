@@ -50,7 +50,7 @@ def test_settings_defaults_and_overrides(monkeypatch):
     # No hidden multiplier: unset capacities are the host's share, overcommit an explicit ratio.
     assert (s.cpu_capacity, s.memory_capacity_mb, s.pids_capacity, s.host_share) == (None, None, None, 1.0)
     assert (s.cpu_overcommit, s.memory_overcommit) == (8.0, 1.0)
-    assert (s.max_sandboxes, s.output_limit_bytes, s.sandbox_user) == (1000, 1048576, "1000:1000")
+    assert (s.max_sandboxes, s.output_limit_bytes, s.sandbox_user) == (0, 1048576, "1000:1000")  # 0: derived (capacity)
     monkeypatch.setenv("CORRAL_NODE_NODE_ID", "alt")
     monkeypatch.setenv("CORRAL_NODE_REDIS_URL", "redis://node-only")
     monkeypatch.setenv("CORRAL_REDIS_URL", "redis://shared")

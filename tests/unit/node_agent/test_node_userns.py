@@ -123,3 +123,12 @@ def test_settings_that_cannot_work_are_refused(tmp_path):
         UidRanges(_settings(tmp_path, sandbox_user="70000"))
     disabled = UidRanges(_settings(tmp_path, container_uid_base=-1, sandbox_user="70000"))
     assert not disabled.enabled
+
+
+def test_range_count_bounds_the_sandboxes_a_node_may_run(tmp_path):
+    from corral_node_agent.isolation.userns import DERIVED_RANGES, id_range_count
+
+    assert id_range_count(_settings(tmp_path)) == DERIVED_RANGES
+    assert id_range_count(_settings(tmp_path, container_uid_base=-1)) is None
+    assert id_range_count(_settings(tmp_path, container_uid_base=1 << 31, max_sandboxes=5)) == 5
+    assert id_range_count(_settings(tmp_path, container_uid_base=1 << 31)) == (1 << 31) // 65536

@@ -1,6 +1,6 @@
 from corral_common.sandboxes import SandboxSpec
 from corral_common.state import NodeInfo
-from corral_scheduler.placement.policy import could_ever_fit, fits, rank_nodes
+from corral_scheduler.placement.policy import could_ever_fit, fits, rank_nodes, short_of, waiting_reason
 
 
 def node(node_id, cpu=4000, mem=4096, maxsb=100, used_cpu=0, used_mem=0, used_sb=0):
@@ -160,3 +160,13 @@ def test_locality_competes_only_within_the_load_slack():
     held = {"full": dict(LAYERS)}
     assert [n.node_id for n in by_locality(ranked, LAYERS, held, slack=0.25)] == ["idle", "full"]
     assert [n.node_id for n in by_locality(ranked, LAYERS, held, slack=1.0)] == ["full", "idle"]
+
+
+def test_waiting_reason_names_what_each_node_lacks():
+    full = node("a", maxsb=2, used_sb=2)
+    tight = node("b", used_mem=3500, used_cpu=3500)
+    assert short_of(node("c"), SPEC) == []
+    assert short_of(full, SPEC) == ["sandbox slots (2/2)"]
+    assert short_of(tight, SPEC) == ["cpu", "memory"]
+    assert waiting_reason([tight, full], SPEC) == "waiting for room: a full (sandbox slots (2/2)); b full (cpu, memory)"
+    assert waiting_reason([], SPEC) == "waiting for room: no live node"

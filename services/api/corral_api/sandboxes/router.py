@@ -18,6 +18,7 @@ from corral_api.snapshots.service import SnapshotService, to_schema
 from corral_common.display import InputRequest
 from corral_common.errors import ERROR_RESPONSES, BadRequest, CorralError, ErrorResponse, PayloadTooLarge
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
+from corral_common.inputs import ID_PATTERN
 from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
 from corral_common.ws_relay import relay
@@ -70,9 +71,19 @@ async def create_sandbox(body: SandboxCreate, tenant: Tenant, service: Service, 
 @router.get("", response_model=SandboxList, operation_id="list_sandboxes")
 async def list_sandboxes(tenant: Tenant, service: Service,
                          label: Annotated[list[str], Query(description="key=value; repeat to AND")] = [],
-                         state: SandboxState | None = None) -> SandboxList:
-    records = await service.list(tenant, parse_labels(label), state)
-    return SandboxList(items=[Sandbox.from_record(r) for r in records])
+                         state: SandboxState | None = None,
+                         limit: Annotated[int | None, Query(ge=1, le=10_000, description=(
+                             "At most this many, in id order (then next_after says where the next page starts); "
+                             "unset: all of them"))] = None,
+                         after: Annotated[str | None, Query(pattern=ID_PATTERN, description=(
+                             "Start after this sandbox id (a page's next_after)"))] = None) -> SandboxList:
+    if limit is None:
+        if after is not None:
+            raise BadRequest("after= pages through a listing: give limit= too", loc=["query", "after"])
+        records = await service.list(tenant, parse_labels(label), state)
+        return SandboxList(items=[Sandbox.from_record(r) for r in records])
+    records, next_after = await service.list_page(tenant, parse_labels(label), state, limit=limit, after=after)
+    return SandboxList(items=[Sandbox.from_record(r) for r in records], next_after=next_after)
 
 
 @router.delete("", status_code=202, response_model=SandboxList, operation_id="delete_sandboxes")

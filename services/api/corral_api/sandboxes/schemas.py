@@ -92,6 +92,7 @@ class Sandbox(BaseModel):
 
 class SandboxList(BaseModel):
     items: list[Sandbox]
+    next_after: str | None = Field(None, description="With limit: pass as after= for the next page (null: the last)")
 
 
 class NetworkCounters(BaseModel):

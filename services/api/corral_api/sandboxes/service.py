@@ -188,8 +188,13 @@ class SandboxService:
 
     async def list(self, tenant: str, labels: dict[str, str], state: SandboxState | None) -> list[SandboxRecord]:
         records = await self.store.list_sandboxes(tenant)
-        return [r for r in records
-                if all(r.spec.labels.get(k) == v for k, v in labels.items()) and (state is None or r.state is state)]
+        return [r for r in records if _matches(r, labels, state)]
+
+    async def list_page(self, tenant: str, labels: dict[str, str], state: SandboxState | None, *, limit: int,
+                        after: str | None) -> tuple[Sequence[SandboxRecord], str | None]:
+        """One page in id order (``limit`` at most) and the id the next page starts after."""
+        return await self.store.list_sandboxes_page(tenant, limit=limit, after=after,
+                                                    keep=lambda r: _matches(r, labels, state))
 
     async def delete(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         record = await self.get(tenant, sandbox_id)
@@ -220,3 +225,7 @@ class SandboxService:
             raise ServiceUnavailable(f"node of sandbox {sandbox_id} is not reachable",
                                      extra={"reason": FailureReason.node_lost.value})
         return record, node
+
+
+def _matches(record: SandboxRecord, labels: dict[str, str], state: SandboxState | None) -> bool:
+    return all(record.spec.labels.get(k) == v for k, v in labels.items()) and (state is None or record.state is state)

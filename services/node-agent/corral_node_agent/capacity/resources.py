@@ -15,6 +15,8 @@ import math
 import os
 from dataclasses import dataclass, fields
 
+from corral_common.sandboxes import MIN_PIDS_LIMIT
+
 MIB = 1024 * 1024
 # The system reserve where none is configured: a tenth of the host, at least this much.
 MIN_RESERVED_MEMORY_MB = 1024
@@ -121,6 +123,8 @@ class NodeCapacity:
     cpu: float
     memory_mb: int
     pids: int  # what its sandboxes may reserve together: the pids cap less its fncall workers'
+    # How many sandboxes it runs at once (the setting, or what its pids hold at the smallest pids_limit).
+    max_sandboxes: int = 0
 
     @property
     def cgroup_memory_bytes(self) -> int:
@@ -132,7 +136,14 @@ class NodeCapacity:
 
 
 def node_capacity(claim: Resources, *, cpu_overcommit: float, memory_overcommit: float,
-                  fncall_pids: int = 0) -> NodeCapacity:
+                  fncall_pids: int = 0, max_sandboxes: int = 0, id_ranges: int | None = None) -> NodeCapacity:
+    """``max_sandboxes`` 0: derived from the pids (``MIN_PIDS_LIMIT`` each), at most
+    ``id_ranges`` (the user namespace ranges the node can hand out; None: no such bound)."""
+    pids = max(0, claim.pids - fncall_pids)
+    if not max_sandboxes:
+        max_sandboxes = pids // MIN_PIDS_LIMIT
+        if id_ranges is not None:
+            max_sandboxes = min(max_sandboxes, id_ranges)
     return NodeCapacity(claim=claim, cpu=claim.cpu * cpu_overcommit,
-                        memory_mb=math.floor(claim.memory_mb * memory_overcommit),
-                        pids=max(0, claim.pids - fncall_pids))
+                        memory_mb=math.floor(claim.memory_mb * memory_overcommit), pids=pids,
+                        max_sandboxes=max_sandboxes)

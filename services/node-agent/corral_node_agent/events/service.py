@@ -241,7 +241,8 @@ class NodeEvents:
         # the reaper stops what it still runs before its heartbeat clears the tombstone.
         await self.registration.sync()
         s, cap = self.settings, self.capacity
-        await self.store.heartbeat(self.node_id, s.url, cap.cpu, cap.memory_mb, s.max_sandboxes,
+        # An explicit max_sandboxes is in cap too; read from the settings, a change to them shows.
+        await self.store.heartbeat(self.node_id, s.url, cap.cpu, cap.memory_mb, s.max_sandboxes or cap.max_sandboxes,
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=s.disk_capacity_mb,

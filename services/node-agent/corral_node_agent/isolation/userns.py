@@ -162,10 +162,20 @@ def _boot_id() -> str:
         return fh.read().strip()
 
 
+def id_range_count(settings: NodeAgentSettings) -> int | None:
+    """How many sandboxes' id ranges the node can hand out (None: no user namespaces, no bound)."""
+    base = settings.container_uid_base
+    if base < 0:
+        return None
+    if base == 0:
+        return DERIVED_RANGES
+    return settings.max_sandboxes or max(0, ((1 << 32) - base) // RANGE_SIZE)
+
+
 class UidRanges:
     """The node's container id ranges: `acquire` one per sandbox, `release` it on delete.
 
-    ``container_uid_base`` > 0: ranges ``base + i * 65536`` for i < ``max_sandboxes``;
+    ``container_uid_base`` > 0: ranges ``base + i * 65536`` for i < ``max_sandboxes`` (0: up to 2^32);
     0: ranges in [2^28, 2^31), this node starting at a place derived from its node id;
     -1: disabled (`enabled` False, sandboxes get no user namespace)."""
 
@@ -177,7 +187,7 @@ class UidRanges:
             self.first, self.count = DERIVED_FIRST, DERIVED_RANGES
             self.start = zlib.crc32(settings.node_id.encode()) % DERIVED_RANGES
         else:
-            self.first, self.count, self.start = base, settings.max_sandboxes, 0
+            self.first, self.count, self.start = base, id_range_count(settings) or 0, 0
         if self.enabled:
             if settings.sandbox_uid >= RANGE_SIZE or settings.sandbox_gid >= RANGE_SIZE:
                 raise ValueError(f"sandbox_user must be below {RANGE_SIZE} with user namespaces")

@@ -72,13 +72,14 @@ class _Entry:
 
 class SandboxManager:
     def __init__(self, backends: SandboxBackend | dict[str, SandboxBackend], layers: LayerCache, *,
-                 max_sandboxes: int = 1000, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB,
+                 max_sandboxes: int = 0, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB,
                  owners: OwnerRecords | None = None, uploads: LayerUploads | None = None,
                  memory: MemoryAccounting | None = None):
         self.backends = backends if isinstance(backends, dict) else {"container": backends}
         # Where commits go (image-service); None: this manager cannot commit.
         self.uploads = uploads
         self.layers = layers
+        # 0: no count of its own (the agent sets its capacity's: NodeCapacity.max_sandboxes).
         self.max_sandboxes = max_sandboxes
         self.vm_memory_overhead_mb = vm_memory_overhead_mb
         self.owners = owners
@@ -162,8 +163,9 @@ class SandboxManager:
             if existing.error is not None:
                 raise existing.error
             return
-        if len(self._entries) >= self.max_sandboxes:
-            raise Unavailable(f"node is full ({self.max_sandboxes} sandboxes)")
+        if self.max_sandboxes and len(self._entries) >= self.max_sandboxes:
+            # Nothing was made for it yet: the caller fails it (start_failed, with this reason).
+            raise Unavailable(f"node is full: it runs {self.max_sandboxes} sandboxes, its max_sandboxes")
         backend = self.backends.get(spec.backend)
         if backend is None:
             # The scheduler only sends a kind a node advertises; this is a stale placement.

@@ -31,6 +31,36 @@ def could_ever_fit(node: NodeInfo, spec: SandboxSpec) -> bool:
             and holds_disk(node.disk_mb, spec))
 
 
+def short_of(node: NodeInfo, spec: SandboxSpec) -> list[str]:
+    """What the node lacks right now to take the sandbox (empty: it fits)."""
+    out = []
+    if not runs_backend(node, spec):
+        out.append(f"backend {spec.backend}")
+    if node.free_sandboxes < 1:
+        out.append(f"sandbox slots ({node.used_sandboxes}/{node.max_sandboxes})")
+    if node.free_cpu_milli < cpu_milli(spec.cpu):
+        out.append("cpu")
+    if node.free_memory_mb < node.reserved_memory_mb(spec):
+        out.append("memory")
+    if node.free_pids is not None and node.free_pids < node.reserved_pids(spec):
+        out.append("pids")
+    if not holds_disk(node.free_disk_mb, spec):
+        out.append("disk")
+    return out
+
+
+def waiting_reason(nodes: Sequence[NodeInfo], spec: SandboxSpec) -> str:
+    """Why a request that fits nowhere yet waits, for its record (GET /v1/sandboxes/{id}):
+    what each live node is short of, e.g. ``waiting for room: node-1 full (sandbox slots
+    (2/2)); node-2 full (memory, pids)``."""
+    if not nodes:
+        return "waiting for room: no live node"
+    parts = [f"{n.node_id} full ({', '.join(short_of(n, spec)) or 'reserved meanwhile'})"
+             for n in sorted(nodes, key=lambda n: n.node_id)[:8]]
+    more = f"; {len(nodes) - 8} more" if len(nodes) > 8 else ""
+    return "waiting for room: " + "; ".join(parts) + more
+
+
 def load(n: NodeInfo) -> float:
     """How full a node is, 0..1: the scarcest of memory, cpu, sandbox slots, pids and disk."""
     return max(n.used_memory_mb / max(n.memory_mb, 1), n.used_cpu_milli / max(n.cpu_milli, 1),

@@ -16,7 +16,7 @@ from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState
 from corral_common.state import StateStore
 from corral_scheduler import metrics
 from corral_scheduler.placement.locality import EnvironmentLayers
-from corral_scheduler.placement.policy import by_locality, could_ever_fit, rank_nodes
+from corral_scheduler.placement.policy import by_locality, could_ever_fit, rank_nodes, waiting_reason
 from corral_scheduler.settings import SchedulerSettings
 
 log = get_logger(__name__)
@@ -80,7 +80,9 @@ class Placer:
                                            memory_mb=node.reserved_memory_mb(event.spec))
             if got is None:
                 continue
-            if not await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.scheduled, node_id=got):
+            # A waiting reason (see below) goes with the wait.
+            if not await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.scheduled, node_id=got,
+                                              reason="" if record.reason else None):
                 await self._refused(event.sandbox_id)
                 return True
             await self._publish_place(event, got)
@@ -92,6 +94,10 @@ class Placer:
                                        reason=FailureReason.unschedulable.value)
             metrics.failed(FailureReason.unschedulable.value, event.spec.backend, time.perf_counter() - started)
             return True
+        # It queues (never dropped): its record says why, once per change of reason.
+        reason = waiting_reason(nodes, event.spec)
+        if reason != record.reason:
+            await self.store.set_waiting_reason(event.sandbox_id, reason)
         return False
 
     async def _by_locality(self, ranked: list, event: SandboxRequested) -> list:

@@ -15,6 +15,8 @@ def _get_kwargs(
     *,
     label: list[str] | Unset = UNSET,
     state: None | SandboxState | Unset = UNSET,
+    limit: int | None | Unset = UNSET,
+    after: None | str | Unset = UNSET,
 ) -> dict[str, Any]:
 
     params: dict[str, Any] = {}
@@ -33,6 +35,20 @@ def _get_kwargs(
     else:
         json_state = state
     params["state"] = json_state
+
+    json_limit: int | None | Unset
+    if isinstance(limit, Unset):
+        json_limit = UNSET
+    else:
+        json_limit = limit
+    params["limit"] = json_limit
+
+    json_after: None | str | Unset
+    if isinstance(after, Unset):
+        json_after = UNSET
+    else:
+        json_after = after
+    params["after"] = json_after
 
     params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
 
@@ -115,12 +131,17 @@ def sync_detailed(
     client: AuthenticatedClient,
     label: list[str] | Unset = UNSET,
     state: None | SandboxState | Unset = UNSET,
+    limit: int | None | Unset = UNSET,
+    after: None | str | Unset = UNSET,
 ) -> Response[ErrorResponse | SandboxList]:
     """List Sandboxes
 
     Args:
         label (list[str] | Unset): key=value; repeat to AND
         state (None | SandboxState | Unset):
+        limit (int | None | Unset): At most this many, in id order (then next_after says where the
+            next page starts); unset: all of them
+        after (None | str | Unset): Start after this sandbox id (a page's next_after)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -133,6 +154,8 @@ def sync_detailed(
     kwargs = _get_kwargs(
         label=label,
         state=state,
+        limit=limit,
+        after=after,
     )
 
     response = client.get_httpx_client().request(
@@ -147,12 +170,17 @@ def sync(
     client: AuthenticatedClient,
     label: list[str] | Unset = UNSET,
     state: None | SandboxState | Unset = UNSET,
+    limit: int | None | Unset = UNSET,
+    after: None | str | Unset = UNSET,
 ) -> ErrorResponse | SandboxList | None:
     """List Sandboxes
 
     Args:
         label (list[str] | Unset): key=value; repeat to AND
         state (None | SandboxState | Unset):
+        limit (int | None | Unset): At most this many, in id order (then next_after says where the
+            next page starts); unset: all of them
+        after (None | str | Unset): Start after this sandbox id (a page's next_after)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -166,6 +194,8 @@ def sync(
         client=client,
         label=label,
         state=state,
+        limit=limit,
+        after=after,
     ).parsed
 
 
@@ -174,12 +204,17 @@ async def asyncio_detailed(
     client: AuthenticatedClient,
     label: list[str] | Unset = UNSET,
     state: None | SandboxState | Unset = UNSET,
+    limit: int | None | Unset = UNSET,
+    after: None | str | Unset = UNSET,
 ) -> Response[ErrorResponse | SandboxList]:
     """List Sandboxes
 
     Args:
         label (list[str] | Unset): key=value; repeat to AND
         state (None | SandboxState | Unset):
+        limit (int | None | Unset): At most this many, in id order (then next_after says where the
+            next page starts); unset: all of them
+        after (None | str | Unset): Start after this sandbox id (a page's next_after)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -192,6 +227,8 @@ async def asyncio_detailed(
     kwargs = _get_kwargs(
         label=label,
         state=state,
+        limit=limit,
+        after=after,
     )
 
     response = await client.get_async_httpx_client().request(**kwargs)
@@ -204,12 +241,17 @@ async def asyncio(
     client: AuthenticatedClient,
     label: list[str] | Unset = UNSET,
     state: None | SandboxState | Unset = UNSET,
+    limit: int | None | Unset = UNSET,
+    after: None | str | Unset = UNSET,
 ) -> ErrorResponse | SandboxList | None:
     """List Sandboxes
 
     Args:
         label (list[str] | Unset): key=value; repeat to AND
         state (None | SandboxState | Unset):
+        limit (int | None | Unset): At most this many, in id order (then next_after says where the
+            next page starts); unset: all of them
+        after (None | str | Unset): Start after this sandbox id (a page's next_after)
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -224,5 +266,7 @@ async def asyncio(
             client=client,
             label=label,
             state=state,
+            limit=limit,
+            after=after,
         )
     ).parsed
