@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from corral_memory_manager.balloons.policy import BalloonPolicy
     from corral_memory_manager.reclaim.idleness import IdleRule
     from corral_memory_manager.reclaim.policy import ReclaimPolicy
+    from corral_memory_manager.reclaim.pressure import PressureRule
 
 
 class MemoryManagerSettings(PrefixedServiceSettings):
@@ -52,6 +53,13 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     reclaim_regrow_mb: int = Field(16, ge=0)
     reclaim_cooldown_s: float = Field(300.0, ge=0)
     reclaim_max_mb_per_pass: int = Field(1024, gt=0)
+    # Pressure-driven reclaim, before the kernel's OOM killer has to act: while host MemAvailable
+    # is under reclaim_pressure_available_mb, or PSI memory "some avg10" (% of the last 10 s with
+    # a task stalled on memory) is over reclaim_pressure_psi_some_pct, sandboxes idle for
+    # reclaim_pressure_idle_after_s are already due. Active ones never are. 0: that signal off.
+    reclaim_pressure_available_mb: int = Field(0, ge=0)
+    reclaim_pressure_psi_some_pct: float = Field(0.0, ge=0, le=100)
+    reclaim_pressure_idle_after_s: float = Field(10.0, ge=0)
     # MiB of zram swap to set up at start if no zram swap is active (0: none; the host's own
     # swap is never changed). Needs root and util-linux's mkswap/swapon.
     zram_swap_mb: int = Field(0, ge=0)
@@ -89,6 +97,13 @@ class MemoryManagerSettings(PrefixedServiceSettings):
                              floor_fraction=self.balloon_floor_fraction,
                              low_available_mb=self.balloon_low_available_mb,
                              inflate_after_passes=self.balloon_inflate_after_passes)
+
+    def pressure_rule(self) -> "PressureRule":
+        from corral_memory_manager.reclaim.pressure import PressureRule
+
+        return PressureRule(available_mb=self.reclaim_pressure_available_mb,
+                            psi_some_avg10=self.reclaim_pressure_psi_some_pct,
+                            idle_after_s=self.reclaim_pressure_idle_after_s)
 
     def idle_rule(self) -> "IdleRule":
         from corral_memory_manager.reclaim.idleness import IdleRule

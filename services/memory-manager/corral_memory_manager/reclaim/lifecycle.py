@@ -9,6 +9,7 @@ from corral_common.logging import get_logger
 from corral_memory_manager.balloons.ksm import KsmPolicy
 from corral_memory_manager.balloons.service import BalloonService
 from corral_memory_manager.reclaim.activity import NodeAgentActivity
+from corral_memory_manager.reclaim.pressure import read_host_pressure
 from corral_memory_manager.reclaim.service import ReclaimService
 from corral_memory_manager.reclaim.zram import ensure_zram_swap
 
@@ -19,7 +20,9 @@ log = get_logger(__name__)
 async def reclaim_lifespan(app: FastAPI, settings):
     activity = NodeAgentActivity(settings.node_agent_url, settings.internal_token or "")
     service = app.state.reclaim = ReclaimService(settings.node_id, settings.reclaim_policy(),
-                                                 idle_rule=settings.idle_rule(), activity=activity)
+                                                 idle_rule=settings.idle_rule(), activity=activity,
+                                                 pressure_rule=settings.pressure_rule(),
+                                                 host_pressure=lambda: read_host_pressure(settings.proc_root))
     app.state.swap_device = None
     if settings.zram_swap_mb:
         try:

@@ -22,6 +22,13 @@ from corral_memory_manager import metrics
 from corral_memory_manager.reclaim import pageout
 from corral_memory_manager.reclaim.idleness import VM_KINDS, IdleRule, IdleWatch, observe
 from corral_memory_manager.reclaim.policy import ReclaimPolicy, SandboxMemoryView, order
+from corral_memory_manager.reclaim.pressure import (
+    HostPressure,
+    PressureRule,
+    effective_policy,
+    read_host_pressure,
+    under_pressure,
+)
 from corral_node_agent.cgroups.base import Cgroup, CgroupDriver
 from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.cgroups.node import node_cgroup_path, sandbox_cgroup_path
@@ -56,15 +63,20 @@ class PassReport:
     candidates: int = 0
     reclaimed: list[ReclaimRecord] = field(default_factory=list)
     seconds: float = 0.0
+    pressure: bool = False  # the host ran short: sandboxes idle for the pressure rule's time were due
 
 
 class ReclaimService:
     def __init__(self, node_id: str, policy: ReclaimPolicy, driver: CgroupDriver | None = None,
                  clock: Callable[[], float] = time.monotonic, idle_rule: IdleRule | None = None,
-                 activity: Callable[[], list[SandboxActivity] | None] | None = None) -> None:
+                 activity: Callable[[], list[SandboxActivity] | None] | None = None,
+                 pressure_rule: PressureRule | None = None,
+                 host_pressure: Callable[[], HostPressure] = read_host_pressure) -> None:
         """``activity()``: the node-agent's data-path activity of its sandboxes, None when it
-        cannot be had this pass (blocking: it is called from the pass's thread)."""
+        cannot be had this pass (blocking: it is called from the pass's thread).
+        ``pressure_rule``: reclaim sooner when the host runs short (pressure.py; None: off)."""
         self.node_id, self.policy, self.clock = node_id, policy, clock
+        self.pressure_rule, self.host_pressure = pressure_rule or PressureRule(), host_pressure
         self.idle_rule = idle_rule or IdleRule()
         self.activity = activity
         self.driver = driver or cgroup_driver()
@@ -184,7 +196,8 @@ class ReclaimService:
             watch.after_bytes, watch.reclaimed_at = after, now
             if cpu is not None:  # a new window starts after the pageout's own cpu
                 watch.idle.cpu_ms, watch.idle.sampled_at = cpu, now
-        record = ReclaimRecord(view.sandbox_id, "paused" if view.frozen else "idle", before, after,
+        reason = "paused" if view.frozen else "idle" if view.idle_s >= self.policy.idle_after_s else "pressure"
+        record = ReclaimRecord(view.sandbox_id, reason, before, after,
                                time.perf_counter() - started, time.time())
         metrics.RECLAIMS.labels(self.node_id, record.reason).inc()
         metrics.RECLAIMED_BYTES.labels(self.node_id).inc(record.reclaimed_bytes)
@@ -202,8 +215,9 @@ class ReclaimService:
     def _run_once(self) -> PassReport:
         started = time.perf_counter()
         views = self.views()
-        chosen = order(views, self.policy)
-        report = PassReport(seen=len(views), candidates=len(chosen))
+        pressed = self.pressure_rule.enabled and under_pressure(self.host_pressure(), self.pressure_rule)
+        chosen = order(views, effective_policy(self.policy, pressed, self.pressure_rule))
+        report = PassReport(seen=len(views), candidates=len(chosen), pressure=pressed)
         for view in chosen:
             report.reclaimed.append(self.reclaim(view))
         report.seconds = time.perf_counter() - started
