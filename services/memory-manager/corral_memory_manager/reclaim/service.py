@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import httpx
+
 from corral_common.contracts.memory import SandboxActivity
 from corral_common.logging import get_logger
 from corral_memory_manager import metrics
@@ -83,6 +85,7 @@ class ReclaimService:
         self._watch: dict[str, _Watch] = {}
         self._kinds: dict[str, str] = {}  # sandbox -> backend kind, as the node-agent last said
         self._housekeeping: dict[str, int] = {}  # sandbox -> manager's own calls running in it
+        self._activity_ok = True
         self._cgroups: dict[str, Cgroup] = {}
         self.history: list[ReclaimRecord] = []  # the last 100, newest last
         self.last_pass: PassReport | None = None
@@ -127,9 +130,14 @@ class ReclaimService:
             return {}
         try:
             found = self.activity()
-        except Exception:  # the cpu rate alone decides this pass
-            log.warning("memory.activity_unavailable", node_id=self.node_id, exc_info=True)
+        except (OSError, httpx.HTTPError, ValueError) as exc:  # the cpu rate alone decides this pass
+            if self._activity_ok:  # logged once per outage, not every pass
+                log.warning("memory.activity_unavailable", node_id=self.node_id, error=str(exc))
+            self._activity_ok = False
             return {}
+        if not self._activity_ok:
+            log.info("memory.activity_available", node_id=self.node_id)
+        self._activity_ok = True
         if found is None:
             return {}
         by_id = {a.sandbox_id: a for a in found}
