@@ -68,3 +68,26 @@ def test_sandboxes_gone_are_forgotten():
     tracker.snapshot({"a": "vm", "b": "container"})
     assert [a.sandbox_id for a in tracker.snapshot({"b": "container"})] == ["b"]
     assert "a" not in tracker._uses
+
+
+def test_the_activity_route_needs_the_internal_token_and_lists_live_sandboxes():
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from corral_common.errors import install_error_handlers
+    from corral_node_agent.sandboxes.router import activity_router
+
+    tracker = ActivityTracker(Clock())
+    manager = SimpleNamespace(activity_snapshot=lambda: tracker.snapshot({"vm-1": "vm"}))
+    app = FastAPI()
+    app.state.settings = SimpleNamespace(internal_token="tok")
+    app.state.manager = manager
+    install_error_handlers(app)
+    app.include_router(activity_router)
+    client = TestClient(app)
+    assert client.get("/v1/activity").status_code == 401
+    resp = client.get("/v1/activity", headers={"X-Corral-Internal-Token": "tok"})
+    assert resp.status_code == 200
+    assert resp.json() == [{"sandbox_id": "vm-1", "kind": "vm", "calls_in_flight": 0, "idle_s": 0.0}]
