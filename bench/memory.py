@@ -27,10 +27,13 @@ Configurations (one after the other, fresh sandboxes each time):
 - ``d``: c + cold-page reclaim as built: a zram swap, ReclaimService (idle/paused sandboxes →
   MADV_PAGEOUT) and, for idle VMs, the in-guest page cache drop through the guest agent.
 - ``e``: d + the KSM policy (KsmPolicy: the scanner on while >= 3 VMs of one image run).
-- ``e+``: e with a VM counted idle when its QEMU uses less than --vm-idle-cpu of a core
-  (instead of "cpu time did not move at all", which a running QEMU never satisfies): the
-  fix proposed in the report, applied here through a wrapper of the cgroup reads, services
-  unchanged.
+
+Idleness (reclaim/idleness.py) as the memory-manager judges it: a cpu rate at most
+--ct-idle-cpu (containers) / --vm-idle-cpu (VMs, whose QEMU ticks when nothing runs) of a core,
+and no exec in flight or ended within --idle-after, from the node-agent's own ActivityTracker
+fed by this script's execs (the memory-manager's in-guest cache drop is housekeeping, not use).
+The balloon inflates a busy VM only after BalloonPolicy.inflate_after_passes agreeing passes.
+(The earlier run's ``e+``, VM idle by cpu rate through a wrapper, is what d/e now do.)
 
 The balloon loop is the memory-manager's BalloonService unchanged; its HTTP calls to the
 node-agent's internal balloon and exec routes are answered in-process by the same backend
@@ -83,7 +86,6 @@ class Config:
     balloon: bool = False
     reclaim: bool = False
     ksm: bool = False
-    vm_idle_by_rate: bool = False
 
 
 CONFIGS = {c.name: c for c in (
@@ -92,7 +94,6 @@ CONFIGS = {c.name: c for c in (
     Config("c", "b + balloon", pmem=True, balloon=True),
     Config("d", "c + cold-page reclaim", pmem=True, balloon=True, reclaim=True),
     Config("e", "d + KSM", pmem=True, balloon=True, reclaim=True, ksm=True),
-    Config("e+", "e, VM idle by cpu rate", pmem=True, balloon=True, reclaim=True, ksm=True, vm_idle_by_rate=True),
 )}
 
 
@@ -235,37 +236,6 @@ class HostSampler:
 
 # ---------------------------------------------------------------------------- the memory-manager's loops
 
-class _RateIdleCgroup:
-    """A cgroup whose cpu time counts as "moved" only when it grew faster than ``rate`` cores
-    since the last read: the VM idle rule proposed in the report (config e+)."""
-
-    def __init__(self, cgroup, rate: float):
-        self._cg, self._rate = cgroup, rate
-        self._last: tuple[float, float] | None = None  # (raw cpu ms, monotonic s)
-        self._reported = 0.0
-
-    def cpu_ms(self) -> float:
-        raw, now = self._cg.cpu_ms(), time.monotonic()
-        if self._last is None or raw - self._last[0] > self._rate * (now - self._last[1]) * 1000:
-            self._reported = raw
-        self._last = (raw, now)
-        return self._reported
-
-    def __getattr__(self, name):
-        return getattr(self._cg, name)
-
-
-class _RateIdleDriver:
-    def __init__(self, driver, rate: float):
-        self._driver, self._rate = driver, rate
-
-    def cgroup(self, path: str):
-        return _RateIdleCgroup(self._driver.cgroup(path), self._rate)
-
-    def __getattr__(self, name):
-        return getattr(self._driver, name)
-
-
 def node_agent_transport(vm_backend):
     """The node-agent's internal routes the BalloonService calls (GET/PUT balloon, POST exec),
     answered by the backend methods the node-agent's router calls for them."""
@@ -302,11 +272,13 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
     from corral_memory_manager.balloons.policy import BalloonPolicy
     from corral_memory_manager.balloons.service import BalloonService
     from corral_memory_manager.host.service import HostMemoryService
+    from corral_memory_manager.reclaim.idleness import IdleRule
     from corral_memory_manager.reclaim.policy import ReclaimPolicy
     from corral_memory_manager.reclaim.service import ReclaimService
     from corral_node_agent.backends.types import RootFs
     from corral_node_agent.cgroups.detect import cgroup_driver
     from corral_node_agent.cgroups.node import sandbox_cgroup_path
+    from corral_node_agent.sandboxes.activity import ActivityTracker
 
     tag = cfg.name.replace("+", "p")
     ct_backend = backends["container"]
@@ -339,11 +311,14 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
         driver = cgroup_driver()
         sampler = HostSampler({s: vm_backend._get(s).machine.pid for s in vm_ids}, vm_image,
                               {s: driver.cgroup(sandbox_cgroup_path(node_id, s)) for s in ct_ids}, zram_device)
+        activity = ActivityTracker()  # the node-agent's, fed by run() below as its exec route would
+        kinds = {**{s: "container" for s in ct_ids}, **{s: "vm" for s in vm_ids}}
         reclaim = None
         if cfg.reclaim:
             reclaim = ReclaimService(node_id, ReclaimPolicy(idle_after_s=args.idle_after, min_bytes=8 * MIB,
                                                             max_bytes_per_pass=4 << 30),
-                                     driver=_RateIdleDriver(driver, args.vm_idle_cpu) if cfg.vm_idle_by_rate else None)
+                                     idle_rule=IdleRule(cpu_cores=args.ct_idle_cpu, vm_cpu_cores=args.vm_idle_cpu),
+                                     activity=lambda: activity.snapshot(kinds))
         ksm = KsmPolicy(HostMemoryService(node_id), min_same_image=3, pages_to_scan=args.ksm_pages_to_scan) \
             if cfg.ksm else None
         balloons = None
@@ -351,7 +326,8 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
             balloons = BalloonService(node_id, "http://node-agent", "", BalloonPolicy(), lambda: list(vm_ids),
                                       transport=node_agent_transport(vm_backend), ksm=ksm,
                                       idle_seconds=reclaim.idle_seconds if reclaim else None,
-                                      guest_reclaim=(args.idle_after, 64.0) if reclaim else None)
+                                      idle_after_s=args.idle_after, guest_cache_mb=64.0 if reclaim else None,
+                                      housekeeping=reclaim.housekeeping if reclaim else None)
 
         def counters() -> dict[str, float]:  # the memory-manager's counters are per node, cumulative
             return {**{d: _counter(metrics.BALLOON_SETS.labels(node_id, d)) for d in ("inflate", "deflate")},
@@ -367,7 +343,8 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
 
         async def run(backend, sid: str, cmd: str, vm: bool) -> float:
             started = time.perf_counter()
-            res = await backend.exec(sid, ExecRequest(cmd=cmd, timeout_s=300, user="root" if vm else "user"))
+            with activity.call(sid):
+                res = await backend.exec(sid, ExecRequest(cmd=cmd, timeout_s=300, user="root" if vm else "user"))
             if res.exit_code != 0:
                 raise RuntimeError(f"{sid}: {cmd[:40]}... exit {res.exit_code}: {res.stderr[:200]}")
             return (time.perf_counter() - started) * 1000
@@ -618,9 +595,10 @@ def main() -> None:
     parser.add_argument("--hold-copies", type=int, default=6)
     parser.add_argument("--burst-mb", type=int, default=32)
     parser.add_argument("--idle-after", type=float, default=8.0)
-    parser.add_argument("--vm-idle-cpu", type=float, default=0.15, help="e+: a VM below this many cores is idle")
+    parser.add_argument("--vm-idle-cpu", type=float, default=0.15, help="a VM at or below this many cores is idle")
+    parser.add_argument("--ct-idle-cpu", type=float, default=0.01, help="a container at or below this is idle")
     parser.add_argument("--ksm-pages-to-scan", type=int, default=1000)
-    parser.add_argument("--configs", nargs="+", default=["a", "b", "c", "d", "e", "e+"], choices=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", default=["a", "b", "c", "d", "e"], choices=list(CONFIGS))
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     if os.geteuid() != 0:

@@ -270,7 +270,8 @@ class NodeInfo:
     # Room for sandboxes' disks (disk_mb); None: a node from before disks were scheduled.
     disk_mb: int | None = None
     used_disk_mb: int = 0
-    # Memory the node measured (working_set_mb, peak_working_set_mb, swap_mb, mib_seconds);
+    # Memory the node measured (working_set_mb, peak_working_set_mb, swap_mb, mib_seconds, and limit_mb:
+    # its physical claim, the node cgroup's limit);
     # None: a node that does not sample (no cgroups, or from before accounting).
     memory: dict[str, float] | None = None
 

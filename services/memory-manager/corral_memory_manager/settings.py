@@ -14,7 +14,9 @@ from corral_common.settings import CommonSettings, PrefixedServiceSettings
 
 if TYPE_CHECKING:
     from corral_memory_manager.balloons.policy import BalloonPolicy
+    from corral_memory_manager.reclaim.idleness import IdleRule
     from corral_memory_manager.reclaim.policy import ReclaimPolicy
+    from corral_memory_manager.reclaim.pressure import PressureRule
 
 
 class MemoryManagerSettings(PrefixedServiceSettings):
@@ -37,6 +39,13 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     reclaim_enabled: bool = True
     reclaim_interval_s: float = Field(5.0, gt=0)
     reclaim_idle_after_s: float = Field(60.0, ge=0)
+    # Idle means, over each pass's window, a cpu rate at or under this fraction of a core and no
+    # exec/file/port call through the node-agent (its /v1/activity) for reclaim_idle_after_s.
+    # Containers: an idle one uses none.
+    reclaim_idle_cpu_cores: float = Field(0.01, ge=0, le=64)
+    # The same for VMs, whose QEMU ticks with nothing running in the guest: a few % of a core
+    # under TCG (this default, with headroom), ~1% with KVM (0.05 is then safer for reclaim).
+    reclaim_vm_idle_cpu_cores: float = Field(0.15, ge=0, le=64)
     # Less than this in a sandbox's working set: not worth a pass.
     reclaim_min_mb: int = Field(8, ge=0)
     # A reclaimed sandbox is reclaimed again once its working set grew back by this much, or
@@ -44,6 +53,13 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     reclaim_regrow_mb: int = Field(16, ge=0)
     reclaim_cooldown_s: float = Field(300.0, ge=0)
     reclaim_max_mb_per_pass: int = Field(1024, gt=0)
+    # Pressure-driven reclaim, before the kernel's OOM killer has to act: while host MemAvailable
+    # is under reclaim_pressure_available_mb, or PSI memory "some avg10" (% of the last 10 s with
+    # a task stalled on memory) is over reclaim_pressure_psi_some_pct, sandboxes idle for
+    # reclaim_pressure_idle_after_s are already due. Active ones never are. 0: that signal off.
+    reclaim_pressure_available_mb: int = Field(0, ge=0)
+    reclaim_pressure_psi_some_pct: float = Field(0.0, ge=0, le=100)
+    reclaim_pressure_idle_after_s: float = Field(10.0, ge=0)
     # MiB of zram swap to set up at start if no zram swap is active (0: none; the host's own
     # swap is never changed). Needs root and util-linux's mkswap/swapon.
     zram_swap_mb: int = Field(0, ge=0)
@@ -60,6 +76,9 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     balloon_floor_fraction: float = Field(0.25, gt=0, le=1)
     # Guest MemAvailable below this (or any swap-in): deflate at once.
     balloon_low_available_mb: int = Field(48, ge=0)
+    # Hysteresis: a busy VM's balloon is inflated only after this many consecutive passes ask
+    # for it (to the highest of their targets); an idle VM's at once. Deflating is always at once.
+    balloon_inflate_after_passes: int = Field(5, ge=1)
     # An idle VM (reclaim_idle_after_s) whose guest holds more page cache than this is asked,
     # through its guest agent, to drop it and compact (free page reporting returns it). 0: off.
     guest_cache_reclaim_mb: int = Field(64, ge=0)
@@ -76,7 +95,20 @@ class MemoryManagerSettings(PrefixedServiceSettings):
 
         return BalloonPolicy(reserve_mb=self.balloon_reserve_mb, reserve_fraction=self.balloon_reserve_fraction,
                              floor_fraction=self.balloon_floor_fraction,
-                             low_available_mb=self.balloon_low_available_mb)
+                             low_available_mb=self.balloon_low_available_mb,
+                             inflate_after_passes=self.balloon_inflate_after_passes)
+
+    def pressure_rule(self) -> "PressureRule":
+        from corral_memory_manager.reclaim.pressure import PressureRule
+
+        return PressureRule(available_mb=self.reclaim_pressure_available_mb,
+                            psi_some_avg10=self.reclaim_pressure_psi_some_pct,
+                            idle_after_s=self.reclaim_pressure_idle_after_s)
+
+    def idle_rule(self) -> "IdleRule":
+        from corral_memory_manager.reclaim.idleness import IdleRule
+
+        return IdleRule(cpu_cores=self.reclaim_idle_cpu_cores, vm_cpu_cores=self.reclaim_vm_idle_cpu_cores)
 
     def reclaim_policy(self) -> "ReclaimPolicy":
         from corral_memory_manager.reclaim.policy import ReclaimPolicy

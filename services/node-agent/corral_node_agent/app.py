@@ -21,8 +21,8 @@ from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
 from corral_node_agent.http_errors import install_node_error_handlers
 from corral_node_agent.memory.accounting import sample_memory_forever
+from corral_node_agent.sandboxes.router import activity_router, snapshots_router
 from corral_node_agent.sandboxes.router import router as sandboxes_router
-from corral_node_agent.sandboxes.router import snapshots_router
 from corral_node_agent.sandboxes.service import build_manager
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -89,6 +89,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
     install_metrics(app, "node-agent", collectors=[on_state(app, "node_gauges")])
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)
+    app.include_router(activity_router)
     app.include_router(fncall_router)
 
     @app.get("/healthz")

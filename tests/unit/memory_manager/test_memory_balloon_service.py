@@ -3,6 +3,7 @@ it as no VM (not asked again), a VM with free memory gets a PUT of its target, t
 token goes along, and a VM that is gone is forgotten."""
 
 import time
+from contextlib import contextmanager
 
 import httpx
 
@@ -28,13 +29,14 @@ async def test_the_loop_reads_balloons_and_sets_targets():
         return httpx.Response(200, json={"target_mb": 134})
 
     service = BalloonService("n1", "http://agent", "tok", BalloonPolicy(), lambda: list(ids),
-                             transport=httpx.MockTransport(handler))
+                             transport=httpx.MockTransport(handler), idle_seconds=lambda sid: 100.0,
+                             idle_after_s=60.0)
     try:
         await service.run_once()
         puts = [c for c in calls if c[0] == "PUT"]
         assert puts == [  # used 70 MiB (490 − 400 free − 20 cache) + 64 reserve
             ("PUT", "/v1/sandboxes/vm/balloon", b'{"target_mb":134}')]
-        assert service.last["vm"]["why"] == "inflate"
+        assert service.last["vm"]["why"] == "inflate: guest idle"
         calls.clear()
         await service.run_once()
         assert not [c for c in calls if "/ctr/" in c[1]]  # a container is not asked again
@@ -48,11 +50,18 @@ async def test_the_loop_reads_balloons_and_sets_targets():
 async def test_an_idle_guest_with_page_cache_is_asked_once_per_idle_stretch():
     execs: list[dict] = []
     idle = {"vm": 100.0}
+    excused: list[str] = []
+
+    @contextmanager
+    def housekeeping(sid):
+        excused.append(sid)
+        yield
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/exec"):
             import json
 
+            assert request.headers["X-Corral-Housekeeping"] == "1"  # not use of the sandbox
             execs.append(json.loads(request.content))
             return httpx.Response(200, json={"exit_code": 0, "stdout": "", "stderr": ""})
         if request.method == "GET":
@@ -64,10 +73,11 @@ async def test_an_idle_guest_with_page_cache_is_asked_once_per_idle_stretch():
 
     service = BalloonService("n1", "http://agent", "", BalloonPolicy(), lambda: ["vm"],
                              transport=httpx.MockTransport(handler), idle_seconds=lambda sid: idle[sid],
-                             guest_reclaim=(60.0, 64.0))
+                             idle_after_s=60.0, guest_cache_mb=64.0, housekeeping=housekeeping)
     try:
         await service.run_once()
         assert len(execs) == 1 and execs[0]["user"] == "root" and "drop_caches" in execs[0]["cmd"]
+        assert excused == ["vm"]  # its cpu is the manager's, not the guest waking
         await service.run_once()
         assert len(execs) == 1  # the same idle stretch: not again
         idle["vm"] = 5.0  # it woke up, then idles again

@@ -54,3 +54,12 @@ def test_mapped_ranges_skip_the_kernels_own_mappings():
             "ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]\n")
     assert mapped_ranges(maps) == [(0x55d0c0000000, 0x21000), (0x7f0000000000, 0x100000),
                                    (0x7ffd1000000, 0x21000)]
+
+
+def test_mapped_ranges_keep_code_for_vms():
+    maps = ("55d0c0000000-55d0c0021000 r-xp 00000000 08:01 123 /usr/bin/qemu-system-x86_64\n"
+            "7f0000000000-7f0040000000 rw-p 00000000 00:00 0 \n"
+            "7f8000000000-7f8040000000 rwxp 00000000 00:00 0 \n"
+            "7f9000000000-7f9040000000 rw-s 00000000 00:01 9 /memfd:tcg-jit (deleted)\n")
+    assert mapped_ranges(maps, keep_code=True) == [(0x7f0000000000, 0x40000000)]  # guest RAM only
+    assert len(mapped_ranges(maps)) == 4

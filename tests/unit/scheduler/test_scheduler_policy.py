@@ -170,3 +170,21 @@ def test_waiting_reason_names_what_each_node_lacks():
     assert short_of(tight, SPEC) == ["cpu", "memory"]
     assert waiting_reason([tight, full], SPEC) == "waiting for room: a full (sandbox slots (2/2)); b full (cpu, memory)"
     assert waiting_reason([], SPEC) == "waiting for room: no live node"
+
+
+def test_admission_on_measured_use_within_the_overcommit_ratio_and_a_safety_reserve():
+    """Node claims 4096 MiB physically and advertises 2x (8192) to reservations. Reservations of
+    6144 MiB leave room by the ratio; whether it takes 1024 more depends on what is really used."""
+    from dataclasses import replace
+
+    overcommitted = node("a", mem=8192, used_mem=6144)
+    light = replace(overcommitted, memory={"working_set_mb": 1500.0, "limit_mb": 4096.0})
+    heavy = replace(overcommitted, memory={"working_set_mb": 2800.0, "limit_mb": 4096.0})
+    assert [n.node_id for n in rank_nodes([light], SPEC, measured_reserve_mb=512)] == ["a"]  # 1500+1024+512 <= 4096
+    assert rank_nodes([heavy], SPEC, measured_reserve_mb=512) == []  # 2800+1024+512 > 4096: the reserve holds
+    assert rank_nodes([heavy], SPEC) != []  # off by default: reservations alone decide
+    # The ratio still caps: measured use is low but reservations are full.
+    full = replace(light, used_memory_mb=7680)
+    assert rank_nodes([full], SPEC, measured_reserve_mb=512) == []
+    # A node that reports no measurement (or no limit) is judged by reservations alone.
+    assert rank_nodes([replace(overcommitted, memory={"working_set_mb": 4000.0})], SPEC, measured_reserve_mb=512)

@@ -6,6 +6,10 @@ memory-manager reads and sets balloons through these internal calls, never a mon
 
 from pydantic import BaseModel, Field
 
+# Sent by the memory-manager on its own execs in a sandbox (the in-guest cache drop): the
+# node-agent does not count them as use of the sandbox.
+HOUSEKEEPING_HEADER = "X-Corral-Housekeeping"
+
 
 class GuestMemoryStats(BaseModel):
     """virtio-balloon guest stats (QEMU ``guest-stats``), in MiB; None where the guest sent none."""
@@ -30,3 +34,13 @@ class BalloonState(BaseModel):
 
 class BalloonTarget(BaseModel):
     target_mb: int = Field(ge=16, description="RAM to leave the guest; above memory_mb means fully deflated")
+
+
+class SandboxActivity(BaseModel):
+    """What the node-agent knows of a sandbox's use (node-agent ``GET /v1/activity``): the
+    memory-manager's idle rule needs it for VMs, whose QEMU burns cpu even when nothing runs."""
+
+    sandbox_id: str
+    kind: str = Field(description="Its backend: container, microvm, vm")
+    calls_in_flight: int = Field(0, description="Execs, file and port calls running now")
+    idle_s: float = Field(description="Seconds since the last data-path call ended (or since it started)")

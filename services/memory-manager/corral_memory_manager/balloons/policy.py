@@ -9,6 +9,13 @@ the way. With deflate-on-oom the guest also takes pages back by itself under pre
 never re-inflates, so the target is re-sent every pass. A guest that ignores the balloon (actual
 does not move towards the target for ``ignored_after`` passes) is left alone for
 ``backoff_passes``; the host-side pageout of its QEMU (reclaim/) still applies once it idles.
+
+Hysteresis (the benchmark saw 116 targets in 120 s for 3 VMs, and VM bursts ~35% slower, when
+every pass re-derived a target from stats taken mid-burst): a new inflation happens at once only
+for an idle guest. A busy guest's balloon is inflated only once ``inflate_after_passes``
+consecutive passes asked for it, and then to the highest target they asked for (the most the
+guest used in that stretch, plus the reserve). An inflation already under way (the guest still
+giving pages back) is simply re-sent. Deflating never waits.
 """
 
 from dataclasses import dataclass, field
@@ -26,6 +33,7 @@ class BalloonPolicy:
     stale_after_s: float = 10.0  # stats older than this: no inflating on them
     ignored_after: int = 3
     backoff_passes: int = 12
+    inflate_after_passes: int = 5  # a busy guest's inflation waits for this many agreeing passes
 
 
 @dataclass
@@ -37,6 +45,8 @@ class BalloonMemory:
     last_swap_in: int | None = None
     unmoved: int = 0  # passes the guest did not move towards the target
     backoff: int = 0
+    inflate_streak: int = 0  # consecutive passes that asked a busy guest for a new inflation
+    inflate_ceiling_mb: float | None = None  # the highest target they asked for
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,10 @@ class BalloonDecision:
     memory: BalloonMemory = field(default_factory=BalloonMemory)
 
 
-def decide(state: BalloonState, memory: BalloonMemory, policy: BalloonPolicy, now: float) -> BalloonDecision:
+def decide(state: BalloonState, memory: BalloonMemory, policy: BalloonPolicy, now: float,
+           idle: bool = False) -> BalloonDecision:
+    """``idle``: the guest has been idle long enough (the reclaim loop's rule) for its stats to
+    be what it needs, not a burst's snapshot."""
     guest, full = state.guest, float(state.memory_mb)
     nxt = BalloonMemory(last_target_mb=memory.last_target_mb, last_actual_mb=state.actual_mb,
                         last_swap_in=guest.swap_in, unmoved=memory.unmoved, backoff=max(0, memory.backoff - 1))
@@ -74,10 +87,39 @@ def decide(state: BalloonState, memory: BalloonMemory, policy: BalloonPolicy, no
     used = guest.total_mb - guest.free_mb - (guest.disk_caches_mb or 0.0)
     reserve = max(policy.reserve_mb, policy.reserve_fraction * full)
     target = min(full, max(policy.floor_fraction * full, used + reserve))
-    nxt.last_target_mb = target
     if abs(target - state.actual_mb) < policy.min_change_mb:
+        nxt.last_target_mb = target
         return BalloonDecision(None, "within min_change of the target", nxt)
-    return BalloonDecision(target, "inflate" if target < state.actual_mb else "deflate to target", nxt)
+    if target > state.actual_mb:
+        nxt.last_target_mb = target
+        return BalloonDecision(target, "deflate to target", nxt)
+    return _inflate(state, memory, nxt, policy, target, idle)
+
+
+def _inflate(state: BalloonState, memory: BalloonMemory, nxt: BalloonMemory, policy: BalloonPolicy,
+             target: float, idle: bool) -> BalloonDecision:
+    """``target`` is below the guest's RAM now: go, re-send, or wait (hysteresis)."""
+    sent = memory.last_target_mb
+    # Under way: the last target sent is below what the guest has, the guest has not taken
+    # pages back since (its RAM did not grow), and this pass asks for no deeper cut.
+    under_way = (sent is not None and sent < state.actual_mb and memory.last_actual_mb is not None
+                 and state.actual_mb <= memory.last_actual_mb and target >= sent - policy.min_change_mb)
+    if under_way:
+        nxt.last_target_mb = max(target, sent)
+        return BalloonDecision(nxt.last_target_mb, "inflation under way: re-sent", nxt)
+    if idle:
+        nxt.last_target_mb = target
+        return BalloonDecision(target, "inflate: guest idle", nxt)
+    streak = memory.inflate_streak + 1
+    ceiling = max(target, memory.inflate_ceiling_mb or target)
+    if streak < policy.inflate_after_passes:
+        nxt.inflate_streak, nxt.inflate_ceiling_mb = streak, ceiling
+        return BalloonDecision(None, f"inflate waits: {streak}/{policy.inflate_after_passes} passes agree", nxt)
+    if state.actual_mb - ceiling < policy.min_change_mb:
+        nxt.last_target_mb = ceiling
+        return BalloonDecision(None, "inflate: the stretch's highest target is within min_change", nxt)
+    nxt.last_target_mb = ceiling
+    return BalloonDecision(ceiling, f"inflate: {streak} passes agree", nxt)
 
 
 def guest_cache_reclaim_due(state: BalloonState, idle_s: float, idle_after_s: float, cache_mb: float) -> bool:

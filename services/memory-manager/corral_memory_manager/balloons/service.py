@@ -4,10 +4,11 @@ a monitor (docs/memory.md)."""
 
 import asyncio
 import time
+from contextlib import nullcontext
 
 import httpx
 
-from corral_common.contracts.memory import BalloonState
+from corral_common.contracts.memory import HOUSEKEEPING_HEADER, BalloonState
 from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_common.logging import get_logger
 from corral_memory_manager import metrics
@@ -22,11 +23,16 @@ _NOT_A_VM_RECHECK_S = 300.0
 class BalloonService:
     def __init__(self, node_id: str, node_agent_url: str, internal_token: str, policy: BalloonPolicy,
                  sandbox_ids, transport: httpx.AsyncBaseTransport | None = None, ksm: KsmPolicy | None = None,
-                 idle_seconds=None, guest_reclaim: tuple[float, float] | None = None) -> None:
-        """``idle_seconds(sandbox_id)``: how long its cgroup's cpu time stood still (the reclaim
-        loop's watch); ``guest_reclaim``: (idle_after_s, cache_mb) for in-guest cache drops, None: off."""
+                 idle_seconds=None, idle_after_s: float | None = None, guest_cache_mb: float | None = None,
+                 housekeeping=None) -> None:
+        """``idle_seconds(sandbox_id)``: how long it has looked idle (the reclaim loop's watch,
+        reclaim/idleness.py); a VM idle for ``idle_after_s`` has its balloon inflated without
+        waiting, and, with ``guest_cache_mb``, its guest's page cache above that dropped (None:
+        off). ``housekeeping(sandbox_id)``: a context the cache drop runs in, so its cpu is not
+        taken for the guest waking up."""
         self.node_id, self.policy, self.sandbox_ids, self.ksm = node_id, policy, sandbox_ids, ksm
-        self.idle_seconds, self.guest_reclaim = idle_seconds, guest_reclaim
+        self.idle_seconds, self.idle_after_s, self.guest_cache_mb = idle_seconds, idle_after_s, guest_cache_mb
+        self.housekeeping = housekeeping
         self._guest_reclaimed_at: dict[str, float] = {}
         self.client = httpx.AsyncClient(base_url=node_agent_url.rstrip("/"), timeout=5.0, transport=transport,
                                         headers={INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {})
@@ -66,7 +72,8 @@ class BalloonService:
             return
         resp.raise_for_status()
         state = BalloonState.model_validate(resp.json())
-        decision = decide(state, self.memory.get(sandbox_id, BalloonMemory()), self.policy, time.time())
+        decision = decide(state, self.memory.get(sandbox_id, BalloonMemory()), self.policy, time.time(),
+                          idle=self._idle_for(sandbox_id) is not None)
         self.memory[sandbox_id] = decision.memory
         if decision.target_mb is not None:
             put = await self.client.put(f"/v1/sandboxes/{sandbox_id}/balloon",
@@ -80,21 +87,31 @@ class BalloonService:
         await self._guest_cache_reclaim(sandbox_id, state)
         self.last[sandbox_id] = {"state": state.model_dump(), "target_mb": decision.target_mb, "why": decision.why}
 
+    def _idle_for(self, sandbox_id: str) -> float | None:
+        """Seconds the VM has been idle, if past ``idle_after_s``; None: busy, or not known."""
+        if self.idle_seconds is None or self.idle_after_s is None:
+            return None
+        idle = self.idle_seconds(sandbox_id)
+        return idle if idle >= self.idle_after_s else None
+
     async def _guest_cache_reclaim(self, sandbox_id: str, state: BalloonState) -> None:
         """Cold page cache inside an idle guest: dropped and compacted through the guest agent
-        (the node-agent's exec route, as root), at most once per idle stretch."""
-        if self.guest_reclaim is None or self.idle_seconds is None:
+        (the node-agent's exec route, as root, marked housekeeping: not use of the sandbox), at
+        most once per idle stretch."""
+        if self.guest_cache_mb is None:
             return
-        idle_after_s, cache_mb = self.guest_reclaim
-        idle = self.idle_seconds(sandbox_id)
+        idle = self._idle_for(sandbox_id)
+        if idle is None:
+            return
         last = self._guest_reclaimed_at.get(sandbox_id)
         if last is not None and time.monotonic() - last < idle:  # still the same idle stretch
             return
-        if not guest_cache_reclaim_due(state, idle, idle_after_s, cache_mb):
+        if not guest_cache_reclaim_due(state, idle, self.idle_after_s, self.guest_cache_mb):
             return
-        resp = await self.client.post(f"/v1/sandboxes/{sandbox_id}/exec", json={
-            "cmd": "sync; echo 1 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory",
-            "user": "root", "timeout_s": 30})
+        with self.housekeeping(sandbox_id) if self.housekeeping is not None else nullcontext():
+            resp = await self.client.post(f"/v1/sandboxes/{sandbox_id}/exec", headers={HOUSEKEEPING_HEADER: "1"}, json={
+                "cmd": "sync; echo 1 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory",
+                "user": "root", "timeout_s": 30})
         self._guest_reclaimed_at[sandbox_id] = time.monotonic()
         metrics.GUEST_RECLAIMS.labels(self.node_id).inc()
         log.info("balloon.guest_cache_dropped", sandbox_id=sandbox_id, caches_mb=state.guest.disk_caches_mb,

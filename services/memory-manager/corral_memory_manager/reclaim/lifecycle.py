@@ -8,6 +8,8 @@ from fastapi import FastAPI
 from corral_common.logging import get_logger
 from corral_memory_manager.balloons.ksm import KsmPolicy
 from corral_memory_manager.balloons.service import BalloonService
+from corral_memory_manager.reclaim.activity import NodeAgentActivity
+from corral_memory_manager.reclaim.pressure import read_host_pressure
 from corral_memory_manager.reclaim.service import ReclaimService
 from corral_memory_manager.reclaim.zram import ensure_zram_swap
 
@@ -16,7 +18,11 @@ log = get_logger(__name__)
 
 @asynccontextmanager
 async def reclaim_lifespan(app: FastAPI, settings):
-    service = app.state.reclaim = ReclaimService(settings.node_id, settings.reclaim_policy())
+    activity = NodeAgentActivity(settings.node_agent_url, settings.internal_token or "")
+    service = app.state.reclaim = ReclaimService(settings.node_id, settings.reclaim_policy(),
+                                                 idle_rule=settings.idle_rule(), activity=activity,
+                                                 pressure_rule=settings.pressure_rule(),
+                                                 host_pressure=lambda: read_host_pressure(settings.proc_root))
     app.state.swap_device = None
     if settings.zram_swap_mb:
         try:
@@ -33,9 +39,9 @@ async def reclaim_lifespan(app: FastAPI, settings):
     balloons = app.state.balloons = BalloonService(settings.node_id, settings.node_agent_url,
                                                    settings.internal_token or "", settings.balloon_policy(),
                                                    service.sandbox_ids, ksm=ksm, idle_seconds=service.idle_seconds,
-                                                   guest_reclaim=(settings.reclaim_idle_after_s,
-                                                                  settings.guest_cache_reclaim_mb)
-                                                   if settings.guest_cache_reclaim_mb else None)
+                                                   idle_after_s=settings.reclaim_idle_after_s,
+                                                   guest_cache_mb=settings.guest_cache_reclaim_mb or None,
+                                                   housekeeping=service.housekeeping)
     if settings.balloon_enabled and service.available():
         loops.append(asyncio.create_task(balloons.run_forever(settings.balloon_interval_s)))
     try:
@@ -44,3 +50,4 @@ async def reclaim_lifespan(app: FastAPI, settings):
         for loop in loops:
             loop.cancel()
         await balloons.aclose()
+        activity.close()

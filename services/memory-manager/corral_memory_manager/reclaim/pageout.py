@@ -29,12 +29,15 @@ class _Iovec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
-def mapped_ranges(maps_text: str) -> list[tuple[int, int]]:
-    """(start, length) of every mapping in a /proc/PID/maps text but the kernel's own."""
+def mapped_ranges(maps_text: str, keep_code: bool = False) -> list[tuple[int, int]]:
+    """(start, length) of every mapping in a /proc/PID/maps text but the kernel's own;
+    ``keep_code``: also leave out executable mappings and QEMU's TCG code buffer."""
     ranges = []
     for line in maps_text.splitlines():
         parts = line.split(maxsplit=5)
         if not parts or (len(parts) == 6 and parts[5].strip() in _SKIP):
+            continue
+        if keep_code and len(parts) > 1 and ("x" in parts[1] or (len(parts) == 6 and "tcg-jit" in parts[5])):
             continue
         start, _, end = parts[0].partition("-")
         begin, finish = int(start, 16), int(end, 16)
@@ -52,9 +55,10 @@ def _advise(pidfd: int, ranges: list[tuple[int, int]]) -> int:
     return done
 
 
-def page_out(pid: int) -> int:
-    """Ask the kernel to page out every mapping of ``pid``; bytes of ranges advised (not bytes
-    moved: the caller measures that in the cgroup). 0 if the process is gone."""
+def page_out(pid: int, keep_code: bool = False) -> int:
+    """Ask the kernel to page out every mapping of ``pid`` (but code, with ``keep_code``); bytes
+    of ranges advised (not bytes moved: the caller measures that in the cgroup). 0 if the
+    process is gone."""
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
@@ -62,7 +66,7 @@ def page_out(pid: int) -> int:
     try:
         try:
             with open(f"/proc/{pid}/maps") as fh:
-                ranges = mapped_ranges(fh.read())
+                ranges = mapped_ranges(fh.read(), keep_code)
         except (FileNotFoundError, ProcessLookupError):
             return 0
         advised = 0

@@ -1,7 +1,7 @@
 """Which sandboxes give memory back, in what order, and how much (pure: no files touched).
 
-A sandbox is a candidate only while nothing in it runs: paused (its cgroup frozen) or idle (its
-cgroup's cpu time has not moved for ``idle_after_s``). An active sandbox's working set is never
+A sandbox is a candidate only while nothing in it runs: paused (its cgroup frozen) or idle (no
+use for ``idle_after_s``: cpu rate under a threshold and no data-path call, idleness.py). An active sandbox's working set is never
 touched, whatever the node's pressure. Paused ones go first (a paused rollout is the coldest
 memory there is), then the longest idle, then the biggest. Hysteresis: a sandbox reclaimed
 before is left alone until its working set has grown again by ``regrow_bytes`` (what it pulled
@@ -31,10 +31,11 @@ class SandboxMemoryView:
     sandbox_id: str
     working_set_bytes: int
     frozen: bool
-    idle_s: float  # seconds since its cpu time last moved
+    idle_s: float  # seconds it has looked idle (idleness.py)
     # After its last reclaim (None: never reclaimed by this manager run or a previous one).
     working_set_after_reclaim: int | None = None
     since_reclaim_s: float | None = None
+    vm: bool = False  # a VM's QEMU: its code mappings stay resident at pageout
 
 
 def is_active(view: SandboxMemoryView, policy: ReclaimPolicy) -> bool:

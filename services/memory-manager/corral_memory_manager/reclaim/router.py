@@ -28,7 +28,7 @@ def _status(request: Request, service: ReclaimService) -> ReclaimStatus:
         enabled=request.app.state.settings.reclaim_enabled, available=service.available(),
         swap_device=getattr(request.app.state, "swap_device", None),
         seen=last.seen if last else 0, candidates=last.candidates if last else 0,
-        last_pass_seconds=round(last.seconds, 4) if last else 0.0,
+        last_pass_seconds=round(last.seconds, 4) if last else 0.0, pressure=last.pressure if last else False,
         recent=[ReclaimEntry(sandbox_id=r.sandbox_id, reason=r.reason, before_bytes=r.before_bytes,
                              after_bytes=r.after_bytes, reclaimed_bytes=r.reclaimed_bytes,
                              seconds=round(r.seconds, 4), at=r.at) for r in service.history[-20:]])

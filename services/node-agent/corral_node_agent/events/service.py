@@ -246,7 +246,7 @@ class NodeEvents:
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=s.disk_capacity_mb,
-                                   memory=_measured_memory(self.manager))
+                                   memory=_measured_memory(self.manager, cap.claim.memory_mb))
 
     async def _report_layers(self) -> None:
         """Which layers it holds, for placement by locality (best effort: never fails a heartbeat)."""
@@ -276,7 +276,9 @@ class NodeEvents:
                 report.cancel()
 
 
-def _measured_memory(manager) -> dict[str, float] | None:
-    """The node's measured memory for its heartbeat (None where nothing is sampled)."""
+def _measured_memory(manager, limit_mb: int) -> dict[str, float] | None:
+    """The node's measured memory for its heartbeat (None where nothing is sampled), with
+    ``limit_mb``, its physical claim (the node cgroup's limit, before overcommit): the scheduler's
+    admission on measured use compares the two."""
     memory = getattr(manager, "memory", None)
-    return memory.node.summary() if memory is not None else None
+    return {**memory.node.summary(), "limit_mb": float(limit_mb)} if memory is not None else None

@@ -35,13 +35,13 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response, WebSocket
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 from websockets.asyncio.client import connect as ws_connect
 
-from corral_common.contracts.memory import BalloonState, BalloonTarget
+from corral_common.contracts.memory import HOUSEKEEPING_HEADER, BalloonState, BalloonTarget, SandboxActivity
 from corral_common.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
 from corral_common.errors import BadRequest
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
@@ -61,6 +61,10 @@ async def get_manager(request: HTTPConnection) -> SandboxManager:
 
 
 Manager = Annotated[SandboxManager, Depends(get_manager)]
+
+# An internal caller's own maintenance in a sandbox (the memory-manager's in-guest cache drop):
+# not counted as use, or it would make the idle sandbox it works on look busy (activity.py).
+HousekeepingHeader = Annotated[bool | None, Header(alias=HOUSEKEEPING_HEADER)]
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["sandbox data path"],
                    dependencies=[Depends(require_internal_token)])
@@ -131,18 +135,18 @@ async def commit(sandbox_id: str, body: CommitRequest, manager: Manager) -> JSON
 
 
 @router.post("/exec", response_model=ExecResult, summary="Run a command and wait for it")
-async def exec_command(sandbox_id: str, req: ExecRequest,
-                       manager: Manager) -> ExecResult:
-    return await manager.exec(sandbox_id, req)
+async def exec_command(sandbox_id: str, req: ExecRequest, manager: Manager,
+                       housekeeping: HousekeepingHeader = None) -> ExecResult:
+    return await manager.exec(sandbox_id, req, counted=not housekeeping)
 
 
 @router.post("/exec/stream", summary="Run a command, streaming output as JSON lines",
              response_class=StreamingResponse,
              responses={200: {"content": {"application/x-ndjson": {}},
                               "description": "One ExecChunk per line; the last has type=exit"}})
-async def exec_stream(sandbox_id: str, req: ExecRequest,
-                      manager: Manager) -> StreamingResponse:
-    chunks = manager.exec_stream(sandbox_id, req)
+async def exec_stream(sandbox_id: str, req: ExecRequest, manager: Manager,
+                      housekeeping: HousekeepingHeader = None) -> StreamingResponse:
+    chunks = manager.exec_stream(sandbox_id, req, counted=not housekeeping)
     # Pull the first chunk here so an unknown sandbox is a 404, not a broken 200 stream.
     first = await anext(chunks)
 
@@ -237,3 +241,12 @@ async def delete_snapshot(snapshot_id: str, manager: Manager,
                           backend: str | None = Query(None, max_length=16)) -> Response:
     await manager.delete_snapshot(snapshot_id, backend)
     return Response(status_code=204)
+
+
+activity_router = APIRouter(prefix="/v1/activity", tags=["sandbox data path"],
+                            dependencies=[Depends(require_internal_token)])
+
+
+@activity_router.get("", summary="Each sandbox's data-path use: calls in flight, seconds since the last ended")
+async def activity(manager: Manager) -> list[SandboxActivity]:
+    return manager.activity_snapshot()

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from corral_common.contracts.images import EnvironmentLayer
-from corral_common.contracts.memory import BalloonState
+from corral_common.contracts.memory import BalloonState, SandboxActivity
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
@@ -46,6 +46,7 @@ from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import ImageUnavailable, NodeAgentError, NotFound, StartFailed, Unavailable, Unsupported
 from corral_node_agent.layers.cache import LayerCache
 from corral_node_agent.memory.accounting import MemoryAccounting
+from corral_node_agent.sandboxes.activity import ActivityTracker
 from corral_node_agent.sandboxes.commits import LayerUploads
 from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
 from corral_node_agent.settings import NodeAgentSettings
@@ -86,6 +87,8 @@ class SandboxManager:
         # Working set and memory·time of every sandbox (None: no cgroups here, nothing sampled).
         self.memory = memory
         self._entries: dict[str, _Entry] = {}
+        # Data-path use of each sandbox (GET /v1/activity: the memory-manager's idle rule).
+        self.activity = ActivityTracker()
         self._listeners: list[ExitListener] = []
         for backend in self.backends.values():
             backend.on_exit = self._backend_exit
@@ -427,37 +430,51 @@ class SandboxManager:
 
     # ---- data path ----------------------------------------------------------------------
 
-    async def exec(self, sandbox_id: str, req: ExecRequest) -> ExecResult:
+    async def exec(self, sandbox_id: str, req: ExecRequest, counted: bool = True) -> ExecResult:
+        """``counted`` False: housekeeping (the memory-manager's), not use of the sandbox."""
         self._require(sandbox_id)
-        return await self._backend_of(sandbox_id).exec(sandbox_id, req)
+        with self.activity.call(sandbox_id, counted):
+            return await self._backend_of(sandbox_id).exec(sandbox_id, req)
 
-    def exec_stream(self, sandbox_id: str, req: ExecRequest) -> AsyncIterator[ExecChunk]:
+    def exec_stream(self, sandbox_id: str, req: ExecRequest, counted: bool = True) -> AsyncIterator[ExecChunk]:
         self._require(sandbox_id)
-        return self._backend_of(sandbox_id).exec_stream(sandbox_id, req)
+        return self.activity.stream(sandbox_id, self._backend_of(sandbox_id).exec_stream(sandbox_id, req), counted)
 
     async def write_file(self, sandbox_id: str, path: str, data: FileData, mode: int = 0o644) -> int:
         self._require(sandbox_id)
-        return await self._backend_of(sandbox_id).write_file(sandbox_id, path, data, mode)
+        with self.activity.call(sandbox_id):
+            return await self._backend_of(sandbox_id).write_file(sandbox_id, path, data, mode)
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
         self._require(sandbox_id)
-        return await self._backend_of(sandbox_id).read_file(sandbox_id, path)
+        with self.activity.call(sandbox_id):
+            return await self._backend_of(sandbox_id).read_file(sandbox_id, path)
 
     async def open_file(self, sandbox_id: str, path: str) -> tuple[int, AsyncIterator[bytes]]:
         self._require(sandbox_id)
-        return await self._backend_of(sandbox_id).open_file(sandbox_id, path)
+        size, chunks = await self._backend_of(sandbox_id).open_file(sandbox_id, path)
+        return size, self.activity.stream(sandbox_id, chunks)
 
     async def stat(self, sandbox_id: str, path: str) -> FileInfo:
         self._require(sandbox_id)
-        return await self._backend_of(sandbox_id).stat(sandbox_id, path)
+        with self.activity.call(sandbox_id):
+            return await self._backend_of(sandbox_id).stat(sandbox_id, path)
 
     async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
         self._require(sandbox_id)
-        return await self._backend_of(sandbox_id).list_dir(sandbox_id, path)
+        with self.activity.call(sandbox_id):
+            return await self._backend_of(sandbox_id).list_dir(sandbox_id, path)
+
+    def activity_snapshot(self) -> list[SandboxActivity]:
+        """Every running or paused sandbox's data-path use (starting and failed ones are not
+        sandboxes to reclaim yet)."""
+        return self.activity.snapshot({sid: entry.kind for sid, entry in list(self._entries.items())
+                                       if self.is_live(sid)})
 
     async def connect_port(self, sandbox_id: str, port: int) -> socket.socket:
-        """A TCP connection to ``port`` inside the sandbox (port ingress)."""
-        return await self._capable(sandbox_id, Capability.ports).connect_port(sandbox_id, port)
+        """A TCP connection to ``port`` inside the sandbox (port ingress): its opening is use."""
+        with self.activity.call(sandbox_id):
+            return await self._capable(sandbox_id, Capability.ports).connect_port(sandbox_id, port)
 
 
 def build_backends(settings: NodeAgentSettings) -> dict[str, SandboxBackend]:

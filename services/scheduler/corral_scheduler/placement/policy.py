@@ -23,6 +23,19 @@ def fits(node: NodeInfo, spec: SandboxSpec) -> bool:
             and holds_disk(node.free_disk_mb, spec))
 
 
+def measured_room(node: NodeInfo, spec: SandboxSpec, reserve_mb: int) -> bool:
+    """Admission on measured use: the node's working set now (its heartbeat's ``memory``) plus
+    the sandbox's reservation plus ``reserve_mb`` stay within the node's physical memory
+    (``memory.limit_mb``, its cgroup's limit, before overcommit). Off (always True) with
+    ``reserve_mb`` 0, or for a node that reports no measurement. Sandboxes placed since the last
+    heartbeat are not in the working set yet: the reservation check in ``fits`` (claim x
+    overcommit ratio) is what bounds such a burst."""
+    measured = node.memory or {}
+    if reserve_mb <= 0 or "limit_mb" not in measured or "working_set_mb" not in measured:
+        return True
+    return measured["working_set_mb"] + node.reserved_memory_mb(spec) + reserve_mb <= measured["limit_mb"]
+
+
 def could_ever_fit(node: NodeInfo, spec: SandboxSpec) -> bool:
     """True if the node is big enough when empty; false means waiting will never help."""
     return (runs_backend(node, spec) and node.cpu_milli >= cpu_milli(spec.cpu)
@@ -68,8 +81,9 @@ def load(n: NodeInfo) -> float:
                n.used_disk_mb / max(n.disk_mb or 0, 1))
 
 
-def rank_nodes(nodes: Sequence[NodeInfo], spec: SandboxSpec, strategy: str = "spread") -> list[NodeInfo]:
-    candidates = [n for n in nodes if fits(n, spec)]
+def rank_nodes(nodes: Sequence[NodeInfo], spec: SandboxSpec, strategy: str = "spread",
+               measured_reserve_mb: int = 0) -> list[NodeInfo]:
+    candidates = [n for n in nodes if fits(n, spec) and measured_room(n, spec, measured_reserve_mb)]
     reverse = strategy == "pack"
     return sorted(candidates, key=lambda n: (load(n), n.node_id), reverse=reverse)
 

@@ -72,7 +72,8 @@ class Placer:
                                time.perf_counter() - started)
                 return True
         held = await self.store.reservation_node(event.sandbox_id)
-        ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(nodes, event.spec, self.settings.placement_strategy)
+        ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(
+            nodes, event.spec, self.settings.placement_strategy, self.settings.placement_measured_memory_reserve_mb)
         if not held and len(ranked) > 1 and self.environments is not None:
             ranked = await self._by_locality(ranked, event)
         for node in ranked:
