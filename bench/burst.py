@@ -76,8 +76,11 @@ def summary_s(values: list[float]) -> dict:
 
 # ------------------------------------------------------------------------ host census
 
-def host_census(state: Path) -> dict[str, dict[str, set[str]]]:
-    """node -> kind -> the sandbox ids that kind of thing exists for on the host."""
+def host_census(state: Path, jobs: tuple[str, ...]) -> dict[str, dict[str, set[str]]]:
+    """node -> kind -> the ids of the sandboxes of ``jobs`` that kind of thing exists for on the
+    host. Only theirs: cgroup paths (/corral/<node>/<id>) are shared with any other platform on
+    the host that also names its nodes node-1, node-2..."""
+    ours = tuple(f"{job}-" for job in jobs)
     found: dict[str, dict[str, set[str]]] = {}
     loops = subprocess.run(["losetup", "-J", "-l"], capture_output=True, text=True).stdout
     backing = [d.get("back-file") or "" for d in (json.loads(loops)["loopdevices"] if loops.strip() else [])]
@@ -113,11 +116,11 @@ def host_census(state: Path) -> dict[str, dict[str, set[str]]]:
                 sid = path[len(prefix):].split("/", 1)[0]
                 if SANDBOX_ID.match(sid):
                     kinds["loop"].add(sid)
-        found[node] = dict(kinds)
+        found[node] = {kind: {sid for sid in ids if sid.startswith(ours)} for kind, ids in kinds.items()}
     return found
 
 
-def init_processes() -> collections.Counter:
+def init_processes(jobs: tuple[str, ...]) -> collections.Counter:
     """(node, sandbox id) -> processes that are PID 1 of a pid namespace in that sandbox's cgroup."""
     seen: collections.Counter = collections.Counter()
     pattern = re.compile(r":memory:/corral/(node-\d+)/([^/\n]+)")
@@ -132,7 +135,7 @@ def init_processes() -> collections.Counter:
             got = pattern.search((proc / "cgroup").read_text())
         except OSError:
             continue
-        if got and SANDBOX_ID.match(got.group(2)):
+        if got and got.group(2).startswith(tuple(f"{job}-" for job in jobs)):
             seen[(got.group(1), got.group(2))] += 1
     return seen
 
@@ -240,7 +243,7 @@ class Burst:
         leftovers = {}
         settle = time.monotonic() + self.args.grace
         while True:
-            census = await asyncio.to_thread(host_census, self.plat.state)
+            census = await asyncio.to_thread(host_census, self.plat.state, tuple(job_ids))
             leftovers = {f"{node}:{kind}": len(ids) for node, kinds in census.items() for kind, ids in kinds.items() if ids}
             if not leftovers or time.monotonic() > settle:
                 break
@@ -328,8 +331,8 @@ class Burst:
         settle = time.monotonic() + self.args.grace
         while True:
             records = await self.records(job_id)
-            census = await asyncio.to_thread(host_census, self.plat.state)
-            inits = await asyncio.to_thread(init_processes)
+            census = await asyncio.to_thread(host_census, self.plat.state, (job_id,))
+            inits = await asyncio.to_thread(init_processes, (job_id,))
             by_id = {r["id"]: r for r in records}
             live_on = {(r["node_id"], r["id"]) for r in records if r["state"] in LIVE}
             orphans = sorted({f"{node}:{kind}:{sid}" for node, kinds in census.items() for kind, ids in kinds.items()
