@@ -58,8 +58,8 @@ async def test_a_freeing_guest_is_ballooned_and_gets_memory_back_when_it_allocat
             return state if (state.guest.free_mb or 0) > FILL_MB else None
         state = await until(freed, 60, "the guest's stats to show the freed memory", interval_s=0.5)
         # Judged when the guest reported them: on a loaded host a TCG guest's next report can come
-    # later than the policy's staleness bound (a unit test covers stale stats).
-    decision = decide(state, BalloonMemory(), policy, state.guest.last_update, idle=True)  # nothing runs in it now
+        # later than the policy's staleness bound (a unit test covers stale stats).
+        decision = decide(state, BalloonMemory(), policy, state.guest.last_update, idle=True)  # nothing runs in it now
         assert decision.why == "inflate: guest idle" and decision.target_mb < MEMORY_MB - FILL_MB / 2
         started = time.monotonic()
         await backend.set_balloon(sid, int(decision.target_mb))
