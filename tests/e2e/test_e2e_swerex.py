@@ -171,6 +171,9 @@ def test_retried_request_never_runs_twice_and_bad_input(corral, platform):
                 assert http.get(f"{other_url}/is_alive", headers=headers).status_code == 401
             assert http.post(f"{platform['api']}/v1/sandboxes/{sb.id}/swerex-token",
                              headers={"Authorization": f"Bearer {OTHER_TENANT_KEY}"}).status_code == 404
+            # A path that is no sandbox id at all (the contract fuzzer's "(") is no such sandbox, not a 500.
+            bad = http.post(f"{platform['api']}/v1/sandboxes/(/swerex-token", headers={"Authorization": f"Bearer {platform['api_key']}"})
+            assert bad.status_code == 404 and bad.json()["error"]["details"][0]["loc"] == ["path", "sandbox_id"]
             r = http.get(f"{url}/is_alive", headers=headers)
             assert r.json() == {"is_alive": True, "message": ""}
 

@@ -44,6 +44,7 @@ from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import Conflict, CorralError, NotFound, PayloadTooLarge, Unauthorized, Unprocessable
 from corral_common.exec import ExecRequest, ExecResult
+from corral_common.inputs import valid_id
 from corral_common.sandboxes import SandboxState
 
 ADAPTER = "swerex"
@@ -94,6 +95,11 @@ class SwerexService:
 
     async def issue(self, tenant: str, sandbox_id: str, base_url: str) -> SwerexToken:
         """A new runtime for the sandbox: a rollout that logs its requests, and its token."""
+        try:
+            valid_id(sandbox_id)
+        except ValueError:
+            # Not an id this platform issues, so no such sandbox (as every other sandbox route answers).
+            raise NotFound(f"sandbox {sandbox_id} not found", loc=["path", "sandbox_id"]) from None
         secret = secrets.token_urlsafe(32)
         rollout = await self.rollouts.create(tenant, RolloutCreate(
             job_id=JOB_ID, sandbox_id=sandbox_id, idle_pause_s=0, ttl_s=RUNTIME_TTL_S,
