@@ -204,6 +204,8 @@ def test_environment_combinations(client, data_dir, tmp_path):
     ({"name": "e", "base": "debian"}, ["body", "base"], "validation_error"),
     ({"name": "E!", "base": "debian:12"}, ["body", "name"], "validation_error"),
     ({"name": "e"}, ["body", "base"], "validation_error"),
+    # A diff that is no name:version (the contract fuzzer's find: it was a 500).
+    ({"name": "e", "base": "debian:12", "diffs": ["debian:12", "nodiff"]}, ["body", "diffs", 1], "validation_error"),
 ])
 def test_environment_bad_refs_422(client, tmp_path, body, loc, code):
     _three_layers(client, tmp_path)

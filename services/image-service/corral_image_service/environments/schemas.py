@@ -1,4 +1,5 @@
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,8 +16,8 @@ class EnvironmentIn(BaseModel):
     base: str = Field(pattern=REF_PATTERN, description="name:version of a base layer")
     workspace: str | None = Field(default=None, pattern=REF_PATTERN)
     toolkit: str | None = Field(default=None, pattern=REF_PATTERN)
-    diffs: list[str] = Field(default_factory=list, max_length=MAX_DIFFS,
-                             description="name:version of diff layers above the toolkit, lowest first")
+    diffs: list[Annotated[str, Field(pattern=REF_PATTERN)]] = Field(default_factory=list, max_length=MAX_DIFFS,
+                                                     description="name:version of diff layers above the toolkit, lowest first")
     config: ImageConfig | None = None
 
 
