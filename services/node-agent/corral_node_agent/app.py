@@ -51,7 +51,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             await manager.start(adopt=settings.adopt_on_start)
             lazy = getattr(manager.layers, "lazy", None)
             if lazy is not None:
-                metrics.CHUNK_CACHES.watch(settings.node_id, lazy.chunks.stats)
+                metrics.CHUNK_CACHES.watch(settings.node_id, lazy.stats)
             # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
             node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
             store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
