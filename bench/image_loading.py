@@ -337,7 +337,7 @@ class Layers:
 
     def stats(self) -> dict:
         if self.mode == "lazy":
-            s = self.cache.lazy.chunks.stats
+            s = self.cache.lazy.stats()
             index_bytes = sum(len(i.chunks) * 72 + 150 for i in self.cache.lazy.indexes.values())
             return {"transferred": s.fetched_bytes + index_bytes, "hit_rate": s.hit_rate,
                     "chunks_fetched": s.fetched, "chunk_requests": s.requests}

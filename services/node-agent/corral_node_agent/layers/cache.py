@@ -91,7 +91,7 @@ class LayerCache:
                 except OSError:
                     pass
         for digest, size in self.lazy.held().items():
-            held.setdefault(digest, size)
+            held.setdefault(digest, size)  # a whole blob, when there is one, is what we hold
         return {digest: size for digest, size in held.items() if size > 0}
 
     async def resolve_environment(self, name: str, tenant: str = "") -> tuple[EnvironmentLayer, ...]:
