@@ -11,7 +11,8 @@ run twice: its read handler answering directly (a lower bound: the real reader b
 chunk fetches, so it cannot run on trio's loop) and through ``trio.to_thread`` (what the
 server would do). Floor: the same reads of a file in /dev/shm. Each implementation runs in a
 subprocess of its own (pyfuse3 has one session per process), in a private mount namespace.
-Needs root, /dev/fuse and ``pip install pyfuse3``.
+Needs root, /dev/fuse and ``pip install pyfuse3==3.5.0`` (builds against libfuse3-dev; not in
+requirements-dev.txt: only this comparison uses it).
 """
 
 import argparse
@@ -22,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 SEQ_BLOCK = 1 << 20

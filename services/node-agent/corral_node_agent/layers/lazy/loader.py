@@ -132,9 +132,14 @@ class LazyLoader:
         self._call_soon(self._fault_listeners, digest, error)
 
     def _on_server_exit(self, pid: int) -> None:
+        self._call_soon([self._server_gone], pid)
+
+    def _server_gone(self, pid: int) -> None:
+        # On the event loop, like every other user of ``indexes``.
         digests = list(self.indexes)
         self.indexes.clear()  # the next sandbox on them prepares them again, on a new server
-        self._call_soon(self._exit_listeners, digests)
+        for cb in self._exit_listeners:
+            cb(digests)
         for digest in digests:
             self._report_fault(digest, f"the lazy-layer server (pid {pid}) exited")
 
