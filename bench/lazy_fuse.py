@@ -149,7 +149,7 @@ def child(impl: str, mb: int, which: str, seed: int) -> None:
     from corral_node_agent import host
 
     host.private_mount_namespace()  # single-threaded still; the mount vanishes with us
-    data = random.Random(seed).randbytes(mb << 20)
+    data = os.urandom(mb << 20)  # content is irrelevant: the FUSE side is measured
     phase = (lambda p: sequential(p, len(data), seed)) if which == "seq" else (lambda p: random_reads(p, len(data), seed))
     with tempfile.TemporaryDirectory(prefix="corral-bench-fuse-") as mnt:
         if impl == "handwritten":
