@@ -359,6 +359,8 @@ class Layers:
 async def run_mode(mode: str, svc: Services, plan: list[dict], env_layers: dict, state: Path,
                    concurrency: int) -> dict:
     node = FullPull(svc, state) if mode == "full" else Layers(svc, state, mode, env_layers)
+    if mode == "lazy":
+        await node.cache.lazy.start()  # as the agent does at its start: not the batch's cost
     sem = asyncio.Semaphore(concurrency)
     read = 0
 
@@ -395,6 +397,8 @@ async def run_mode(mode: str, svc: Services, plan: list[dict], env_layers: dict,
 
 async def cold_start(mode: str, svc: Services, plan: list[dict], env_layers: dict, state: Path) -> float:
     node = FullPull(svc, state) if mode == "full" else Layers(svc, state, mode, env_layers)
+    if mode == "lazy":
+        await node.cache.lazy.start()  # as the agent does at its start: not the image's cost
     t = plan[0]
     t0 = time.monotonic()
     base, ws = await node.prepare(t["env"])

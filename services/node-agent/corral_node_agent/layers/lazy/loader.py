@@ -74,6 +74,16 @@ class LazyLoader:
         died: their mounts in our namespace read EIO now and must not be shared further."""
         self._exit_listeners.append(callback)
 
+    async def start(self) -> None:
+        """Find the running server or start one now (agent start): a restarted agent hears
+        of its faults and death at once, and the first lazy layer on a new node does not wait
+        for a process to start (~1 s of Python imports on a busy host)."""
+        self._loop = asyncio.get_running_loop()
+        try:
+            await asyncio.to_thread(self.server.ensure)
+        except OSError as exc:
+            log.warning("layer.lazy_unavailable", error=str(exc))
+
     # ---- preparing a layer --------------------------------------------------------------
 
     async def prepare(self, digest: str) -> str | None:
