@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(0)
     os.setsid()
     os.chdir("/")
+    os.umask(0o077)  # the control socket is the agent's alone (root), from its bind on
     configure_logging(f"lazy-server:{config.get('node_id', '')}", config.get("log_level", "info"),
                       bool(config.get("log_json", False)))
     try:
@@ -271,7 +272,6 @@ def main(argv: list[str] | None = None) -> None:
             pass
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.bind(path)
-        os.chmod(path, 0o600)
         sock.listen(64)
     except Exception as exc:
         print(f"failed {type(exc).__name__}: {exc}", flush=True)
