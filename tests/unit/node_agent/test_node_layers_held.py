@@ -37,3 +37,14 @@ def test_the_server_counts_the_cached_chunks_of_each_layer(tmp_path):
     assert reply["held"] == {lazy: 4096 + 1000, empty: 0}
     assert reply["stats"]["written_bytes"] == 5096
     server.http.close()
+
+
+def test_a_request_to_no_server_fails_at_once(tmp_path):
+    import pytest
+
+    from corral_node_agent.layers.lazy.control import LayerServerClient, ServerUnavailable
+
+    client = LayerServerClient(str(tmp_path), {}, on_event=lambda e: None, on_exit=lambda pid: None)
+    with pytest.raises(ServerUnavailable):
+        client.request("stats", timeout=1.0)
+    client.close()  # nothing attached: a no-op
