@@ -48,8 +48,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def io_write_bytes() -> int:
-    with open("/proc/self/io") as fh:
+def io_write_bytes(pid: int | None = None) -> int:
+    with open(f"/proc/{pid or 'self'}/io") as fh:
         for line in fh:
             if line.startswith("write_bytes:"):
                 return int(line.split()[1])
@@ -337,7 +337,7 @@ class Layers:
 
     def stats(self) -> dict:
         if self.mode == "lazy":
-            s = self.cache.lazy.chunks.stats
+            s = self.cache.lazy.stats()
             index_bytes = sum(len(i.chunks) * 72 + 150 for i in self.cache.lazy.indexes.values())
             return {"transferred": s.fetched_bytes + index_bytes, "hit_rate": s.hit_rate,
                     "chunks_fetched": s.fetched, "chunk_requests": s.requests}
@@ -346,6 +346,12 @@ class Layers:
         # A layer request that caused no download (blob present, or another task's download).
         return {"transferred": sum(sizes[d] for d in got), "hit_rate": 1 - len(got) / max(1, self.requests)}
 
+    def server_usage(self) -> tuple[int, float]:
+        """Disk writes and CPU seconds of the lazy-layer server (a process of its own, started
+        for this mode's state dir: its whole life is this mode's work)."""
+        pid = self.cache.lazy.server.pid if self.mode == "lazy" else None
+        return (io_write_bytes(pid), cpu_seconds(pid)) if pid else (0, 0.0)
+
     async def aclose(self) -> None:
         await self.cache.aclose()
 
@@ -353,6 +359,8 @@ class Layers:
 async def run_mode(mode: str, svc: Services, plan: list[dict], env_layers: dict, state: Path,
                    concurrency: int) -> dict:
     node = FullPull(svc, state) if mode == "full" else Layers(svc, state, mode, env_layers)
+    if mode == "lazy":
+        await node.cache.lazy.start()  # as the agent does at its start: not the batch's cost
     sem = asyncio.Semaphore(concurrency)
     read = 0
 
@@ -371,8 +379,13 @@ async def run_mode(mode: str, svc: Services, plan: list[dict], env_layers: dict,
     await asyncio.gather(*(task(t) for t in plan))
     elapsed = time.monotonic() - t0
     written = io_write_bytes() - w0
-    # CPU of the node side (this process and its children: tar) and of image-service.
+    # CPU of the node side (this process, its children: tar, the lazy-layer server) and of
+    # image-service.
     node_cpu = cpu_seconds() - c0 + children_cpu_seconds() - ch0
+    if isinstance(node, Layers):
+        server_written, server_node_cpu = node.server_usage()
+        written += server_written
+        node_cpu += server_node_cpu
     server_cpu = servers_cpu_seconds(svc) - s0
     stats = node.stats()
     await node.aclose()
@@ -384,6 +397,8 @@ async def run_mode(mode: str, svc: Services, plan: list[dict], env_layers: dict,
 
 async def cold_start(mode: str, svc: Services, plan: list[dict], env_layers: dict, state: Path) -> float:
     node = FullPull(svc, state) if mode == "full" else Layers(svc, state, mode, env_layers)
+    if mode == "lazy":
+        await node.cache.lazy.start()  # as the agent does at its start: not the image's cost
     t = plan[0]
     t0 = time.monotonic()
     base, ws = await node.prepare(t["env"])

@@ -5,6 +5,7 @@ keeps its own mount namespace); the new process takes them over from crun's stat
 state dir. One whose init died meanwhile is marked failed (lost_on_restart) and cleaned up.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -69,11 +70,6 @@ def test_restarted_node_agent_readopts_running_sandboxes(platform, corral):
     assert len(mine) >= 3, "spread placement should put half of them on node-1"
     keep, paused, doomed = mine[:3]
     keep.write_file("notes.txt", "before the restart")
-    # With lazy layers the FUSE server behind an adopted sandbox's image dies with the old
-    # agent (docs/architecture.md, node-agent): only what was read before keeps working. So
-    # run the commands used below once now, as a sandbox in use would have.
-    for sb in mine[:2]:
-        assert sb.exec("cat /etc/passwd >/dev/null; ps -o args >/dev/null; ls; echo ok").stdout.endswith("ok\n")
     paused.write_file("state.txt", "frozen")
     paused.pause()
     pids = {sb.id: _crun_state(platform, sb.id)["pid"] for sb in (keep, paused, doomed)}
@@ -90,6 +86,11 @@ def test_restarted_node_agent_readopts_running_sandboxes(platform, corral):
     # The survivor: same init, its files and background process, exec and files work.
     assert _alive(pids[keep.id])
     assert keep.refresh().state == "running"
+    # Its lazy layers are still served (the lazy-layer server outlived the agent): blocks
+    # of its image nothing read before the restart read right.
+    assert keep.exec("cat /etc/group").stdout == "root:x:0:\nuser:x:1000:\n"
+    busybox = hashlib.sha256(Path("/bin/busybox").read_bytes()).hexdigest()
+    assert keep.exec("sha256sum /bin/busybox").stdout.split()[0] == busybox
     assert keep.read_file("notes.txt") == b"before the restart"
     keep.write_file("after.txt", "written by the new agent")
     result = keep.exec("cat after.txt notes.txt")
@@ -133,3 +134,46 @@ def _read(path: Path) -> list[str]:
         return path.read_text().splitlines()
     except OSError:
         return []
+
+
+def _lazy_server_pid(platform) -> int:
+    root = str(platform["state"] / "nodes" / NODE / "layers")
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = p.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"corral_node_agent.layers.lazy.server" in args and root.encode() in args:
+            return int(p.parent.name)
+    raise AssertionError(f"no lazy-layer server for {root}")
+
+
+def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(platform, corral):
+    mine = []
+    for _ in range(6):
+        sb = corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "lazy-server"})
+        (mine if sb.info.node_id == NODE else []).append(sb)
+        if sb.info.node_id != NODE:
+            sb.delete()
+        if mine:
+            break
+    assert mine, "no sandbox landed on node-1"
+    victim = mine[0]
+    pid = _lazy_server_pid(platform)
+    os.kill(pid, signal.SIGKILL)
+    until_sync(lambda: not _alive(pid), timeout_s=20, what="lazy-layer server gone")
+    # The agent sees its server end and fails the sandboxes on its layers, with the reason.
+    victim.wait("terminated", timeout=30)
+    assert (victim.state, victim.info.reason) == ("failed", "image_unavailable")
+    # A new sandbox on the node gets a new server and reads its image.
+    for _ in range(6):
+        sb = corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "lazy-server"})
+        on_node = sb.info.node_id == NODE
+        if on_node:
+            assert sb.exec("cat /etc/group").stdout == "root:x:0:\nuser:x:1000:\n"
+            assert _lazy_server_pid(platform) != pid
+        sb.delete()
+        if on_node:
+            break
+    else:
+        raise AssertionError("no sandbox landed on node-1")

@@ -50,8 +50,12 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             # Sandboxes a previous run of this agent left running are re-adopted, not killed.
             await manager.start(adopt=settings.adopt_on_start)
             lazy = getattr(manager.layers, "lazy", None)
+            lazy_start = None
             if lazy is not None:
-                metrics.CHUNK_CACHES.watch(settings.node_id, lazy.chunks.stats)
+                metrics.CHUNK_CACHES.watch(settings.node_id, lazy.stats)
+                if settings.layer_mode == "lazy":
+                    # In the background: the heartbeat must not wait for a process to start.
+                    lazy_start = asyncio.create_task(lazy.start())
             # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
             node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
             store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
@@ -76,6 +80,8 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             finally:
                 heartbeat.cancel()
                 memory_sampler.cancel()
+                if lazy_start is not None:
+                    lazy_start.cancel()
                 await bus.close()
                 await store.close()
                 node_cgroup.release(cgroup_driver(), settings.node_id)

@@ -25,6 +25,8 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.unshare.argtypes = [ctypes.c_int]
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_original_namespace: int | None = None
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
@@ -88,11 +90,30 @@ def enter_private_mount_namespace() -> None:
     - crun 1.8 refuses the hybrid cgroup layout; hiding the cgroup2 mount at
       /sys/fs/cgroup/unified makes it a plain v1 host for crun.
     """
+    global _original_namespace
+    if _original_namespace is None:
+        # Kept for the processes that must outlive us without pinning our namespace (the
+        # lazy-layer server: ``layers.lazy.server``).
+        _original_namespace = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    private_mount_namespace()
+    if is_mountpoint(CGROUP_UNIFIED):
+        umount(CGROUP_UNIFIED, lazy=True)
+
+
+def private_mount_namespace(parent_fd: int | None = None) -> None:
+    """Move this (single-threaded) process into a new mount namespace, rslave: copied from
+    the namespace ``parent_fd`` names (else from the current one)."""
+    if parent_fd is not None and _libc.setns(parent_fd, CLONE_NEWNS) != 0:
+        _raise("/", "setns(CLONE_NEWNS)")
     if _libc.unshare(CLONE_NEWNS) != 0:
         _raise("/", "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, MS_REC | MS_SLAVE, None)
-    if is_mountpoint(CGROUP_UNIFIED):
-        umount(CGROUP_UNIFIED, lazy=True)
+
+
+def original_mount_namespace() -> int | None:
+    """A descriptor of the mount namespace this process started in, before
+    ``enter_private_mount_namespace`` (None: it never left it)."""
+    return _original_namespace
 
 
 def mount_erofs(image: str, target: str) -> None:

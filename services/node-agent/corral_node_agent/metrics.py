@@ -2,6 +2,8 @@
 take to start and stop, the time from the api's create to running, and the lazy loader's chunk
 cache (the fncall pools' are corral_node_agent.fncall.metrics)."""
 
+from collections.abc import Callable
+
 from prometheus_client import Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
@@ -42,13 +44,13 @@ class NodeGauges:
 
 
 class ChunkCacheCollector(Collector):
-    """The lazy loader's ChunkStats as counters, read at scrape (the cache counts under its own
-    lock in FUSE worker threads; copying its plain ints is all a scrape needs)."""
+    """The lazy-layer server's ChunkStats as counters, asked for at scrape (``stats()``: a
+    local request with a short timeout; the last known counters when it does not answer)."""
 
     def __init__(self):
-        self._caches: dict[str, ChunkStats] = {}
+        self._caches: dict[str, Callable[[], ChunkStats]] = {}
 
-    def watch(self, node: str, stats: ChunkStats) -> None:
+    def watch(self, node: str, stats: Callable[[], ChunkStats]) -> None:
         self._caches[node] = stats
 
     def collect(self):
@@ -65,7 +67,8 @@ class ChunkCacheCollector(Collector):
                                        labels=["node"])
         ratio = GaugeMetricFamily("corral_node_chunk_cache_hit_ratio", "Hits / lookups since the agent started",
                                   labels=["node"])
-        for node, s in list(self._caches.items()):
+        for node, read in list(self._caches.items()):
+            s = read()
             requests.add_metric([node], s.requests)
             hits.add_metric([node, "memory"], s.mem_hits)
             hits.add_metric([node, "disk"], s.disk_hits)

@@ -5,7 +5,9 @@ only works while the process is single-threaded (before any fixture or plugin st
 """
 
 import os
+import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import uuid
@@ -81,9 +83,22 @@ async def layer_caches(state_dir):
         return made[-1]
 
     yield make
+    servers = {cache.lazy.server.pid for cache in made} - {None}
     for cache in reversed(made):
         await cache.aclose()
     assert [m for m in host.mountpoints() if m.startswith(state_dir)] == []
+    # A lazy-layer server exits by itself once no agent is connected and nothing is mounted.
+    lingering = []
+    for pid in servers:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        if not select.select([fd], [], [], 15)[0]:
+            os.kill(pid, signal.SIGKILL)
+            lingering.append(pid)
+        os.close(fd)
+    assert lingering == [], "lazy-layer servers did not exit"
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """Lazy layers end to end: LayerCache (lazy) + the FUSE file + a real EROFS mount.
 
-image-service is a MockTransport serving what its chunk store holds (built with the real
-chunking code), so the tests can count chunk requests and take the service down at will.
+image-service is a small HTTP server serving what its chunk store holds (built with the real
+chunking code), so the tests can count chunk requests and take the service down at will; the
+chunks are fetched by the lazy-layer server, a process of its own (``layers.lazy.server``).
 Needs root and /dev/fuse (the conftest enters a private mount namespace).
 """
 
@@ -11,10 +12,14 @@ import hashlib
 import json
 import os
 import random
+import select
 import shutil
+import signal
+import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 
 from corral_common.contracts.images import EnvironmentLayer
@@ -90,33 +95,50 @@ class FakeImageService:
     def chunk_requests(self) -> list[str]:
         return [c for c in self.calls if c.startswith("/v1/chunks/")]
 
-    def transport(self) -> httpx.MockTransport:
-        def handler(request: httpx.Request) -> httpx.Response:
-            path = request.url.path
-            self.calls.append(path)
-            if self.down:
-                raise httpx.ConnectError("connection refused", request=request)
-            if path.startswith("/v1/chunks/"):
-                d = path.removeprefix("/v1/chunks/")
-                p = self.store.chunk_path(d)
-                if p is None:
-                    return httpx.Response(404)
-                data = p.read_bytes()
-                if d in self.tamper:
-                    data = b"\0" + data[1:]
-                return httpx.Response(200, content=data)
-            if path.startswith("/v1/indexes/"):
-                d = path.removeprefix("/v1/indexes/")
-                index = self.store.get_index(d)
-                return httpx.Response(200, json=index) if index else httpx.Response(404)
-            if path.startswith("/v1/blobs/"):
-                d = path.removeprefix("/v1/blobs/")
-                if d in self.blobs:
-                    with open(self.blobs[d], "rb") as fh:
-                        return httpx.Response(200, content=fh.read())
-            return httpx.Response(404)
+    def answer(self, path: str) -> tuple[int, bytes]:
+        self.calls.append(path)
+        if self.down:
+            return 503, b""
+        if path.startswith("/v1/chunks/"):
+            d = path.removeprefix("/v1/chunks/")
+            p = self.store.chunk_path(d)
+            if p is None:
+                return 404, b""
+            data = p.read_bytes()
+            if d in self.tamper:
+                data = b"\0" + data[1:]
+            return 200, data
+        if path.startswith("/v1/indexes/"):
+            index = self.store.get_index(path.removeprefix("/v1/indexes/"))
+            return (200, json.dumps(index).encode()) if index else (404, b"")
+        if path.startswith("/v1/blobs/"):
+            d = path.removeprefix("/v1/blobs/")
+            if d in self.blobs:
+                with open(self.blobs[d], "rb") as fh:
+                    return 200, fh.read()
+        return 404, b""
 
-        return httpx.MockTransport(handler)
+    def serve(self) -> ThreadingHTTPServer:
+        svc = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):  # noqa: N802 - the stdlib's name
+                status, body = svc.answer(self.path)
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{server.server_address[1]}"
+        return server
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +146,9 @@ def image_service(work_dir):
     svc = FakeImageService(f"{work_dir}/lazy-image-service")
     base, base_tree = svc.add_layer("base", 1)
     ws, ws_tree = svc.add_layer("ws", 2, files=120)
-    return svc, {"base": (base, base_tree), "ws": (ws, ws_tree)}
+    server = svc.serve()
+    yield svc, {"base": (base, base_tree), "ws": (ws, ws_tree)}
+    server.shutdown()
 
 
 @pytest.fixture
@@ -144,7 +168,7 @@ def _mounts_under(path: str) -> list[str]:
 def new_cache(fake, layer_caches):
     """``new_cache(**settings)``: a LayerCache on the fake image-service (1 s fetch deadline)."""
     svc, _ = fake
-    return lambda **kw: layer_caches("http://image-service", transport=svc.transport(), **{"fetch_deadline_s": 1.0, **kw})
+    return lambda **kw: layer_caches(svc.url, **{"fetch_deadline_s": 1.0, **kw})
 
 
 @pytest.fixture
@@ -168,16 +192,41 @@ async def test_lazy_mount_reads_exactly_the_original_tree(fake, new_cache):
     with open(paths[1], "rb") as fh, open(svc.blobs[ws.digest], "rb") as blob:  # noqa: ASYNC230
         assert fh.read() == blob.read()
     # Each chunk crossed the network once at most.
-    assert max(cache.lazy.chunks.stats.fetched_digests.values()) == 1
+    assert max(cache.lazy.stats().fetched_digests.values()) == 1
     await cache.release([base, ws])
 
 
-async def test_only_touched_chunks_are_fetched(fake, new_cache):
+def _chunk_path(state_dir: str, h: str) -> str:
+    return f"{state_dir}/layers/chunks/{h[:2]}/{h}"
+
+
+def _exited(pid: int, timeout_s: float = 10.0) -> bool:
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout_s)[0])
+    finally:
+        os.close(fd)
+
+
+def _eventually(cond, timeout_s: float = 10.0) -> bool:
+    """Wait for a condition another process brings about (the lazy-layer server)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+async def test_only_touched_chunks_are_fetched(fake, new_cache, state_dir):
     svc, layers = fake
     ws, ws_tree = layers["ws"]
     total = len(set(ws.index["chunks"]))
     cache = new_cache()
-    chunks = cache.lazy.chunks
+    root = f"{state_dir}/layers/chunks"
     [mnt] = await cache.acquire([ws])
     with open(f"{mnt}/pkg3/sub1/file10.bin", "rb") as fh:  # noqa: ASYNC230
         data = fh.read()
@@ -185,9 +234,9 @@ async def test_only_touched_chunks_are_fetched(fake, new_cache):
         assert data == fh.read()
     fetched = svc.chunk_requests()
     # Superblock chunk + the file's chunks (48 KiB file, 64 KiB chunks) + metadata.
-    assert len(fetched) == chunks.stats.fetched <= 8 < total // 4
-    assert len(os.listdir(chunks.root)) >= 1
-    on_disk = sum(len(os.listdir(f"{chunks.root}/{d}")) for d in os.listdir(chunks.root))
+    assert len(fetched) == cache.lazy.stats().fetched <= 8 < total // 4
+    assert len(os.listdir(root)) >= 1
+    on_disk = sum(len(os.listdir(f"{root}/{d}")) for d in os.listdir(root))
     assert on_disk == len(fetched)
     # Reading it again is served by the caches: no new request.
     with open(f"{mnt}/pkg3/sub1/file10.bin", "rb") as fh:  # noqa: ASYNC230
@@ -208,25 +257,25 @@ async def test_concurrent_starts_share_one_index_fetch(fake, new_cache):
         await cache.release([base])
 
 
-async def test_eviction_never_removes_chunks_of_a_mounted_layer(fake, new_cache, no_idle_delay):
+async def test_eviction_never_removes_chunks_of_a_mounted_layer(fake, new_cache, no_idle_delay, state_dir):
     svc, layers = fake
     (base, base_tree), (ws, ws_tree) = layers["base"], layers["ws"]
     cache = new_cache(cache_mb=0)  # every unpinned chunk is evictable
-    chunks = cache.lazy.chunks
     [mb] = await cache.acquire([base])
     [mw] = await cache.acquire([ws])
     assert _checksums(mb) == _checksums(base_tree)
     assert _checksums(mw) == _checksums(ws_tree)
     needed = set(base.index["chunks"]) | set(ws.index["chunks"])
-    assert {f"sha256:{h}" for h in chunks.stats.fetched_digests} <= needed
-    for h in chunks.stats.fetched_digests:
-        assert os.path.exists(chunks.path(h)), "a mounted layer's chunk was evicted"
+    fetched = cache.lazy.stats().fetched_digests
+    assert {f"sha256:{h}" for h in fetched} <= needed
+    for h in fetched:
+        assert os.path.exists(_chunk_path(state_dir, h)), "a mounted layer's chunk was evicted"
     await cache.release([ws])
-    await asyncio.sleep(0.2)  # idle unmount -> unpinned -> evicted (bound is 0)
+    # Idle unmount -> the server sees the file released -> unpinned -> evicted (bound is 0).
     base_chunks = {c[7:] for c in base.index["chunks"]}
-    for h in chunks.stats.fetched_digests:
-        assert os.path.exists(chunks.path(h)) == (h in base_chunks)
-    assert chunks.stats.evicted > 0
+    assert await asyncio.to_thread(_eventually, lambda: cache.lazy.stats().evicted > 0)
+    for h in fetched:
+        assert os.path.exists(_chunk_path(state_dir, h)) == (h in base_chunks)
     # The still-mounted layer reads fine.
     assert _checksums(mb) == _checksums(base_tree)
     await cache.release([base])
@@ -250,7 +299,8 @@ async def test_image_service_down_mid_read_gives_eio_not_a_hang(fake, new_cache)
         await asyncio.to_thread(read)
     assert exc.value.errno == errno.EIO
     assert time.monotonic() - t0 < 10
-    assert cache.lazy.chunks.stats.retries >= 2 and cache.lazy.chunks.stats.failures >= 1
+    stats = cache.lazy.stats()
+    assert stats.retries >= 2 and stats.failures >= 1
     await asyncio.sleep(0.05)
     assert faults and set(faults) == {ws.digest} and ws.digest in cache.lazy.faults
     # Back up: the same read now succeeds with the right bytes.
@@ -270,7 +320,7 @@ async def test_wrong_bytes_from_image_service_are_never_served(fake, new_cache):
     with pytest.raises(OSError) as exc:
         await asyncio.to_thread(_checksums, mnt)
     assert exc.value.errno == errno.EIO
-    assert cache.lazy.chunks.stats.bad_downloads >= 1
+    assert cache.lazy.stats().bad_downloads >= 1
     svc.tamper.clear()
     assert await asyncio.to_thread(_checksums, mnt) == _checksums(ws_tree)
     await cache.release([ws])
@@ -283,7 +333,10 @@ async def test_corrupted_cached_chunk_is_detected_and_refetched(fake, new_cache,
     [mnt] = await cache.acquire([ws])
     assert _checksums(mnt) == _checksums(ws_tree)
     await cache.release([ws])
+    pid = cache.lazy.server.pid
     await cache.aclose()
+    # Nothing mounted, no agent: the server (and what it verified) is gone.
+    assert await asyncio.to_thread(_exited, pid)
     # Flip a byte in every cached chunk of the layer (as a failing disk would).
     victims = [h for h in (c[7:] for c in ws.index["chunks"]) if os.path.exists(f"{state_dir}/layers/chunks/{h[:2]}/{h}")]
     assert victims
@@ -300,8 +353,9 @@ async def test_corrupted_cached_chunk_is_detected_and_refetched(fake, new_cache,
     assert _checksums(mnt) == _checksums(ws_tree)
     # Every corrupted chunk that was read again was detected and fetched anew (which
     # ones the kernel reads can vary slightly with readahead timing).
-    refetched = set(cache.lazy.chunks.stats.fetched_digests)
-    assert refetched & set(victims) and cache.lazy.chunks.stats.corrupt >= len(refetched & set(victims))
+    stats = cache.lazy.stats()
+    refetched = set(stats.fetched_digests)
+    assert refetched & set(victims) and stats.corrupt >= len(refetched & set(victims))
     for h in refetched:
         with open(f"{state_dir}/layers/chunks/{h[:2]}/{h}", "rb") as fh:  # noqa: ASYNC230
             assert hashlib.sha256(fh.read()).hexdigest() == h
@@ -350,19 +404,82 @@ async def test_blob_without_index_falls_back_to_eager(fake, new_cache, state_dir
     shutil.rmtree(state_dir, ignore_errors=True)
 
 
-async def test_restart_after_crash_leaves_no_stale_fuse_mount(fake, new_cache, state_dir):
+def _file(i: int) -> str:
+    return f"pkg{i % 7}/sub{i % 3}/file{i}.bin"  # as _write_tree names them
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _die(cache) -> None:
+    """What a SIGKILL does to an agent's end of the lazy-layer server: its connections end,
+    nothing else happens (no unmount, no stop)."""
+    sock = cache.lazy.server._watch
+    cache.lazy.server._watch = None  # our "dead" agent sees nothing more
+    sock.shutdown(socket.SHUT_RDWR)  # (a close would not wake the thread blocked reading it)
+
+
+async def test_an_agent_restart_keeps_serving_the_layer_and_reuses_its_server(fake, new_cache, state_dir, tmp_path):
     svc, layers = fake
     ws, ws_tree = layers["ws"]
-    crashed = new_cache()  # closed (its threads and device fd: this process lives on) after restarted
-    await crashed.acquire([ws])  # never released: the agent "dies" here
-    assert any(m.startswith(f"{state_dir}/layers/lazy") for m in host.mountpoints())
-    restarted = new_cache()
-    restarted.cleanup_orphans()  # what SandboxManager.start() does
-    assert _mounts_under(state_dir) == []
-    # The restarted agent serves the layer again, reusing the chunks already on disk.
-    had = {f"/v1/chunks/sha256:{h}" for h in crashed.lazy.chunks.stats.fetched_digests}
-    svc.calls.clear()
-    [mnt] = await restarted.acquire([ws])
-    assert _checksums(mnt) == _checksums(ws_tree)
-    assert had and not had & set(svc.chunk_requests())
-    await restarted.release([ws])
+    crashed = new_cache()
+    [mnt] = await crashed.acquire([ws])  # never released: the agent dies with it mounted
+    pid = crashed.lazy.server.pid
+    assert not any(m.startswith(f"{state_dir}/layers/lazy") for m in host.mountpoints()), \
+        "the FUSE mount lives in the server's namespace, not the agent's"
+    # The sandbox's own copy of the layer mount (a container's mount namespace holds one).
+    sandbox = f"{tmp_path}/sandbox-view"
+    os.mkdir(sandbox)
+    host.bind_mount(mnt, sandbox)
+    try:
+        assert await asyncio.to_thread(_read, f"{sandbox}/{_file(1)}") == _read(f"{ws_tree}/{_file(1)}")
+        _die(crashed)
+        restarted = new_cache()
+        restarted.cleanup_orphans()  # what SandboxManager.start() does: the old agent's mounts go
+        assert _mounts_under(state_dir) == []
+        # The adopted sandbox reads a file nobody read before: the server still serves it.
+        before = len(svc.chunk_requests())
+        assert await asyncio.to_thread(_read, f"{sandbox}/{_file(115)}") == _read(f"{ws_tree}/{_file(115)}")
+        assert len(svc.chunk_requests()) > before
+        # The new agent finds the running server instead of starting one.
+        [again] = await restarted.acquire([ws])
+        assert restarted.lazy.server.pid == pid
+        assert _checksums(again) == _checksums(ws_tree)
+        await restarted.release([ws])
+    finally:
+        host.umount(sandbox)
+
+
+async def test_a_killed_server_fails_reads_and_its_sandboxes_never_hang(fake, new_cache, tmp_path):
+    svc, layers = fake
+    ws, ws_tree = layers["ws"]
+    cache = new_cache()
+    faults: list[tuple[str, str]] = []
+    cache.add_fault_listener(lambda digest, err: faults.append((digest, err)))
+    [mnt] = await cache.acquire([ws])
+    sandbox = f"{tmp_path}/sandbox-view"
+    os.mkdir(sandbox)
+    host.bind_mount(mnt, sandbox)
+    try:
+        pid = cache.lazy.server.pid
+        os.kill(pid, signal.SIGKILL)
+        assert await asyncio.to_thread(_exited, pid)
+        # A block never read before: an I/O error at once, not a hang.
+        with pytest.raises(OSError) as exc:
+            await asyncio.to_thread(_read, f"{sandbox}/{_file(111)}")
+        assert exc.value.errno in (errno.EIO, errno.ENOTCONN)
+        # The agent noticed: the layer's sandboxes are failed with a clear reason.
+        assert await asyncio.to_thread(_eventually, lambda: bool(faults))
+        await asyncio.sleep(0)  # the listeners run on this loop
+        assert faults[0][0] == ws.digest and f"lazy-layer server (pid {pid}) exited" in faults[0][1]
+        assert cache.lazy.indexes == {}
+        # The next sandbox on the layer gets a new server and a fresh mount.
+        [again] = await cache.acquire([ws])
+        assert again == mnt and cache.lazy.server.pid not in (None, pid)
+        assert _checksums(again) == _checksums(ws_tree)
+        await cache.release([ws])
+        await cache.release([ws])
+    finally:
+        host.umount(sandbox)

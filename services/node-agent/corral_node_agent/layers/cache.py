@@ -4,14 +4,16 @@ Two modes (``CORRAL_NODE_LAYER_MODE``):
 
 - ``eager``: the whole blob is downloaded and sha256-checked before the first mount.
 - ``lazy`` (default): only the layer's chunk index is fetched before start (plus the chunk
-  holding the EROFS superblock); the layer is a file of a FUSE filesystem run by this
-  process (``lazy.lazyfs``) whose reads fetch missing chunks on demand into the node-wide
+  holding the EROFS superblock); the layer is a file of a FUSE filesystem run by the
+  lazy-layer server, a process of its own that outlives agent restarts (``lazy.server``),
+  whose reads fetch missing chunks on demand into the node-wide
   chunk cache (``lazy.chunks``), and EROFS is mounted straight from that file. A blob
   image-service has no index for falls back to the eager path.
 
 blobs/<hex>          verified blob (eager; downloaded to <hex>.part, checked, renamed)
 chunks/<2 hex>/<hex> verified chunks (lazy; node-wide, deduplicated, LRU-bounded)
-lazy/<hex>           FUSE file of a lazily loaded layer (one FUSE mount for all layers)
+lazy/<hex>           FUSE file of a lazily loaded layer (one FUSE mount for all layers, in
+                     the lazy-layer server's mount namespace; lazy-server.* its files)
 mnt/<hex>            EROFS mount of the layer, shared by every sandbox using it;
                      refcounted, unmounted when its last sandbox goes (after an idle delay)
 dax/<hex>.erofs      DAX-capable variant of a layer for VMs (uncompressed, 2 MiB-padded;
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterable
 
 import httpx
 
-from corral_common.contracts.images import EnvironmentLayer, ImageServiceClient, digest_hex
+from corral_common.contracts.images import EnvironmentLayer, ImageServiceClient
 from corral_node_agent.layers.catalog import ImageCatalog
 from corral_node_agent.layers.files import DiskImages, LayerFiles
 from corral_node_agent.layers.lazy.loader import LazyLoader
@@ -55,7 +57,8 @@ class LayerCache:
                                          transport=transport,
                                          timeout=httpx.Timeout(settings.download_timeout_s, connect=10.0))
         self.catalog = ImageCatalog(self.client)
-        self.lazy = LazyLoader(self.root, self.client, settings, transport=transport)
+        # The lazy-layer server fetches chunks itself (it outlives us): over HTTP, always.
+        self.lazy = LazyLoader(self.root, self.client, settings)
         self.store = BlobStore(self.root, self.client, self.lazy, mode=settings.mode)
         self.mounts = LayerMounts(self.root, self.store, self.lazy)
         self.files = LayerFiles(self.root, self.store, self.mounts, self.lazy, mkfs_erofs=settings.mkfs_erofs)
@@ -64,7 +67,9 @@ class LayerCache:
     async def aclose(self) -> None:
         self.mounts.unmount_idle()
         await self.client.aclose()
-        await asyncio.to_thread(self.lazy.stop, self.mounts.detach)
+        # Nothing lazy is unmounted or stopped: the server serves the sandboxes left running
+        # (a restarted agent adopts them) and exits by itself once no layer is mounted.
+        await asyncio.to_thread(self.lazy.stop)
 
     def add_fault_listener(self, callback: Callable[[str, str], None]) -> None:
         """Call ``callback(layer_digest, error)`` on the event loop when a read of a lazily
@@ -85,10 +90,8 @@ class LayerCache:
                     held[f"sha256:{name}"] = os.stat(os.path.join(self.store.dir, name)).st_size
                 except OSError:
                     pass
-        for digest, index in list(self.lazy.indexes.items()):
-            if digest not in held:
-                held[digest] = sum(index.span(i)[1] for i, chunk in enumerate(index.chunks)
-                                   if self.lazy.chunks.cached(digest_hex(chunk)))
+        for digest, size in self.lazy.held().items():
+            held.setdefault(digest, size)  # a whole blob, when there is one, is what we hold
         return {digest: size for digest, size in held.items() if size > 0}
 
     async def resolve_environment(self, name: str, tenant: str = "") -> tuple[EnvironmentLayer, ...]:

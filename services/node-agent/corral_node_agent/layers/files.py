@@ -59,7 +59,6 @@ class LayerFiles:
         self.lazy = lazy
         self.mkfs_erofs = mkfs_erofs
         self._refs: Counter[tuple[str, bool]] = Counter()  # (digest, dax) -> references
-        self._pinned: set[str] = set()  # lazy layers whose chunks a file reference pins
         self._dax_builds = SingleFlight()
         # Conversions read a whole layer and write it again: one at a time per node.
         self._dax_limiter = asyncio.Semaphore(1)
@@ -77,8 +76,9 @@ class LayerFiles:
 
         - ``dax=False``: the layer's EROFS file as it is (lz4hc-compressed; for virtio-blk).
           Eager: the verified blob. Lazy: the layer's FUSE file, whose reads fetch missing
-          chunks on demand; any process of this mount namespace (QEMU started by the agent)
-          can open, read and mmap it, and its chunks stay pinned in the cache meanwhile.
+          chunks on demand (a path through /proc/<server pid>/root: any root process of this
+          node, QEMU started by the agent, can open, read and mmap it); its chunks stay
+          pinned in the cache while it is open.
         - ``dax=True``: the DAX-capable variant (uncompressed, 2 MiB-padded; see ``dax``),
           built from the mounted layer the first time any sandbox asks for it, then kept
           across sandboxes and agent restarts. Concurrent callers wait for one build.
@@ -95,10 +95,6 @@ class LayerFiles:
                 paths = dict(zip(unique, built, strict=True))
                 return [paths[d] for d in digests]
             await self.store.ensure(digests)
-            for d in set(digests):
-                if self.store.source_path(d) == self.lazy.path(d) and d not in self._pinned:
-                    self.lazy.pin(d)
-                    self._pinned.add(d)
             return [self.store.source_path(d) for d in digests]
         except BaseException:
             self.release(digests, dax=dax)
@@ -111,9 +107,6 @@ class LayerFiles:
                 self._refs[key] -= 1
                 continue
             self._refs.pop(key, None)
-            if not dax and d in self._pinned:
-                self._pinned.discard(d)
-                self.lazy.unpin(d)
 
     async def _ensure_dax(self, digest: str) -> str:
         path = self.dax_path(digest)

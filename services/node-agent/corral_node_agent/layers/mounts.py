@@ -3,8 +3,9 @@
 mnt/<hex>            EROFS mount of the layer, shared by every sandbox using it;
                      refcounted, unmounted when its last sandbox goes (after an idle delay)
 
-A lazily loaded layer is mounted from its FUSE file and its chunks stay pinned in the
-chunk cache while it is mounted.
+A lazily loaded layer is mounted from its FUSE file (its chunks stay pinned in the chunk
+cache while the mount holds the file open). When the lazy-layer server behind it dies, the
+mount is detached: sandboxes on it fail, the next one mounts it anew.
 """
 
 import asyncio
@@ -31,7 +32,8 @@ class LayerMounts:
         self._refs: dict[str, int] = {}
         self._idle_unmounts: dict[str, asyncio.TimerHandle] = {}
         self._lock = asyncio.Lock()
-        self._pinned: set[str] = set()  # lazily loaded layers mounted now (chunks pinned)
+        self._dead: set[str] = set()  # mounted from a lazy-layer server that died since
+        lazy.add_exit_listener(self._server_died)
 
     def path(self, digest: str) -> str:
         return f"{self.dir}/{digest_hex(digest)}"
@@ -50,14 +52,15 @@ class LayerMounts:
                     idle = self._idle_unmounts.pop(d, None)
                     if idle is not None:
                         idle.cancel()
-                    if self._refs.get(d, 0) == 0:
+                    if self._refs.get(d, 0) == 0 or d in self._dead:
+                        self._dead.discard(d)
                         mnt = self.path(d)
                         os.makedirs(mnt, exist_ok=True)
                         if not host.is_mountpoint(mnt):
                             src = self.store.source_path(d)
                             if src == self.lazy.path(d):
                                 # Reads go through our FUSE workers: keep them off the loop.
-                                await asyncio.to_thread(self._mount_lazy, d, mnt)
+                                await asyncio.to_thread(self.lazy.mount, d, mnt)
                             else:
                                 host.mount_erofs(src, mnt)
                     self._refs[d] = self._refs.get(d, 0) + 1
@@ -67,10 +70,11 @@ class LayerMounts:
                 raise ImageUnavailable(f"cannot mount layer: {exc}") from exc
         return [self.path(d) for d in digests]
 
-    def _mount_lazy(self, digest: str, mnt: str) -> None:
-        # In the worker thread: a cancelled acquire still records the pins it took.
-        self.lazy.mount(digest, mnt)
-        self._pinned.add(digest)
+    def _server_died(self, digests: list[str]) -> None:
+        for d in digests:
+            self.detach(d)
+            if self._refs.get(d, 0) > 0:
+                self._dead.add(d)
 
     async def release(self, digests: list[str]) -> None:
         async with self._lock:
@@ -101,9 +105,6 @@ class LayerMounts:
             os.rmdir(mnt)
         except OSError:
             log.exception("layer.umount_failed", digest=digest)
-        if digest in self._pinned:
-            self._pinned.discard(digest)
-            self.lazy.unpin(digest)
 
     def unmount_idle(self) -> None:
         """Unmount now the layers waiting for their idle delay (agent shutdown)."""
@@ -112,10 +113,11 @@ class LayerMounts:
             self._unmount_if_idle(digest)
 
     def detach(self, digest: str) -> None:
-        """Unmount a layer whatever holds it (its lazy file is about to go away)."""
-        mnt = self.path(digest)
-        if host.is_mountpoint(mnt):
-            host.umount(mnt)
+        """Unmount a layer whatever holds it (its lazy file went away)."""
+        try:
+            host.umount(self.path(digest))
+        except OSError:
+            log.exception("layer.detach_failed", digest=digest)
 
     def cleanup_orphans(self) -> None:
         """Drop the mounts a previous run left (refs start at zero)."""

@@ -7,8 +7,8 @@ straight from that file (file-backed mount, no loop device).
 
 No libfuse: the protocol subset a read-only flat directory needs is small (INIT, LOOKUP,
 GETATTR, OPEN, READ, RELEASE, OPENDIR, READDIR, STATFS), and doing it here avoids a C
-dependency and libfuse's own threading. The daemon runs in worker threads of this process,
-never on the node-agent's event loop: each worker polls the device (opened non-blocking)
+dependency and libfuse's own threading. The daemon runs in worker threads of the lazy-layer
+server process (``server``), never in the node-agent: each worker polls the device (opened non-blocking)
 and a stop pipe, so ``stop()`` always ends them, and a slow chunk fetch in one worker does
 not stall reads served by the others (FUSE_ASYNC_READ).
 """
@@ -79,9 +79,13 @@ Reader = Callable[[LayerFile, int, int], bytes]
 
 
 class LazyFS:
-    def __init__(self, mountpoint: str, reader: Reader, *, workers: int = 8):
+    def __init__(self, mountpoint: str, reader: Reader, *, workers: int = 8,
+                 on_use: Callable[[LayerFile, bool], None] | None = None):
         self.mountpoint = os.path.abspath(mountpoint)
         self.reader = reader
+        # on_use(file, True) when a file's first open arrives, (file, False) after its last
+        # release: an EROFS mount (or a QEMU) holds its file open for as long as it lives.
+        self.on_use = on_use
         self.workers = workers
         self._files: dict[str, LayerFile] = {}
         self._by_ino: dict[int, LayerFile] = {}
@@ -232,6 +236,8 @@ class LazyFS:
             else:
                 with self._lock:
                     f.opens += 1
+                    if f.opens == 1 and self.on_use is not None:
+                        self.on_use(f, True)  # under the lock: never reordered with a release
                 self._reply(unique, OPEN_OUT.pack(0, FOPEN_KEEP_CACHE, 0))
         elif opcode == READ:
             f = self._by_ino.get(nodeid)
@@ -258,6 +264,8 @@ class LazyFS:
             if f is not None:
                 with self._lock:
                     f.opens -= 1
+                    if f.opens == 0 and self.on_use is not None:
+                        self.on_use(f, False)
             self._reply(unique)
         elif opcode in (FLUSH, RELEASEDIR):
             self._reply(unique)
