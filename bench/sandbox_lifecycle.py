@@ -8,7 +8,7 @@ Without --url/--api-key it brings its own platform up (scripts/corral_platform.p
 dir, non-default ports) and tears it down at the end. Must run as root (the raw floor runs
 crun directly, in a private mount namespace with the cgroup2 mount hidden).
 
-Phases (environment "busybox", memory_mb=64, pids_limit=64):
+Phases (environment "busybox", memory_mb=64, pids_limit=64, disk_mb=64):
   corral serial      N x [create(wait=True) -> exec(["true"]) -> delete(wait=True)], one at a time
   corral concurrent  N creates with C in flight (wall time -> creations/s), then the first exec of
                      each with C in flight, then the deletes with C in flight
@@ -215,11 +215,11 @@ def run_floor(n: int, concurrency: int, tmp_root: str) -> dict:
 # ------------------------------------------------------------------------------- corral
 
 async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb: int, serial_n: int,
-                        cpu: float, pids_limit: int) -> dict:
+                        cpu: float, pids_limit: int, disk_mb: int) -> dict:
     from corral import AsyncCorral
 
     res: dict = {}
-    size = {"memory_mb": memory_mb, "cpu": cpu, "pids_limit": pids_limit}
+    size = {"memory_mb": memory_mb, "cpu": cpu, "pids_limit": pids_limit, "disk_mb": disk_mb}
     async with AsyncCorral(url, key) as corral:
         # warm-up: connection, environment cache, layer mount on the nodes
         warm = await corral.sandboxes.create_many("busybox", 4, concurrency=4, **size)
@@ -396,6 +396,9 @@ def main() -> None:
                     help="cpu per sandbox; small so N sandboxes alive at once fit the nodes' (overcommitted) cpu")
     ap.add_argument("--pids-limit", type=int, default=64,
                     help="pids_limit per sandbox; small so N sandboxes alive at once fit the nodes' pids caps")
+    ap.add_argument("--disk-mb", type=int, default=64,
+                    help="disk_mb per sandbox; small so N sandboxes alive at once fit the nodes' disk (the default "
+                         "1024 claims 100 GiB for --n 100, more than a node's share of this host's free disk)")
     ap.add_argument("--url", default=None, help="use this running platform instead of starting one")
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--base-port", type=int, default=18300)
@@ -430,7 +433,7 @@ def main() -> None:
                  "mem_total_kb": next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal")), None)},
         "params": {"n": args.n, "serial_n": serial_n, "concurrency": args.concurrency, "nodes": args.nodes,
                    "environment": "busybox", "memory_mb": args.memory_mb, "cpu": args.cpu,
-                   "pids_limit": args.pids_limit, "own_platform": own},
+                   "pids_limit": args.pids_limit, "disk_mb": args.disk_mb, "own_platform": own},
     }
     profilers: list[subprocess.Popen] = []
     try:
@@ -448,7 +451,7 @@ def main() -> None:
         print(f"corral: serial {serial_n}, then {args.n} at concurrency {args.concurrency} ...", file=sys.stderr)
         t = time.perf_counter()
         result["corral"] = asyncio.run(corral_phases(url, key, args.n, args.concurrency, args.memory_mb, serial_n,
-                                                    args.cpu, args.pids_limit))
+                                                    args.cpu, args.pids_limit, args.disk_mb))
         result["corral"]["phase_s"] = round(time.perf_counter() - t, 2)
         if profilers:
             stop_profilers(profilers)

@@ -49,6 +49,18 @@ end
 return out
 """
 
+# What a placement attempt reads, in one round trip (it was four: the record, the live node
+# ids, their hashes, the reservation). KEYS: sb:<id>, resv:<id>; ARGV: oldest live heartbeat.
+# Returns {record (flat HGETALL), reservation or '', node, used, node, used...}.
+_PLACEMENT_VIEW = """
+local out = {redis.call('HGETALL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
+for _, node in ipairs(redis.call('ZRANGEBYSCORE', 'nodes', ARGV[1], '+inf')) do
+  out[#out + 1] = redis.call('HGETALL', 'node:' .. node)
+  out[#out + 1] = redis.call('HGETALL', 'node:' .. node .. ':used')
+end
+return out
+"""
+
 # Why a pending sandbox waits (the scheduler found no room): only while it is still pending.
 _SET_WAITING_REASON = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then return 0 end
@@ -308,6 +320,38 @@ def cpu_milli(cpu: float) -> int:
     return max(1, int(round(cpu * 1000)))
 
 
+def _pairs(flat: list) -> dict:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _node_infos(rows: list[dict]) -> list[NodeInfo]:
+    """NodeInfo of each (node hash, used hash) pair in ``rows``; a node whose hash is gone is skipped."""
+    nodes = []
+    for info, used in zip(rows[::2], rows[1::2], strict=True):
+        if not info:
+            continue
+        nodes.append(NodeInfo(
+            node_id=info["node_id"], url=info["url"], cpu_milli=int(info["cpu_milli"]),
+            memory_mb=int(info["memory_mb"]), max_sandboxes=int(info["max_sandboxes"]),
+            heartbeat_at=float(info["heartbeat_at"]), used_cpu_milli=int(used.get("cpu_milli", 0)),
+            used_memory_mb=int(used.get("memory_mb", 0)), used_sandboxes=int(used.get("sandboxes", 0)),
+            backends=tuple(info["backends"].split(",")) if info.get("backends") else ("container",),
+            accelerator=info.get("accelerator", ""),
+            vm_memory_overhead_mb=int(info.get("vm_memory_overhead_mb") or DEFAULT_VM_MEMORY_OVERHEAD_MB),
+            pids=int(info["pids"]) if info.get("pids") else None, used_pids=int(used.get("pids", 0)),
+            disk_mb=int(info["disk_mb"]) if info.get("disk_mb") else None,
+            used_disk_mb=int(used.get("disk_mb", 0)),
+            memory=json.loads(info["memory"]) if info.get("memory") else None,
+        ))
+    return nodes
+
+
+class PlacementView(NamedTuple):
+    record: "SandboxRecord | None"
+    held: str | None  # the node holding its reservation
+    nodes: list[NodeInfo]  # live ones
+
+
 class StateStore:
     def __init__(self, redis: aioredis.Redis):
         self.redis = redis
@@ -317,6 +361,7 @@ class StateStore:
         self._restore = redis.register_script(_RESTORE)
         self._count = redis.register_script(_COUNT)
         self._set_waiting_reason = redis.register_script(_SET_WAITING_REASON)
+        self._placement_view = redis.register_script(_PLACEMENT_VIEW)
 
     @classmethod
     def from_url(cls, url: str, *, max_connections: int = 100, pool_timeout_s: float = 5.0) -> "StateStore":
@@ -492,24 +537,16 @@ class StateStore:
                 pipe.hgetall(f"node:{node_id}")
                 pipe.hgetall(f"node:{node_id}:used")
             rows = await pipe.execute()
-        nodes = []
-        for info, used in zip(rows[::2], rows[1::2]):
-            if not info:
-                continue
-            nodes.append(NodeInfo(
-                node_id=info["node_id"], url=info["url"], cpu_milli=int(info["cpu_milli"]),
-                memory_mb=int(info["memory_mb"]), max_sandboxes=int(info["max_sandboxes"]),
-                heartbeat_at=float(info["heartbeat_at"]), used_cpu_milli=int(used.get("cpu_milli", 0)),
-                used_memory_mb=int(used.get("memory_mb", 0)), used_sandboxes=int(used.get("sandboxes", 0)),
-                backends=tuple(info["backends"].split(",")) if info.get("backends") else ("container",),
-                accelerator=info.get("accelerator", ""),
-                vm_memory_overhead_mb=int(info.get("vm_memory_overhead_mb") or DEFAULT_VM_MEMORY_OVERHEAD_MB),
-                pids=int(info["pids"]) if info.get("pids") else None, used_pids=int(used.get("pids", 0)),
-                disk_mb=int(info["disk_mb"]) if info.get("disk_mb") else None,
-                used_disk_mb=int(used.get("disk_mb", 0)),
-                memory=json.loads(info["memory"]) if info.get("memory") else None,
-            ))
-        return nodes
+        return _node_infos(rows)
+
+    async def placement_view(self, sandbox_id: str, timeout_s: float) -> "PlacementView":
+        """The record, the sandbox's reservation (its node) and the live nodes, in one round trip."""
+        rows = await self._placement_view(keys=[_sandbox_key(sandbox_id), f"resv:{sandbox_id}"],
+                                          args=[time.time() - timeout_s])
+        record, held = rows[0], rows[1]
+        return PlacementView(SandboxRecord.from_hash(_pairs(record)) if record else None,
+                             held.split("|", 1)[0] if held else None,
+                             _node_infos([_pairs(row) for row in rows[2:]]))
 
     async def live_nodes(self, timeout_s: float) -> list[NodeInfo]:
         ids = await self.redis.zrangebyscore("nodes", time.time() - timeout_s, "+inf")

@@ -225,3 +225,21 @@ async def test_listing_pages_in_id_order_with_a_filter_and_a_waiting_reason(stor
     assert (await store.get_sandbox(ids[0])).reason is None
     assert not await store.set_waiting_reason(ids[0], "late")
     assert (await store.get_sandbox(ids[0])).reason is None
+
+
+async def test_placement_view_reads_what_the_separate_reads_do(store):
+    """The scheduler's one-round-trip view equals get_sandbox + reservation_node + live_nodes,
+    and leaves out a node whose heartbeat is stale."""
+    spec = SandboxSpec(environment="e", memory_mb=100, cpu=0.1)
+    await store.heartbeat("n1", "http://n1", cpu_capacity=2, memory_mb=1000, max_sandboxes=10)
+    await store.heartbeat("n2", "http://n2", cpu_capacity=4, memory_mb=2000, max_sandboxes=20)
+    await store.heartbeat("n3", "http://n3", cpu_capacity=4, memory_mb=2000, max_sandboxes=20)
+    await store.redis.zadd("nodes", {"n3": 0})  # stale
+    await store.create_sandbox("sb-v", "t1", spec)
+    view = await store.placement_view("sb-v", 10)
+    assert view.record == await store.get_sandbox("sb-v") and view.held is None
+    assert view.nodes == await store.live_nodes(10) and {n.node_id for n in view.nodes} == {"n1", "n2"}
+    assert await store.reserve("n2", "sb-v", spec, 10) == "n2"
+    view = await store.placement_view("sb-v", 10)
+    assert view.held == "n2" and next(n for n in view.nodes if n.node_id == "n2").used_memory_mb == 100
+    assert await store.placement_view("sb-gone", 10) == (None, None, view.nodes)

@@ -46,7 +46,8 @@ class Placer:
     async def try_place(self, event: SandboxRequested) -> bool:
         """One placement attempt; True when the request needs no more work."""
         started = time.perf_counter()
-        record = await self.store.get_sandbox(event.sandbox_id)
+        timeout = self.settings.heartbeat_timeout_s
+        record, held, nodes = await self.store.placement_view(event.sandbox_id, timeout)
         if record is None or record.state in TERMINAL_STATES:
             return True
         if record.delete_requested and record.state is SandboxState.pending:
@@ -59,8 +60,6 @@ class Placer:
                 await self._publish_place(event, record.node_id)
             return True
 
-        timeout = self.settings.heartbeat_timeout_s
-        nodes = await self.store.live_nodes(timeout)
         required = event.node_id or record.required_node
         if required:
             nodes = [n for n in nodes if n.node_id == required]
@@ -71,7 +70,6 @@ class Placer:
                 metrics.failed(FailureReason.required_node_unavailable.value, event.spec.backend,
                                time.perf_counter() - started)
                 return True
-        held = await self.store.reservation_node(event.sandbox_id)
         ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(
             nodes, event.spec, self.settings.placement_strategy, self.settings.placement_measured_memory_reserve_mb)
         if not held and len(ranked) > 1 and self.environments is not None:
