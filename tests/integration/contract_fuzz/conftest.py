@@ -155,6 +155,7 @@ def fuzz_platform(service_urls, tmp_path_factory):
     from corral_image_service.settings import ImageServiceSettings
     from corral_node_agent.app import create_app as create_node
     from corral_node_agent.backends.fake import FakeBackend
+    from corral_node_agent.fncall.settings import FncallNodeSettings
     from corral_node_agent.settings import NodeAgentSettings
     from corral_scheduler.app import create_app as create_scheduler
     from corral_scheduler.settings import SchedulerSettings
@@ -178,7 +179,9 @@ def fuzz_platform(service_urls, tmp_path_factory):
         node_port = free_port()
         node = create_node(NodeAgentSettings(**common, node_id=node_id, port=node_port, disk_capacity_mb=100_000,
                                              state_dir=str(tmp / "node"), layer_mode="eager",
-                                             capacity_registry_dir=str(tmp / "capacity"), adopt_on_start=False),
+                                             capacity_registry_dir=str(tmp / "capacity"), adopt_on_start=False,
+                                             # The stub worker answers fncall: no warm pools polling for a judge tree.
+                                             fncall=FncallNodeSettings(enabled=False)),
                            backends=(backend := FakeBackend()))
         api = create_api(ApiSettings(**common, database_url=f"sqlite:///{tmp}/api.db", keys=f"{TENANT}:{API_KEY},other:{OTHER_KEY},{INPUTS_TENANT}:{INPUTS_KEY}",
                                      max_wait_s=0.5))

@@ -113,7 +113,33 @@ def test_a_crashed_agents_claim_frees_itself_once_its_sandbox_dir_is_gone(tmp_pa
     old = time.time() - CLAIM_GRACE_S - 1
     for r in (gone, live):
         os.utime(tmp_path / "registry" / str(r.host_base), (old, old))
-    assert fresh.acquire(_owner(tmp_path, "y")) == gone
+    # An agent that has not looked at these claims lately (fresh skips them for FOREIGN_RECHECK_S).
+    assert UidRanges(_settings(tmp_path, "n3", container_uid_base=1 << 30)).acquire(_owner(tmp_path, "y")) == gone
+
+
+def test_another_agents_claims_are_not_read_again_on_every_acquire(tmp_path, monkeypatch):
+    # Two agents whose walks cross (node-1 and node-2's derived starts are 390 ranges apart):
+    # each acquire must not re-read every claim of the other, or a create costs O(sandboxes).
+    other = UidRanges(_settings(tmp_path, "other", container_uid_base=1 << 30))
+    theirs = [other.acquire(_owner(tmp_path, f"o{i}")) for i in range(20)]
+    pool = UidRanges(_settings(tmp_path, "mine", container_uid_base=1 << 30))
+    reads = []
+    real_stale = UidRanges._stale
+    monkeypatch.setattr(UidRanges, "_stale", lambda self, path, owner: reads.append(path) or real_stale(self, path, owner))
+    mine = [pool.acquire(_owner(tmp_path, f"m{i}")) for i in range(10)]
+    assert len(reads) == 20  # the first walk looked at each of theirs once, the next nine at none
+    assert {r.host_base for r in mine}.isdisjoint(r.host_base for r in theirs)
+
+
+def test_a_range_another_agent_gave_back_is_found_when_nothing_else_is_free(tmp_path):
+    other = UidRanges(_settings(tmp_path, "other", container_uid_base=1 << 30, max_sandboxes=2))
+    pool = UidRanges(_settings(tmp_path, "mine", container_uid_base=1 << 30, max_sandboxes=2))
+    theirs = other.acquire(_owner(tmp_path, "o"))
+    mine = pool.acquire(_owner(tmp_path, "m"))  # walks past theirs and remembers it
+    other.release(theirs)
+    assert pool.acquire(_owner(tmp_path, "m2")) == theirs != mine
+    with pytest.raises(Unavailable):
+        pool.acquire(_owner(tmp_path, "m3"))
 
 
 def test_settings_that_cannot_work_are_refused(tmp_path):

@@ -63,6 +63,12 @@ DERIVED_FIRST = 1 << 28
 DERIVED_RANGES = ((1 << 31) - DERIVED_FIRST) // RANGE_SIZE
 # A claim whose sandbox directory does not exist yet is being created: not stale before this.
 CLAIM_GRACE_S = 60.0
+# How long a range seen held by another live sandbox (another agent's) is skipped without looking
+# at its claim file again. Two agents' derived starts may lie close (node-1 and node-2: 390 ranges
+# apart), so one agent's walk crosses the other's claims; checking each claim's file on every
+# acquire made each create O(sandboxes on the host) in syscalls, on the agent's event loop and
+# under the host-wide lock: at ~2,300 sandboxes per node a node-agent's heartbeat went 10 s late.
+FOREIGN_RECHECK_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,7 @@ class UidRanges:
                 raise ValueError("container_uid_base leaves no room for max_sandboxes ranges below 2^32")
         self.registry = settings.uid_registry_dir
         self._held: dict[int, str] = {}  # host_base -> owner (the sandbox's directory)
+        self._foreign: dict[int, float] = {}  # host_base -> when it was last seen held by another
         self._boot = ""
 
     # ---- the registry -------------------------------------------------------------------
@@ -244,15 +251,21 @@ class UidRanges:
 
     def acquire(self, owner: str) -> IdRange:
         """A free range for the sandbox in directory ``owner`` (Unavailable when none is)."""
+        now = time.monotonic()
         with self._locked():
-            for k in range(self.count):
-                i = (self.start + k) % self.count
-                host_base = self.first + i * RANGE_SIZE
-                if host_base in self._held:
-                    continue
-                if self._write_claim(host_base, owner, replace=False):
-                    self._held[host_base] = owner
-                    return IdRange(host_base)
+            for recheck in (False, True):  # a second walk looks again at every claim of another
+                for k in range(self.count):
+                    i = (self.start + k) % self.count
+                    host_base = self.first + i * RANGE_SIZE
+                    if host_base in self._held:
+                        continue
+                    if not recheck and now - self._foreign.get(host_base, -FOREIGN_RECHECK_S) < FOREIGN_RECHECK_S:
+                        continue
+                    if self._write_claim(host_base, owner, replace=False):
+                        self._foreign.pop(host_base, None)
+                        self._held[host_base] = owner
+                        return IdRange(host_base)
+                    self._foreign[host_base] = now
         raise Unavailable(f"no free uid range on this node (all {self.count} are in use)")
 
     def claim(self, ids: IdRange, owner: str) -> None:
