@@ -312,8 +312,11 @@ async def checkpoint(corral, args, state: str, count: int, ids: list[str], base_
     # exec in sandboxes spread over every batch, one at a time
     sample = random.Random(count).sample(ids, min(args.exec_samples, len(ids)))
     exec_ms = []
-    for sid in sample:
+    for sid in list(sample):
         sb = await corral.sandboxes.get(sid)
+        if sb.state != "running":  # the checkpoint after a batch that did not all run
+            sample.remove(sid)
+            continue
         t = time.perf_counter()
         r = await sb.exec(["true"])
         exec_ms.append((time.perf_counter() - t) * 1000)
