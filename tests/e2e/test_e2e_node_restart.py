@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.conftest import HEARTBEAT_TIMEOUT_S, agent_pid, leftovers
+from tests.live_platform import fncall_ready
 from tests.polling import until_sync
 
 NODE = "node-1"
@@ -177,3 +178,7 @@ def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(p
             break
     else:
         raise AssertionError("no sandbox landed on node-1")
+    # Known gap: node-1's fncall pools run on the judge layer the killed server served, and they do
+    # not remount it on a new server; a restarted agent does. Leave the shared platform whole.
+    _restart_agent(platform)
+    fncall_ready(platform)
