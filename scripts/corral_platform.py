@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -104,15 +105,43 @@ def _secret(path: Path) -> str:
     return path.read_text().strip()
 
 
+def _running(name: str, state: Path) -> int | None:
+    """The pid of this state dir's ``name`` when it is still running."""
+    pid_file = state / "run" / f"{name}.pid"
+    if not pid_file.exists():
+        return None
+    pid = int(pid_file.read_text())
+    return pid if _alive(pid) else None
+
+
+def port_taken(port: int) -> bool:
+    """Whether something already holds ``port`` where the services listen (127.0.0.1, or any address)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def check_ports_free(wanted: dict[str, int], state: Path) -> None:
+    """Fail before starting anything when a port a service needs is held by another process:
+    otherwise the service exits on its bind error while the other process (another platform,
+    say) answers its /healthz, and `up` reports a platform that is not this one."""
+    taken = [f"{name} needs port {port}" for name, port in wanted.items()
+             if _running(name, state) is None and port_taken(port)]
+    if taken:
+        raise SystemExit("cannot start: " + "; ".join(taken) + " but another process listens there. Stop it "
+                         "(another platform? `make down`, or scripts/corral_platform.py down --state-dir ITS_DIR), "
+                         "or choose other ports (--base-port).")
+
+
 def _start(name: str, module: list[str], env: dict[str, str], state: Path) -> int:
     pid_file = state / "run" / f"{name}.pid"
-    if pid_file.exists():
-        pid = int(pid_file.read_text())
-        try:
-            os.kill(pid, 0)
-            return pid  # already running
-        except ProcessLookupError:
-            pass
+    running = _running(name, state)
+    if running is not None:
+        return running
     log = open(state / "logs" / f"{name}.log", "ab")
     proc = subprocess.Popen([PYTHON, "-m", *module], env=env, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True, cwd=state)
@@ -182,6 +211,8 @@ def up(args: argparse.Namespace) -> dict:
             "CORRAL_NODE_STATE_DIR": str(state / "nodes" / node_id), **_node_capacity_env(args),
             "CORRAL_NODE_DISK_CAPACITY_MB": _node_disk_mb(state, args.nodes),
         })
+    check_ports_free({name: int(extra.get("CORRAL_NODE_PORT") or ports[name]) for name, (_, extra) in services.items()},
+                     state)
     urls = {}
     for name, (module, extra) in services.items():
         _start(name, module, {**env, **extra}, state)
