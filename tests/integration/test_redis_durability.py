@@ -193,6 +193,10 @@ async def platform(redis_server, amqp_url):
         shutil.rmtree(work, ignore_errors=True)
 
 
+async def quota_used(p: Platform, tenant: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (await p.redis.hgetall(f"quota:used:{tenant}")).items()}
+
+
 def counter(name: str, **labels: str) -> float:
     """A node-agent metric's value now (0 before its first increment)."""
     from prometheus_client import REGISTRY
@@ -272,11 +276,19 @@ async def test_a_redis_restarted_without_its_data_gets_every_sandbox_back_from_i
     # (the paused one was registered paused; assert_all_there resumes it)
     await assert_all_there(p, boxes, before)
     assert registered(p.node_id, "restored") - counted == 3
+    # Its tenant's quota ledger counts them again (else the tenant could run 3 more than its quota).
+    assert await quota_used(p, "durable") == {"sandboxes": 3, "cpu_milli": 600, "memory_mb": 192, "disk_mb": 192}
     # What was registered again lives its normal life: deleted, it ends and leaves nothing.
     for box in boxes:
         deleted = await p.api.delete(f"/v1/sandboxes/{box['id']}", params={"wait": True})
         assert deleted.json()["state"] == "terminated", deleted.text
     assert await p.crun_ids() == set()
+
+    async def given_back() -> bool:
+        return (await quota_used(p, "durable"))["sandboxes"] == 0
+
+    await until(given_back, what="the tenant's quota given back")
+    assert await quota_used(p, "durable") == {"sandboxes": 0, "cpu_milli": 0, "memory_mb": 0, "disk_mb": 0}
     view = await p.node_view()
     assert view["members"] == set() and view["used"]["sandboxes"] == 0 and view["used"]["memory_mb"] == 0
 

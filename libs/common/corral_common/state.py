@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
+from corral_common.quota_ledger import COUNT_ENTRY_LUA, ledger_keys
 from corral_common.redis_client import connect
 from corral_common.sandboxes import (
     ALLOWED_TRANSITIONS,
@@ -142,17 +143,24 @@ return 1
 
 
 # A node-agent re-registers a sandbox it runs (after Redis lost it). KEYS: sb:<id>,
-# node:<node>:used, resv:<id>, sb:node:<node>, node:<node>:lost; ARGV: id, node, cpu, mem,
-# pids, disk, then the record's field/value pairs. Returns {outcome, detail}: see RestoreOutcome.
-_RESTORE = _TAKE + """
+# node:<node>:used, resv:<id>, sb:node:<node>, node:<node>:lost, the tenant's quota ledger
+# (used, entries); ARGV: id, node, cpu, mem, pids, disk, its quota size (cpu_milli, memory_mb,
+# disk_mb), the time, then the record's field/value pairs. Returns {outcome, detail}: see
+# RestoreOutcome. A record written again is counted in its tenant's quota ledger under its own
+# id, unless its job's entry is there (a job admitted again counts it already).
+_RESTORE = _TAKE + COUNT_ENTRY_LUA + """
 local state = redis.call('HGET', KEYS[1], 'state')
 local outcome = 'kept'
 if not state then
   -- The reaper declared this node lost (and failed what it held): its records ended, even
   -- once they expire. Only a Redis that lost its data has neither record nor tombstone.
   if redis.call('EXISTS', KEYS[5]) == 1 then return {'lost', ''} end
-  for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+  for i = 11, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
   outcome = 'restored'
+  local job = redis.call('HGET', KEYS[1], 'job_id') or ''
+  if redis.call('HEXISTS', KEYS[7], ARGV[1]) == 0 and (job == '' or redis.call('HEXISTS', KEYS[7], job) == 0) then
+    count_entry(KEYS[6], KEYS[7], ARGV[1], 1, ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+  end
 elseif state == 'terminated' or state == 'failed' then
   return {'ended', state}
 else
@@ -162,7 +170,7 @@ else
     -- A record re-created meanwhile (a job re-submitted) or one whose start went unrecorded:
     -- the node says where it runs and how.
     local own = {state = true, node_id = true, started_at = true, runtime = true, updated_at = true}
-    for i = 7, #ARGV, 2 do
+    for i = 11, #ARGV, 2 do
       if own[ARGV[i]] then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
     end
     outcome = 'updated'
@@ -593,15 +601,18 @@ class StateStore:
         from its own disk) after Redis lost it; idempotent. Writes the record if there is none,
         takes its reservation (the same one ``reserve`` makes, ``memory_mb`` by default the
         spec's; never refused: it runs already) and puts it in its tenant's, node's and job's
-        sets. An existing record is never overwritten, only told where a not yet running one runs."""
+        sets. An existing record is never overwritten, only told where a not yet running one runs.
+        A record written again is counted in its tenant's quota ledger (quota_ledger.py)."""
         assert record.node_id, "a restored sandbox runs on a node"
         spec, node = record.spec, record.node_id
         argv: list[str | int] = [record.id, node, cpu_milli(spec.cpu), spec.memory_mb if memory_mb is None else memory_mb,
-                                 reserved_pids(spec.backend, spec.pids_limit), spec.disk_mb]
+                                 reserved_pids(spec.backend, spec.pids_limit), spec.disk_mb,
+                                 cpu_milli(spec.cpu), spec.memory_mb, spec.disk_mb, repr(time.time())]
         for key, value in record.to_hash().items():
             argv += [key, value]
         outcome, _ = await self._restore(keys=[_sandbox_key(record.id), f"node:{node}:used", f"resv:{record.id}",
-                                               f"sb:node:{node}", f"node:{node}:lost"], args=argv)
+                                               f"sb:node:{node}", f"node:{node}:lost", *ledger_keys(record.tenant)],
+                                         args=argv)
         return RestoreOutcome(outcome)
 
     async def reservation_node(self, sandbox_id: str) -> str | None:

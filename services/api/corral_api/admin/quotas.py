@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from redis import asyncio as aioredis
 
 from corral_common.errors import TooManyRequests
+from corral_common.quota_ledger import COUNT_ENTRY_LUA, LEDGER_FIELDS, ledger_keys
 from corral_common.state import cpu_milli
 
 QUOTA_KEYS = ("max_sandboxes", "max_cpu", "max_memory_mb", "max_disk_mb", "max_image_bytes", "max_fncall_per_s")
@@ -35,19 +36,18 @@ UNLIMITED = -1
 # limits of sandboxes, cpu_milli, memory_mb, disk_mb (-1: none), the time. Returns {0} admitted
 # (also when the entry is there already: a retried create), or {1, field, limit, used}. An
 # entry is n|cpu_milli|memory_mb|disk_mb|admitted-at.
-_ADMIT = """
+_ADMIT = COUNT_ENTRY_LUA + """
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {0} end
 local n = tonumber(ARGV[2])
 local ask = {n, n * tonumber(ARGV[3]), n * tonumber(ARGV[4]), n * tonumber(ARGV[5])}
-local fields = {'sandboxes', 'cpu_milli', 'memory_mb', 'disk_mb'}
+local fields = {'sandboxes', 'cpu_milli', 'memory_mb', 'disk_mb'}  -- LEDGER_FIELDS
 local used = redis.call('HMGET', KEYS[1], unpack(fields))
 for i = 1, 4 do
   local limit = tonumber(ARGV[5 + i])
   local have = tonumber(used[i] or '0')
   if limit >= 0 and have + ask[i] > limit then return {1, fields[i], limit, have} end
 end
-for i = 1, 4 do redis.call('HINCRBY', KEYS[1], fields[i], ask[i]) end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[5] .. '|' .. ARGV[10])
+count_entry(KEYS[1], KEYS[2], ARGV[1], n, ARGV[3], ARGV[4], ARGV[5], ARGV[10])
 return {0}
 """
 
@@ -149,7 +149,7 @@ class QuotaLedger:
 
     @staticmethod
     def _keys(tenant: str) -> list[str]:
-        return [f"quota:used:{tenant}", f"quota:entries:{tenant}"]
+        return ledger_keys(tenant)
 
     async def admit(self, tenant: str, entry: str, demand: Demand, quotas: dict, loc: list) -> None:
         """Count ``demand`` under ``entry``, or raise the 429 of the first quota it would pass."""
@@ -157,7 +157,7 @@ class QuotaLedger:
         if int(out[0]) == 0:
             return
         field = out[1].decode() if isinstance(out[1], bytes) else out[1]
-        ask = dict(zip(("sandboxes", "cpu_milli", "memory_mb", "disk_mb"),
+        ask = dict(zip(LEDGER_FIELDS,
                        (demand.count, demand.count * cpu_milli(demand.cpu), demand.count * demand.memory_mb,
                         demand.count * demand.disk_mb), strict=True))[field]
         quota, limit, used = _FIELD_QUOTA[field], reported(field, int(out[2])), reported(field, int(out[3]))

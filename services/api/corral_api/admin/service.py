@@ -79,14 +79,15 @@ class TenantQuotas:
         for entry, (_, admitted_at) in (await self.ledger.entries(tenant)).items():
             if now - admitted_at < RECONCILE_MIN_AGE_S:
                 continue
-            if entry.startswith("job-"):
+            state = await redis.hget(f"sb:{entry}", "state")
+            state = state.decode() if isinstance(state, bytes) else state
+            # A job's entry (a job sandbox's own entry, "job-…-N", has a record: see release()).
+            if state is None and entry.startswith("job-"):
                 job = await redis.hmget(f"job:{entry}", "deleted")
                 gone = job[0] is None and not await redis.exists(f"job:{entry}")
                 if gone or job[0] in (b"1", "1"):
                     given += await self.ledger.release(tenant, entry)
                 continue
-            state = await redis.hget(f"sb:{entry}", "state")
-            state = state.decode() if isinstance(state, bytes) else state
             if state is None or SandboxState(state) in TERMINAL_STATES:
                 given += await self.ledger.release(tenant, entry)
         if given:
@@ -96,10 +97,11 @@ class TenantQuotas:
     async def release(self, record: SandboxRecord) -> None:
         """A sandbox ended: give its share back (to its job's entry when a job made it)."""
         job = record.spec.labels.get("job")
-        if job and record.id.startswith(f"{job}-"):
-            await self.ledger.release(record.tenant, job, record.id)
-        else:
-            await self.ledger.release(record.tenant, record.id)
+        if job and record.id.startswith(f"{job}-") and await self.ledger.release(record.tenant, job, record.id):
+            return
+        # Its own entry: not a job's, or a job's that a node registered again after Redis lost
+        # the job's entry (StateStore.restore_sandbox counts it under its own id).
+        await self.ledger.release(record.tenant, record.id)
 
     async def drop(self, tenant: str, entry: str) -> None:
         await self.ledger.release(tenant, entry)
