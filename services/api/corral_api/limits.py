@@ -12,12 +12,19 @@ no more than its 429s.
 The check runs before any route work (an ASGI middleware, which also sees a streamed answer
 to its end): the tenant comes from the API key with the same cached lookup as
 ``auth.dependencies.current_tenant``; a request without a valid key goes on to its 401.
+Requests that name their tenant another way (an E2B envd or traffic token, a SWE-ReX
+runtime's token, SandboxFusion's key in the path) take their slot where that credential is
+checked (``claim_tenant_slot``), and the middleware gives it back when the request ends, so no
+route is outside the budget. WebSockets hold a slot while they are open: a tenant opening
+sockets without end (each one an fd in the api and the node-agent) is refused like a burst of
+requests (close code 1013, try again later).
 """
 
 from collections import Counter
 
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -25,6 +32,10 @@ from corral_common.errors import TooManyRequests
 
 # Where the middleware leaves (key, principal) for auth.dependencies.current_principal.
 AUTHENTICATED_SCOPE_KEY = "corral.principal"
+# Where it leaves the request's TenantSlot.
+TENANT_SLOT_SCOPE_KEY = "corral.tenant_slot"
+# WebSocket close code "try again later" (RFC 6455 registry).
+WS_TRY_AGAIN_LATER = 1013
 
 
 class TenantLimiter:
@@ -47,6 +58,41 @@ class TenantLimiter:
         return self._inflight[tenant]
 
 
+class TenantSlot:
+    """One request's place in its tenant's in-flight budget, taken at most once."""
+
+    def __init__(self, limiter: TenantLimiter):
+        self.limiter = limiter
+        self.tenant: str | None = None
+
+    def claim(self, tenant: str) -> bool:
+        if self.tenant is not None:
+            return True  # it holds one already (its API key's)
+        if not self.limiter.try_acquire(tenant):
+            return False
+        self.tenant = tenant
+        return True
+
+    def release(self) -> None:
+        if self.tenant is not None:
+            self.limiter.release(self.tenant)
+            self.tenant = None
+
+
+def over_limit(tenant: str, limiter: TenantLimiter) -> TooManyRequests:
+    return TooManyRequests(f"tenant {tenant!r} already has {limiter.limit} requests in flight on this "
+                           "api replica (tenant_max_inflight); retry after the Retry-After seconds",
+                           code="tenant_concurrency_limit")
+
+
+def claim_tenant_slot(conn: HTTPConnection, tenant: str) -> None:
+    """Count this request against ``tenant``'s budget (the route learnt its tenant from a
+    credential other than an API key); 429 when the tenant is at its limit."""
+    slot: TenantSlot | None = conn.scope.get(TENANT_SLOT_SCOPE_KEY)
+    if slot is not None and not slot.claim(tenant):
+        raise over_limit(tenant, slot.limiter)
+
+
 def api_key_of(headers: Headers) -> str | None:
     """The request's API key: ``Authorization: Bearer <key>`` (as FastAPI's HTTPBearer reads it) or ``X-API-Key``."""
     scheme, credentials = get_authorization_scheme_param(headers.get("authorization"))
@@ -56,15 +102,19 @@ def api_key_of(headers: Headers) -> str | None:
 
 
 class TenantConcurrencyMiddleware:
-    """Holds one of the tenant's slots (``app.state.tenant_limiter``) while its request runs."""
+    """Holds one of the tenant's slots (``app.state.tenant_limiter``) while its request or
+    WebSocket runs."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        state = scope["app"].state if scope["type"] == "http" and "app" in scope else None
+        state = scope["app"].state if scope["type"] in ("http", "websocket") and "app" in scope else None
         limiter: TenantLimiter | None = getattr(state, "tenant_limiter", None)
-        key = api_key_of(Headers(scope=scope)) if limiter is not None else None
+        if limiter is None:
+            await self.app(scope, receive, send)
+            return
+        key = api_key_of(Headers(scope=scope))
         try:
             principal = await state.api_keys.authenticate(key) if key else None
             tenant = principal.tenant if principal else None
@@ -72,16 +122,16 @@ class TenantConcurrencyMiddleware:
                 scope[AUTHENTICATED_SCOPE_KEY] = (key, principal)
         except Exception:  # noqa: BLE001 - the route's own auth meets the same error, inside the error handlers
             tenant = None
-        if tenant is None:
-            await self.app(scope, receive, send)
-            return
-        if not limiter.try_acquire(tenant):
-            error = TooManyRequests(f"tenant {tenant!r} already has {limiter.limit} requests in flight on this "
-                                    "api replica (tenant_max_inflight); retry after the Retry-After seconds",
-                                    code="tenant_concurrency_limit")
+        slot = scope[TENANT_SLOT_SCOPE_KEY] = TenantSlot(limiter)
+        if tenant is not None and not slot.claim(tenant):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": WS_TRY_AGAIN_LATER,
+                            "reason": f"tenant {tenant!r} is at tenant_max_inflight"})
+                return
+            error = over_limit(tenant, limiter)
             await JSONResponse(error.to_body(), status_code=429, headers=error.response_headers())(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)
         finally:
-            limiter.release(tenant)
+            slot.release()

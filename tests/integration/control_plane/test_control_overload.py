@@ -218,6 +218,30 @@ async def test_a_redis_pool_with_no_free_connection_is_a_503_not_a_500(redis_url
             assert (await http.get("/v1/sandboxes")).status_code == 200  # the pool is free again
 
 
+async def test_a_runtime_token_counts_against_its_tenants_budget(plane):
+    """A SWE-ReX runtime's token (not an API key) names the tenant: its calls share the tenant's
+    in-flight budget, so a tenant cannot go around tenant_max_inflight through a compatibility
+    surface (each call holds a connection to a node-agent, shared by every tenant)."""
+    async with httpx.AsyncClient(base_url=plane.urls["api"], timeout=60) as http:
+        sandbox = await running_sandbox(http, "tenant-a")
+        issued = await http.post(f"/v1/sandboxes/{sandbox}/swerex-token", headers=bearer("tenant-a"))
+        assert issued.status_code == 201, issued.text
+        runtime = {"X-API-Key": issued.json()["token"]}
+        assert (await http.get(f"/v1/sandboxes/{sandbox}/swerex/is_alive", headers=runtime)).status_code == 200
+        plane.backend.held = sandbox
+        held = [asyncio.create_task(http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "true"},
+                                              headers=bearer("tenant-a"))) for _ in range(TENANT_MAX_INFLIGHT)]
+        limiter = plane.api.state.tenant_limiter
+        await until(lambda: limiter.inflight("tenant-a") == TENANT_MAX_INFLIGHT, timeout_s=60,
+                    what="tenant A's execs to hold every slot it may")
+        refused = await http.get(f"/v1/sandboxes/{sandbox}/swerex/is_alive", headers=runtime)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "tenant_concurrency_limit", refused.text
+        plane.backend.release.set()
+        assert {r.status_code for r in await asyncio.gather(*held)} == {200}
+        assert (await http.get(f"/v1/sandboxes/{sandbox}/swerex/is_alive", headers=runtime)).status_code == 200
+        assert limiter.inflight("tenant-a") == 0
+
+
 async def test_the_pool_to_node_agents_waits_a_bounded_time(plane):
     async with httpx.AsyncClient(base_url=plane.urls["api"], timeout=30) as http:
         sandbox = await running_sandbox(http, "tenant-a")

@@ -22,6 +22,7 @@ from corral_api.compat.e2b.connect import ConnectError
 from corral_api.compat.e2b.errors import E2bError, SandboxGone
 from corral_api.compat.e2b.processes import ProcessTable, RunningProcess, events
 from corral_api.compat.e2b.repository import E2bRecord, E2bRepository
+from corral_api.limits import claim_tenant_slot
 from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import CorralError, NotFound
@@ -103,6 +104,7 @@ async def resolve(request: HTTPConnection, query_user: str | None = None, *, all
         log.info("e2b.envd_refused", sandbox_id=sandbox_id, path=request.url.path,
                  why="deleted" if corral.delete_requested else corral.state.value)
         raise SandboxGone(sandbox_id)
+    claim_tenant_slot(request, record.tenant)  # its token, not an API key, named the tenant
     return Envd(sandbox_id, record.tenant, user_of(request, query_user))
 
 

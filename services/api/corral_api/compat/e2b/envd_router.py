@@ -25,9 +25,10 @@ from corral_api.compat.e2b.envd import (
 from corral_api.compat.e2b.errors import E2bError, E2bRoute
 from corral_api.compat.e2b.ingress import PREFIX
 from corral_api.compat.e2b.processes import UNLIMITED_S
+from corral_api.limits import WS_TRY_AGAIN_LATER
 from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.router import ingress_response
-from corral_common.errors import CorralError, NotFound
+from corral_common.errors import CorralError, NotFound, TooManyRequests
 from corral_common.ws_relay import relay
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False, tags=["e2b envd"])
@@ -141,6 +142,9 @@ async def port_ingress_ws(websocket: WebSocket, port: str, path: str) -> None:
         call = await resolve(websocket, allow_traffic=True)
     except E2bError as exc:
         await websocket.close(code=1008, reason=exc.message[:120])
+        return
+    except TooManyRequests as exc:
+        await websocket.close(code=WS_TRY_AGAIN_LATER, reason=exc.message[:120])
         return
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         await websocket.close(code=1008, reason=f"E2b-Sandbox-Port: {port!r} is not a port")

@@ -11,6 +11,7 @@ from corral_api.compat.sandboxfusion.schemas import RunCodeRequest, RunCodeRespo
 from corral_api.compat.sandboxfusion.service import run_code as run_code_call
 from corral_api.fncall.router import LimitedBodyRoute, take_fncall_quota
 from corral_api.fncall.service import FncallService
+from corral_api.limits import claim_tenant_slot
 from corral_common.errors import ERROR_RESPONSES, Unauthorized
 
 
@@ -26,6 +27,7 @@ async def keyed_tenant(api_key: str, request: Request) -> str:
     tenant = principal.tenant if principal else None
     if tenant is None:
         raise Unauthorized("invalid API key", loc=["path", "api_key"])
+    claim_tenant_slot(request, tenant)  # a key in the path: the middleware did not see it
     return tenant
 
 

@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from corral_api.compat.sandboxfusion.schemas import RunCodeRequest, RunCodeResponse
 from corral_api.compat.sandboxfusion.service import run_code
 from corral_api.fncall.router import LimitedBodyRoute, take_fncall_quota
+from corral_api.limits import TenantConcurrencyMiddleware, claim_tenant_slot
 from corral_common.errors import install_error_handlers
 from corral_common.logging import get_logger
 
@@ -29,9 +30,11 @@ def create_app(main: FastAPI, tenant: str) -> FastAPI:
     app.state = main.state
     app.router.route_class = LimitedBodyRoute
     install_error_handlers(app)
+    app.add_middleware(TenantConcurrencyMiddleware)  # the tenant's in-flight budget, as on the main port
 
     @app.post("/run_code", response_model=RunCodeResponse)
     async def run_code_route(body: RunCodeRequest, request: Request) -> RunCodeResponse:
+        claim_tenant_slot(request, tenant)
         await take_fncall_quota(request, tenant, 1, ["body"])  # the tenant's max_fncall_per_s
         response = await run_code(body, getattr(request.app.state, "fncall", None))
         log.debug("sandboxfusion.run_code", tenant=tenant, language=body.language, status=response.status.value)

@@ -26,6 +26,7 @@ from corral_api.compat.swerex.schemas import (
     WriteFileRequest,
 )
 from corral_api.compat.swerex.service import SwerexError, SwerexService
+from corral_api.limits import claim_tenant_slot
 from corral_api.rollouts.models import RolloutRow
 from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge, Unprocessable
 from corral_common.inputs import storable_text
@@ -41,9 +42,11 @@ async def swerex_service(request: Request) -> SwerexService:
 Service = Annotated[SwerexService, Depends(swerex_service)]
 
 
-async def runtime(sandbox_id: str, service: Service,
+async def runtime(sandbox_id: str, service: Service, request: Request,
                   x_api_key: Annotated[str | None, Header()] = None) -> RolloutRow:
-    return await service.authenticate(sandbox_id, x_api_key)
+    row = await service.authenticate(sandbox_id, x_api_key)
+    claim_tenant_slot(request, row.tenant)  # the runtime's token, not an API key, named the tenant
+    return row
 
 
 Runtime = Annotated[RolloutRow, Depends(runtime)]
