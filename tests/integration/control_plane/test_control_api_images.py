@@ -196,6 +196,18 @@ async def test_bad_tars_are_refused_and_leave_nothing(plane, case):
     assert not Path("/escape").exists()
 
 
+async def test_a_tar_of_too_many_entries_is_refused(plane, monkeypatch):
+    """Empty files cost the byte limit nothing but each keeps a header in memory: capped."""
+    from corral_image_service.layers import tarsafe
+
+    monkeypatch.setattr(tarsafe, "MAX_TAR_ENTRIES", 50)
+    before = plane.blobs()
+    r = await plane.upload("alpha", tar_with(*[member(f"empty/{i}", b"") for i in range(60)]), name="many", version="1")
+    assert r.status_code == 413 and r.json()["error"]["code"] == "layer_too_large", r.text
+    assert "more than 50 entries" in r.json()["error"]["message"]
+    assert plane.blobs() == before and plane.tmp_litter() == []
+
+
 async def test_import_through_the_api(plane, tmp_path):
     from tests.integration.image_service import oci_images as oci
 

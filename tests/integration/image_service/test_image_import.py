@@ -253,3 +253,18 @@ def test_an_import_cut_short_by_a_restart_says_so(data_dir):
         job = client.get("/v1/imports/imp-cut", params={"owner": "acme"}).json()
         assert job["state"] == "failed" and job["error"]["code"] == "interrupted" and job["error"]["status"] == 503
         assert client.get("/v1/imports/imp-cut", params={"owner": "other"}).status_code == 404
+
+
+def test_an_image_of_too_many_entries_is_refused(client, data_dir, image, tmp_path, monkeypatch):
+    """A layer of a great many empty files (a few MB compressed, nothing for the byte budget)
+    would keep every tar header in the image-service's memory: entries are capped per image."""
+    from corral_image_service.layers import tarsafe
+
+    layout = oci.copy_layout(image, tmp_path / "L")
+    oci.append_layer(layout, [oci.member(f"opt/empty/{i}", b"") for i in range(400)])
+    monkeypatch.setattr(tarsafe, "MAX_TAR_ENTRIES", 300)
+    r = do_import(client, oci.tar_dir(layout, tmp_path / "many.tar").read_bytes(), environment="many")
+    assert r.status_code == 413 and r.json()["error"]["code"] == "image_too_large", r.text
+    assert "more than 300 entries" in r.json()["error"]["message"]
+    assert client.get("/v1/environments/many").status_code == 404
+    assert [p for p in os.listdir(data_dir / "tmp")] == []

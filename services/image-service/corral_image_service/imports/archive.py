@@ -30,6 +30,12 @@ LAYER_TYPES = {
 MAX_JSON = 4 * 1024 * 1024
 
 
+# An OCI layout or docker-archive holds its index, manifests, configs and layer blobs: a few
+# files per layer (127 layers at most in Docker). Past this it is something else, and tarfile
+# keeps every header in memory.
+MAX_ARCHIVE_ENTRIES = 10_000
+
+
 def bad(message: str, code: str = "invalid_image", *loc: str | int) -> Unprocessable:
     return Unprocessable(message, loc=["body", *loc], code=code)
 
@@ -61,7 +67,10 @@ class _Source:
             return
         try:
             self.tar = tarfile.open(path, "r:*")
-            for member in self.tar.getmembers():
+            for member in self.tar:  # an image archive holds a few files per layer
+                if len(self.members) >= MAX_ARCHIVE_ENTRIES:
+                    raise bad(f"the archive has more than {MAX_ARCHIVE_ENTRIES} entries: not an image archive",
+                              "invalid_image")
                 self.members[member.name.removeprefix("./").lstrip("/")] = member
         except (tarfile.TarError, EOFError) as exc:
             raise bad(f"not a readable image archive: {exc}") from exc

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from corral_image_service.imports.inroot import Root, clear_dir, openat2_in_root, remove_entry
+from corral_image_service.layers import tarsafe
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -41,10 +42,16 @@ class LayerError(Exception):
 
 @dataclass
 class Budget:
-    """Bytes of file data the image may unpack to, as the tar headers claim them."""
+    """Bytes of file data the image may unpack to, as the tar headers claim them, and its entries."""
 
     limit: int
     used: int = 0
+    entries: int = 0
+
+    def count_entry(self, name: str) -> None:
+        self.entries += 1
+        if self.entries > tarsafe.MAX_TAR_ENTRIES:  # (read at the call: a test lowers it)
+            raise LayerError(f"{name!r}: the image has more than {tarsafe.MAX_TAR_ENTRIES} entries", "image_too_large")
 
     def take(self, size: int, name: str) -> None:
         self.used += size
@@ -89,6 +96,7 @@ class Flattener:
             with tarfile.open(layer_tar, "r:") as tf:
                 members, claimed = [], 0
                 for member in tf:  # each header checked before the next is looked for
+                    self.budget.count_entry(member.name)
                     if member.isfile():
                         claimed += member.size
                         if self.budget.used + claimed > self.budget.limit:

@@ -79,12 +79,20 @@ def rootfs_filter(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo | 
     return member
 
 
-class TooLargeError(tarfile.FilterError):
-    """The members claim more bytes than the caller allows (checked before any is read)."""
+# Entries (files, dirs, links...) one tar, or one image over its layers, may have. tarfile keeps
+# every header it has read (~0.5 KiB each) and the byte limit counts file data only: a tar of
+# millions of empty files, a few MB compressed, would otherwise fill the image-service's memory.
+# Large real images (CUDA + conda stacks) have a few 100,000.
+MAX_TAR_ENTRIES = 1_000_000
 
-    def __init__(self, member: tarfile.TarInfo, total: int, limit: int):
-        super().__init__(f"{member.name!r}: the archive's files add up to more than {limit} bytes "
-                         f"({total} so far)")
+
+class TooLargeError(tarfile.FilterError):
+    """The members claim more bytes (or are more entries) than the caller allows, checked
+    before any is read."""
+
+    def __init__(self, member: tarfile.TarInfo, total: int, limit: int, unit: str = "bytes"):
+        what = "files add up to" if unit == "bytes" else "entries are"
+        super().__init__(f"{member.name!r}: the archive's {what} more than {limit} {unit} ({total} so far)")
         self.tarinfo = member
         self.limit = limit
 
@@ -94,10 +102,13 @@ def safe_extract(tar_path: str | Path, dest: str | Path, *, max_unpacked_bytes: 
     it, before their data is read, so a header claiming 10 GB costs nothing; sparse members
     (whose size the header states apart from the bytes sent) count their full size."""
     dest = Path(dest)
-    total = 0
+    total = entries = 0
 
     def bounded(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo | None:
-        nonlocal total
+        nonlocal total, entries
+        entries += 1
+        if entries > MAX_TAR_ENTRIES:
+            raise TooLargeError(member, entries, MAX_TAR_ENTRIES, "entries")
         if max_unpacked_bytes is not None and member.isfile():
             total += member.size
             if total > max_unpacked_bytes:
