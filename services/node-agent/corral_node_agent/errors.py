@@ -61,6 +61,11 @@ class PortClosed(NodeAgentError):
     """Nothing listens on the sandbox port an ingress request is for."""
 
 
+class PortBadAnswer(NodeAgentError):
+    """The server on a sandbox port answered an ingress request with something that is not
+    HTTP (or hung up before its answer): the sandbox's code, not Corral, is at fault."""
+
+
 class Unavailable(NodeAgentError):
     """This node cannot do it now (it is full, a snapshot could not be written...)."""
 

@@ -28,6 +28,7 @@ HTTP_ERRORS: dict[type[errors.NodeAgentError], tuple[int, str]] = {
     errors.GuestAgentError: (500, "guest_agent_error"),
     errors.ImageUnavailable: (502, "image_unavailable"),
     errors.PortClosed: (502, "port_not_open"),
+    errors.PortBadAnswer: (502, "port_bad_answer"),
     errors.GuestLost: (502, "guest_agent_lost"),
     errors.Unavailable: (503, "unavailable"),
     errors.GuestKitMissing: (503, "guest_kit_missing"),

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from corral_common.exec import INGRESS_MARK
+from corral_node_agent.errors import PortBadAnswer
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones that carry Corral's own credentials.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -78,6 +79,12 @@ async def forward(connect: Callable[[int], Awaitable[socket.socket]], port: int,
                                 headers=headers, content=body)
     try:
         response = await pool.handle_async_request(upstream)
+    except httpcore.ProtocolError as exc:  # an endless header, not HTTP at all...
+        await pool.aclose()
+        raise PortBadAnswer(f"the server on port {port} did not answer with HTTP ({exc})") from None
+    except httpcore.NetworkError as exc:  # it hung up (or reset) before its answer
+        await pool.aclose()
+        raise PortBadAnswer(f"the server on port {port} closed the connection before answering ({exc})") from None
     except BaseException:
         await pool.aclose()
         raise
