@@ -133,13 +133,18 @@ async def plane(redis_url, amqp_url, tmp_path):
         await store.close()
 
 
+async def request(store: StateStore) -> SandboxRequested:
+    sandbox_id, spec = f"sb-{uuid.uuid4().hex[:8]}", SandboxSpec(environment="e", cpu=0.1, memory_mb=16)
+    await store.create_sandbox(sandbox_id, "t1", spec)
+    return SandboxRequested(sandbox_id=sandbox_id, tenant="t1", spec=spec)
+
+
 async def place_sandboxes(store: StateStore, placer: Placer, agent: AgentOnItsOwnLoop) -> list[str]:
     ids = []
     for _ in range(SANDBOXES):
-        sandbox_id, spec = f"sb-{uuid.uuid4().hex[:8]}", SandboxSpec(environment="e", cpu=0.1, memory_mb=16)
-        await store.create_sandbox(sandbox_id, "t1", spec)
-        await placer.handle(SandboxRequested(sandbox_id=sandbox_id, tenant="t1", spec=spec))
-        ids.append(sandbox_id)
+        event = await request(store)
+        await placer.handle(event)
+        ids.append(event.sandbox_id)
 
     async def all_running():
         return await states(store, ids) == {("running", "")}
@@ -174,8 +179,11 @@ async def test_a_loop_blocked_past_the_heartbeat_timeout_keeps_its_node_and_sand
         # The node's listing tells the truth: its full beat is late.
         assert await full_beat_age(store, agent.node_id) > 2.5 * TIMEOUT_S
         assert agent.pulse.beats > 0
-        # No new sandbox goes to it meanwhile: reserve refuses a node whose full beat is old.
-        assert await store.reserve(agent.node_id, "sb-late", SandboxSpec(environment="e"), TIMEOUT_S) is None
+        # No new sandbox goes to it meanwhile: it waits, saying why.
+        late = await request(store)
+        assert not await placer.try_place(late)
+        assert (await store.get_sandbox(late.sandbox_id)).reason == f"waiting for room: {agent.node_id} busy (heartbeat late)"
+        assert await store.reserve(agent.node_id, late.sandbox_id, late.spec, TIMEOUT_S) is None
     finally:
         release.set()
 
@@ -186,6 +194,13 @@ async def test_a_loop_blocked_past_the_heartbeat_timeout_keeps_its_node_and_sand
     assert await states(store, ids) == {("running", "")}
     assert sorted(agent.manager.live_ids()) == sorted(ids)
     assert await store.node_sandboxes(agent.node_id) == set(ids)
+    # Caught up, it takes the one that waited.
+    await until(lambda: placer.try_place(late), timeout_s=10, what="the waiting sandbox placed")
+
+    async def late_running():
+        return await states(store, [late.sandbox_id]) == {("running", "")}
+
+    await until(late_running, timeout_s=10, what="it running")
 
 
 async def test_a_loop_blocked_past_the_wedge_budget_gets_its_node_reaped(plane):
