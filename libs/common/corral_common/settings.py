@@ -70,7 +70,9 @@ class CommonSettings(BaseSettings):
     log_json: bool = True
     # OTLP endpoint for traces; empty means tracing stays in-process (no exporter).
     otel_exporter_otlp_endpoint: str = ""
-    # Seconds without a heartbeat after which the scheduler's reaper declares a node lost.
+    # Seconds without a heartbeat after which the scheduler's reaper declares a node lost. A busy
+    # agent's liveness pulse stands in for its late full heartbeat for up to 6 of these (then
+    # the agent counts as wedged); a full heartbeat older than this takes no new sandbox.
     heartbeat_timeout_s: float = Field(10.0, validation_alias=AliasChoices(
         "CORRAL_HEARTBEAT_TIMEOUT_S", "CORRAL_NODE_HEARTBEAT_TIMEOUT_S"))
     # How often a node-agent heartbeats (well under the timeout).

@@ -17,6 +17,7 @@ from corral_node_agent import metrics
 from corral_node_agent.backends.base import SandboxBackend
 from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.events.pulse import LivenessPulse
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
 from corral_node_agent.http_errors import install_node_error_handlers
@@ -73,11 +74,16 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             await bus.consume(node_queue_name(node, "stop"), [node_routing_key(node, "stop")], SandboxStop,
                               events.on_stop, prefetch=64)
             heartbeat = asyncio.create_task(events.heartbeat_forever())
+            # Keeps the node live while the loop is busy (off the loop: the loop cannot starve it).
+            pulse = LivenessPulse(node, settings.redis_url, events.liveness, settings.heartbeat_interval_s,
+                                  timeout_s=settings.heartbeat_timeout_s / 2)
+            pulse.start()
             memory_sampler = asyncio.create_task(sample_memory_forever(
                 manager, settings.memory_sample_interval_s, settings.memory_sample_max_duty))
             try:
                 yield
             finally:
+                pulse.stop()
                 heartbeat.cancel()
                 memory_sampler.cancel()
                 if lazy_start is not None:

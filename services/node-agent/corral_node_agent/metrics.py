@@ -24,6 +24,11 @@ TIME_TO_RUNNING = Histogram("corral_sandbox_create_to_running_seconds",
                             "From the api's create (the record's created_at) to running: queueing, placement and "
                             "start; observed once per sandbox by the node that runs it", ["backend"],
                             buckets=LIFECYCLE_BUCKETS + (1200, 1800))
+# Set by the liveness pulse (events/pulse.py), read at scrape.
+EVENT_LOOP_LAG = Gauge("corral_node_agent_event_loop_lag_seconds",
+                       "The worst lag of the agent's event loop over the last minute (how late its periodic tick "
+                       "came, an ongoing stall included): a loop late by more than the heartbeat timeout made the "
+                       "full heartbeat late, which the liveness pulse covers", ["node"])
 
 STATES = ("starting", "running", "paused", "failed")
 

@@ -170,6 +170,9 @@ def test_waiting_reason_names_what_each_node_lacks():
     assert short_of(tight, SPEC) == ["cpu", "memory"]
     assert waiting_reason([tight, full], SPEC) == "waiting for room: a full (sandbox slots (2/2)); b full (cpu, memory)"
     assert waiting_reason([], SPEC) == "waiting for room: no live node"
+    # Live by its liveness pulse alone: its agent is busy, not full.
+    assert waiting_reason([node("c"), full], SPEC, busy={"c"}) == (
+        "waiting for room: a full (sandbox slots (2/2)); c busy (heartbeat late)")
 
 
 def test_admission_on_measured_use_within_the_overcommit_ratio_and_a_safety_reserve():

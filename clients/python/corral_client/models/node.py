@@ -19,7 +19,8 @@ class Node:
         Attributes:
             backends (list[str]):
             cpu (float):
-            heartbeat_age_s (float): seconds since its last heartbeat
+            heartbeat_age_s (float): seconds since its last full heartbeat (capacity); over the heartbeat timeout when its
+                agent is busy and only its liveness pulse keeps it live
             max_sandboxes (int):
             memory_mb (int):
             node_id (str):

@@ -8,7 +8,8 @@ class Node(BaseModel):
     node_id: str
     backends: list[str]
     accelerator: str = ""
-    heartbeat_age_s: float = Field(description="seconds since its last heartbeat")
+    heartbeat_age_s: float = Field(description="seconds since its last full heartbeat (capacity); over the heartbeat "
+                                   "timeout when its agent is busy and only its liveness pulse keeps it live")
     cpu: float
     used_cpu: float
     memory_mb: int

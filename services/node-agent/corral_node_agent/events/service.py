@@ -18,6 +18,7 @@ from corral_node_agent import metrics
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.capacity.resources import NodeCapacity
 from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
+from corral_node_agent.events.pulse import WEDGE_TIMEOUTS, LoopWatch
 from corral_node_agent.events.registration import NodeRegistration
 from corral_node_agent.network.egress import node_egress
 from corral_node_agent.network.reporting import DenialReporter
@@ -42,6 +43,8 @@ class NodeEvents:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # Registers again what runs here when Redis lost it (checked before every heartbeat).
         self.registration = NodeRegistration(self.node_id, store, manager, self._locks)
+        # Whether the loop and the full beat make progress: the liveness pulse (pulse.py) reads it.
+        self.liveness = LoopWatch(settings.heartbeat_interval_s, WEDGE_TIMEOUTS * settings.heartbeat_timeout_s)
         manager.on_exit(self.on_exit)
         # Egress refusals go out as sandbox.network.denied events (network/reporting.py).
         self.denials = DenialReporter(bus, self.node_id)
@@ -247,6 +250,11 @@ class NodeEvents:
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=s.disk_capacity_mb,
                                    memory=_measured_memory(self.manager, cap.claim.memory_mb))
+        gap = self.liveness.beat()
+        if gap > s.heartbeat_timeout_s / 2:
+            # Without the liveness pulse a beat this late (past the timeout) lost the node.
+            log.warning("node.heartbeat_late", node_id=self.node_id, since_previous_s=round(gap, 1),
+                        loop_lag_s=round(self.liveness.lag_s(), 1), heartbeat_timeout_s=s.heartbeat_timeout_s)
 
     async def _report_layers(self) -> None:
         """Which layers it holds, for placement by locality (best effort: never fails a heartbeat)."""

@@ -1,5 +1,10 @@
 """Notices nodes whose heartbeats stopped and fails the sandboxes they held (``node_lost``).
 
+A node is live while its score in ``nodes`` is recent: its full heartbeat sets it, and so
+does its liveness pulse, a thread of its agent that keeps it fresh while the agent's event
+loop is busy (node-agent events/pulse.py), so a node is lost when its agent is gone or
+wedged, not when its full beat is late.
+
 A heartbeat is old either because its node is gone or because nobody could reach Redis
 (restarting, say): then every node's heartbeat is old at once, and reaping them as Redis
 comes back would fail every running sandbox. So the reaper only reaps once it has itself
@@ -47,14 +52,18 @@ class NodeReaper:
     async def reap_once(self) -> list[str]:
         lost = await self.store.lost_nodes(self.timeout)
         for node_id in lost:
-            sandbox_ids = await self.store.node_sandboxes(node_id)
-            log.warning("node.lost", node_id=node_id, sandboxes=len(sandbox_ids))
-            for sandbox_id in sandbox_ids:
-                await lifecycle.transition(self.store, self.bus, sandbox_id, SandboxState.failed,
-                                           reason=FailureReason.node_lost.value)
-                await self.store.release(sandbox_id)
-            await self.store.forget_node(node_id)
+            await self.reap(node_id)
         return lost
+
+    async def reap(self, node_id: str) -> None:
+        """Give the node up: its sandboxes fail ``node_lost``, and its tombstone stays."""
+        sandbox_ids = await self.store.node_sandboxes(node_id)
+        log.warning("node.lost", node_id=node_id, sandboxes=len(sandbox_ids))
+        for sandbox_id in sandbox_ids:
+            await lifecycle.transition(self.store, self.bus, sandbox_id, SandboxState.failed,
+                                       reason=FailureReason.node_lost.value)
+            await self.store.release(sandbox_id)
+        await self.store.forget_node(node_id)
 
     async def run(self) -> None:
         while True:

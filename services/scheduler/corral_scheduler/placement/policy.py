@@ -1,6 +1,6 @@
 """Where a sandbox may go, best first. Pure functions: the placement unit tests live on these."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from corral_common.sandboxes import SandboxSpec
 from corral_common.state import NodeInfo, cpu_milli
@@ -62,13 +62,14 @@ def short_of(node: NodeInfo, spec: SandboxSpec) -> list[str]:
     return out
 
 
-def waiting_reason(nodes: Sequence[NodeInfo], spec: SandboxSpec) -> str:
+def waiting_reason(nodes: Sequence[NodeInfo], spec: SandboxSpec, busy: Collection[str] = ()) -> str:
     """Why a request that fits nowhere yet waits, for its record (GET /v1/sandboxes/{id}):
     what each live node is short of, e.g. ``waiting for room: node-1 full (sandbox slots
-    (2/2)); node-2 full (memory, pids)``."""
+    (2/2)); node-2 full (memory, pids)``; ``busy``: nodes whose full heartbeat is late."""
     if not nodes:
         return "waiting for room: no live node"
-    parts = [f"{n.node_id} full ({', '.join(short_of(n, spec)) or 'reserved meanwhile'})"
+    parts = [f"{n.node_id} busy (heartbeat late)" if n.node_id in busy
+             else f"{n.node_id} full ({', '.join(short_of(n, spec)) or 'reserved meanwhile'})"
              for n in sorted(nodes, key=lambda n: n.node_id)[:8]]
     more = f"; {len(nodes) - 8} more" if len(nodes) > 8 else ""
     return "waiting for room: " + "; ".join(parts) + more

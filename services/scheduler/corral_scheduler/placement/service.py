@@ -70,8 +70,13 @@ class Placer:
                 metrics.failed(FailureReason.required_node_unavailable.value, event.spec.backend,
                                time.perf_counter() - started)
                 return True
+        # A node live by its liveness pulse alone (its full heartbeat older than the timeout: its
+        # agent's loop is busy) takes nothing new until it catches up; reserve would refuse it.
+        now = time.time()
+        busy = {n.node_id for n in nodes if now - n.heartbeat_at > timeout}
         ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(
-            nodes, event.spec, self.settings.placement_strategy, self.settings.placement_measured_memory_reserve_mb)
+            [n for n in nodes if n.node_id not in busy], event.spec, self.settings.placement_strategy,
+            self.settings.placement_measured_memory_reserve_mb)
         if not held and len(ranked) > 1 and self.environments is not None:
             ranked = await self._by_locality(ranked, event)
         for node in ranked:
@@ -94,7 +99,7 @@ class Placer:
             metrics.failed(FailureReason.unschedulable.value, event.spec.backend, time.perf_counter() - started)
             return True
         # It queues (never dropped): its record says why, once per change of reason.
-        reason = waiting_reason(nodes, event.spec)
+        reason = waiting_reason(nodes, event.spec, busy)
         if reason != record.reason:
             await self.store.set_waiting_reason(event.sandbox_id, reason)
         return False
