@@ -39,6 +39,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -86,10 +87,28 @@ class LayerServer:
 
     # ---- chunks and reads (FUSE worker threads) -----------------------------------------
 
-    def _fetch(self, hexd: str) -> bytes:
-        r = self.http.get(f"/v1/chunks/sha256:{hexd}")
-        r.raise_for_status()
-        return r.content
+    def _fetch(self, index: ChunkIndex, start: int, count: int) -> Iterator[bytes]:
+        """Chunks start..start+count-1 as they arrive: one alone by its digest (cacheable by
+        any HTTP cache on the way), a run in one request cut by the index."""
+        if count == 1:
+            r = self.http.get(f"/v1/chunks/sha256:{index.chunks[start]}")
+            r.raise_for_status()
+            yield r.content
+            return
+        with self.http.stream("GET", f"/v1/indexes/{index.digest}/chunks",
+                              params={"start": start, "count": count}) as r:
+            r.raise_for_status()
+            buf = bytearray()
+            received = r.iter_bytes()
+            for j in range(start, start + count):
+                want = index.span(j)[1]
+                while len(buf) < want:
+                    part = next(received, None)
+                    if part is None:
+                        return  # short: the cache sees fewer chunks than asked
+                    buf += part
+                yield bytes(buf[:want])
+                del buf[:want]
 
     def _read(self, f: LayerFile, offset: int, size: int) -> bytes:
         try:
