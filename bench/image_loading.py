@@ -340,7 +340,8 @@ class Layers:
             s = self.cache.lazy.stats()
             index_bytes = sum(len(i.chunks) * 72 + 150 for i in self.cache.lazy.indexes.values())
             return {"transferred": s.fetched_bytes + index_bytes, "hit_rate": s.hit_rate,
-                    "chunks_fetched": s.fetched, "chunk_requests": s.requests}
+                    "chunks_fetched": s.fetched, "chunks_read_ahead": s.readahead,
+                    "fetch_requests": s.fetch_requests, "chunk_lookups": s.requests}
         sizes = {layer.digest: layer.size for layers in self.env_layers.values() for layer in layers}
         got = [d for d in sizes if os.path.exists(self.cache.store.path(d))]
         # A layer request that caused no download (blob present, or another task's download).

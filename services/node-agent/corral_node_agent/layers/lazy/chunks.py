@@ -38,7 +38,7 @@ from corral_common.logging import get_logger
 
 log = get_logger(__name__)
 
-SEQUENTIAL_AFTER = 2  # a miss right after this many chunks read lately starts read-ahead
+SEQUENTIAL_AFTER = 3  # a miss right after this many chunks read lately starts read-ahead
 READAHEAD_MAX = 8  # chunks in one run at most
 _RECENT_PER_LAYER = 256  # chunk indexes remembered per layer for that judgement
 
