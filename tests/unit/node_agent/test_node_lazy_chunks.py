@@ -184,10 +184,10 @@ def test_a_cut_run_delivers_what_came_and_readers_fetch_the_rest(tmp_path):
     srv.chunks.update(chunks)
     cache = ChunkCache(str(tmp_path), srv.fetch, max_bytes=1 << 30, backoff_s=0.01)
     _read_by_chunk(cache, idx, range(SEQUENTIAL_AFTER))
-    srv.cut_after = 1  # the next run (chunk 2 and 3) ends after chunk 2
+    srv.cut_after = 1  # the next run (2 chunks) ends after its first
     blob = b"".join(chunks[h] for h in idx.chunks)
     assert _read_by_chunk(cache, idx, range(16)) == blob
-    assert srv.requests[SEQUENTIAL_AFTER] == (2, 2)
+    assert srv.requests[SEQUENTIAL_AFTER] == (SEQUENTIAL_AFTER, 2)
     assert cache.stats.fetched == 16 and sorted(set(srv.calls)) == sorted(idx.chunks)
     assert cache.stats.retries == 0
 
@@ -208,13 +208,14 @@ def test_a_miss_on_a_chunk_another_run_is_fetching_waits_for_that_run(tmp_path):
     _read_by_chunk(cache, idx, range(SEQUENTIAL_AFTER))
     gate.clear()
     runner = threading.Thread(target=cache.read, args=(idx, SEQUENTIAL_AFTER * CS, CS))
-    runner.start()  # claims chunks 2 and 3 and waits at the gate
-    until_sync(lambda: idx.chunks[3] in cache._inflight, 5, "the run claimed chunk 3")
-    readers = [threading.Thread(target=cache.get, args=(idx, 3)) for _ in range(4)]
+    ahead = SEQUENTIAL_AFTER + 1
+    runner.start()  # claims a run of 2 and waits at the gate
+    until_sync(lambda: idx.chunks[ahead] in cache._inflight, 5, "the run claimed its second chunk")
+    readers = [threading.Thread(target=cache.get, args=(idx, ahead)) for _ in range(4)]
     [t.start() for t in readers]
     gate.set()
     runner.join()
     [t.join() for t in readers]
-    assert srv.requests == [(0, 1), (1, 1), (2, 2)]
-    assert srv.calls.count(idx.chunks[3]) == 1
+    assert srv.requests == [(i, 1) for i in range(SEQUENTIAL_AFTER)] + [(SEQUENTIAL_AFTER, 2)]
+    assert srv.calls.count(idx.chunks[ahead]) == 1
 
