@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import httpx
+from shaped_link import ShapedLink, parse_link
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -146,34 +147,44 @@ def build_dataset(work: Path, envs: int, base_mb: int, ws_mb: int) -> dict:
 
 
 class Services:
-    def __init__(self, work: Path, chunk_kb: int):
+    """image-service and the archive server: on loopback, or behind a ``ShapedLink``."""
+
+    def __init__(self, work: Path, chunk_kb: int, link: ShapedLink | None = None):
         self.work = work
         self.chunk_kb = chunk_kb
+        self.link = link
         self.procs: list[subprocess.Popen] = []
         # image-service wants the internal token on every call but /healthz.
         self.token = secrets.token_urlsafe(16)
 
     def start(self) -> None:
         self.image_port, self.archive_port = free_port(), free_port()
-        env = dict(os.environ, CORRAL_IMAGE_DATA_DIR=str(self.work / "image-service"),
+        ip = self.link.remote_ip if self.link else "127.0.0.1"
+        prefix = self.link.exec_prefix if self.link else []
+        env = dict(os.environ, CORRAL_IMAGE_DATA_DIR=str(self.work / "image-service"), CORRAL_IMAGE_HOST=ip,
                    CORRAL_IMAGE_PORT=str(self.image_port), CORRAL_IMAGE_CHUNK_SIZE_KB=str(self.chunk_kb),
                    CORRAL_LOG_LEVEL="WARNING", CORRAL_INTERNAL_TOKEN=self.token)
         log = open(self.work / "image-service.log", "ab")
-        self.procs.append(subprocess.Popen([PY, "-m", "corral_image_service"], env=env, stdout=log, stderr=log))
+        self.procs.append(subprocess.Popen([*prefix, PY, "-m", "corral_image_service"], env=env, stdout=log, stderr=log))
         (self.work / "archives").mkdir(exist_ok=True)
         self.procs.append(subprocess.Popen(
-            [PY, "-m", "http.server", str(self.archive_port), "--bind", "127.0.0.1",
+            [*prefix, PY, "-m", "http.server", str(self.archive_port), "--bind", ip,
              "--directory", str(self.work / "archives")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        self.image_url = f"http://127.0.0.1:{self.image_port}"
-        self.archive_url = f"http://127.0.0.1:{self.archive_port}"
+        self.image_url = f"http://{ip}:{self.image_port}"
+        self.archive_url = f"http://{ip}:{self.archive_port}"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{self.image_url}/healthz").status_code == 200:
-                    return
+                    break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        raise RuntimeError("image-service did not start")
+        else:
+            raise RuntimeError("image-service did not start")
+        if self.link:
+            # Every request from here on, the node's included, pays the link's round trip.
+            self.image_url, self.archive_url = self.link.forward(self.image_port, self.archive_port)
+            self.procs.append(self.link.proxy)
 
     def stop(self) -> None:
         for p in self.procs:
@@ -340,7 +351,8 @@ class Layers:
             s = self.cache.lazy.stats()
             index_bytes = sum(len(i.chunks) * 72 + 150 for i in self.cache.lazy.indexes.values())
             return {"transferred": s.fetched_bytes + index_bytes, "hit_rate": s.hit_rate,
-                    "chunks_fetched": s.fetched, "chunk_requests": s.requests}
+                    "chunks_fetched": s.fetched, "chunks_read_ahead": s.readahead,
+                    "fetch_requests": s.fetch_requests, "chunk_lookups": s.requests}
         sizes = {layer.digest: layer.size for layers in self.env_layers.values() for layer in layers}
         got = [d for d in sizes if os.path.exists(self.cache.store.path(d))]
         # A layer request that caused no download (blob present, or another task's download).
@@ -419,9 +431,12 @@ async def main_async(args: argparse.Namespace) -> dict:
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - set-up, before anything is timed
     manifest = build_dataset(work, args.envs, args.base_mb, args.ws_mb)
-    svc = Services(work, args.chunk_kb)
-    svc.start()
+    link = ShapedLink(*args.link) if args.link else None
+    svc = Services(work, args.chunk_kb, link)
     try:
+        if link:
+            link.open()
+        svc.start()
         t0 = time.monotonic()
         names = await asyncio.to_thread(register, svc, args.envs)
         print(f"layers, chunks and archives ready in {time.monotonic() - t0:.1f}s", file=sys.stderr)
@@ -450,24 +465,32 @@ async def main_async(args: argparse.Namespace) -> dict:
         return {"params": vars(args), "tasks": len(plan), "envs": args.envs,
                 "image_bytes_per_env": image,
                 "read_pct_actual": round(100 * sum(t["bytes"] for t in plan) / len(plan) / image, 2),
-                "erofs_bytes_all_layers": sum(blobs.values()), "results": results}
+                "erofs_bytes_all_layers": sum(blobs.values()), "results": results,
+                "link_rtt_ms": link.measured_rtt_ms if link else None}
     finally:
         svc.stop()
+        if link:
+            link.close()
 
 
 def report(out: dict) -> str:
     rows = {r["mode"]: r for r in out["results"]}
     lines = [f"{out['tasks']} tasks over {out['envs']} environments (one shared base), "
              f"{mib(out['image_bytes_per_env'])} MiB per image, each task reads {out['read_pct_actual']}%, "
-             f"concurrency {out['params']['concurrency']}, chunks {out['params']['chunk_kb']} KiB",
+             f"concurrency {out['params']['concurrency']}, chunks {out['params']['chunk_kb']} KiB, "
+             + (f"link {out['params']['link'][0]}, RTT {out['link_rtt_ms']} ms (asked {out['params']['link'][1]})"
+                if out["params"].get("link") else "loopback"),
              "",
-             "| mode | batch s | transferred MiB | written to disk MiB | cache hit rate | first sandbox cold start s |",
-             "|---|---|---|---|---|---|"]
+             "| mode | batch s | transferred MiB | written to disk MiB | cache hit rate | first sandbox cold start s "
+             "| CPU s node / servers | requests (lazy: chunks fetched) |",
+             "|---|---|---|---|---|---|---|---|"]
     for m in ("full", "eager", "lazy"):
         if m in rows:
             r = rows[m]
             lines.append(f"| {m} | {r['seconds']} | {mib(r['transferred'])} | {mib(r['written_bytes'])} | "
-                         f"{r['hit_rate']:.2f} | {r['cold_start_s']} |")
+                         f"{r['hit_rate']:.2f} | {r['cold_start_s']} | {r['node_cpu_s']} / {r['server_cpu_s']} | "
+                         + (f"{r['fetch_requests']} ({r['chunks_fetched']}, {r['chunks_read_ahead']} read ahead) |"
+                            if m == "lazy" else "|"))
     if "full" in rows and "lazy" in rows:
         f, lz = rows["full"], rows["lazy"]
         lines.append("")
@@ -494,6 +517,9 @@ def main() -> None:
     ap.add_argument("--work-dir", default="/var/tmp/corral-bench-images")
     ap.add_argument("--state-dir", default="/var/tmp/corral-bench-images-node")
     ap.add_argument("--no-drop-caches", action="store_true", help="keep the page cache between modes")
+    ap.add_argument("--link", type=parse_link, metavar="RATE:RTT",
+                    help="reach the image store through a shaped link (e.g. 1gbit:0.5ms): a netns of our own, a "
+                         "veth pair with tbf at RATE each way, and a proxy adding RTT/2 each way (bench/shaped_link.py)")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
     if os.geteuid() != 0:

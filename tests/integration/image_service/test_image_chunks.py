@@ -5,8 +5,10 @@ import os
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
-from tests.integration.image_service.helpers import FILES, make_tree, tar_of, upload
+from corral_image_service.app import create_app
+from tests.integration.image_service.helpers import FILES, image_settings, make_tree, tar_of, upload
 
 
 @pytest.fixture
@@ -75,3 +77,60 @@ def test_identical_chunks_stored_once_across_layers(client, data_dir, tmp_path):
     assert len(stored) == len(set(ia) | set(ib))
     assert not [p for p in stored if p.name.startswith(".tmp-")]
     assert os.listdir(data_dir / "chunks" / "indexes" / "sha256").__len__() == 2
+
+
+def test_a_run_of_chunks_is_the_blob_range_they_cover(client, tmp_path):
+    layer = upload(client, tar_of(_tree_with_data(tmp_path / "t", 3)), name="run", version="1").json()
+    index = client.get(f"/v1/indexes/{layer['digest']}").json()
+    blob = client.get(f"/v1/blobs/{layer['digest']}").content
+    n, size = len(index["chunks"]), index["chunk_size"]
+    assert n >= 4
+    for start, count in ((0, 1), (1, 3), (n - 2, 2), (0, n)):
+        r = client.get(f"/v1/indexes/{layer['digest']}/chunks", params={"start": start, "count": count})
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"] == "application/octet-stream"
+        assert "immutable" in r.headers["cache-control"]
+        assert r.content == blob[start * size:(start + count) * size]
+
+
+def test_chunk_run_bad_input_is_a_json_4xx_with_loc(client, tmp_path):
+    layer = upload(client, tar_of(_tree_with_data(tmp_path / "t", 4)), name="bad", version="1").json()
+    n = len(client.get(f"/v1/indexes/{layer['digest']}").json()["chunks"])
+    url = f"/v1/indexes/{layer['digest']}/chunks"
+    cases = [
+        (url, {"start": n, "count": 1}, 400, ["query", "start"]),
+        (url, {"start": n - 1, "count": 2}, 400, ["query", "count"]),
+        (url, {"start": -1, "count": 1}, 422, ["query", "start"]),
+        (url, {"start": 0, "count": 0}, 422, ["query", "count"]),
+        (url, {"start": 0, "count": 65}, 422, ["query", "count"]),
+        (url, {"start": "x", "count": 1}, 422, ["query", "start"]),
+        (url, {"count": 1}, 422, ["query", "start"]),
+        (url, {"start": 0, "count": 10**30}, 422, ["query", "count"]),
+        ("/v1/indexes/sha256:xyz/chunks", {"start": 0, "count": 1}, 400, ["path", "digest"]),
+        ("/v1/indexes/sha256:" + "0" * 64 + "/chunks", {"start": 0, "count": 1}, 404, ["path", "digest"]),
+    ]
+    for path, params, status, loc in cases:
+        r = client.get(path, params=params)
+        assert r.status_code == status, (params, r.text)
+        assert r.json()["error"]["details"][0]["loc"] == loc, (params, r.text)
+
+
+def test_chunk_run_over_the_byte_bound_is_refused(client, tmp_path, monkeypatch):
+    from corral_image_service.chunks import router
+
+    layer = upload(client, tar_of(_tree_with_data(tmp_path / "t", 5)), name="big", version="1").json()
+    monkeypatch.setattr(router, "MAX_RUN_BYTES", 2 * 64 * 1024)
+    url = f"/v1/indexes/{layer['digest']}/chunks"
+    assert client.get(url, params={"start": 0, "count": 2}).status_code == 200
+    r = client.get(url, params={"start": 0, "count": 3})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "run_too_large"
+    assert r.json()["error"]["details"][0]["loc"] == ["query", "count"]
+
+
+def test_chunk_run_needs_the_internal_token(data_dir):
+    with TestClient(create_app(image_settings(data_dir, internal_token="s3cret"))) as c:
+        r = c.get("/v1/indexes/sha256:" + "0" * 64 + "/chunks", params={"start": 0, "count": 1})
+        assert r.status_code == 401
+        r = c.get("/v1/indexes/sha256:" + "0" * 64 + "/chunks", params={"start": 0, "count": 1},
+                  headers={"X-Corral-Internal-Token": "s3cret"})
+        assert r.status_code == 404

@@ -93,7 +93,8 @@ class FakeImageService:
         return ServedLayer(kind="base", name=name, version="1", digest=digest, size=index["size"], index=index), tree
 
     def chunk_requests(self) -> list[str]:
-        return [c for c in self.calls if c.startswith("/v1/chunks/")]
+        """Requests for chunks: one by digest, or a run of a layer's (read-ahead)."""
+        return [c for c in self.calls if c.startswith("/v1/chunks/") or "/chunks?" in c]
 
     def answer(self, path: str) -> tuple[int, bytes]:
         self.calls.append(path)
@@ -108,6 +109,13 @@ class FakeImageService:
             if d in self.tamper:
                 data = b"\0" + data[1:]
             return 200, data
+        if path.startswith("/v1/indexes/") and "/chunks?" in path:
+            digest, query = path.removeprefix("/v1/indexes/").split("/chunks?")
+            q = dict(p.split("=") for p in query.split("&"))
+            start, count = int(q["start"]), int(q["count"])
+            run = self.store.get_index(digest)["chunks"][start:start + count]
+            data = [self.store.chunk_path(d).read_bytes() for d in run]
+            return 200, b"".join(b"\0" + c[1:] if d in self.tamper else c for d, c in zip(run, data, strict=True))
         if path.startswith("/v1/indexes/"):
             index = self.store.get_index(path.removeprefix("/v1/indexes/"))
             return (200, json.dumps(index).encode()) if index else (404, b"")
@@ -234,15 +242,65 @@ async def test_only_touched_chunks_are_fetched(fake, new_cache, state_dir):
         assert data == fh.read()
     fetched = svc.chunk_requests()
     # Superblock chunk + the file's chunks (48 KiB file, 64 KiB chunks) + metadata.
-    assert len(fetched) == cache.lazy.stats().fetched <= 8 < total // 4
+    assert len(fetched) == cache.lazy.stats().fetch_requests <= cache.lazy.stats().fetched <= 8 < total // 4
     assert len(os.listdir(root)) >= 1
     on_disk = sum(len(os.listdir(f"{root}/{d}")) for d in os.listdir(root))
-    assert on_disk == len(fetched)
+    assert on_disk == cache.lazy.stats().fetched
     # Reading it again is served by the caches: no new request.
     with open(f"{mnt}/pkg3/sub1/file10.bin", "rb") as fh:  # noqa: ASYNC230
         fh.read()
     assert len(svc.chunk_requests()) == len(fetched)
     await cache.release([ws])
+
+
+async def test_a_sequential_read_fetches_runs_and_reads_the_layer_exactly(fake, new_cache):
+    svc, layers = fake
+    ws, _ = layers["ws"]
+    chunks = len(ws.index["chunks"])
+    assert chunks >= 20
+    cache = new_cache()
+    [path] = await cache.ensure([ws])
+    before = len(svc.chunk_requests())
+
+    def read_all() -> bytes:
+        with open(path, "rb") as fh:
+            return b"".join(iter(lambda: fh.read(128 * 1024), b""))
+
+    data = await asyncio.to_thread(read_all)
+    with open(svc.blobs[ws.digest], "rb") as blob:  # noqa: ASYNC230
+        assert data == blob.read()
+    requests = len(svc.chunk_requests()) - before
+    stats = cache.lazy.stats()
+    # Read-ahead: runs of up to 8 chunks, each chunk fetched once, nothing beyond the layer.
+    assert requests < chunks / 3, (requests, chunks)
+    assert stats.readahead > chunks / 2 and max(stats.fetched_digests.values()) == 1
+    assert stats.fetched == len(set(ws.index["chunks"]))
+    assert any("/chunks?start=" in c for c in svc.chunk_requests())
+
+
+async def test_random_reads_fetch_one_chunk_per_miss(fake, new_cache):
+    svc, layers = fake
+    ws, _ = layers["ws"]
+    n = len(ws.index["chunks"])
+    cache = new_cache()
+    [path] = await cache.ensure([ws])
+    order = random.Random(5).sample(range(1, n), 12)
+
+    def read_random() -> list[bytes]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no kernel readahead either
+            return [os.pread(fd, 4096, i * CHUNK) for i in order]
+        finally:
+            os.close(fd)
+
+    got = await asyncio.to_thread(read_random)
+    with open(svc.blobs[ws.digest], "rb") as blob:  # noqa: ASYNC230
+        want = blob.read()
+    assert got == [want[i * CHUNK:i * CHUNK + 4096] for i in order]
+    stats = cache.lazy.stats()
+    assert stats.readahead == 0 and stats.fetch_requests == stats.fetched
+    assert not any("/chunks?start=" in c for c in svc.chunk_requests())
 
 
 async def test_concurrent_starts_share_one_index_fetch(fake, new_cache):

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from corral_node_agent.layers.lazy.chunks import ChunkCache, ChunkIndex
+from corral_node_agent.layers.lazy.chunks import READAHEAD_MAX, SEQUENTIAL_AFTER, ChunkCache, ChunkIndex
+from tests.polling import until_sync
 
 CS = 4096
 
@@ -23,18 +24,25 @@ def _index(blob: bytes) -> tuple[ChunkIndex, dict[str, bytes]]:
 class Server:
     def __init__(self):
         self.chunks: dict[str, bytes] = {}
-        self.calls: list[str] = []
+        self.calls: list[str] = []  # chunks asked for
+        self.requests: list[tuple[int, int]] = []  # (start, count)
         self.fail = 0  # fail this many next calls
+        self.cut_after: int | None = None  # end the next run's response after this many chunks
         self.lock = threading.Lock()
 
-    def fetch(self, hexd: str) -> bytes:
+    def fetch(self, index: ChunkIndex, start: int, count: int):
         with self.lock:
-            self.calls.append(hexd)
+            self.requests.append((start, count))
+            self.calls += index.chunks[start:start + count]
             if self.fail:
                 self.fail -= 1
                 raise ConnectionError("down")
+            cut, self.cut_after = self.cut_after, None
         time.sleep(0.01)
-        return self.chunks[hexd]
+        for n, hexd in enumerate(index.chunks[start:start + count]):
+            if cut is not None and n == cut:
+                raise ConnectionError("reset")
+            yield self.chunks[hexd]
 
 
 def test_reads_ranges_and_shares_identical_chunks_across_layers(tmp_path):
@@ -67,7 +75,7 @@ def test_retries_then_eio_and_bad_bytes_never_served(tmp_path):
     srv.fail = 3
     assert cache.get(idx, 0) == chunks[idx.chunks[0]]
     assert cache.stats.retries == 3
-    cache2 = ChunkCache(str(tmp_path / "b"), lambda h: b"wrong", max_bytes=1 << 30, deadline_s=0.2, backoff_s=0.01)
+    cache2 = ChunkCache(str(tmp_path / "b"), lambda i, s, n: [b"wrong"] * n, max_bytes=1 << 30, deadline_s=0.2, backoff_s=0.01)
     t0 = time.monotonic()
     with pytest.raises(OSError) as exc:
         cache2.get(idx, 1)
@@ -128,3 +136,86 @@ def test_cached_chunk_is_reverified_periodically(tmp_path):
         fh.write(b"\0\0\0\0")
     assert cache.read(idx, 0, 200) == blob[:200]  # checked again: corrupt, refetched
     assert cache.stats.corrupt == 1 and len(srv.calls) == 3
+
+
+def _read_by_chunk(cache: ChunkCache, idx: ChunkIndex, order) -> bytes:
+    return b"".join(cache.read(idx, i * CS, CS) for i in order)
+
+
+def test_sequential_reads_fetch_runs_and_random_reads_single_chunks(tmp_path):
+    idx, chunks = _index(os.urandom(40 * CS + 123))
+    srv = Server()
+    srv.chunks.update(chunks)
+    cache = ChunkCache(str(tmp_path), srv.fetch, max_bytes=1 << 30)
+    blob = b"".join(chunks[h] for h in idx.chunks)
+    assert _read_by_chunk(cache, idx, range(len(idx.chunks))) == blob
+    # One chunk at a time until the reader looks sequential, then windows 2, 4, 8, 8, ...
+    assert srv.requests[:SEQUENTIAL_AFTER] == [(i, 1) for i in range(SEQUENTIAL_AFTER)]
+    assert [n for _, n in srv.requests[SEQUENTIAL_AFTER:SEQUENTIAL_AFTER + 3]] == [2, 4, 8]
+    assert max(n for _, n in srv.requests) == READAHEAD_MAX
+    assert len(srv.requests) < len(idx.chunks) // 3
+    assert srv.calls == list(idx.chunks)  # each chunk once, none beyond the layer's end
+    assert cache.stats.fetch_requests == len(srv.requests) and cache.stats.fetched == len(idx.chunks)
+    assert cache.stats.readahead == len(idx.chunks) - len(srv.requests)
+    # Random access: one chunk per miss, nothing read ahead.
+    other, oc = _index(os.urandom(40 * CS))
+    srv.chunks.update(oc)
+    srv.requests.clear()
+    order = [31, 3, 17, 9, 25, 0, 38, 12]
+    assert _read_by_chunk(cache, other, order) == b"".join(oc[other.chunks[i]] for i in order)
+    assert srv.requests == [(i, 1) for i in order]
+
+
+def test_readahead_stops_at_cached_chunks(tmp_path):
+    idx, chunks = _index(os.urandom(12 * CS))
+    srv = Server()
+    srv.chunks.update(chunks)
+    cache = ChunkCache(str(tmp_path), srv.fetch, max_bytes=1 << 30)
+    cache.get(idx, 5)  # cached already
+    srv.requests.clear()
+    _read_by_chunk(cache, idx, range(12))
+    assert all(not (s <= 5 < s + n) for s, n in srv.requests)
+    assert srv.calls.count(idx.chunks[5]) == 1 and sorted(set(srv.calls)) == sorted(idx.chunks)
+
+
+def test_a_cut_run_delivers_what_came_and_readers_fetch_the_rest(tmp_path):
+    idx, chunks = _index(os.urandom(16 * CS))
+    srv = Server()
+    srv.chunks.update(chunks)
+    cache = ChunkCache(str(tmp_path), srv.fetch, max_bytes=1 << 30, backoff_s=0.01)
+    _read_by_chunk(cache, idx, range(SEQUENTIAL_AFTER))
+    srv.cut_after = 1  # the next run (2 chunks) ends after its first
+    blob = b"".join(chunks[h] for h in idx.chunks)
+    assert _read_by_chunk(cache, idx, range(16)) == blob
+    assert srv.requests[SEQUENTIAL_AFTER] == (SEQUENTIAL_AFTER, 2)
+    assert cache.stats.fetched == 16 and sorted(set(srv.calls)) == sorted(idx.chunks)
+    assert cache.stats.retries == 0
+
+
+def test_a_miss_on_a_chunk_another_run_is_fetching_waits_for_that_run(tmp_path):
+    idx, chunks = _index(os.urandom(8 * CS))
+    srv = Server()
+    srv.chunks.update(chunks)
+    gate = threading.Event()
+    fetch = srv.fetch
+
+    def slow(index, start, count):
+        gate.wait(5)
+        yield from fetch(index, start, count)
+
+    cache = ChunkCache(str(tmp_path), slow, max_bytes=1 << 30)
+    gate.set()
+    _read_by_chunk(cache, idx, range(SEQUENTIAL_AFTER))
+    gate.clear()
+    runner = threading.Thread(target=cache.read, args=(idx, SEQUENTIAL_AFTER * CS, CS))
+    ahead = SEQUENTIAL_AFTER + 1
+    runner.start()  # claims a run of 2 and waits at the gate
+    until_sync(lambda: idx.chunks[ahead] in cache._inflight, 5, "the run claimed its second chunk")
+    readers = [threading.Thread(target=cache.get, args=(idx, ahead)) for _ in range(4)]
+    [t.start() for t in readers]
+    gate.set()
+    runner.join()
+    [t.join() for t in readers]
+    assert srv.requests == [(i, 1) for i in range(SEQUENTIAL_AFTER)] + [(SEQUENTIAL_AFTER, 2)]
+    assert srv.calls.count(idx.chunks[ahead]) == 1
+

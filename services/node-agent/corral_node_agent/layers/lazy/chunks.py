@@ -10,6 +10,13 @@ dropped and refetched, never served. Between checks a read takes only the bytes 
 exponential backoff up to a deadline, then fail with EIO: a reader gets an error, never a
 hang and never a wrong byte.
 
+Read-ahead: a miss whose previous ``SEQUENTIAL_AFTER`` chunks of the same layer were read
+lately looks sequential, and fetches the following missing chunks with it in one request (a
+run), the window doubling from 2 up to ``READAHEAD_MAX`` chunks while the reader keeps going;
+any other miss fetches its chunk alone, so random reads write no more than they need. A run
+stops at the first chunk already cached or being fetched. Concurrent misses on one chunk share
+one fetch (its future), whether that chunk is the one asked for or part of another's run.
+
 Disk use is bounded (``max_bytes``) by LRU eviction of chunks that no mounted layer needs:
 a pinned layer's chunks are never evicted, so the bound is soft when the pinned set alone
 exceeds it.
@@ -22,7 +29,7 @@ import os
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from errno import EIO
@@ -30,6 +37,10 @@ from errno import EIO
 from corral_common.logging import get_logger
 
 log = get_logger(__name__)
+
+SEQUENTIAL_AFTER = 3  # a miss right after this many chunks read lately starts read-ahead
+READAHEAD_MAX = 8  # chunks in one run at most
+_RECENT_PER_LAYER = 256  # chunk indexes remembered per layer for that judgement
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,8 @@ class ChunkStats:
     mem_hits: int = 0
     disk_hits: int = 0
     fetched: int = 0  # chunks downloaded (after dedupe of concurrent requests)
+    fetch_requests: int = 0  # HTTP requests made for them (a run is one)
+    readahead: int = 0  # chunks fetched ahead of a sequential reader (in ``fetched`` too)
     fetched_bytes: int = 0
     written_bytes: int = 0
     corrupt: int = 0  # cached chunks that failed verification (then refetched)
@@ -70,12 +83,22 @@ class ChunkUnavailable(OSError):
         self.digest = digest
 
 
+class _Abandoned(Exception):
+    """A run stopped before this chunk (after delivering the one it was for): whoever waits
+    on it fetches it themselves."""
+
+
+# fetch(index, start, count): one attempt at chunks start..start+count-1 of the layer; yields
+# each chunk's bytes in order (unverified) as they arrive, or raises.
+Fetch = Callable[[ChunkIndex, int, int], Iterable[bytes]]
+
+
 class ChunkCache:
-    def __init__(self, root: str, fetch: Callable[[str], bytes], *, max_bytes: int,
+    def __init__(self, root: str, fetch: Fetch, *, max_bytes: int,
                  deadline_s: float = 15.0, mem_chunks: int = 32, backoff_s: float = 0.05,
                  reverify_s: float = 300.0):
         self.root = root
-        self.fetch = fetch  # one attempt: returns the bytes or raises
+        self.fetch = fetch
         self.max_bytes = max_bytes
         self.deadline_s = deadline_s
         self.backoff_s = backoff_s
@@ -89,6 +112,7 @@ class ChunkCache:
         self._mem: OrderedDict[str, bytes] = OrderedDict()
         self._pins: Counter[str] = Counter()
         self._inflight: dict[str, Future] = {}
+        self._recent: dict[str, OrderedDict[int, int]] = {}  # layer -> chunk read lately -> its run's window
         self.total_bytes = 0
         os.makedirs(root, exist_ok=True)
         self._scan()
@@ -140,6 +164,7 @@ class ChunkCache:
         out = []
         while offset < end:
             i = offset // index.chunk_size
+            self._touch(index, i)
             start, length = index.span(i)
             lo, hi = offset - start, min(end, start + length) - start
             data = self._range_if_verified(index.chunks[i], lo, hi - lo)
@@ -195,7 +220,45 @@ class ChunkCache:
             with self._lock:
                 self.stats.disk_hits += 1
             return data
-        return self._fetch_shared(hexd, length)
+        return self._fetch_shared(index, i)
+
+    # ---- read-ahead ---------------------------------------------------------------------
+
+    def _touch(self, index: ChunkIndex, i: int) -> None:
+        with self._lock:
+            recent = self._recent.get(index.digest)
+            if recent is None:
+                recent = self._recent[index.digest] = OrderedDict()
+            recent[i] = recent.pop(i, 0)
+            if len(recent) > _RECENT_PER_LAYER:
+                recent.popitem(last=False)
+
+    def _claim_run_locked(self, index: ChunkIndex, i: int, window: int = 0) -> list[tuple[int, Future]]:
+        """Chunk i and, when the access looks sequential (or ``window`` says how many), the
+        missing chunks after it: each gets a future in ``_inflight`` (caller holds the lock;
+        i is neither cached nor in flight)."""
+        recent = self._recent.get(index.digest)
+        if not window:
+            window = 1
+            if recent is not None and all(i - k in recent for k in range(1, SEQUENTIAL_AFTER + 1)):
+                window = min(READAHEAD_MAX, max(2, 2 * recent[i - 1]))
+        run = [i]
+        seen = {index.chunks[i]}
+        for j in range(i + 1, min(i + window, len(index.chunks))):
+            hexd = index.chunks[j]
+            if hexd in self._lru or hexd in self._inflight or hexd in seen:
+                break
+            run.append(j)
+            seen.add(hexd)
+        if window > 1 and recent is not None:
+            for j in run:
+                recent[j] = window
+                recent.move_to_end(j)
+        claimed = []
+        for j in run:
+            fut = self._inflight[index.chunks[j]] = Future()
+            claimed.append((j, fut))
+        return claimed
 
     def _remember(self, hexd: str, data: bytes) -> None:
         # Caller holds the lock.
@@ -231,56 +294,86 @@ class ChunkCache:
             self._remember(hexd, data)
         return data
 
-    def _fetch_shared(self, hexd: str, length: int) -> bytes:
-        with self._lock:
-            fut = self._inflight.get(hexd)
-            owner = fut is None
-            if owner:
-                fut = self._inflight[hexd] = Future()
-        if not owner:
-            return fut.result()
-        try:
-            data = self._fetch_with_retry(hexd, length)
-            self._store(hexd, data)
-            fut.set_result(data)
-            return data
-        except BaseException as exc:
-            fut.set_exception(exc)
-            raise
-        finally:
+    def _fetch_shared(self, index: ChunkIndex, i: int) -> bytes:
+        hexd = index.chunks[i]
+        while True:
             with self._lock:
-                self._inflight.pop(hexd, None)
+                fut = self._inflight.get(hexd)
+                if fut is None:
+                    run = self._claim_run_locked(index, i)
+                    break
+            try:
+                return fut.result()
+            except _Abandoned:
+                continue  # the run it was part of ended early: fetch it now
+        return self._fetch_run(index, run)
 
-    def _fetch_with_retry(self, hexd: str, length: int) -> bytes:
+    def _fetch_run(self, index: ChunkIndex, run: list[tuple[int, Future]]) -> bytes:
+        """Fetch a claimed run, verify and store each chunk as it arrives and settle its
+        future; retry with backoff until the first chunk is in or the deadline passes."""
+        first = index.chunks[run[0][0]]
         deadline = time.monotonic() + self.deadline_s
         delay = self.backoff_s
+        done = 0  # chunks of the run delivered
         why = "no attempt"
-        while True:
-            if self.stopping.is_set():
-                raise ChunkUnavailable(hexd, "node-agent stopping")
-            try:
-                data = self.fetch(hexd)
-                if len(data) == length and hashlib.sha256(data).hexdigest() == hexd:
+        try:
+            while True:
+                if self.stopping.is_set():
+                    raise ChunkUnavailable(first, "node-agent stopping")
+                start, count = run[done][0], len(run) - done
+                with self._lock:
+                    self.stats.fetch_requests += 1
+                try:
+                    for data in self.fetch(index, start, count):
+                        j, fut = run[done]
+                        hexd = index.chunks[j]
+                        if len(data) != index.span(j)[1] or hashlib.sha256(data).hexdigest() != hexd:
+                            with self._lock:
+                                self.stats.bad_downloads += 1
+                            raise ValueError("content does not match its digest")
+                        with self._lock:
+                            self.stats.fetched += 1
+                            self.stats.readahead += j != run[0][0]
+                            self.stats.fetched_bytes += len(data)
+                            self.stats.fetched_digests[hexd] += 1
+                        self._store(hexd, data)
+                        self._settle(hexd, fut, data)
+                        done += 1
+                        if done == len(run):
+                            break
+                    if done < len(run):
+                        raise ValueError(f"response ended after {done} of {len(run)} chunks")
+                except Exception as exc:  # noqa: BLE001 - any failure is one failed attempt
+                    why = f"{type(exc).__name__}: {exc}"
+                if done:
+                    return run[0][1].result()  # read-ahead short of its end: no retry for it
+                left = deadline - time.monotonic()
+                if left <= 0:
                     with self._lock:
-                        self.stats.fetched += 1
-                        self.stats.fetched_bytes += len(data)
-                        self.stats.fetched_digests[hexd] += 1
-                    return data
-                why = "content does not match its digest"
+                        self.stats.failures += 1
+                    log.warning("chunk.unavailable", chunk=first, error=why)
+                    raise ChunkUnavailable(first, why)
                 with self._lock:
-                    self.stats.bad_downloads += 1
-            except Exception as exc:  # noqa: BLE001 - any failure is one failed attempt
-                why = f"{type(exc).__name__}: {exc}"
-            left = deadline - time.monotonic()
-            if left <= 0:
-                with self._lock:
-                    self.stats.failures += 1
-                log.warning("chunk.unavailable", chunk=hexd, error=why)
-                raise ChunkUnavailable(hexd, why)
-            with self._lock:
-                self.stats.retries += 1
-            self.stopping.wait(min(delay, left))
-            delay = min(delay * 2, 2.0)
+                    self.stats.retries += 1
+                self.stopping.wait(min(delay, left))
+                delay = min(delay * 2, 2.0)
+        except BaseException as exc:
+            for j, fut in run[done:done + 1]:
+                self._settle(index.chunks[j], fut, exc=exc)
+            raise
+        finally:
+            for j, fut in run[done:]:
+                if not fut.done():
+                    self._settle(index.chunks[j], fut, exc=_Abandoned())
+
+    def _settle(self, hexd: str, fut: Future, data: bytes | None = None, exc: BaseException | None = None) -> None:
+        if exc is None:
+            fut.set_result(data)
+        else:
+            fut.set_exception(exc)
+        with self._lock:
+            if self._inflight.get(hexd) is fut:
+                del self._inflight[hexd]
 
     def _store(self, hexd: str, data: bytes) -> None:
         path = self.path(hexd)
@@ -346,13 +439,15 @@ class ChunkCache:
             self._verified.clear()
 
     def prefetch(self, index: ChunkIndex) -> None:
-        """Fetch every chunk of a layer (blocking; run in a background thread)."""
+        """Fetch every chunk of a layer, in runs (blocking; run in a background thread)."""
         for i, hexd in enumerate(index.chunks):
             if self.stopping.is_set():
                 return
-            if hexd in self._lru:
-                continue
+            with self._lock:
+                if hexd in self._lru or hexd in self._inflight:
+                    continue
+                run = self._claim_run_locked(index, i, READAHEAD_MAX)
             try:
-                self._fetch_shared(hexd, index.span(i)[1])
+                self._fetch_run(index, run)
             except OSError:
                 return

@@ -42,12 +42,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
-
 from corral_common.contracts.images import INTERNAL_TOKEN_HEADER
 from corral_common.logging import configure_logging, get_logger
 from corral_node_agent import host
 from corral_node_agent.layers.lazy.chunks import ChunkCache, ChunkIndex, ChunkUnavailable
+from corral_node_agent.layers.lazy.fetch import ChunkClient
 from corral_node_agent.layers.lazy.lazyfs import LayerFile, LazyFS
 
 log = get_logger(__name__)
@@ -68,11 +67,9 @@ class LayerServer:
         self.root = root
         deadline = float(config["fetch_deadline_s"])
         token = config.get("internal_token") or ""
-        self.http = httpx.Client(base_url=config["image_service_url"],
-                                 headers={INTERNAL_TOKEN_HEADER: token} if token else {},
-                                 timeout=httpx.Timeout(min(10.0, deadline), connect=min(2.0, deadline)),
-                                 limits=httpx.Limits(max_connections=32, max_keepalive_connections=16))
-        self.chunks = ChunkCache(f"{root}/chunks", self._fetch, max_bytes=int(config["cache_mb"]) * 1024 * 1024,
+        self.http = ChunkClient(config["image_service_url"], {INTERNAL_TOKEN_HEADER: token} if token else {},
+                                timeout_s=min(10.0, deadline), connect_timeout_s=min(2.0, deadline))
+        self.chunks = ChunkCache(f"{root}/chunks", self.http.fetch, max_bytes=int(config["cache_mb"]) * 1024 * 1024,
                                  deadline_s=deadline)
         self.fs = LazyFS(f"{root}/lazy", self._read, workers=16, on_use=self._on_use)
         self.indexes: dict[str, ChunkIndex] = {}
@@ -85,11 +82,6 @@ class LayerServer:
         self.listener: socket.socket | None = None
 
     # ---- chunks and reads (FUSE worker threads) -----------------------------------------
-
-    def _fetch(self, hexd: str) -> bytes:
-        r = self.http.get(f"/v1/chunks/sha256:{hexd}")
-        r.raise_for_status()
-        return r.content
 
     def _read(self, f: LayerFile, offset: int, size: int) -> bytes:
         try:
