@@ -6,12 +6,13 @@ Keys:
     job:<id>:pending    zset: sandbox ids not admitted yet, scored by submission order
     jobs:active         set: jobs with pending sandboxes
 
-The scheduler admits one sandbox at a time: ``peek`` names the job to serve next (highest
-priority first, then the lowest admitted/weight: stride scheduling, so concurrent jobs get
-admissions in proportion to their weights) and its oldest pending sandbox, without removing
-it; once the sandbox is placed (or found ended) ``done`` removes it and counts it. A
-scheduler that dies in between peeks the same sandbox again, and placement is idempotent
-(the reservation ``resv:<id>`` survives), so nothing is lost or placed twice.
+The scheduler admits sandboxes in batches: ``peek_many(k)`` names the next k admissions
+(highest priority first, then the lowest admitted/weight: stride scheduling, so concurrent jobs
+get admissions in proportion to their weights, within a batch as across batches) and their
+sandboxes, oldest first per job, without removing them; once a sandbox is placed (or found
+ended) ``done_many`` removes it and counts it. A scheduler that dies in between peeks the same
+sandboxes again, and placement is idempotent (the reservation ``resv:<id>`` survives), so
+nothing is lost or placed twice.
 """
 
 import json
@@ -25,36 +26,57 @@ from corral_common.sandboxes import SandboxSpec
 
 MAX_JOB_SANDBOXES = 32000
 
-# KEYS: jobs:active. Returns {job_id, sandbox_id} or false.
-_PEEK = """
-local best, best_prio, best_pass = nil, nil, nil
+# The next ARGV[1] admissions in fair-share order, as if each were made (nothing is committed):
+# stride scheduling within the highest priority, each pick advancing its job's pass, and only
+# that priority (a batch never mixes in lower-priority work that could race it for room).
+# KEYS: jobs:active. Returns {job_id, sandbox_id, job_id, sandbox_id, ...} (empty: nothing queued).
+_PEEK_MANY = """
+local jobs = {}
 for _, job in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local f = redis.call('HMGET', 'job:' .. job, 'weight', 'priority', 'admitted', 'vstart')
-  if not f[1] then
-    redis.call('SREM', KEYS[1], job)
-  elseif redis.call('ZCARD', 'job:' .. job .. ':pending') == 0 then
-    -- all admitted (or not submitted yet: the submitter re-adds it)
+  local pending = f[1] and redis.call('ZCARD', 'job:' .. job .. ':pending') or 0
+  if pending == 0 then
+    -- gone, all admitted, or not submitted yet (the submitter re-adds it)
     redis.call('SREM', KEYS[1], job)
   else
-    local prio = tonumber(f[2] or '0')
-    local pass = tonumber(f[4] or '0') + (tonumber(f[3] or '0') + 1) / tonumber(f[1])
-    if best == nil or prio > best_prio or (prio == best_prio and pass < best_pass) then
-      best, best_prio, best_pass = job, prio, pass
-    end
+    jobs[#jobs + 1] = {id = job, weight = tonumber(f[1]), prio = tonumber(f[2] or '0'),
+                       admitted = tonumber(f[3] or '0'), vstart = tonumber(f[4] or '0'), pending = pending, taken = 0}
   end
 end
-if best == nil then return false end
-local head = redis.call('ZRANGE', 'job:' .. best .. ':pending', 0, 0)
-return {best, head[1]}
+local k, out, top = tonumber(ARGV[1]), {}, nil
+while #out < 2 * k do
+  local best, best_pass = nil, nil
+  for _, j in ipairs(jobs) do
+    if j.taken < j.pending then
+      local pass = j.vstart + (j.admitted + j.taken + 1) / j.weight
+      if best == nil or j.prio > best.prio or (j.prio == best.prio and pass < best_pass) then
+        best, best_pass = j, pass
+      end
+    end
+  end
+  if best == nil or (top ~= nil and best.prio < top) then break end
+  top = best.prio
+  if best.heads == nil then best.heads = redis.call('ZRANGE', 'job:' .. best.id .. ':pending', 0, k - 1) end
+  best.taken = best.taken + 1
+  out[#out + 1] = best.id
+  out[#out + 1] = best.heads[best.taken]
+end
+return out
 """
 
-# KEYS: job:<id>, job:<id>:pending, jobs:active; ARGV: sandbox_id, placed (1/0)
-_DONE = """
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
-if ARGV[2] == '1' then redis.call('HINCRBY', KEYS[1], 'admitted', 1)
-else redis.call('HINCRBY', KEYS[1], 'dropped', 1) end
-if redis.call('ZCARD', KEYS[2]) == 0 then redis.call('SREM', KEYS[3], string.sub(KEYS[1], 5)) end
-return 1
+# Dequeue admitted (placed 1) or ended (placed 0) sandboxes; one already dequeued is skipped.
+# KEYS: jobs:active; ARGV: job_id, sandbox_id, placed, job_id, ... Returns how many it dequeued.
+_DONE_MANY = """
+local n = 0
+for i = 1, #ARGV, 3 do
+  local job, pending = 'job:' .. ARGV[i], 'job:' .. ARGV[i] .. ':pending'
+  if redis.call('ZREM', pending, ARGV[i + 1]) == 1 then
+    n = n + 1
+    redis.call('HINCRBY', job, ARGV[i + 2] == '1' and 'admitted' or 'dropped', 1)
+    if redis.call('ZCARD', pending) == 0 then redis.call('SREM', KEYS[1], ARGV[i]) end
+  end
+end
+return n
 """
 
 
@@ -93,8 +115,8 @@ def sandbox_id_for(job_id: str, index: int) -> str:
 class JobStore:
     def __init__(self, redis: aioredis.Redis):
         self.redis = redis
-        self._peek = redis.register_script(_PEEK)
-        self._done = redis.register_script(_DONE)
+        self._peek_many = redis.register_script(_PEEK_MANY)
+        self._done_many = redis.register_script(_DONE_MANY)
 
     @classmethod
     def from_url(cls, url: str) -> "JobStore":
@@ -173,15 +195,18 @@ class JobStore:
     async def queue_position(self, job_id: str, sandbox_id: str) -> int | None:
         return await self.redis.zrank(f"job:{job_id}:pending", sandbox_id)
 
-    async def peek(self) -> tuple[str, str] | None:
-        """The job to serve next and its oldest pending sandbox (left queued)."""
-        got = await self._peek(keys=["jobs:active"])
-        return (got[0], got[1]) if got else None
+    async def peek_many(self, k: int) -> list[tuple[str, str]]:
+        """The next ``k`` (or fewer) admissions as (job, sandbox), in fair-share order, left queued."""
+        flat = await self._peek_many(keys=["jobs:active"], args=[k])
+        return list(zip(flat[::2], flat[1::2], strict=True))
 
-    async def done(self, job_id: str, sandbox_id: str, placed: bool) -> bool:
-        """Dequeue an admitted (placed=True) or ended (placed=False) sandbox; idempotent."""
-        return bool(await self._done(keys=[f"job:{job_id}", f"job:{job_id}:pending", "jobs:active"],
-                                     args=[sandbox_id, "1" if placed else "0"]))
+    async def done_many(self, settled: list[tuple[str, str, bool]]) -> int:
+        """Dequeue (job, sandbox, placed) each: admitted (placed) or ended (not), in one call;
+        idempotent (one dequeued already is not counted again). Returns how many it dequeued."""
+        if not settled:
+            return 0
+        args = [v for job_id, sandbox_id, placed in settled for v in (job_id, sandbox_id, "1" if placed else "0")]
+        return int(await self._done_many(keys=["jobs:active"], args=args))
 
     async def queue_depth(self) -> tuple[int, int]:
         """(active jobs, their sandboxes not admitted yet): one SMEMBERS and a pipelined ZCARD each."""

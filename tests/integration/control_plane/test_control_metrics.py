@@ -38,7 +38,7 @@ async def test_sandboxes_are_counted_by_state_and_backend(store):
         ("pending", "container"): 1 + 4, ("scheduled", "container"): 1, ("terminated", "container"): 1,
         ("pending", "microvm"): 1}
     assert await jobs.queue_depth() == (1, 4)
-    await jobs.done("job-a", "job-a-00000", placed=True)
+    await jobs.done_many([("job-a", "job-a-00000", True)])
     assert await jobs.queue_depth() == (1, 3)
 
     from corral_api.metrics import PlatformGauges

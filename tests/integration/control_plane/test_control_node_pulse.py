@@ -181,7 +181,7 @@ async def test_a_loop_blocked_past_the_heartbeat_timeout_keeps_its_node_and_sand
         assert agent.pulse.beats > 0
         # No new sandbox goes to it meanwhile: it waits, saying why.
         late = await request(store)
-        assert not await placer.try_place(late)
+        assert not await placer.try_place(late.sandbox_id)
         assert (await store.get_sandbox(late.sandbox_id)).reason == f"waiting for room: {agent.node_id} busy (heartbeat late)"
         assert await store.reserve(agent.node_id, late.sandbox_id, late.spec, TIMEOUT_S) is None
     finally:
@@ -195,7 +195,7 @@ async def test_a_loop_blocked_past_the_heartbeat_timeout_keeps_its_node_and_sand
     assert sorted(agent.manager.live_ids()) == sorted(ids)
     assert await store.node_sandboxes(agent.node_id) == set(ids)
     # Caught up, it takes the one that waited.
-    await until(lambda: placer.try_place(late), timeout_s=10, what="the waiting sandbox placed")
+    await until(lambda: placer.try_place(late.sandbox_id), timeout_s=10, what="the waiting sandbox placed")
 
     async def late_running():
         return await states(store, [late.sandbox_id]) == {("running", "")}

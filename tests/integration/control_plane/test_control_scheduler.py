@@ -10,6 +10,7 @@ from corral_common.events import SandboxPlace, SandboxRequested, SandboxStateCha
 from corral_common.sandboxes import SandboxSpec, SandboxState
 from corral_common.state import StateStore
 from corral_scheduler.nodes.service import NodeReaper
+from corral_scheduler.placement.outcomes import PlaceOutcome
 from corral_scheduler.placement.service import Placer
 from corral_scheduler.settings import SchedulerSettings
 
@@ -60,7 +61,7 @@ async def test_places_on_a_live_node_with_room(plane):
     # A fifth one waits for room, then goes as soon as a sandbox ends.
     fifth = await request(store, spec)
     waiting = asyncio.create_task(placer.handle(fifth))
-    assert not await placer.try_place(fifth)
+    assert await placer.try_place(fifth.sandbox_id) is PlaceOutcome.no_room
     await store.release(events[0].sandbox_id)
     await asyncio.wait_for(waiting, 10)
     assert (await asyncio.wait_for(places.get(), 10)).sandbox_id == fifth.sandbox_id
@@ -88,7 +89,8 @@ async def test_two_schedulers_racing_on_one_sandbox_place_it_once_and_keep_its_r
         await store.heartbeat(node, f"http://{node}", 64, 100_000, 100)
     events = [await request(store, SandboxSpec(environment="e", memory_mb=100)) for _ in range(20)]
     for event in events:
-        assert await asyncio.gather(*(p.try_place(event) for p in placers)) == [True, True]
+        outcomes = await asyncio.gather(*(p.try_place(event.sandbox_id) for p in placers))
+        assert sorted(outcomes) == [PlaceOutcome.already_placed, PlaceOutcome.placed]
     for event in events:
         record = await store.get_sandbox(event.sandbox_id)
         assert record.state is SandboxState.scheduled
@@ -183,10 +185,10 @@ async def test_vm_goes_only_to_a_node_that_runs_vms_and_reserves_the_overhead(pl
     second = await request(store, SandboxSpec(environment="e", backend="microvm", memory_mb=400))
     await placer.handle(second)
     third = await request(store, SandboxSpec(environment="e", backend="microvm", memory_mb=400))
-    assert not await placer.try_place(third)
+    assert await placer.try_place(third.sandbox_id) is PlaceOutcome.no_room
     assert (await store.get_sandbox(third.sandbox_id)).state is SandboxState.pending
     await store.release(second.sandbox_id)
-    assert await placer.try_place(third)
+    assert await placer.try_place(third.sandbox_id) is PlaceOutcome.placed
     assert (await store.get_sandbox(third.sandbox_id)).node_id == vm_node
 
 
@@ -233,11 +235,11 @@ async def test_the_scheduler_never_places_past_a_nodes_pids(plane):
     await placer.handle(first)
     assert (await store.get_node(node)).used_pids == 600
     second = await request(store, spec)
-    assert not await placer.try_place(second)  # cpu and memory would fit: pids do not
+    assert await placer.try_place(second.sandbox_id) is PlaceOutcome.no_room  # cpu and memory would fit: pids do not
     assert (await store.get_sandbox(second.sandbox_id)).state is SandboxState.pending
     assert await store.release(first.sandbox_id)
     assert (await store.get_node(node)).used_pids == 0
-    assert await placer.try_place(second)
+    assert await placer.try_place(second.sandbox_id) is PlaceOutcome.placed
     assert (await store.get_sandbox(second.sandbox_id)).node_id == node
 
 

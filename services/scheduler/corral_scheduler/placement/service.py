@@ -13,9 +13,10 @@ from corral_common.amqp import EventBus
 from corral_common.events import SandboxPlace, SandboxRequested, node_routing_key
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState
-from corral_common.state import StateStore
+from corral_common.state import SandboxRecord, StateStore
 from corral_scheduler import metrics
 from corral_scheduler.placement.locality import EnvironmentLayers
+from corral_scheduler.placement.outcomes import PlaceOutcome, settled_outcome
 from corral_scheduler.placement.policy import by_locality, could_ever_fit, rank_nodes, waiting_reason
 from corral_scheduler.settings import SchedulerSettings
 
@@ -34,84 +35,87 @@ class Placer:
         self.waiting = 0
 
     async def handle(self, event: SandboxRequested) -> None:
-        if await self.try_place(event):
+        if await self.try_place(event.sandbox_id, event.node_id):
             return
         self.waiting += 1
         try:
-            while not await self.try_place(event):  # noqa: ASYNC110 - room frees in Redis; nothing here to wait on
+            while not await self.try_place(event.sandbox_id, event.node_id):  # noqa: ASYNC110 - room frees in Redis; nothing here to wait on
                 await asyncio.sleep(self.settings.placement_retry_s)
         finally:
             self.waiting -= 1
 
-    async def try_place(self, event: SandboxRequested) -> bool:
-        """One placement attempt; True when the request needs no more work."""
+    async def try_place(self, sandbox_id: str, node_id: str | None = None) -> PlaceOutcome:
+        """One placement attempt (false only for ``no_room``: the request needs more work).
+        Tenant and spec come from the record (``node_id``: only that node may take it, as may
+        the record's own required node)."""
         started = time.perf_counter()
         timeout = self.settings.heartbeat_timeout_s
-        record, held, nodes = await self.store.placement_view(event.sandbox_id, timeout)
+        record, held, nodes = await self.store.placement_view(sandbox_id, timeout)
         if record is None or record.state in TERMINAL_STATES:
-            return True
+            return settled_outcome(record)
         if record.delete_requested and record.state is SandboxState.pending:
-            await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.terminated, reason="deleted")
-            return True
+            if await lifecycle.transition(self.store, self.bus, sandbox_id, SandboxState.terminated, reason="deleted"):
+                return PlaceOutcome.dropped
+            return settled_outcome(await self.store.get_sandbox(sandbox_id))
         if record.state is not SandboxState.pending:
             # Re-delivered after we already placed it: hand it to the same node again (the
             # node-agent ignores a sandbox it already has).
             if record.node_id and record.state is SandboxState.scheduled:
-                await self._publish_place(event, record.node_id)
-            return True
+                await self._publish_place(record, record.node_id)
+            return PlaceOutcome.already_placed
 
-        required = event.node_id or record.required_node
+        spec = record.spec
+        required = node_id or record.required_node
         if required:
             nodes = [n for n in nodes if n.node_id == required]
             if not nodes:
-                await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.failed,
+                await lifecycle.transition(self.store, self.bus, sandbox_id, SandboxState.failed,
                                            reason=FailureReason.required_node_unavailable.value,
                                            error=f"node {required} (the only one that may take it) is not live")
-                metrics.failed(FailureReason.required_node_unavailable.value, event.spec.backend,
+                metrics.failed(FailureReason.required_node_unavailable.value, spec.backend,
                                time.perf_counter() - started)
-                return True
+                return PlaceOutcome.failed
         # A node live by its liveness pulse alone (its full heartbeat older than the timeout: its
         # agent's loop is busy) takes nothing new until it catches up; reserve would refuse it.
         now = time.time()
         busy = {n.node_id for n in nodes if now - n.heartbeat_at > timeout}
         ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(
-            [n for n in nodes if n.node_id not in busy], event.spec, self.settings.placement_strategy,
+            [n for n in nodes if n.node_id not in busy], spec, self.settings.placement_strategy,
             self.settings.placement_measured_memory_reserve_mb)
         if not held and len(ranked) > 1 and self.environments is not None:
-            ranked = await self._by_locality(ranked, event)
+            ranked = await self._by_locality(ranked, record)
         for node in ranked:
-            got = await self.store.reserve(node.node_id, event.sandbox_id, event.spec, timeout,
-                                           memory_mb=node.reserved_memory_mb(event.spec))
+            got = await self.store.reserve(node.node_id, sandbox_id, spec, timeout,
+                                           memory_mb=node.reserved_memory_mb(spec))
             if got is None:
                 continue
             # A waiting reason (see below) goes with the wait.
-            if not await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.scheduled, node_id=got,
+            if not await lifecycle.transition(self.store, self.bus, sandbox_id, SandboxState.scheduled, node_id=got,
                                               reason="" if record.reason else None):
-                await self._refused(event.sandbox_id)
-                return True
-            await self._publish_place(event, got)
-            metrics.placed(record.created_at, "job" if record.job_id else "request", event.spec.backend,
+                return await self._refused(sandbox_id)
+            await self._publish_place(record, got)
+            metrics.placed(record.created_at, "job" if record.job_id else "request", spec.backend,
                            time.perf_counter() - started)
-            return True
-        if nodes and not any(could_ever_fit(n, event.spec) for n in nodes):
-            await lifecycle.transition(self.store, self.bus, event.sandbox_id, SandboxState.failed,
+            return PlaceOutcome.placed
+        if nodes and not any(could_ever_fit(n, spec) for n in nodes):
+            await lifecycle.transition(self.store, self.bus, sandbox_id, SandboxState.failed,
                                        reason=FailureReason.unschedulable.value)
-            metrics.failed(FailureReason.unschedulable.value, event.spec.backend, time.perf_counter() - started)
-            return True
+            metrics.failed(FailureReason.unschedulable.value, spec.backend, time.perf_counter() - started)
+            return PlaceOutcome.failed
         # It queues (never dropped): its record says why, once per change of reason.
-        reason = waiting_reason(nodes, event.spec, busy)
+        reason = waiting_reason(nodes, spec, busy)
         if reason != record.reason:
-            await self.store.set_waiting_reason(event.sandbox_id, reason)
-        return False
+            await self.store.set_waiting_reason(sandbox_id, reason)
+        return PlaceOutcome.no_room
 
-    async def _by_locality(self, ranked: list, event: SandboxRequested) -> list:
-        layers = await self.environments.sizes(event.tenant, event.spec)
+    async def _by_locality(self, ranked: list, record: SandboxRecord) -> list:
+        layers = await self.environments.sizes(record.tenant, record.spec)
         if sum(layers.values()) < max(1, self.settings.placement_locality_min_mb * 1024 * 1024):
             return ranked
         held = await self.store.held_layers([n.node_id for n in ranked], list(layers))
         return by_locality(ranked, layers, held, self.settings.placement_locality_slack)
 
-    async def _refused(self, sandbox_id: str) -> None:
+    async def _refused(self, sandbox_id: str) -> PlaceOutcome:
         """The sandbox left pending while we held its reservation. Deleted meanwhile: give the
         room back (its terminal transition may have run before we reserved). Placed by another
         scheduler (two admitters on one job head, a redelivery racing the first delivery):
@@ -120,8 +124,9 @@ class Placer:
         record = await self.store.get_sandbox(sandbox_id)
         if record is None or record.state in TERMINAL_STATES:
             await self.store.release(sandbox_id)
+        return settled_outcome(record)
 
-    async def _publish_place(self, event: SandboxRequested, node_id: str) -> None:
+    async def _publish_place(self, record: SandboxRecord, node_id: str) -> None:
         await self.bus.publish(node_routing_key(node_id, "place"), SandboxPlace(
-            sandbox_id=event.sandbox_id, tenant=event.tenant, node_id=node_id, spec=event.spec,
+            sandbox_id=record.id, tenant=record.tenant, node_id=node_id, spec=record.spec,
         ))
