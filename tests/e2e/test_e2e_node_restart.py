@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.conftest import HEARTBEAT_TIMEOUT_S, agent_pid, leftovers
-from tests.live_platform import fncall_ready, internal_headers
+from tests.live_platform import fncall_ready, internal_headers, lazy_server_pid
 from tests.polling import until_sync
 
 NODE = "node-1"
@@ -137,18 +137,6 @@ def _read(path: Path) -> list[str]:
         return []
 
 
-def _lazy_server_pid(platform) -> int:
-    root = str(platform["state"] / "nodes" / NODE / "layers")
-    for p in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = p.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"corral_node_agent.layers.lazy.server" in args and root.encode() in args:
-            return int(p.parent.name)
-    raise AssertionError(f"no lazy-layer server for {root}")
-
-
 def _fncall_on_node(platform, timeout_s: float) -> list[dict]:
     """Run a python call until NODE answers it accepted; every answer NODE gave, in order.
     (The node's pools compete with the other node's for the runtime's queue: calls alternate.)"""
@@ -185,7 +173,7 @@ def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(p
             break
     assert mine, "no sandbox landed on node-1"
     victim = mine[0]
-    pid = _lazy_server_pid(platform)
+    pid = lazy_server_pid(platform, NODE)
     os.kill(pid, signal.SIGKILL)
     until_sync(lambda: not _alive(pid), timeout_s=20, what="lazy-layer server gone")
     # The agent sees its server end and fails the sandboxes on its layers, with the reason.
@@ -197,7 +185,7 @@ def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(p
         on_node = sb.info.node_id == NODE
         if on_node:
             assert sb.exec("cat /etc/group").stdout == "root:x:0:\nuser:x:1000:\n"
-            assert _lazy_server_pid(platform) != pid
+            assert lazy_server_pid(platform, NODE) != pid
         sb.delete()
         if on_node:
             break
