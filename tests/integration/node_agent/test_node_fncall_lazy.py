@@ -26,6 +26,7 @@ from corral_node_agent.cgroups.node import node_cgroup_path
 from corral_node_agent.fncall.service import FncallPools
 from corral_node_agent.fncall.settings import FncallNodeSettings
 from tests.integration.node_agent.fake_image_service import FakeImageService
+from tests.polling import exited
 from tests.sandbox_host import fncall_host_problem
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")
@@ -142,19 +143,6 @@ async def _answers(rpc, runtime: str, code: str, want: str, timeout_s: float) ->
     pytest.fail(f"{runtime} never answered {want!r} within {timeout_s}s: {[(r.verdict, r.message) for r in seen]}")
 
 
-def _server_exited(pid: int, timeout_s: float = 10.0) -> bool:
-    import select
-
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout_s)[0])
-    finally:
-        os.close(fd)
-
-
 async def test_fncall_serves_again_after_its_lazy_layer_server_is_killed(lazy_pools, rpc):
     pools, cache = lazy_pools
     [judge] = cache.lazy.indexes  # the root is a lazily loaded layer
@@ -172,7 +160,7 @@ async def test_fncall_serves_again_after_its_lazy_layer_server_is_killed(lazy_po
         await asyncio.sleep(0.02)
     pid = cache.lazy.server.pid
     os.kill(pid, signal.SIGKILL)
-    assert await asyncio.to_thread(_server_exited, pid)
+    assert await asyncio.to_thread(exited, pid)
     killed_at = time.monotonic()
     result = await slow
     assert time.monotonic() - killed_at < 5, "the call on the lost root ran to its end"

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import random
-import select
 import shutil
 import signal
 import socket
@@ -24,6 +23,7 @@ from corral_node_agent import host
 from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.layers import mounts
 from tests.integration.node_agent.fake_image_service import FakeImageService, ServedLayer
+from tests.polling import exited
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")
 
@@ -121,17 +121,6 @@ async def test_lazy_mount_reads_exactly_the_original_tree(fake, new_cache):
 
 def _chunk_path(state_dir: str, h: str) -> str:
     return f"{state_dir}/layers/chunks/{h[:2]}/{h}"
-
-
-def _exited(pid: int, timeout_s: float = 10.0) -> bool:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout_s)[0])
-    finally:
-        os.close(fd)
 
 
 def _eventually(cond, timeout_s: float = 10.0) -> bool:
@@ -259,7 +248,7 @@ async def test_corrupted_cached_chunk_is_detected_and_refetched(fake, new_cache,
     pid = cache.lazy.server.pid
     await cache.aclose()
     # Nothing mounted, no agent: the server (and what it verified) is gone.
-    assert await asyncio.to_thread(_exited, pid)
+    assert await asyncio.to_thread(exited, pid)
     # Flip a byte in every cached chunk of the layer (as a failing disk would).
     victims = [h for h in (c[7:] for c in ws.index["chunks"]) if os.path.exists(f"{state_dir}/layers/chunks/{h[:2]}/{h}")]
     assert victims
@@ -388,7 +377,7 @@ async def test_a_killed_server_fails_reads_and_its_sandboxes_never_hang(fake, ne
     try:
         pid = cache.lazy.server.pid
         os.kill(pid, signal.SIGKILL)
-        assert await asyncio.to_thread(_exited, pid)
+        assert await asyncio.to_thread(exited, pid)
         # A block never read before: an I/O error at once, not a hang.
         with pytest.raises(OSError) as exc:
             await asyncio.to_thread(_read, f"{sandbox}/{_file(111)}")
