@@ -134,7 +134,7 @@ def test_reading_a_whole_lazy_image_in_a_loop_does_not_starve_a_neighbour(attack
     lazy-layer server) to stall or crash the server, and with it the image reads of every other
     sandbox on the node."""
     maker = attack.sandbox(probe=False, memory_mb=64)
-    made = attack.sh(maker, f"mkdir -p /srv && head -c {BIG_MB}M /dev/urandom > /srv/big && sync", user="root",
+    made = attack.sh(maker, f"mkdir -p /srv && dd if=/dev/urandom of=/srv/big bs=1M count={BIG_MB} && sync", user="root",
                      timeout_s=120)
     assert made.exit_code == 0, made
     maker.commit(environment=f"big-{attack.marker}")
@@ -142,7 +142,7 @@ def test_reading_a_whole_lazy_image_in_a_loop_does_not_starve_a_neighbour(attack
     # The neighbour's own image: a layer nobody on the node read yet, read during the attack.
     owner = lab.create(lab.other)
     try:
-        made = owner.exec("mkdir -p /srv && head -c 8M /dev/urandom > /srv/own.bin && sha256sum /srv/own.bin",
+        made = owner.exec("mkdir -p /srv && dd if=/dev/urandom of=/srv/own.bin bs=1M count=8 2>/dev/null && sha256sum /srv/own.bin",
                           user="root")
         assert made.exit_code == 0, made
         want = made.stdout.split()[0]
