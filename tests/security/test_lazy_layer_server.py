@@ -124,6 +124,16 @@ def test_a_sandbox_cannot_have_another_tenants_layer_served_to_it(attack, lab):
         lab.delete_quietly(owner_view)
 
 
+def _on_node(create, node: str, drop):
+    """A sandbox from ``create()`` placed on ``node`` (the others made on the way are dropped)."""
+    for _ in range(8):
+        sandbox = create()
+        if sandbox.info.node_id == node:
+            return sandbox
+        drop(sandbox)
+    pytest.fail(f"no sandbox landed on {node}")
+
+
 BIG_MB = 96  # the attacker's image: bigger than its memory, so its page cache cannot hold it
 READERS = 4
 
@@ -133,33 +143,27 @@ def test_reading_a_whole_lazy_image_in_a_loop_does_not_starve_a_neighbour(attack
     processes (its page cache cannot keep it, so every pass goes through the node's one
     lazy-layer server) to stall or crash the server, and with it the image reads of every other
     sandbox on the node."""
-    maker = attack.sandbox(probe=False, memory_mb=64)
-    made = attack.sh(maker, f"mkdir -p /srv && dd if=/dev/urandom of=/srv/big bs=1M count={BIG_MB} && sync", user="root",
-                     timeout_s=120)
-    assert made.exit_code == 0, made
-    maker.commit(environment=f"big-{attack.marker}")
-    attack.end(maker)
-    # The neighbour's own image: a layer nobody on the node read yet, read during the attack.
+    # Both images are made on one node, so that their sandboxes go there (layer locality).
     owner = lab.create(lab.other)
+    node = owner.info.node_id
     try:
-        made = owner.exec("mkdir -p /srv && dd if=/dev/urandom of=/srv/own.bin bs=1M count=8 2>/dev/null && sha256sum /srv/own.bin",
-                          user="root")
+        maker = _on_node(lambda: attack.sandbox(probe=False, memory_mb=64), node, attack.end)
+        made = attack.sh(maker, f"mkdir -p /srv && dd if=/dev/urandom of=/srv/big bs=1M count={BIG_MB} && sync",
+                         user="root", timeout_s=120)
+        assert made.exit_code == 0, made
+        maker.commit(environment=f"big-{attack.marker}")
+        attack.end(maker)
+        # The neighbour's own image: a layer nobody on the node read yet, read during the attack.
+        made = owner.exec("mkdir -p /srv && dd if=/dev/urandom of=/srv/own.bin bs=1M count=8 2>/dev/null && "
+                          "sha256sum /srv/own.bin", user="root")
         assert made.exit_code == 0, made
         want = made.stdout.split()[0]
         owner.commit(environment=f"own-{attack.marker}")
     finally:
         lab.delete_quietly(owner)
-
-    for _ in range(8):
-        hog = attack.sandbox(probe=False, environment=f"big-{attack.marker}", memory_mb=32)
-        node = hog.info.node_id
-        neighbour = lab.create(lab.other, environment=f"own-{attack.marker}")
-        if neighbour.info.node_id == node:
-            break
-        lab.delete_quietly(neighbour)
-        attack.end(hog)
-    else:
-        pytest.fail("the attacker and the neighbour never shared a node")
+    hog = _on_node(lambda: attack.sandbox(probe=False, environment=f"big-{attack.marker}", memory_mb=32), node,
+                   attack.end)
+    neighbour = _on_node(lambda: lab.create(lab.other, environment=f"own-{attack.marker}"), node, lab.delete_quietly)
     try:
         pid = lazy_server_pid(lab.platform, node)
         loop = "while :; do cat /srv/big > /dev/null; done"
