@@ -125,13 +125,19 @@ def test_a_sandbox_cannot_have_another_tenants_layer_served_to_it(attack, lab):
 
 
 def _on_node(create, node: str, drop):
-    """A sandbox from ``create()`` placed on ``node`` (the others made on the way are dropped)."""
-    for _ in range(8):
-        sandbox = create()
-        if sandbox.info.node_id == node:
-            return sandbox
-        drop(sandbox)
-    pytest.fail(f"no sandbox landed on {node}")
+    """A sandbox from ``create()`` placed on ``node``. The others made on the way are kept until
+    then (spread placement sends the next one to the emptier node), then dropped."""
+    elsewhere = []
+    try:
+        for _ in range(8):
+            sandbox = create()
+            if sandbox.info.node_id == node:
+                return sandbox
+            elsewhere.append(sandbox)
+        pytest.fail(f"no sandbox landed on {node}")
+    finally:
+        for sandbox in elsewhere:
+            drop(sandbox)
 
 
 BIG_MB = 96  # the attacker's image: bigger than its memory, so its page cache cannot hold it
