@@ -117,6 +117,7 @@ async def lazy_pools(judge_service, layer_caches, amqp_url, tmp_path):
     finally:
         await pools.close()
         cgroup_driver().cgroup(node_cgroup_path(node)).remove()
+        shutil.rmtree(settings.scratch_dir, ignore_errors=True)
 
 
 @pytest.fixture
