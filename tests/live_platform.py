@@ -160,6 +160,19 @@ def agent_pid(platform, node_id: str) -> int:
     return int((platform["state"] / "run" / f"{node_id}.pid").read_text())
 
 
+def lazy_server_pid(platform, node_id: str) -> int:
+    """The pid of the node's lazy-layer server (the process serving its lazily loaded layers)."""
+    root = str(platform["state"] / "nodes" / node_id / "layers")
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = p.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"corral_node_agent.layers.lazy.server" in args and root.encode() in args:
+            return int(p.parent.name)
+    raise AssertionError(f"no lazy-layer server for {root}")
+
+
 def leftovers(platform, node_id: str, sandbox_id: str) -> list[str]:
     """Everything a deleted sandbox could leave behind on its node; empty when clean."""
     found = []

@@ -1,6 +1,8 @@
 """Waiting for a condition in tests: poll it with a deadline (never sleep a fixed time)."""
 
 import asyncio
+import os
+import select
 import time
 from collections.abc import Callable
 
@@ -29,3 +31,15 @@ def until_sync(predicate: Callable[[], object], timeout_s: float = 60.0, what: s
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def exited(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether process ``pid`` is gone within ``timeout_s`` (waits on its pidfd, no polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout_s)[0])
+    finally:
+        os.close(fd)

@@ -1,4 +1,5 @@
-"""Can this test process run real crun sandboxes? Needs root, crun, mkfs.erofs and a static busybox.
+"""Can this test process run real crun sandboxes (root, crun, mkfs.erofs, a static busybox), or
+fncall workers (root, bubblewrap, cgroups, python3-seccomp)?
 
 If it can, the private mount namespace the node-agent runs in is entered here, once per
 process: unshare(CLONE_NEWNS) only works while the process is single-threaded, so the
@@ -9,6 +10,8 @@ or plugin starts a thread).
 import functools
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
 
 @functools.cache
@@ -25,4 +28,18 @@ def container_skip_reason() -> str:
         host.enter_private_mount_namespace()
     except OSError as exc:
         return f"cannot enter a private mount namespace: {exc}"
+    return ""
+
+
+def fncall_host_problem() -> str:
+    """Why fncall workers (bubblewrap, cgroup v1) cannot run here; "" when they can."""
+    if os.geteuid() != 0:
+        return "fncall workers need root (cgroups, uid switch)"
+    if not shutil.which("bwrap"):
+        return "bubblewrap is not installed"
+    if not all(Path(f"/sys/fs/cgroup/{c}/cgroup.procs").exists() for c in ("memory", "pids", "cpuacct")):
+        return "needs cgroup v1 memory, pids and cpuacct"
+    if not Path("/usr/bin/python3").exists() or subprocess.run(["/usr/bin/python3", "-c", "import seccomp"],
+                                                                capture_output=True).returncode:
+        return "needs python3-seccomp for the system python3"
     return ""

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.conftest import HEARTBEAT_TIMEOUT_S, agent_pid, leftovers
-from tests.live_platform import fncall_ready
+from tests.live_platform import fncall_ready, internal_headers, lazy_server_pid
 from tests.polling import until_sync
 
 NODE = "node-1"
@@ -137,19 +137,32 @@ def _read(path: Path) -> list[str]:
         return []
 
 
-def _lazy_server_pid(platform) -> int:
-    root = str(platform["state"] / "nodes" / NODE / "layers")
-    for p in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = p.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"corral_node_agent.layers.lazy.server" in args and root.encode() in args:
-            return int(p.parent.name)
-    raise AssertionError(f"no lazy-layer server for {root}")
+def _fncall_on_node(platform, timeout_s: float) -> list[dict]:
+    """Run a python call until NODE answers it accepted; every answer NODE gave, in order.
+    (The node's pools compete with the other node's for the runtime's queue: calls alternate.)"""
+    headers = {"Authorization": f"Bearer {platform['api_key']}"}
+    body = {"runtime": "python", "code": "print(6 * 7)", "tests": [{"expected_stdout": "42\n"}]}
+    answers: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=platform["api"], headers=headers, timeout=60) as api:
+        while time.monotonic() < deadline:
+            r = api.post("/v1/fncall", json=body)
+            if r.status_code == 503:  # no worker took it (retryable): what a node re-mounting may answer
+                answers.append({"verdict": "unavailable", "message": r.text[:300]})
+                continue
+            assert r.status_code == 200, r.text
+            answer = r.json()
+            if answer["node_id"] == NODE:
+                answers.append(answer)
+                if answer["verdict"] == "accepted":
+                    return answers
+    raise AssertionError(f"{NODE} answered no fncall accepted within {timeout_s}s: {answers[-5:]}")
 
 
 def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(platform, corral):
+    # node-1's fncall pools run on the judge layer, which that server serves too.
+    fncall_ready(platform)
+    _fncall_on_node(platform, timeout_s=30)
     mine = []
     for _ in range(6):
         sb = corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "lazy-server"})
@@ -160,7 +173,7 @@ def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(p
             break
     assert mine, "no sandbox landed on node-1"
     victim = mine[0]
-    pid = _lazy_server_pid(platform)
+    pid = lazy_server_pid(platform, NODE)
     os.kill(pid, signal.SIGKILL)
     until_sync(lambda: not _alive(pid), timeout_s=20, what="lazy-layer server gone")
     # The agent sees its server end and fails the sandboxes on its layers, with the reason.
@@ -172,13 +185,15 @@ def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(p
         on_node = sb.info.node_id == NODE
         if on_node:
             assert sb.exec("cat /etc/group").stdout == "root:x:0:\nuser:x:1000:\n"
-            assert _lazy_server_pid(platform) != pid
+            assert lazy_server_pid(platform, NODE) != pid
         sb.delete()
         if on_node:
             break
     else:
         raise AssertionError("no sandbox landed on node-1")
-    # Known gap: node-1's fncall pools run on the judge layer the killed server served, and they do
-    # not remount it on a new server; a restarted agent does. Leave the shared platform whole.
-    _restart_agent(platform)
-    fncall_ready(platform)
+    # node-1's fncall pools mount the judge layer again from the new server, without an agent
+    # restart; meanwhile a call is held or answered unavailable (503), never judged on the dead root.
+    answers = _fncall_on_node(platform, timeout_s=60)
+    assert all(a["verdict"] == "unavailable" for a in answers[:-1]), answers
+    status = httpx.get(f"{platform['urls'][NODE]}/v1/fncall/pools", headers=internal_headers(platform), timeout=5)
+    assert status.json()["status"] == "ready"

@@ -14,6 +14,8 @@
  *   probe ptrace <pid>...        PTRACE_ATTACH (then detach) each pid
  *   probe tcp <ipv4> <port>      connect, 1 s timeout
  *   probe vsock <cid> <port>     connect an AF_VSOCK stream socket
+ *   probe unix <path>...         connect an AF_UNIX stream socket to each path
+ *   probe open <path>...         open each path read-only
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,6 +39,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -247,6 +250,32 @@ static int cmd_vsock(unsigned cid, unsigned port) {
     return 0;
 }
 
+static int cmd_unix(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        strncpy(sa.sun_path, argv[i], sizeof sa.sun_path - 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        char what[160];
+        snprintf(what, sizeof what, "unix %s", argv[i]);
+        report(what, fd < 0 ? -1 : connect_timeout(fd, (struct sockaddr *)&sa, sizeof sa));
+        if (fd >= 0)
+            close(fd);
+    }
+    return 0;
+}
+
+static int cmd_open(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "open %s", argv[i]);
+        int fd = open(argv[i], O_RDONLY);
+        report(what, fd);
+        if (fd >= 0)
+            close(fd);
+    }
+    return 0;
+}
+
 static int run(int argc, char **argv) {
     if (argc < 1)
         return 2;
@@ -265,6 +294,10 @@ static int run(int argc, char **argv) {
         return cmd_tcp(argv[1], atoi(argv[2]));
     if (!strcmp(cmd, "vsock") && argc == 3)
         return cmd_vsock(strtoul(argv[1], NULL, 10), strtoul(argv[2], NULL, 10));
+    if (!strcmp(cmd, "unix"))
+        return cmd_unix(argc - 1, argv + 1);
+    if (!strcmp(cmd, "open"))
+        return cmd_open(argc - 1, argv + 1);
     fprintf(stderr, "probe: unknown command %s\n", cmd);
     return 2;
 }

@@ -1,7 +1,6 @@
 """fncall integration fixtures: the judge runtime tree (built once, cached on disk), a seccomp
 filter, and workers on this host (root, bubblewrap, cgroup v1)."""
 
-import os
 import shutil
 import subprocess
 import sys
@@ -11,21 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.control_plane import private_broker  # noqa: F401 - fixture (a RabbitMQ to restart)
+from tests.sandbox_host import fncall_host_problem
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def fncall_host_problem() -> str:
-    if os.geteuid() != 0:
-        return "fncall workers need root (cgroups, uid switch)"
-    if not shutil.which("bwrap"):
-        return "bubblewrap is not installed"
-    if not all(Path(f"/sys/fs/cgroup/{c}/cgroup.procs").exists() for c in ("memory", "pids", "cpuacct")):
-        return "needs cgroup v1 memory, pids and cpuacct"
-    if not Path("/usr/bin/python3").exists() or subprocess.run(["/usr/bin/python3", "-c", "import seccomp"],
-                                                                capture_output=True).returncode:
-        return "needs python3-seccomp for the system python3"
-    return ""
 
 
 @pytest.fixture(scope="session")

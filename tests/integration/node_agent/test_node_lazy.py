@@ -12,26 +12,20 @@ import hashlib
 import json
 import os
 import random
-import select
 import shutil
 import signal
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from corral_common.contracts.images import EnvironmentLayer
-from corral_image_service.chunks.store import LocalChunkStore, chunk_blob
-from corral_image_service.layers.erofs import mkfs_erofs
 from corral_node_agent import host
 from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.layers import mounts
+from tests.integration.node_agent.fake_image_service import CHUNK, FakeImageService, ServedLayer
+from tests.polling import exited
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse")
-
-CHUNK = 64 * 1024
 
 
 def _write_tree(root: str, seed: int, files: int, size: int) -> None:
@@ -63,97 +57,18 @@ def _checksums(root: str) -> dict[str, str]:
     return out
 
 
-class ServedLayer(EnvironmentLayer):
-    """A layer as an environment lists it, with the chunk index the fake serves for it."""
-
-    index: dict
-
-
-class FakeImageService:
-    """The subset of image-service a node uses, with request counts and faults."""
-
-    def __init__(self, work: str):
-        self.work = work
-        self.blobs: dict[str, str] = {}
-        self.store = LocalChunkStore(f"{work}/chunkstore")
-        self.store.ensure_dirs()
-        self.calls: list[str] = []
-        self.down = False
-        self.tamper: set[str] = set()  # chunk digests answered with wrong bytes
-
-    def add_layer(self, name: str, seed: int, files: int = 40, size: int = 48 * 1024) -> tuple["ServedLayer", str]:
-        tree = f"{self.work}/{name}-tree"
-        _write_tree(tree, seed, files, size)
-        blob = f"{self.work}/{name}.erofs"
-        mkfs_erofs(tree, blob)
-        with open(blob, "rb") as fh:
-            digest = "sha256:" + hashlib.sha256(fh.read()).hexdigest()
-        self.blobs[digest] = blob
-        index, _ = chunk_blob(self.store, digest, blob, CHUNK)
-        return ServedLayer(kind="base", name=name, version="1", digest=digest, size=index["size"], index=index), tree
-
-    def chunk_requests(self) -> list[str]:
-        """Requests for chunks: one by digest, or a run of a layer's (read-ahead)."""
-        return [c for c in self.calls if c.startswith("/v1/chunks/") or "/chunks?" in c]
-
-    def answer(self, path: str) -> tuple[int, bytes]:
-        self.calls.append(path)
-        if self.down:
-            return 503, b""
-        if path.startswith("/v1/chunks/"):
-            d = path.removeprefix("/v1/chunks/")
-            p = self.store.chunk_path(d)
-            if p is None:
-                return 404, b""
-            data = p.read_bytes()
-            if d in self.tamper:
-                data = b"\0" + data[1:]
-            return 200, data
-        if path.startswith("/v1/indexes/") and "/chunks?" in path:
-            digest, query = path.removeprefix("/v1/indexes/").split("/chunks?")
-            q = dict(p.split("=") for p in query.split("&"))
-            start, count = int(q["start"]), int(q["count"])
-            run = self.store.get_index(digest)["chunks"][start:start + count]
-            data = [self.store.chunk_path(d).read_bytes() for d in run]
-            return 200, b"".join(b"\0" + c[1:] if d in self.tamper else c for d, c in zip(run, data, strict=True))
-        if path.startswith("/v1/indexes/"):
-            index = self.store.get_index(path.removeprefix("/v1/indexes/"))
-            return (200, json.dumps(index).encode()) if index else (404, b"")
-        if path.startswith("/v1/blobs/"):
-            d = path.removeprefix("/v1/blobs/")
-            if d in self.blobs:
-                with open(self.blobs[d], "rb") as fh:
-                    return 200, fh.read()
-        return 404, b""
-
-    def serve(self) -> ThreadingHTTPServer:
-        svc = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self):  # noqa: N802 - the stdlib's name
-                status, body = svc.answer(self.path)
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{server.server_address[1]}"
-        return server
+def _add_layer(svc: FakeImageService, name: str, seed: int, files: int = 40,
+               size: int = 48 * 1024) -> tuple[ServedLayer, str]:
+    tree = f"{svc.work}/{name}-tree"
+    _write_tree(tree, seed, files, size)
+    return svc.add_tree(name, tree), tree
 
 
 @pytest.fixture(scope="module")
 def image_service(work_dir):
     svc = FakeImageService(f"{work_dir}/lazy-image-service")
-    base, base_tree = svc.add_layer("base", 1)
-    ws, ws_tree = svc.add_layer("ws", 2, files=120)
+    base, base_tree = _add_layer(svc, "base", 1)
+    ws, ws_tree = _add_layer(svc, "ws", 2, files=120)
     server = svc.serve()
     yield svc, {"base": (base, base_tree), "ws": (ws, ws_tree)}
     server.shutdown()
@@ -206,17 +121,6 @@ async def test_lazy_mount_reads_exactly_the_original_tree(fake, new_cache):
 
 def _chunk_path(state_dir: str, h: str) -> str:
     return f"{state_dir}/layers/chunks/{h[:2]}/{h}"
-
-
-def _exited(pid: int, timeout_s: float = 10.0) -> bool:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout_s)[0])
-    finally:
-        os.close(fd)
 
 
 def _eventually(cond, timeout_s: float = 10.0) -> bool:
@@ -394,7 +298,7 @@ async def test_corrupted_cached_chunk_is_detected_and_refetched(fake, new_cache,
     pid = cache.lazy.server.pid
     await cache.aclose()
     # Nothing mounted, no agent: the server (and what it verified) is gone.
-    assert await asyncio.to_thread(_exited, pid)
+    assert await asyncio.to_thread(exited, pid)
     # Flip a byte in every cached chunk of the layer (as a failing disk would).
     victims = [h for h in (c[7:] for c in ws.index["chunks"]) if os.path.exists(f"{state_dir}/layers/chunks/{h[:2]}/{h}")]
     assert victims
@@ -523,7 +427,7 @@ async def test_a_killed_server_fails_reads_and_its_sandboxes_never_hang(fake, ne
     try:
         pid = cache.lazy.server.pid
         os.kill(pid, signal.SIGKILL)
-        assert await asyncio.to_thread(_exited, pid)
+        assert await asyncio.to_thread(exited, pid)
         # A block never read before: an I/O error at once, not a hang.
         with pytest.raises(OSError) as exc:
             await asyncio.to_thread(_read, f"{sandbox}/{_file(111)}")

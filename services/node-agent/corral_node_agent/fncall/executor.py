@@ -107,6 +107,15 @@ class Worker:
     async def aclose(self) -> None:
         self.close()
 
+    def stop_runs(self) -> None:
+        """Kill what runs in this worker now (its root filesystem went away): a run in
+        flight ends at once."""
+        self.cgroup.kill_all()
+
+    async def renew(self) -> None:
+        """Drop what the worker keeps of the root filesystem it ran on (it was mounted anew);
+        a cold worker keeps nothing: every run binds the root afresh."""
+
     # -- one sandboxed process tree ---------------------------------------------------------
 
     def _bwrap_argv(self, argv: tuple[str, ...] | list[str], policy: SandboxPolicy, *, bind_dir: Path | None,

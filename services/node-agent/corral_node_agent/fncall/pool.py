@@ -14,6 +14,12 @@ a free worker in the node (counted with the queue's backlog when the pool decide
 
 The pool adapts within [pool_min, pool_max]: it grows while every worker is busy and calls
 are waiting, and shrinks by one after ``idle_ticks_to_shrink`` ticks under 25% busy.
+
+Its workers run on the node's runtime root (``service``), which can go away under them (the
+lazy-layer server serving it died): ``suspend`` kills what runs on it and holds the next calls
+(up to ``ROOT_WAIT_S``) until ``resume``, once the root is mounted again. A call that was running
+on the old root, or waited longer, is answered "no worker ..." (the api's retryable 503), never
+judged on a root that reads EIO.
 """
 
 import asyncio
@@ -40,6 +46,10 @@ from corral_node_agent.fncall.executor import ExecutorConfig, Worker
 from corral_node_agent.fncall.zygote import ZygoteWorker
 
 log = get_logger(__name__)
+
+# How long a call waits for its pool's runtime root to come back (``suspend``) before it is
+# answered unserved: a re-mount takes a second or two; image-service down takes longer.
+ROOT_WAIT_S = 30.0
 
 
 class RuntimePool:
@@ -76,6 +86,9 @@ class RuntimePool:
         self._scaler: asyncio.Task | None = None
         self._rate = RateWindow()
         self._labels = {"node": node_id, "runtime": runtime}
+        self._root_ready = asyncio.Event()  # cleared while the runtime root is away (``suspend``)
+        self._root_ready.set()
+        self._root_epoch = 0  # +1 per ``suspend``: a call started before it ran on the old root
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -86,7 +99,7 @@ class RuntimePool:
         worker = (ZygoteWorker if self.warm else Worker)(self.config, name, group)
         self._workers[name] = worker
         self._free.put_nowait(worker)
-        if isinstance(worker, ZygoteWorker):
+        if isinstance(worker, ZygoteWorker) and self._root_ready.is_set():
             worker.prestart_soon()
         self.size += 1
 
@@ -117,9 +130,40 @@ class RuntimePool:
             self._retire -= 1
             self._close_worker(worker)
             return
-        if isinstance(worker, ZygoteWorker):
+        if isinstance(worker, ZygoteWorker) and self._root_ready.is_set():
             worker.prestart_soon()
         self._free.put_nowait(worker)
+
+    # -- the runtime root going away and coming back -----------------------------------------------
+
+    def suspend(self) -> None:
+        """The runtime root went away: kill every run on it (their calls are answered
+        unserved) and hold new calls until ``resume``."""
+        if not self._root_ready.is_set():
+            return
+        self._root_ready.clear()
+        self._root_epoch += 1
+        for worker in list(self._workers.values()):
+            worker.stop_runs()
+        log.warning("fncall.pool_suspended", runtime=self.runtime, busy=self.busy)
+
+    async def resume(self) -> None:
+        """The runtime root is mounted again (at the same path): forget what the workers kept
+        of the old one (python's zygotes) and serve the held calls."""
+        await asyncio.gather(*(worker.renew() for worker in list(self._workers.values())))
+        self._root_ready.set()
+        free = [self._free.get_nowait() for _ in range(self._free.qsize())]
+        for worker in free:
+            self._free.put_nowait(worker)
+            if isinstance(worker, ZygoteWorker):
+                worker.prestart_soon()
+        log.info("fncall.pool_resumed", runtime=self.runtime)
+
+    def _unserved(self, job: FncallJob, why: str) -> FncallResult:
+        # "no worker": the api answers such a call 503 fncall_unavailable (send it again).
+        return FncallResult(call_id=job.call_id, runtime=job.runtime, verdict=Verdict.system_error,
+                            node_id=self.node_id, message=f"no worker on node {self.node_id} ran this {self.runtime} call: {why}; "
+                                    "it was not judged, send it again")
 
     # -- queue --------------------------------------------------------------------------------
 
@@ -190,6 +234,14 @@ class RuntimePool:
             worker = await self._free.get()
         finally:
             self.waiting_here -= 1
+        if not self._root_ready.is_set():
+            try:
+                await asyncio.wait_for(self._root_ready.wait(), ROOT_WAIT_S)
+            except (TimeoutError, asyncio.TimeoutError):
+                self._release(worker)
+                return self._unserved(job, f"its runtime root filesystem was not back within {ROOT_WAIT_S:.0f}s "
+                                           "(the node's lazy-layer server exited)")
+        epoch = self._root_epoch
         self.busy += 1
         metrics.POOL_BUSY.labels(**self._labels).set(self.busy)
         started = time.monotonic()
@@ -206,6 +258,9 @@ class RuntimePool:
             self.busy -= 1
             metrics.POOL_BUSY.labels(**self._labels).set(self.busy)
             self._release(worker)
+        if self._root_epoch != epoch:
+            result = self._unserved(job, "its runtime root filesystem went away during the run "
+                                         "(the node's lazy-layer server exited)")
         result.node_id = self.node_id
         metrics.CALL_SECONDS.labels(**self._labels).observe(time.monotonic() - started)
         metrics.CALLS.labels(**self._labels, verdict=result.verdict.value).inc()

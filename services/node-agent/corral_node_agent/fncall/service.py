@@ -1,4 +1,10 @@
-"""The node-agent's fncall side: one warm pool per runtime, fed by RabbitMQ work queues."""
+"""The node-agent's fncall side: one warm pool per runtime, fed by RabbitMQ work queues.
+
+The runtimes' root is a layer of the node's layer cache, bound at one path for every pool. On a
+lazy node it reads through the lazy-layer server: when that server exits, the layer cache tells
+(``LayerCache.add_exit_listener``), the pools are suspended (runs on the dead root killed, new
+calls held), the root is dropped and acquired again from the next server, and the pools resume.
+"""
 
 import asyncio
 import hashlib
@@ -126,6 +132,10 @@ class FncallPools:
         self._connection: AbstractRobustConnection | None = None
         self._starter: asyncio.Task | None = None
         self._running = asyncio.Semaphore(settings.max_running)
+        self._remounter: asyncio.Task | None = None
+        self._root_lost = False  # the root's server exited since the last (re-)mount began
+        if layers is not None:
+            layers.add_exit_listener(self._layers_gone)
 
     def config(self, rootfs: Path) -> ExecutorConfig:
         s = self.settings
@@ -167,20 +177,28 @@ class FncallPools:
             host.bind_mount(mount, str(root))
         return root, ""
 
-    async def _start_when_ready(self) -> None:
+    async def _mount_root_when_ready(self) -> Path:
+        """Mount the runtimes' root, waiting (polling image-service) until it can be."""
         while True:
             rootfs, reason = await self._runtime_root()
             if rootfs is not None:
                 reason = check_host(ExecutorConfig(rootfs=rootfs, scratch_dir=Path("/"), seccomp_path=Path("/")))
                 if not reason:
-                    break
-                host.umount(str(rootfs))
-                await self.layers.release(self._held_layers)
-                self._held_layers = []
+                    return rootfs
+                await self._drop_root()
             if self.status_message != reason:
                 log.warning("fncall.waiting", reason=reason)
             self.status_message = reason
             await asyncio.sleep(self.settings.rootfs_poll_s)
+
+    async def _drop_root(self) -> None:
+        host.umount(str(RUNTIME_ROOT_DIR / self.instance))
+        held, self._held_layers = self._held_layers, []
+        if held:
+            await self.layers.release(held)
+
+    async def _start_when_ready(self) -> None:
+        rootfs = await self._mount_root_when_ready()
         try:
             config = await asyncio.to_thread(self.config, rootfs)
             remove_cgroups(self.cgroup_prefix)
@@ -214,7 +232,43 @@ class FncallPools:
             self.status_message = f"failed: {type(exc).__name__}: {exc}"
             log.exception("fncall.start_failed")
 
+    # -- the root's lazy-layer server exiting --------------------------------------------------
+
+    def _layers_gone(self, digests: list[str]) -> None:
+        """(On the event loop.) The lazy-layer server behind ``digests`` exited: if the root is
+        one of them (or is being mounted again now), suspend the pools and mount it anew."""
+        renewing = self._remounter is not None and not self._remounter.done()
+        if not renewing and not any(layer.digest in digests for layer in self._held_layers):
+            return
+        self._root_lost = True
+        for pool in self.pools.values():
+            pool.suspend()
+        if not renewing:
+            self._remounter = asyncio.create_task(self._remount_root())
+
+    async def _remount_root(self) -> None:
+        if self._starter is not None and not self._starter.done():
+            # Pools made by a start still under way suspend with the others below.
+            with suppress(Exception):
+                await asyncio.shield(self._starter)
+        while self._root_lost:  # again when the next server exits meanwhile too
+            self._root_lost = False
+            for pool in self.pools.values():
+                pool.suspend()
+            self.status_message = "mounting the runtime root again (its lazy-layer server exited)"
+            log.warning("fncall.root_lost", instance=self.instance)
+            await self._drop_root()
+            await self._mount_root_when_ready()
+        for pool in self.pools.values():
+            await pool.resume()
+        self.status_message = "ready"
+        log.info("fncall.root_remounted", instance=self.instance)
+
     async def close(self) -> None:
+        if self._remounter is not None:
+            self._remounter.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await self._remounter
         if self._starter is not None:
             self._starter.cancel()
             with suppress(asyncio.CancelledError, Exception):
@@ -229,13 +283,10 @@ class FncallPools:
             remove_cgroups(self.cgroup_prefix)
         shutil.rmtree(Path(self.settings.scratch_dir) / self.instance, ignore_errors=True)
         if self._held_layers and self.layers is not None:
-            root = RUNTIME_ROOT_DIR / self.instance
-            host.umount(str(root))
-            with suppress(OSError):
-                root.rmdir()
             with suppress(Exception):
-                await self.layers.release(self._held_layers)
-            self._held_layers = []
+                await self._drop_root()
+            with suppress(OSError):
+                (RUNTIME_ROOT_DIR / self.instance).rmdir()
 
     def status(self) -> dict:
         return {"node_id": self.node_id, "status": self.status_message,

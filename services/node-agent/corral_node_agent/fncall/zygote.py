@@ -175,6 +175,18 @@ class ZygoteWorker(Worker):
         self.zygote_cgroup.remove()
         super().close()
 
+    def stop_runs(self) -> None:
+        super().stop_runs()
+        self.zygote_cgroup.kill_all()  # the zygote (or one starting) reads the old root too
+
+    async def renew(self) -> None:
+        # A zygote start under way fails on the old root: let it end, then allow a start at once.
+        if self._starting is not None and not self._starting.done():
+            with suppress(Exception):
+                await self._starting
+        self._stop_zygote()
+        self._retry_after = 0.0
+
     # -- a call -------------------------------------------------------------------------------------
 
     async def run_job(self, job: FncallJob) -> FncallResult:

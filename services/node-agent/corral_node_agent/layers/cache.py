@@ -76,6 +76,13 @@ class LayerCache:
         loaded layer fails for good (see ``LazyLoader.add_fault_listener``)."""
         self.lazy.add_fault_listener(callback)
 
+    def add_exit_listener(self, callback: Callable[[list[str]], None]) -> None:
+        """Call ``callback(digests)`` on the event loop when the lazy-layer server behind those
+        layers exited: every mount of them reads EIO from then on. The layer mounts are
+        detached by then; a holder that keeps its own view of one (a bind elsewhere) drops it,
+        releases the layers and acquires them again, from the next server."""
+        self.lazy.add_exit_listener(callback)
+
     def held_bytes(self) -> dict[str, int]:
         """Bytes of each layer this node holds (scheduler locality): a whole verified blob, or
         the chunks of a lazily loaded layer that sit in the node's chunk cache."""
