@@ -163,7 +163,7 @@ class NodeEgress:
         _no_ipv6()
         self._ipr = IPRoute()
         self._ipr.link("set", index=self._ipr.link_lookup(ifname="lo")[0], state="up")
-        self._nft = nft.Nftables()
+        self._nft = nft.Nftables(path)
         self._nft.run(nft.ruleset(proxy_port=self.settings.egress_proxy_port, dns_port=self.settings.egress_dns_port))
 
     def _forbidden(self) -> list[str]:

@@ -1,10 +1,12 @@
-"""The egress namespace's nftables table, through libnftables (Debian's nftables).
+"""The egress namespace's nftables table, through Debian's ``nft`` program.
 
-In-process through the library rather than the ``nft`` program: a set element added or
-removed costs ~0.1 ms instead of ~5 ms for a process (HOST-NOTES). A libnftables context
-talks to the kernel through a netlink socket made with it, so a context made on a thread in
-the egress namespace (`Nftables` on the NetnsWorker) keeps working on that namespace from
-any thread.
+A process per change, not libnftables in the agent: the library keeps process-wide state
+(parser, cache) and aborts on errors it does not expect, and an abort took the whole
+node-agent with it (CI, 2026-12-02: ``Fatal Python error: Aborted`` in
+nft_run_cmd_from_buffer while making the egress namespace's table, under the process-wide
+lock that was meant to prevent it). A failed ``nft`` is one refused change; the process costs
+~5 ms instead of ~0.1 ms (HOST-NOTES), once per attach and detach of an allowlist sandbox.
+It runs in the egress namespace through ``nsenter --net``, whatever thread asks.
 
 The table (`ruleset`), one for every sandbox of the node, a sandbox being one element of
 the set ``sandboxes`` (its veth's name . its address):
@@ -20,22 +22,14 @@ the set ``sandboxes`` (its veth's name . its address):
   node's namespace and refuse forbidden addresses (proxy.py).
 """
 
-import ctypes
 import json
 import re
-import threading
+import subprocess
 
 TABLE = "corral_egress"
 VETH_PREFIX = "ce"  # host side of a sandbox's veth: ce<slot>
 _IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}\Z")
-
-
-# libnftables is not safe for concurrent use, not even of two contexts from two threads (its
-# parser and cache keep process-wide state): a node-agent's own calls come from its one netns
-# worker, but a process serving several agents (the in-process tests) aborted in
-# nft_run_cmd_from_buffer. Every call into the library holds this lock; a set element costs
-# ~0.1 ms, so it is never contended for long.
-_LIBRARY_LOCK = threading.Lock()
+NFT_TIMEOUT_S = 30.0
 
 
 class NftError(RuntimeError):
@@ -43,43 +37,27 @@ class NftError(RuntimeError):
 
 
 class Nftables:
-    """A libnftables context (bound to the network namespace it was made in)."""
+    """``nft`` commands in the network namespace bound at ``netns_path``."""
 
-    def __init__(self, library: str = "libnftables.so.1"):
-        lib = ctypes.CDLL(library, use_errno=True)
-        lib.nft_ctx_new.restype = ctypes.c_void_p
-        lib.nft_ctx_new.argtypes = [ctypes.c_uint32]
-        lib.nft_ctx_free.argtypes = [ctypes.c_void_p]
-        lib.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-        for name in ("nft_ctx_buffer_output", "nft_ctx_buffer_error"):
-            getattr(lib, name).argtypes = [ctypes.c_void_p]
-        for name in ("nft_ctx_get_output_buffer", "nft_ctx_get_error_buffer"):
-            getattr(lib, name).argtypes = [ctypes.c_void_p]
-            getattr(lib, name).restype = ctypes.c_char_p
-        lib.nft_ctx_output_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint]
-        self._lib = lib
-        with _LIBRARY_LOCK:
-            self._ctx = lib.nft_ctx_new(0)
-            lib.nft_ctx_buffer_output(self._ctx)
-            lib.nft_ctx_buffer_error(self._ctx)
+    def __init__(self, netns_path: str):
+        self.netns_path = netns_path
+        self.closed = False
 
     def run(self, commands: str, *, json_output: bool = False) -> str:
-        with _LIBRARY_LOCK:
-            if not self._ctx:
-                raise NftError("the nftables context is closed")
-            self._lib.nft_ctx_output_set_flags(self._ctx, 1 << 4 if json_output else 0)  # NFT_CTX_OUTPUT_JSON
-            rc = self._lib.nft_run_cmd_from_buffer(self._ctx, commands.encode())
-            out = (self._lib.nft_ctx_get_output_buffer(self._ctx) or b"").decode()
-            err = (self._lib.nft_ctx_get_error_buffer(self._ctx) or b"").decode()
-        if rc != 0:
-            raise NftError(err.strip() or f"nft failed ({rc})")
-        return out
+        if self.closed:
+            raise NftError("the nftables context is closed")
+        argv = ["nsenter", f"--net={self.netns_path}", "nft", *(["--json"] if json_output else []), "-f", "-"]
+        try:
+            done = subprocess.run(argv, input=commands, capture_output=True, text=True, timeout=NFT_TIMEOUT_S,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise NftError(f"nft could not run: {exc}") from None
+        if done.returncode != 0:
+            raise NftError(done.stderr.strip() or f"nft failed ({done.returncode})")
+        return done.stdout
 
     def close(self) -> None:
-        with _LIBRARY_LOCK:
-            if self._ctx:
-                self._lib.nft_ctx_free(self._ctx)
-                self._ctx = None
+        self.closed = True
 
 
 def ruleset(*, proxy_port: int, dns_port: int = 53) -> str:
