@@ -255,7 +255,7 @@ static int cmd_unix(int argc, char **argv) {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         strncpy(sa.sun_path, argv[i], sizeof sa.sun_path - 1);
         int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        char what[160];
+        char what[PATH_MAX + 16];  /* the whole path: the test finds its line by it */
         snprintf(what, sizeof what, "unix %s", argv[i]);
         report(what, fd < 0 ? -1 : connect_timeout(fd, (struct sockaddr *)&sa, sizeof sa));
         if (fd >= 0)
@@ -266,7 +266,7 @@ static int cmd_unix(int argc, char **argv) {
 
 static int cmd_open(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
-        char what[160];
+        char what[PATH_MAX + 16];  /* the whole path: the test finds its line by it */
         snprintf(what, sizeof what, "open %s", argv[i]);
         int fd = open(argv[i], O_RDONLY);
         report(what, fd);
