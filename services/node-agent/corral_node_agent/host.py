@@ -181,6 +181,13 @@ def umount(target: str, lazy: bool = True) -> bool:
     raise OSError(err, f"umount: {os.strerror(err)}", target)
 
 
+def detach(target: str) -> None:
+    """Detach the mount at target from this namespace at once (MNT_DETACH): what still uses
+    it (an open descriptor, another namespace's copy) keeps it alive, nothing new finds it."""
+    if _libc.umount2(os.path.abspath(target).encode(), MNT_DETACH) != 0:
+        _raise(target, "umount2(MNT_DETACH)")
+
+
 def umount_tree(root: str) -> None:
     """Unmount everything at or below root, deepest first."""
     root = os.path.abspath(root)

@@ -4,6 +4,7 @@ import asyncio
 import base64
 import os
 import signal
+import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -13,13 +14,14 @@ import pytest_asyncio
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent import host
+from corral_node_agent import host, loopdev
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.cgroups.v1 import V1Driver
 from corral_node_agent.errors import BadInput, Conflict, NotFound, TooLarge
 from corral_node_agent.settings import NodeAgentSettings
+from tests.integration.node_agent.sandbox_paths import root_of
 from tests.polling import until
 
 pytestmark = pytest.mark.asyncio
@@ -223,10 +225,15 @@ async def test_output_that_is_not_utf8_comes_back_intact_as_base64(backend, base
 async def test_stop_leaves_nothing(backend, base_layer):
     sid = await started(backend, base_layer)
     bundle = f"{backend.sandboxes_dir}/{sid}"
-    assert any(m.startswith(bundle) for m in host.mountpoints())
+    image = f"{bundle}/upper.img"
+    # Running: its disk is bound to a loop device and mounted only in the container's namespace.
+    assert loopdev.devices_backed_by(image)
+    assert not any(m.startswith(bundle) for m in host.mountpoints())
     usage = await backend.stop(sid)
     assert usage.wall_time_s > 0 and usage.peak_memory_bytes > 0
     assert not any(m.startswith(bundle) for m in host.mountpoints())
+    # Released everywhere: the loop device let go of the (deleted) image.
+    await until(lambda: not loopdev.devices_backed_by(image), timeout_s=10, what="the disk's loop device to clear")
     assert not os.path.exists(bundle)
     cg = V1Driver()
     for mnt in set(cg.mounts.values()) | {cg.stray_root}:
@@ -235,6 +242,31 @@ async def test_stop_leaves_nothing(backend, base_layer):
     assert (await backend.stop("never-existed")).cpu_seconds == 0
     with pytest.raises(NotFound):
         await backend.exec(sid, run("true"))
+
+
+async def test_running_sandboxes_are_mounted_nowhere_in_the_agents_namespace(backend, base_layer, tmp_path):
+    # Every crun run copies the agent's mount namespace: mounts kept there per sandbox would
+    # make each create slower the more the node runs. Files and commit still reach them.
+    sids = [await started(backend, base_layer) for _ in range(3)]
+    assert not [m for m in host.mountpoints() if m.startswith(backend.sandboxes_dir)]
+    for i, sid in enumerate(sids):
+        await backend.write_file(sid, "/home/user/mine.txt", f"sandbox {i}\n".encode())
+        await backend.exec(sid, run("mkdir -p /home/user/made && echo inside > /home/user/made/f"))
+    for i, sid in enumerate(sids):
+        assert await backend.read_file(sid, "/home/user/mine.txt") == f"sandbox {i}\n".encode()
+        assert (await backend.exec(sid, run("cat /home/user/mine.txt"))).stdout == f"sandbox {i}\n"
+        assert [f.name for f in await backend.list_dir(sid, "/home/user/made")] == ["f"]
+        assert (await backend.stat(sid, "/home/user/made/f")).size == len("inside\n")
+    out = tmp_path / "diff.tar"
+    await backend.commit_diff(sids[1], str(out))
+    with tarfile.open(out) as tf:
+        names = tf.getnames()
+        assert "home/user/made/f" in names and tf.extractfile("home/user/mine.txt").read() == b"sandbox 1\n"
+    # A sandbox being stopped answers no file call (its descriptors are about to close).
+    await backend.stop(sids[0])
+    with pytest.raises(NotFound):
+        await backend.read_file(sids[0], "/home/user/mine.txt")
+    assert await backend.read_file(sids[2], "/home/user/mine.txt") == b"sandbox 2\n"
 
 
 async def test_init_death_and_timeout_reported(backend, base_layer):
@@ -302,7 +334,7 @@ async def test_pause_freezes_resume_thaws_and_stop_while_paused_is_clean(backend
     await backend.pause(sid)
     await backend.pause(sid)  # idempotent
     assert Path(f"{freezer}/freezer.state").read_text().strip() == "FROZEN"
-    ticks = Path(f"{backend.sandboxes_dir}/{sid}/rootfs/tmp/ticks")
+    ticks = Path(f"{root_of(backend, sid)}/tmp/ticks")
     frozen_at = ticks.read_text().count("\n")
     with pytest.raises(Conflict):
         await backend.exec(sid, run("true"))

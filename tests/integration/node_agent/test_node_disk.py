@@ -306,7 +306,7 @@ async def test_disks_are_kept_ready_for_recent_sizes_and_removed_with_the_backen
     second = await started(backend, base_layer, disk_mb=40)
     assert not os.path.exists(taken)  # moved into the sandbox's directory...
     image = bundle.disk_image(f"{backend.sandboxes_dir}/{second}")
-    assert loopdev.devices_backed_by(image) and f"{backend.sandboxes_dir}/{second}/upper" in host.mountpoints()
+    assert loopdev.devices_backed_by(image)
     r = await backend.exec(second, sh("dd if=/dev/zero of=/home/user/big bs=1M count=64"))
     assert r.exit_code != 0 and "No space left on device" in r.stderr  # ...and it is a 40 MiB disk like any
     await until(lambda: len(ready(40)) == 2, timeout_s=30, what="the pool to refill")

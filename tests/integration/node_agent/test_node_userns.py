@@ -15,11 +15,12 @@ import pytest_asyncio
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent import host
+from corral_node_agent import host, loopdev
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.isolation.userns import RANGE_SIZE, IdRange
 from corral_node_agent.settings import NodeAgentSettings
+from tests.integration.node_agent.sandbox_paths import disk_of, root_of
 from tests.polling import until
 
 pytestmark = pytest.mark.asyncio
@@ -119,11 +120,11 @@ async def test_image_files_belong_to_root_inside_and_uploads_to_the_sandbox_user
     sid = await started(backend, layers)
     ids = ids_of(backend, sid)
     assert await sh(backend, sid, f"stat -c '%u:%g' /bin/busybox {PROBE} /home/user /") == "0:0\n0:0\n1000:1000\n0:0\n"
-    rootfs = backend._sandboxes[sid].rootfs
+    rootfs = root_of(backend, sid)
     assert os.stat(f"{rootfs}/bin/busybox").st_uid == ids.host_base  # idmapped layer, host view
     # Root inside may change the image (copy-up into the upper, as the range's root)...
     await sh(backend, sid, "echo changed >> /etc/passwd && stat -c %u /etc/passwd", user="root")
-    assert os.stat(f"{backend.sandboxes_dir}/{sid}/upper/upper/etc/passwd").st_uid == ids.host_base
+    assert os.stat(f"{disk_of(backend, sid)}/upper/etc/passwd").st_uid == ids.host_base
     # ... the sandbox user may not, but owns HOME and what the files API puts there.
     r = await backend.exec(sid, ExecRequest(cmd="echo x >> /etc/passwd", timeout_s=10))
     assert r.exit_code != 0 and "Permission denied" in r.stderr
@@ -133,7 +134,7 @@ async def test_image_files_belong_to_root_inside_and_uploads_to_the_sandbox_user
         "1000:1000\n1000:1000\n1000:1000\nuploaded\nappended\n")
     assert os.stat(f"{rootfs}/home/user/up/loaded.txt").st_uid == ids.host(1000)
     # ... on the sandbox's own disk, in the upper the range's root owns (the disk's root stays host root's).
-    upper = f"{backend.sandboxes_dir}/{sid}/upper"
+    upper = disk_of(backend, sid)
     assert (os.stat(upper).st_uid, os.stat(f"{upper}/upper").st_uid, os.stat(f"{upper}/work").st_uid) == (
         0, ids.host_base, ids.host_base)
     assert os.stat(f"{upper}/upper/home/user/up/loaded.txt").st_uid == ids.host(1000)
@@ -161,7 +162,7 @@ async def test_a_disk_kept_ready_by_the_pool_is_handed_to_the_sandboxs_root(back
     assert os.stat(f"{backend.sandboxes_dir}/{sid}/upper.img").st_ino in kept  # a ready disk, not a new one
     ids = ids_of(backend, sid)
     assert ids != ids_of(backend, first)
-    upper = f"{backend.sandboxes_dir}/{sid}/upper"
+    upper = disk_of(backend, sid)
     assert (os.stat(f"{upper}/upper").st_uid, os.stat(f"{upper}/work").st_gid) == (ids.host_base, ids.host_base)
     assert await sh(backend, sid, "echo x > /etc/new && stat -c %u:%g /etc/new", user="root") == "0:0\n"
     await backend.write_file(sid, "f.txt", b"f")
@@ -170,7 +171,7 @@ async def test_a_disk_kept_ready_by_the_pool_is_handed_to_the_sandboxs_root(back
 
 async def test_root_inside_cannot_touch_what_host_root_owns(backend, layers, state_dir):
     sid = await started(backend, layers)
-    planted = f"{backend._sandboxes[sid].rootfs}/etc/host-owned"
+    planted = f"{root_of(backend, sid)}/etc/host-owned"
     with open(planted, "w") as fh:  # written host-side by host root: owner 0, unmapped inside
         fh.write("host\n")
     os.chmod(planted, 0o644)
@@ -271,10 +272,13 @@ async def test_start_and_stop_leave_no_mount_and_no_claim(backend, layers):
 
     sids = [await started(backend, layers) for _ in range(3)]
     ranges = [ids_of(backend, sid) for sid in sids]
-    assert len(mounts()) == 2 * len(sids)  # per sandbox: its disk, the overlay (layers are fds)
+    images = [f"{backend.sandboxes_dir}/{sid}/upper.img" for sid in sids]
+    # Mounted only in the containers' namespaces (bundle.detach), each disk on its loop device.
+    assert mounts() == [] and all(loopdev.devices_backed_by(image) for image in images)
     for sid in sids:
         await backend.stop(sid)
     assert mounts() == []
+    await until(lambda: not any(loopdev.devices_backed_by(image) for image in images), 10, "the loop devices to clear")
     claims = os.listdir(backend.settings.uid_registry_dir)
     assert not {str(r.host_base) for r in ranges} & set(claims)
 

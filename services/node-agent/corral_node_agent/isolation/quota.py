@@ -171,13 +171,15 @@ class UpperDisks:
             self.pool.close()
 
     @staticmethod
-    def discard(target: str, image: str) -> None:
+    def discard(target: str | int, image: str) -> None:
         """Before unmounting a sandbox's disk for good: shut its filesystem down, so that
         unmounting does not first write back what the sandbox left in the page cache (the
-        image is deleted next). Only ever the filesystem mounted at target from image's loop
-        device: anything else there (nothing mounted, an older agent's tmpfs) is left alone."""
+        image is deleted next). Only ever the filesystem mounted at target (a path, or a
+        descriptor of its root) from image's loop device: anything else there (nothing
+        mounted, an older agent's tmpfs) is left alone."""
         try:
-            fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) \
+                if isinstance(target, str) else os.dup(target)
         except OSError:
             return
         try:
@@ -189,7 +191,7 @@ class UpperDisks:
                 return
             fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, bytearray(EXT4_GOING_FLAGS_NOLOGFLUSH.to_bytes(4, "little")))
         except OSError as exc:
-            log.warning("disk.discard_failed", target=target, error=str(exc))
+            log.warning("disk.discard_failed", target=str(target), error=str(exc))
         finally:
             os.close(fd)
 

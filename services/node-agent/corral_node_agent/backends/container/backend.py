@@ -4,6 +4,11 @@ One container per sandbox, its bundle in {state_dir}/sandboxes/<id>/ (bundle.py 
 layout), its state in the node's own crun root (crun.py). Commands go through
 ``crun exec`` (exec.py); files are read and written host-side in the merged rootfs (files.py).
 
+A running sandbox's disk and overlay are mounted in no namespace of the agent: they are built
+in the agent's namespace, crun copies them into the container's, and then the agent keeps only
+a descriptor of each (bundle.detach). Each ``crun run`` copies the agent's mount namespace, so
+mounts kept there would make every create slower the more sandboxes the node runs.
+
 The agent must run in its own mount namespace (host.enter_private_mount_namespace): crun
 needs a hybrid host's cgroup2 mount hidden, and these mounts must not leak onto the host.
 
@@ -23,8 +28,8 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
@@ -79,18 +84,14 @@ class _Sandbox:
     stopping: bool = False
     paused: bool = False
     usage: Usage | None = None
-    # Re-adopted from a previous agent run: that run's mount namespace (and with it the
-    # overlay at dir/rootfs) is gone, but the container keeps its own mount namespace, so
-    # host-side file access goes through its init's root (/proc/<pid>/root).
+    # Re-adopted from a previous agent run: the descriptors of its overlay and disk died
+    # with that run, but the container keeps its own mount namespace, so host-side file
+    # access goes through its init's root (/proc/<pid>/root).
     adopted: bool = False
     # An allowlist's network namespace (network/egress.py); None: network "none" (crun's own).
     net: Slot | None = None
-
-    @property
-    def rootfs(self) -> str:
-        if self.adopted:
-            return f"/proc/{self.pid}/root/"  # trailing slash: O_NOFOLLOW still enters it
-        return f"{self.dir}/rootfs"
+    # Its overlay and disk, once detached from the agent's namespace (set when it runs).
+    detached: bundle.DetachedRoot | None = None
 
 
 class ContainerBackend(SandboxBackend):
@@ -214,6 +215,7 @@ class ContainerBackend(SandboxBackend):
         if program is not None and self.crun.seccomp_program(sb.id) != program:
             # (a runtime that ignored the annotation would run the sandbox unfiltered)
             raise StartFailed(f"the runtime did not take syscall profile {sb.policy.syscalls.name!r}")
+        sb.detached = bundle.detach(sb.dir)
 
     def _unwatch(self, sb: _Sandbox) -> None:
         if sb.pidfd >= 0:
@@ -303,8 +305,9 @@ class ContainerBackend(SandboxBackend):
                 await self.crun.pause(sb.id)
                 await self._settle_frozen(sb)
             try:
-                return await asyncio.to_thread(write_diff_tar, bundle.upper_dir(sb.dir) + "/upper", out_path,
-                                               ids.host_base if ids else 0, ids.size if ids else 65536)
+                with self._disk_of(sb) as disk:
+                    return await asyncio.to_thread(write_diff_tar, f"{disk}/upper", out_path,
+                                                   ids.host_base if ids else 0, ids.size if ids else 65536)
             finally:
                 if frozen_here:
                     await self.crun.resume(sb.id)
@@ -379,8 +382,11 @@ class ContainerBackend(SandboxBackend):
             log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
         if self.egress.is_attached(sb.id):
             await self.egress.detach(sb.id)
+        # Taken here, on the loop, where file calls take their copies (_root_of): once
+        # None, no call can start on a descriptor number the thread below may have reused.
+        detached, sb.detached = sb.detached, None
         # Unmounting and deleting a disk is milliseconds of I/O: not on the event loop.
-        await asyncio.to_thread(self._remove_bundle, sb)
+        await asyncio.to_thread(self._remove_bundle, sb, detached)
         if sb.policy.identity.ids is not None and deleted:
             # (A container crun could not delete may still run with these ids: never reuse them.)
             self.uid_ranges.release(sb.policy.identity.ids)
@@ -390,8 +396,12 @@ class ContainerBackend(SandboxBackend):
         self._finished.add(sb.id, usage)
         return usage
 
-    def _remove_bundle(self, sb: _Sandbox) -> None:
-        self.disks.discard(bundle.upper_dir(sb.dir), bundle.disk_image(sb.dir))
+    def _remove_bundle(self, sb: _Sandbox, detached: bundle.DetachedRoot | None) -> None:
+        if detached is not None:
+            self.disks.discard(detached.disk_fd, bundle.disk_image(sb.dir))
+            detached.close()
+        else:  # it failed before it ran: its mounts are still in our namespace
+            self.disks.discard(bundle.upper_dir(sb.dir), bundle.disk_image(sb.dir))
         try:
             host.umount_tree(sb.dir)
         except OSError:
@@ -522,15 +532,50 @@ class ContainerBackend(SandboxBackend):
 
     # ---- files --------------------------------------------------------------------------
 
+    @staticmethod
+    @contextmanager
+    def _root_of(sb: _Sandbox) -> Iterator[str]:
+        """A path of the sandbox's merged tree for one file call. The agent's own view of the
+        overlay (the layers + upper, without the container's /proc, /dev, tmpfs mounts) is
+        reached through a copy of its descriptor, made on the event loop, so a teardown
+        meanwhile (which closes the original in a thread) cannot turn the path into
+        another sandbox's."""
+        if sb.stopping:
+            raise NotFound(f"sandbox {sb.id} not found or not running")
+        if sb.detached is None:
+            # adopted (see _Sandbox.adopted); or still starting: mounted in our namespace
+            yield f"/proc/{sb.pid}/root/" if sb.adopted else f"{sb.dir}/rootfs"
+            return
+        fd = os.dup(sb.detached.root_fd)
+        try:
+            yield f"/proc/self/fd/{fd}/"  # trailing slash: O_NOFOLLOW still enters it
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    @contextmanager
+    def _disk_of(sb: _Sandbox) -> Iterator[str]:
+        """A path of the sandbox's disk root (upper/ + work/), as _root_of."""
+        if sb.detached is None:
+            yield bundle.upper_dir(sb.dir)
+            return
+        fd = os.dup(sb.detached.disk_fd)
+        try:
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+
     async def write_file(self, sandbox_id: str, path: str, data: FileData, mode: int = 0o644) -> int:
         sb = self._get(sandbox_id)
         identity = sb.policy.identity
-        return await files.write(sb.rootfs, path, data, uid=identity.host_uid, gid=identity.host_gid, mode=mode,
-                                 cap=self.settings.max_upload_bytes)
+        with self._root_of(sb) as rootfs:
+            return await files.write(rootfs, path, data, uid=identity.host_uid, gid=identity.host_gid, mode=mode,
+                                     cap=self.settings.max_upload_bytes)
 
     async def open_file(self, sandbox_id: str, path: str) -> tuple[int, AsyncIterator[bytes]]:
         sb = self._get(sandbox_id)
-        return await files.read(sb.rootfs, path)
+        with self._root_of(sb) as rootfs:
+            return await files.read(rootfs, path)
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
         _size, chunks = await self.open_file(sandbox_id, path)
@@ -538,8 +583,10 @@ class ContainerBackend(SandboxBackend):
 
     async def stat(self, sandbox_id: str, path: str) -> FileInfo:
         sb = self._get(sandbox_id)
-        return await asyncio.to_thread(files.stat_path, sb.rootfs, path)
+        with self._root_of(sb) as rootfs:
+            return await asyncio.to_thread(files.stat_path, rootfs, path)
 
     async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
         sb = self._get(sandbox_id)
-        return await asyncio.to_thread(files.list_dir, sb.rootfs, path)
+        with self._root_of(sb) as rootfs:
+            return await asyncio.to_thread(files.list_dir, rootfs, path)

@@ -15,6 +15,8 @@ no other host user can):
     rootfs/         overlay of the layer mounts (top first) + upper; with a user namespace
                     each layer is an idmapped clone of the node's mount (mount_api.py), so
                     image files owned by root are owned by the sandbox's root
+                    (upper/ and rootfs/ are mounted only until crun has started the
+                    container: see ``detach``)
     exec/           per-exec process.json / pid files
     init.pid        the container init's host pid (crun run --pid-file)
     crun-run.log    crun run's stderr
@@ -111,6 +113,46 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
         meta["userns"] = identity.ids.to_json()
     with open(f"{directory}/{META}", "w") as fh:
         json.dump(meta, fh)
+
+
+@dataclass
+class DetachedRoot:
+    """Descriptors of a running sandbox's overlay and disk once they are mounted nowhere in
+    the agent's namespace: host-side file access and commit go through them."""
+    root_fd: int  # the overlay's root (the merged tree, as the agent built it)
+    disk_fd: int  # the disk's root (upper/upper is the writable layer)
+
+    def close(self) -> None:
+        for fd in (self.root_fd, self.disk_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def detach(directory: str) -> DetachedRoot:
+    """Once crun has started the container (its own mount namespace holds its root now),
+    take the sandbox's overlay and disk out of the agent's mount namespace, keeping a
+    descriptor of each. Why: every later ``crun run`` copies the agent's namespace, and with
+    2 mounts per running sandbox that copy grew with the node (206 ms at 4,000 mounts vs
+    48 ms at 20); with these detached it holds only the sandboxes being started."""
+    root_fd = os.open(f"{directory}/rootfs", _DIR)
+    try:
+        disk_fd = os.open(upper_dir(directory), _DIR)
+    except BaseException:
+        os.close(root_fd)
+        raise
+    detached = DetachedRoot(root_fd, disk_fd)
+    try:
+        host.detach(f"{directory}/rootfs")
+        host.detach(upper_dir(directory))
+    except BaseException:
+        detached.close()
+        raise
+    return detached
 
 
 def _make_home(rootfs: str, identity: Identity) -> None:
