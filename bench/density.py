@@ -166,6 +166,17 @@ def kernel_counters(agent_pid: int | None) -> dict:
         out["key_users"] = len(Path("/proc/key-users").read_text().splitlines())
     except OSError:
         pass
+    # The kernel's own memory for the sandboxes: unreclaimable slab, and in it kmalloc-1k, where
+    # each memory cgroup's shrinker info lives (one 520-byte unit per 64 memcg-aware shrinkers,
+    # i.e. superblocks, for every memcg: it grows with sandboxes × superblocks).
+    out["slab_unreclaimable_mib"] = round(meminfo()["SUnreclaim"] / 1024, 1)
+    try:
+        for line in Path("/proc/slabinfo").read_text().splitlines():
+            fields = line.split()
+            if fields and fields[0] == "kmalloc-1k":
+                out["kmalloc_1k_mib"] = round(int(fields[2]) * int(fields[3]) / (1 << 20), 1)
+    except (OSError, ValueError, IndexError):
+        pass
     if agent_pid:
         try:
             out["mounts_agent_ns"] = len(Path(f"/proc/{agent_pid}/mountinfo").read_text().splitlines())
@@ -451,6 +462,24 @@ async def run(args: argparse.Namespace, url: str, key: str, state: str, redis_ur
                                                                   redis_url))
                     break
                 n = min(args.batch, args.target - count)
+                if len(ramp) >= 2:
+                    # Stop before the host runs out of memory (the kernel's slab cannot be
+                    # reclaimed, so the OOM killer, not a failed batch, would end the run): the
+                    # next batch is assumed to cost its predecessor's growth once more.
+                    last = ramp[-1]["host_used_mib"] - ramp[-2]["host_used_mib"]
+                    before = ramp[-2]["host_used_mib"] - (ramp[-3]["host_used_mib"] if len(ramp) >= 3 else base_used)
+                    need = (last + max(0.0, last - before)) * n / args.batch
+                    available = meminfo()["MemAvailable"] / 1024
+                    if available - need < 1024:
+                        kern = kernel_counters(next((p for nm, p in service_pids(state).items()
+                                                     if nm.startswith("node-")), None))
+                        result["stopped"] = {"limit": f"host memory: the next {n} would need ~{need:.0f} MiB, "
+                                                      f"{available:.0f} MiB available (unreclaimable slab "
+                                                      f"{kern['slab_unreclaimable_mib']:.0f} MiB)", "kernel": kern}
+                        print(f"stopped at {count}: {result['stopped']['limit']}", file=sys.stderr)
+                        result["checkpoints"].append(await checkpoint(corral, args, state, count, ids, base_used,
+                                                                      redis_url))
+                        break
                 t = time.perf_counter()
                 job = await corral.jobs.create("busybox", count=n, labels={**LABEL, "batch": str(batch_no)}, **SIZE)
                 jobs.append(job.id)
