@@ -35,6 +35,13 @@ def thread_report() -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus) -> None:
+    if hasattr(session.config, "workerinput"):
+        # An xdist worker's session ends when it has no more tests, but it lives on until the
+        # controller closes it, after the other workers are done too (and terminates it, if
+        # stuck, itself): exiting here would look like a crash, and the worker xdist starts
+        # in its place would wait for work that never comes.
+        return
+
     def watch() -> None:
         # A clock, not a synchronisation: the wait ends only by timing out (or with the process).
         threading.Event().wait(GRACE_S)

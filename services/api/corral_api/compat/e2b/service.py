@@ -97,6 +97,10 @@ class E2bSandboxes:
             raise E2bError(404, f"sandbox {sandbox_id} not found") from None
         if record.state not in _E2B_STATES:
             raise E2bError(404, f"sandbox {sandbox_id} not found ({record.state.value})")
+        if record.delete_requested:
+            # Killed already (by a client or the deadline reaper) and on its way out: E2B's
+            # answer for a killed sandbox, so a second kill says False, as envd already does.
+            raise E2bError(404, f"sandbox {sandbox_id} not found (being deleted)")
         return record, e2b
 
     def _sandbox(self, record: SandboxRecord, e2b: E2bRecord) -> dict[str, Any]:
