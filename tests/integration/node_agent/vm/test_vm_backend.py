@@ -89,7 +89,7 @@ async def test_microvm_exec_files_pause_snapshot_restore_and_delete(work_dir, gu
             await backend.read_file(sid, "/nope")
 
         # Pause stops progress, resume continues it.
-        await backend.exec(sid, ExecRequest(cmd="(i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done) "
+        await backend.exec(sid, ExecRequest(cmd="(i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new && mv /tmp/count.new /tmp/count; sleep 0.1; done) "
                                                 "</dev/null >/dev/null 2>&1 &", user="root"))
         await until(lambda: _count_above(backend, sid, 0), what="counter")
         await backend.pause(sid)
