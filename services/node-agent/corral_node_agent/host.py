@@ -13,6 +13,7 @@ CLONE_NEWNS = 0x00020000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_NOEXEC = 8
 MS_MOVE = 8192
 MS_BIND = 4096
 MS_REC = 16384
@@ -148,9 +149,20 @@ def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:
     _mount("tmpfs", os.path.abspath(target), "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(size_mb)}m,mode={mode:o}")
 
 
-def mount_ext4(device: str, target: str, options: str = "", *, readonly: bool = False) -> None:
-    """An ext4 filesystem on a block device (a sandbox's disk on its loop device), nosuid/nodev."""
-    flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if readonly else 0)
+def mount_empty_readonly(target: str) -> None:
+    """A read-only tmpfs with nothing in it (and room for nothing)."""
+    _mount("tmpfs", os.path.abspath(target), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+
+
+def mount_sysfs(target: str) -> None:
+    """Read-only sysfs as the calling thread sees it (its network namespace's devices)."""
+    _mount("sysfs", os.path.abspath(target), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def mount_ext4(device: str, target: str, options: str = "", *, readonly: bool = False, devices: bool = False) -> None:
+    """An ext4 filesystem on a block device (a sandbox's disk on its loop device), nosuid,
+    and nodev unless ``devices`` (device nodes on it open)."""
+    flags = MS_NOSUID | (0 if devices else MS_NODEV) | (MS_RDONLY if readonly else 0)
     _mount(device, os.path.abspath(target), "ext4", flags, options or None)
 
 

@@ -133,6 +133,42 @@ async def test_disk_cap(backend, base_layer):
     assert (await backend.exec(sid, run("test -e more"))).exit_code != 0
 
 
+async def test_dev_shm_is_on_the_sandboxs_disk(backend, base_layer):
+    sid = await started(backend, base_layer, disk_mb=16, memory_mb=256)
+    r = await backend.exec(sid, run("dd if=/dev/zero of=/dev/shm/big bs=1M count=64"))
+    assert r.exit_code != 0 and "No space left on device" in r.stderr
+    r = await backend.exec(sid, run("rm /dev/shm/big; echo x > /dev/shm/f && stat -c %a /dev/shm && cat /dev/shm/f"))
+    assert r.stdout == "1777\nx\n", r.stderr
+
+
+def _filesystems(pid: int) -> dict[str, tuple[str, str]]:
+    """A process's mounts: mount point -> (device number, filesystem type)."""
+    out = {}
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        fields = line.split()
+        out[fields[4]] = (fields[2], fields[fields.index("-") + 1])
+    return out
+
+
+async def test_a_sandbox_brings_six_filesystems_and_binds_the_nodes_shared_ones(backend, base_layer):
+    # Every superblock costs every memory cgroup kernel memory (shared_mounts.py): a
+    # sandbox's own are its disk, overlay, proc, devpts, mqueue and crun's /sys/fs/cgroup
+    # tmpfs; /sys and the masked directories are one node-wide mount each.
+    sids = [await started(backend, base_layer) for _ in range(2)]
+    mounts = [_filesystems(int(Path(backend.sandboxes_dir, sid, "init.pid").read_text())) for sid in sids]
+    node = {dev for dev, _ in _filesystems(os.getpid()).values()}
+    own = [{dev: fstype for dev, fstype in m.values() if dev not in node} for m in mounts]
+    assert sorted(own[0].values()) == ["devpts", "ext4", "mqueue", "overlay", "proc", "tmpfs"], own[0]
+    assert not set(own[0]) & set(own[1])  # nothing of one sandbox's is the other's
+    shared = [p for p in ("/sys", "/proc/acpi", "/sys/firmware") if os.path.isdir(p)]
+    assert "/sys" in shared and all(mounts[0][p] == mounts[1][p] for p in shared)
+    assert mounts[0]["/dev"] == mounts[0]["/dev/shm"] and mounts[0]["/dev"][1] == "ext4"
+    masked = " ".join(p for p in shared if p != "/sys")
+    for sid in sids:  # the masks still read empty; /sys shows a network of just lo, as the sandbox's own
+        r = await backend.exec(sid, run(f"for d in {masked}; do ls -A $d | wc -l; done; ls /sys/class/net"))
+        assert r.stdout.split() == ["0"] * (len(shared) - 1) + ["lo"], r.stdout
+
+
 async def test_files_roundtrip(backend, base_layer):
     sid = await started(backend, base_layer)
     n = await backend.write_file(sid, "dir/sub/hello.txt", b"hi there", mode=0o600)

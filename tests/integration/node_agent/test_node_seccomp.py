@@ -13,8 +13,9 @@ import pytest_asyncio
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent.backends.container import ContainerBackend, oci
+from corral_node_agent.backends.container import ContainerBackend, bundle, oci
 from corral_node_agent.backends.container.crun import Crun
+from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT, LINEAR, TREE
@@ -99,17 +100,25 @@ async def test_crun_compiles_the_profile_json_to_the_generators_program(state_di
     bundle_dir.mkdir(parents=True)
     sid = "scj-" + uuid.uuid4().hex[:8]
     settings = NodeAgentSettings(node_id=node_id, state_dir=state_dir)
-    config = oci.build_config(sid, policy_for(SandboxSpec(environment="busybox"), settings), env={}, node_id=node_id)
+    policy = policy_for(SandboxSpec(environment="busybox"), settings)
+    disk_root = bundle_dir / "disk"  # (a directory here: only the config's compilation is looked at)
+    disk_root.mkdir()
+    bundle.populate_disk(str(disk_root), policy.identity)
+    shared = SharedMounts.mount(f"{state_dir}/shared-json")
+    config = oci.build_config(sid, policy, env={}, node_id=node_id, disk_root=str(disk_root), shared=shared)
     assert "annotations" not in config and config["linux"]["seccomp"] == CONTAINER_DEFAULT.to_oci()
     config["root"] = {"path": base_layer, "readonly": True}
     (bundle_dir / "config.json").write_text(json.dumps(config))
     crun = Crun("crun", f"{state_dir}/crun-json")
-    await crun.run_detached(sid, str(bundle_dir), pid_file=f"{bundle_dir}/pid", log_path=f"{bundle_dir}/log")
     try:
-        compiled_by_crun = Path(crun.root, sid, "seccomp.bpf").read_bytes()
+        await crun.run_detached(sid, str(bundle_dir), pid_file=f"{bundle_dir}/pid", log_path=f"{bundle_dir}/log")
+        try:
+            compiled_by_crun = Path(crun.root, sid, "seccomp.bpf").read_bytes()
+        finally:
+            await crun.kill(sid)
+            await crun.delete(sid)
     finally:
-        await crun.kill(sid)
-        await crun.delete(sid)
+        shared.unmount()
     assert compiled_by_crun == CONTAINER_DEFAULT.to_bpf(tmp_path, optimize=LINEAR).read_bytes()
 
 

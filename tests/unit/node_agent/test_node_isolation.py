@@ -16,6 +16,7 @@ from corral_node_agent.isolation.policy import VM_PIDS_LIMIT, fncall_run_policy,
 from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT, NO_FILTER
 from corral_node_agent.isolation.userns import VmUidPool
 from corral_node_agent.settings import NodeAgentSettings
+from tests.unit.node_agent import oci_config
 
 INIT = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
 PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -29,16 +30,22 @@ DEFAULT_CONFIG = {
     "hostname": "sb-1",
     "mounts": [
         {"destination": "/proc", "type": "proc", "source": "proc"},
-        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-         "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+        # /dev and /dev/shm: directories of the sandbox's disk; /sys and the masked
+        # directories: binds of the node's shared mounts (a superblock each saved per sandbox).
+        {"destination": "/dev", "type": "bind", "source": "/n/sandboxes/sb-1/upper/dev", "options": ["bind", "nosuid"]},
         {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
          "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
-        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-         "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+        {"destination": "/dev/shm", "type": "bind", "source": "/n/sandboxes/sb-1/upper/shm",
+         "options": ["bind", "nosuid", "nodev", "noexec"]},
         {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
-        {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+        {"destination": "/sys", "type": "bind", "source": "/n/shared/sysfs",
+         "options": ["bind", "ro", "nosuid", "nodev", "noexec"]},
         {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
          "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]},
+        {"destination": "/proc/acpi", "type": "bind", "source": "/n/shared/empty",
+         "options": ["bind", "ro", "nosuid", "nodev", "noexec"]},
+        {"destination": "/sys/firmware", "type": "bind", "source": "/n/shared/empty",
+         "options": ["bind", "ro", "nosuid", "nodev", "noexec"]},
     ],
     "linux": {
         "cgroupsPath": "/corral/n1/sb-1",
@@ -48,8 +55,9 @@ DEFAULT_CONFIG = {
         "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
                        {"type": "cgroup"}],
         # The OCI/runc default, plus the host's page and slab tables and its kernel command line.
-        "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-                        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+        # (the directories this kernel has are bound over above)
+        "maskedPaths": ["/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
                         "/sys/devices/virtual/powercap", "/proc/kpagecount", "/proc/kpageflags",
                         "/proc/kpagecgroup", "/proc/slabinfo", "/proc/cmdline"],
         "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
@@ -66,7 +74,7 @@ def _settings(tmp_path, **kw) -> NodeAgentSettings:
 
 
 def render_config(sandbox_id: str, spec: SandboxSpec, settings: NodeAgentSettings, swap: bool) -> dict:
-    return oci.build_config(sandbox_id, policy_for(spec, settings), env=spec.env, node_id=settings.node_id,
+    return oci_config.build_config(sandbox_id, policy_for(spec, settings), env=spec.env, node_id=settings.node_id,
                             with_swap_limit=swap)
 
 

@@ -7,7 +7,6 @@ import errno
 from pathlib import Path
 
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent.backends.container import oci
 from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.seccomp import (
@@ -24,6 +23,7 @@ from corral_node_agent.isolation.seccomp import (
     Rule,
 )
 from corral_node_agent.settings import NodeAgentSettings
+from tests.unit.node_agent import oci_config
 
 # Refused with EPERM by every profile. A change here is a change of the security posture.
 WANT_DENIED = {
@@ -136,9 +136,9 @@ def test_fncall_masks_only_what_this_kernel_has_and_a_run_could_read(tmp_path: P
 
 def test_a_precompiled_program_goes_to_crun_as_its_annotation(tmp_path):
     policy = policy_for(SandboxSpec(environment="e"), NodeAgentSettings(node_id="n1", state_dir=str(tmp_path)))
-    config = oci.build_config("sb-1", policy, env={}, node_id="n1", seccomp_bpf=b"\x06\x00\x00\x00\x00\x00\xff\x7f")
+    config = oci_config.build_config("sb-1", policy, env={}, node_id="n1", seccomp_bpf=b"\x06\x00\x00\x00\x00\x00\xff\x7f")
     assert config["annotations"] == {"run.oci.seccomp_bpf_data": "BgAAAAAA/38=",
                                      "org.corral.seccomp.profile": "container-default"}
     assert "seccomp" not in config["linux"]  # crun would parse it on every exec, for nothing
-    plain = oci.build_config("sb-1", policy, env={}, node_id="n1")
+    plain = oci_config.build_config("sb-1", policy, env={}, node_id="n1")
     assert "annotations" not in plain and plain["linux"]["seccomp"] == CONTAINER_DEFAULT.to_oci()

@@ -23,6 +23,7 @@ from corral_node_agent.layers import LayerCache
 from corral_node_agent.output import CappedPipe, OutputEncoder, encode_output
 from corral_node_agent.sandboxes.service import SandboxManager
 from corral_node_agent.settings import NodeAgentSettings
+from tests.unit.node_agent import oci_config
 
 # ---- settings -------------------------------------------------------------------------
 
@@ -98,7 +99,7 @@ def test_layer_settings_come_from_the_node_settings(monkeypatch):
 def test_config_json():
     spec = SandboxSpec(environment="e", cpu=1.5, memory_mb=300, pids_limit=77, env={"A": "1"})
     policy = policy_for(spec, NodeAgentSettings(node_id="n1", state_dir="/x"))
-    cfg = oci.build_config("sb-1", policy, env=spec.env, node_id="n1")
+    cfg = oci_config.build_config("sb-1", policy, env=spec.env, node_id="n1")
     assert cfg["hostname"] == "sb-1" and cfg["root"] == {"path": "rootfs", "readonly": False}
     lin = cfg["linux"]
     assert lin["cgroupsPath"] == "/corral/n1/sb-1"
@@ -115,7 +116,7 @@ def test_config_json():
     assert any(e.startswith("PATH=") for e in proc["env"])
     assert proc["rlimits"] == [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}]
     assert "/proc/kcore" in lin["maskedPaths"] and "/proc/sys" in lin["readonlyPaths"]
-    assert "swap" not in oci.build_config("s", policy, env={}, node_id="n", with_swap_limit=False)[
+    assert "swap" not in oci_config.build_config("s", policy, env={}, node_id="n", with_swap_limit=False)[
         "linux"]["resources"]["memory"]
 
 

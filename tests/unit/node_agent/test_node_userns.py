@@ -7,7 +7,6 @@ import time
 import pytest
 
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent.backends.container import oci
 from corral_node_agent.errors import Unavailable
 from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.userns import (
@@ -19,6 +18,7 @@ from corral_node_agent.isolation.userns import (
     UidRanges,
 )
 from corral_node_agent.settings import NodeAgentSettings
+from tests.unit.node_agent import oci_config
 
 
 def _settings(tmp_path, node_id="n1", **kw) -> NodeAgentSettings:
@@ -46,13 +46,13 @@ def test_identity_maps_root_and_the_sandbox_user_into_the_range(tmp_path):
 def test_config_json_renders_the_user_namespace(tmp_path):
     settings = _settings(tmp_path)
     ids = IdRange(host_base=DERIVED_FIRST)
-    cfg = oci.build_config("sb-1", policy_for(SandboxSpec(environment="e"), settings, ids), env={}, node_id="n1")
+    cfg = oci_config.build_config("sb-1", policy_for(SandboxSpec(environment="e"), settings, ids), env={}, node_id="n1")
     lin = cfg["linux"]
     assert [n["type"] for n in lin["namespaces"]] == ["pid", "network", "ipc", "uts", "mount", "cgroup", "user"]
     want = [{"containerID": 0, "hostID": DERIVED_FIRST, "size": RANGE_SIZE}]
     assert lin["uidMappings"] == want and lin["gidMappings"] == want
     assert cfg["process"]["user"] == {"uid": 1000, "gid": 1000, "additionalGids": [1000]}  # ids inside
-    cfg = oci.build_config("sb-1", policy_for(SandboxSpec(environment="e"), settings), env={}, node_id="n1")
+    cfg = oci_config.build_config("sb-1", policy_for(SandboxSpec(environment="e"), settings), env={}, node_id="n1")
     assert "uidMappings" not in cfg["linux"] and {"type": "user"} not in cfg["linux"]["namespaces"]
 
 

@@ -49,7 +49,8 @@ def run_in_netns(pid: int, fn: Callable[[], T]) -> T:
     return value
 
 
-def _loopback_up() -> None:
+def loopback_up_here() -> None:
+    """Bring ``lo`` up in the calling thread's netns (idempotent)."""
     # IPv4 loopback only: without IPv6 on lo the namespace has no route at all (not even ::1).
     try:
         with open("/proc/sys/net/ipv6/conf/lo/disable_ipv6", "w") as fh:  # this thread's netns
@@ -65,7 +66,7 @@ def _loopback_up() -> None:
 
 def loopback_up(pid: int) -> None:
     """Bring ``lo`` up in the netns of ``pid`` (idempotent)."""
-    run_in_netns(pid, _loopback_up)
+    run_in_netns(pid, loopback_up_here)
 
 
 def tcp_socket(pid: int) -> socket.socket:

@@ -2,7 +2,7 @@
 same lists for every kind that shares the host kernel.
 
 - Masked (read as empty: a file is covered by /dev/null, a directory by an empty read-only
-  tmpfs): the OCI/runc default list, plus what a sandbox root could otherwise read of the
+  tmpfs, for containers one node-wide tmpfs bound over each: backends/container/shared_mounts.py): the OCI/runc default list, plus what a sandbox root could otherwise read of the
   host: ``/proc/kpage*`` (every physical page's flags, map count and memory cgroup),
   ``/proc/slabinfo`` (kernel allocator state, used to steer heap exploits) and
   ``/proc/cmdline`` (the host's boot parameters; an empty one is the neutral line: a file of
@@ -25,6 +25,13 @@ MASKED_PATHS = (
     "/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup", "/proc/slabinfo", "/proc/cmdline",
 )
 READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+
+
+def masked_directories(root: str = "") -> tuple[str, ...]:
+    """The masked paths that are directories on this kernel (``root``: where its /proc and
+    /sys are seen); a container binds an empty directory over each (a bind over a path the
+    kernel lacks would fail the start)."""
+    return tuple(p for p in MASKED_PATHS if os.path.isdir(root + p) and not os.path.islink(root + p))
 
 
 def present_masks(proc: str = "/proc") -> tuple[tuple[str, ...], tuple[str, ...]]:

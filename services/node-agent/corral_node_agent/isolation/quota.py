@@ -413,7 +413,10 @@ def _mountpoint(disk: UpperDisk) -> str:
 def _attach_and_mount(image: str, target: str) -> None:
     device, fd = loopdev.attach(image)
     try:
-        host.mount_ext4(device, target, MOUNT_OPTIONS)
+        # Device nodes open: the sandbox's /dev lives here (backends/container/bundle.py). A
+        # sandbox cannot make device nodes (no CAP_MKNOD; the devices cgroup allows only its
+        # own few), and its overlay root, which covers this disk's upper/, never was nodev.
+        host.mount_ext4(device, target, MOUNT_OPTIONS, devices=True)
     finally:
         os.close(fd)
 

@@ -42,6 +42,7 @@ from corral_node_agent.backends.container import bundle, files, oci
 from corral_node_agent.backends.container import exec as container_exec
 from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunError
 from corral_node_agent.backends.container.diff import write_diff_tar
+from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
@@ -111,6 +112,7 @@ class ContainerBackend(SandboxBackend):
         self._starting = 0
         self._tasks: set[asyncio.Task] = set()
         self._cg: CgroupDriver | None = None
+        self._shared: SharedMounts | None = None
         self.uid_ranges = UidRanges(settings)
         self._seccomp_programs: dict[str, bytes | None] = {}
         self.egress = node_egress(settings)  # starts nothing until a sandbox has an allowlist
@@ -123,6 +125,13 @@ class ContainerBackend(SandboxBackend):
         if self._cg is None:
             self._cg = cgroup_driver()
         return self._cg
+
+    @property
+    def shared_mounts(self) -> SharedMounts:
+        # Mounted at the first start, in the namespace the agent runs sandboxes from.
+        if self._shared is None:
+            self._shared = SharedMounts.mount(f"{self.state_dir}/shared")
+        return self._shared
 
     def _cgroup(self, sandbox_id: str) -> Cgroup:
         return self.cgroups.cgroup(oci.cgroup_path(self.settings.node_id, sandbox_id))
@@ -188,6 +197,7 @@ class ContainerBackend(SandboxBackend):
 
     def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str], userns: UserNamespace | None) -> None:
         config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
+                                  disk_root=bundle.upper_dir(sb.dir), shared=self.shared_mounts,
                                   with_swap_limit=self.cgroups.swap_limit, cgroups_path=sb.cgroup.runtime_path,
                                   seccomp_bpf=self._seccomp_program(sb.policy.syscalls),
                                   userns_path=userns and userns.path, netns_path=sb.net and sb.net.netns_path,
@@ -258,6 +268,9 @@ class ContainerBackend(SandboxBackend):
         self._prune_parent_cgroups()
         await asyncio.to_thread(self.disks.close)
         await self.egress.close()
+        if self._shared is not None:
+            self._shared.unmount()
+            self._shared = None
 
     async def _end_on_own(self, sb: _Sandbox, reason: ExitReason) -> None:
         async with sb.lock:

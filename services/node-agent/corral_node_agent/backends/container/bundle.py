@@ -8,10 +8,11 @@ no other host user can):
                     range: what a restarted agent needs to re-adopt it (and to claim the
                     same ids again)
     upper.img       the sandbox's disk: an ext4 image of disk_mb (isolation/quota.py)
-    upper/          upper.img mounted: upper/upper + upper/work for the overlay, so every
-                    byte written into the sandbox lands on its own disk_mb; upper/upper and
-                    upper/work belong to the sandbox's root (host id = range base), made
-                    when the disk is taken (a ready disk of the pool knows no range)
+    upper/          upper.img mounted: upper/upper + upper/work for the overlay, and
+                    upper/dev + upper/shm, the sandbox's /dev and /dev/shm (oci.py), so every
+                    byte written into the sandbox lands on its own disk_mb; all four belong
+                    to the sandbox's root (host id = range base), made when the disk is
+                    taken (a ready disk of the pool knows no range)
     rootfs/         overlay of the layer mounts (top first) + upper; with a user namespace
                     each layer is an idmapped clone of the node's mount (mount_api.py), so
                     image files owned by root are owned by the sandbox's root
@@ -26,12 +27,14 @@ no other host user can):
 import json
 import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent import host, mount_api
+from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.paths import HOME
 from corral_node_agent.isolation.quota import DiskQuota, UpperDisk, UpperDisks
 from corral_node_agent.isolation.userns import Identity, IdRange
@@ -90,11 +93,7 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
     os.mkdir(upper, 0o700)
     os.mkdir(rootfs, 0o755)
     disk = disks.mount(disk_image(directory), upper, quota)
-    # The disk's own root stays host root's; what overlay writes into belongs to the
-    # sandbox's root (fresh dirs, whether the disk was made now or kept ready by the pool).
-    for name, mode in (("upper", 0o755), ("work", 0o700)):
-        os.mkdir(f"{upper}/{name}", mode)
-        os.chown(f"{upper}/{name}", root_uid, root_gid)
+    populate_disk(upper, identity)
     if identity.ids is None:
         host.mount_overlay(lower_dirs, f"{upper}/upper", f"{upper}/work", rootfs)
     else:
@@ -153,6 +152,35 @@ def detach(directory: str) -> DetachedRoot:
         detached.close()
         raise
     return detached
+
+
+# What crun would make in a /dev of its own (it makes nothing in a bound one, and the
+# sandbox's /dev is a directory of its disk, not a tmpfs: oci.py): the devices every program
+# expects, allowed by the devices cgroup (crun's default list), and the usual links.
+DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0))
+DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+             ("stderr", "/proc/self/fd/2"), ("core", "/proc/kcore"), ("ptmx", "pts/ptmx"))
+
+
+def populate_disk(disk_root: str, identity: Identity) -> None:
+    """The directories of a freshly taken disk: the overlay's upper/ and work/, the
+    sandbox's /dev (with its device nodes and links) and /dev/shm. The disk's own root stays
+    host root's; all these belong to the sandbox's root (fresh, whether the disk was made
+    now or kept ready by the pool)."""
+    root_uid, root_gid = identity.host_root
+    dev = oci.disk_dev_dir(disk_root)
+    for path, mode in ((f"{disk_root}/upper", 0o755), (f"{disk_root}/work", 0o700), (dev, 0o755),
+                       (oci.disk_shm_dir(disk_root), 0o1777), (f"{dev}/pts", 0o755), (f"{dev}/mqueue", 0o755)):
+        os.mkdir(path)
+        os.chown(path, root_uid, root_gid)
+        os.chmod(path, mode)  # (mkdir applies the umask)
+    for name, major, minor in DEVICES:
+        os.mknod(f"{dev}/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chown(f"{dev}/{name}", root_uid, root_gid)
+        os.chmod(f"{dev}/{name}", 0o666)  # noqa: S103 - /dev/null and co. are for everyone
+    for name, target in DEV_LINKS:
+        os.symlink(target, f"{dev}/{name}")
+        os.chown(f"{dev}/{name}", root_uid, root_gid, follow_symlinks=False)
 
 
 def _make_home(rootfs: str, identity: Identity) -> None:

@@ -8,6 +8,7 @@ do is the policy's (isolation/policy.py): this module only renders it.
 import base64
 from typing import Any
 
+from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.paths import HOME
 from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import SandboxPolicy
@@ -58,8 +59,22 @@ SECCOMP_BPF_ANNOTATION = "run.oci.seccomp_bpf_data"
 SECCOMP_PROFILE_ANNOTATION = "org.corral.seccomp.profile"
 
 
+def disk_dev_dir(disk_root: str) -> str:
+    """The directory of a sandbox's disk that is its /dev."""
+    return f"{disk_root}/dev"
+
+
+def disk_shm_dir(disk_root: str) -> str:
+    """The directory of a sandbox's disk that is its /dev/shm."""
+    return f"{disk_root}/shm"
+
+
+_BIND_RO = ["bind", "ro", "nosuid", "nodev", "noexec"]
+
+
 def build_config(
-    sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, with_swap_limit: bool = True,
+    sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, disk_root: str,
+    shared: SharedMounts, with_swap_limit: bool = True,
     seccomp_bpf: bytes | None = None, userns_path: str | None = None, cgroups_path: str | None = None,
     netns_path: str | None = None, resolv_conf: str | None = None,
 ) -> dict[str, Any]:
@@ -73,7 +88,16 @@ def build_config(
     `Cgroup.runtime_path` (default: the node's tree at the hierarchy's root).
     ``netns_path``: an allowlist's network namespace, made by the node (network/egress.py),
     joined instead of a fresh empty one; ``resolv_conf`` is bound read-only over
-    /etc/resolv.conf (the node's resolver for this sandbox)."""
+    /etc/resolv.conf (the node's resolver for this sandbox).
+
+    Filesystems: each one a sandbox mounts is a superblock, and superblocks are what limits
+    how many sandboxes a node holds (shared_mounts.py says why). So /dev and /dev/shm are
+    directories of the sandbox's own disk (``disk_root``: mounted there until the start,
+    bundle.py), bound, not two tmpfs: what the sandbox writes there counts against its
+    disk_mb, as everything else it writes; the masked directories and (without a network)
+    /sys are binds of the node's ``shared`` mounts. What stays per sandbox: its disk, its
+    overlay, proc (its pid namespace), devpts (its ptys), mqueue (made with its ipc
+    namespace anyway) and crun's tmpfs under /sys/fs/cgroup."""
     limits = policy.limits
     mem_res: dict[str, Any] = {"limit": limits.memory_bytes}
     if with_swap_limit:
@@ -94,10 +118,15 @@ def build_config(
                        for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")],
         # What shows of the host kernel (isolation/procfs.py); the syscall profile
         # (isolation/seccomp.py) comes below, applied by crun to the init and every exec.
-        "maskedPaths": list(procfs.MASKED_PATHS),
+        "maskedPaths": [p for p in procfs.MASKED_PATHS if p not in shared.masked_dirs],
         "readonlyPaths": list(procfs.READONLY_PATHS),
     }
     ids = policy.identity.ids
+    if netns_path is None:
+        sysfs = {"destination": "/sys", "type": "bind", "source": shared.sysfs, "options": [*_BIND_RO]}
+    else:
+        sysfs = {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+                 "options": ["nosuid", "noexec", "nodev", "ro"]}
     if ids is not None:
         # A user namespace of its own (isolation/userns.py), the maps already written; crun
         # still reads them (owners of /dev, /dev/shm...).
@@ -115,18 +144,19 @@ def build_config(
         "hostname": sandbox_id[:63],
         "mounts": [
             {"destination": "/proc", "type": "proc", "source": "proc"},
-            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev", "type": "bind", "source": disk_dev_dir(disk_root),
+             "options": ["bind", "nosuid"]},  # its device nodes: bundle.py (crun makes none in a bound /dev)
             {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
              "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
-            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",  # noqa: S108 - a mount point inside the container, not a host temp file
-             "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+            {"destination": "/dev/shm", "type": "bind", "source": disk_shm_dir(disk_root),  # noqa: S108 - a mount point inside the container
+             "options": ["bind", "nosuid", "nodev", "noexec"]},
             {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
              "options": ["nosuid", "noexec", "nodev"]},
-            {"destination": "/sys", "type": "sysfs", "source": "sysfs",
-             "options": ["nosuid", "noexec", "nodev", "ro"]},
+            sysfs,
             {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
              "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]},
+            *({"destination": path, "type": "bind", "source": shared.empty, "options": [*_BIND_RO]}
+              for path in shared.masked_dirs),
         ],
         "linux": linux,
     }
