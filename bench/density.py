@@ -167,14 +167,19 @@ def kernel_counters(agent_pid: int | None) -> dict:
     except OSError:
         pass
     # The kernel's own memory for the sandboxes: unreclaimable slab, and in it kmalloc-1k, where
-    # each memory cgroup's shrinker info lives (one 520-byte unit per 64 memcg-aware shrinkers,
-    # i.e. superblocks, for every memcg: it grows with sandboxes × superblocks).
+    # each memory cgroup's shrinker info lives (one 520-byte unit, in a 1 KiB slot, per 64
+    # memcg-aware shrinkers, i.e. superblocks, for every memcg: sandboxes × superblocks).
     out["slab_unreclaimable_mib"] = round(meminfo()["SUnreclaim"] / 1024, 1)
     try:
         for line in Path("/proc/slabinfo").read_text().splitlines():
             fields = line.split()
             if fields and fields[0] == "kmalloc-1k":
                 out["kmalloc_1k_mib"] = round(int(fields[2]) * int(fields[3]) / (1 << 20), 1)
+                # Every memcg holds max_ids/64 units, where max_ids is the most shrinker ids
+                # this boot has ever had (never lowered): an upper bound read from the slab
+                # (other kmalloc-1k users count too), telling whether an earlier run left it high.
+                if cgroups.get("memory"):
+                    out["shrinker_ids_high_water_est"] = int(fields[2]) * 64 // cgroups["memory"]
     except (OSError, ValueError, IndexError):
         pass
     if agent_pid:

@@ -12,6 +12,16 @@ import redis.asyncio as aioredis
 DEADLINES_KEY = "e2b:deadlines"
 
 
+_CLAIM_IF_DUE = """
+local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if deadline and tonumber(deadline) <= tonumber(ARGV[2]) then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return deadline
+end
+return false
+"""
+
+
 def _key(sandbox_id: str) -> str:
     return f"e2b:sb:{sandbox_id}"
 
@@ -80,9 +90,18 @@ class E2bRepository:
     async def due(self, now: float | None = None, limit: int = 100) -> list[str]:
         return await self.redis.zrangebyscore(DEADLINES_KEY, "-inf", now or time.time(), start=0, num=limit)
 
-    async def claim(self, sandbox_id: str) -> bool:
-        """Take a due sandbox off the deadline set; only one reaper (of any replica) wins."""
-        return bool(await self.redis.zrem(DEADLINES_KEY, sandbox_id))
+    async def claim(self, sandbox_id: str, now: float | None = None) -> float | None:
+        """Take a sandbox off the deadline set if its deadline is still past (one Lua call:
+        a ``set_timeout`` between ``due`` and here moved it, and then the sandbox stays);
+        only one reaper (of any replica) wins. Returns the deadline it took (None: not due,
+        or taken by another)."""
+        taken = await self.redis.eval(_CLAIM_IF_DUE, 1, DEADLINES_KEY, sandbox_id, repr(now or time.time()))
+        return float(taken) if taken is not None else None
+
+    async def unclaim(self, sandbox_id: str, deadline: float) -> None:
+        """Give a claimed deadline back (the kill failed: the next pass tries again), unless
+        the sandbox got a new one meanwhile."""
+        await self.redis.zadd(DEADLINES_KEY, {sandbox_id: deadline}, nx=True)
 
     async def forget_deadline(self, sandbox_id: str) -> None:
         await self.redis.zrem(DEADLINES_KEY, sandbox_id)

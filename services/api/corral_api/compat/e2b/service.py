@@ -183,18 +183,22 @@ class E2bSandboxes:
         """Kill the sandboxes whose deadline passed; returns their ids."""
         reaped = []
         for sandbox_id in await self.repo.due():
-            if not await self.repo.claim(sandbox_id):
-                continue  # another replica's reaper took it
+            deadline = await self.repo.claim(sandbox_id)
+            if deadline is None:
+                continue  # another replica's reaper took it, or its timeout was just extended
             e2b = await self.repo.get(sandbox_id)
             if e2b is None:
                 continue
             try:
                 await self.sandboxes.delete(e2b.tenant, sandbox_id)
-                await self._gone(sandbox_id)
-                reaped.append(sandbox_id)
-                log.info("e2b.sandbox_expired", sandbox_id=sandbox_id)
             except NotFound:
-                pass
+                continue
+            except BaseException:
+                await self.repo.unclaim(sandbox_id, deadline)  # not killed: due again next pass
+                raise
+            await self._gone(sandbox_id)
+            reaped.append(sandbox_id)
+            log.info("e2b.sandbox_expired", sandbox_id=sandbox_id)
         return reaped
 
     async def reap_forever(self, interval_s: float) -> None:
