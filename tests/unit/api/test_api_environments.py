@@ -47,7 +47,7 @@ async def test_unknown_environment_is_422_whatever_the_name(name):
 
 
 @pytest.mark.parametrize("name,message", [("broken", "image-service answered 500"),
-                                          ("down", "image-service unreachable: connection refused")])
+                                          ("down", "image-service unreachable: ConnectError: connection refused")])
 async def test_image_service_trouble_is_503(name, message):
     with pytest.raises(ServiceUnavailable) as exc:
         await _catalog([]).require(name)

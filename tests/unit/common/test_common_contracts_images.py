@@ -1,6 +1,8 @@
 """The image-service contract: the callers' models still match what image-service answers,
 and the shared client escapes names, sends the token and names every failure."""
 
+import asyncio
+import time
 from datetime import UTC, datetime
 from typing import get_args
 
@@ -113,7 +115,7 @@ async def test_client_failures_are_named():
     with pytest.raises(UnexpectedStatus, match="image-service answered 500") as exc:
         await client.environment("broken")
     assert exc.value.status_code == 500
-    with pytest.raises(ImageServiceUnreachable, match="image-service unreachable: connection refused") as exc:
+    with pytest.raises(ImageServiceUnreachable, match="image-service unreachable: ConnectError: connection refused") as exc:
         await client.environment("down")
     assert isinstance(exc.value.cause, httpx.ConnectError)
     for name in ("garbage", "nolayers"):
@@ -164,4 +166,51 @@ async def test_environment_cache_remembers_answers_not_failures():
     await cache.get("known")
     await cache.get("known")
     assert calls.count("/v1/environments/known") == 3
+    await cache.client.aclose()
+
+
+async def test_environment_cache_asks_once_for_concurrent_misses():
+    calls, gate, asked = [], asyncio.Event(), asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        asked.set()
+        await gate.wait()
+        return httpx.Response(200, json={"name": "bb", "layers": []})
+
+    cache = EnvironmentCache(_client(handler), ttl_s=60)
+    waiting = [asyncio.ensure_future(cache.get("bb")) for _ in range(8)]
+    await asked.wait()
+    waiting[0].cancel()  # one caller giving up does not fail the others
+    gate.set()
+    results = await asyncio.gather(*waiting[1:])
+    assert calls == ["/v1/environments/bb"] and all(r.name == "bb" for r in results)
+    await cache.client.aclose()
+
+
+async def test_environment_cache_stands_in_its_last_answer_for_a_failing_image_service():
+    answer: list = [httpx.Response(200, json={"name": "bb", "layers": []})]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return answer[0]
+
+    cache = EnvironmentCache(_client(handler), ttl_s=60, stale_s=600)
+    first = await cache.get("bb")
+    expire = lambda ago: cache._known.update({("", "bb"): (time.monotonic() - ago, first)})  # noqa: E731
+    for failure in (httpx.Response(503), httpx.Response(429), httpx.ReadTimeout("")):
+        answer[0] = failure
+        expire(1)
+        assert await cache.get("bb") == first
+    answer[0] = httpx.ReadTimeout("")
+    expire(601)  # too old to stand in
+    with pytest.raises(ImageServiceUnreachable, match="unreachable: ReadTimeout"):
+        await cache.get("bb")
+    for definite, error in ((httpx.Response(404), ImageNotFound), (httpx.Response(400), UnexpectedStatus),
+                            (httpx.Response(200, json={"layers": "no"}), MalformedReply)):
+        answer[0] = definite
+        expire(1)
+        with pytest.raises(error):
+            await cache.get("bb")
     await cache.client.aclose()
