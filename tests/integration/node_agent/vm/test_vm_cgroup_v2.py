@@ -22,6 +22,8 @@ import pytest
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent.backends.types import RootFs
+from corral_node_agent.cgroups import node as node_cgroup
+from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.settings import NodeAgentSettings
 
 pytestmark = [pytest.mark.xdist_group("vm")]
@@ -99,6 +101,8 @@ async def test_the_v2_driver_on_a_guest_kernels_unified_hierarchy(work_dir, gues
         seen = json.loads(res.stdout)
     finally:
         await backend.stop(sid)
+        await backend.close()
+        node_cgroup.release(cgroup_driver(), backend.settings.node_id)  # (its node id is this test's own)
     print(json.dumps(seen, indent=1))
 
     # detection and layout: v2, the node's tree at the root, controllers handed down
