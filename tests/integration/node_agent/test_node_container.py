@@ -139,6 +139,11 @@ async def test_dev_shm_is_on_the_sandboxs_disk(backend, base_layer):
     assert r.exit_code != 0 and "No space left on device" in r.stderr
     r = await backend.exec(sid, run("rm /dev/shm/big; echo x > /dev/shm/f && stat -c %a /dev/shm && cat /dev/shm/f"))
     assert r.stdout == "1777\nx\n", r.stderr
+    # Device nodes open on the disk (its /dev is there), but even the sandbox's root makes none,
+    # and the node's shared /sys is read-only.
+    r = await backend.exec(sid, run("mknod /dev/shm/sda b 8 0 || echo no-block; mknod /dev/mem2 c 1 1 || echo no-char; "
+                                    "echo 1 > /sys/kernel/mm/ksm/run 2>/dev/null || echo sys-ro", user="root"))
+    assert r.stdout.split() == ["no-block", "no-char", "sys-ro"], r.stdout + r.stderr
 
 
 def _filesystems(pid: int) -> dict[str, tuple[str, str]]:

@@ -162,7 +162,7 @@ def build_config(
     }
     if resolv_conf:
         config["mounts"].append({"destination": "/etc/resolv.conf", "type": "bind", "source": resolv_conf,
-                                 "options": ["bind", "ro", "nosuid", "nodev", "noexec"]})
+                                 "options": [*_BIND_RO]})
     if seccomp is not None and seccomp_bpf is not None:
         config["annotations"] = {SECCOMP_BPF_ANNOTATION: base64.b64encode(seccomp_bpf).decode(),
                                  SECCOMP_PROFILE_ANNOTATION: policy.syscalls.name}
