@@ -180,7 +180,7 @@ async def test_files_round_trip(subject):
 _METHODS = {Capability.pause: ("pause", "resume"), Capability.screen: ("screenshot", "send_input"),
             Capability.snapshot: ("snapshot", "delete_snapshot"), Capability.adopt: ("spec_of",),
             Capability.ports: ("connect_port",), Capability.commit: ("commit_diff",),
-            Capability.balloon: ("balloon", "set_balloon")}
+            Capability.balloon: ("balloon", "set_balloon"), Capability.warm_pool: ("start_ahead", "claim")}
 
 
 async def test_capabilities_are_what_the_backend_does(subject):
@@ -197,7 +197,8 @@ async def test_capabilities_are_what_the_backend_does(subject):
                  Capability.adopt: lambda: backend.spec_of(sid),
                  Capability.ports: lambda: backend.connect_port(sid, 8080),
                  Capability.commit: lambda: backend.commit_diff(sid, "/nonexistent/diff.tar"),
-                 Capability.balloon: lambda: backend.balloon(sid)}
+                 Capability.balloon: lambda: backend.balloon(sid),
+                 Capability.warm_pool: lambda: backend.claim(sid, "claimed", subject.spec())}
         with pytest.raises(Unsupported) as exc:
             result = calls[capability]()
             if asyncio.iscoroutine(result):

@@ -119,6 +119,12 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # each of the two sizes most recently asked for, up to 4 GiB, so a create only moves one
     # into place. 0: every create makes its disk (~4 ms).
     disk_pool: int = 2
+    # Containers started ahead per shape a create asked for (sandboxes/warm_pool.py): a create
+    # of that shape then claims one instead of starting it. 0: none (every create starts its
+    # own). Each costs what an idle sandbox costs, and its disk_mb counts as used.
+    warm_pool_size: int = Field(0, ge=0, le=64)
+    # A shape nobody asked for this long is drained.
+    warm_pool_idle_s: float = Field(600.0, gt=0)
     # Image layers: "lazy" mounts each layer from a FUSE file whose chunks are fetched on
     # first read; "eager" downloads the whole blob before the sandbox starts.
     layer_mode: Literal["lazy", "eager"] = "lazy"

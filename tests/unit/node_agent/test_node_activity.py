@@ -90,4 +90,5 @@ def test_the_activity_route_needs_the_internal_token_and_lists_live_sandboxes():
     assert client.get("/v1/activity").status_code == 401
     resp = client.get("/v1/activity", headers={"X-Corral-Internal-Token": "tok"})
     assert resp.status_code == 200
-    assert resp.json() == [{"sandbox_id": "vm-1", "kind": "vm", "calls_in_flight": 0, "idle_s": 0.0}]
+    assert resp.json() == [{"sandbox_id": "vm-1", "kind": "vm", "calls_in_flight": 0, "idle_s": 0.0,
+                            "cgroup": None}]

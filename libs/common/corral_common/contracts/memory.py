@@ -44,3 +44,5 @@ class SandboxActivity(BaseModel):
     kind: str = Field(description="Its backend: container, microvm, vm")
     calls_in_flight: int = Field(0, description="Execs, file and port calls running now")
     idle_s: float = Field(description="Seconds since the last data-path call ended (or since it started)")
+    cgroup: str | None = Field(None, description="Its cgroup's name under the node's, when not its id "
+                               "(a sandbox started ahead for the warm pool keeps the name it started with)")

@@ -87,6 +87,9 @@ class ReclaimService:
         self._housekeeping: dict[str, int] = {}  # sandbox -> manager's own calls running in it
         self._activity_ok = True
         self._cgroups: dict[str, Cgroup] = {}
+        # sandbox -> its cgroup's name, where they differ (a sandbox claimed from the node's warm
+        # pool keeps the name it was started ahead with), as the node-agent last said
+        self._cgroup_names: dict[str, str] = {}
         self.history: list[ReclaimRecord] = []  # the last 100, newest last
         self.last_pass: PassReport | None = None
         self._pass_lock = threading.Lock()  # the loop's pass and an on-demand one never overlap
@@ -97,7 +100,8 @@ class ReclaimService:
     def _cgroup(self, sandbox_id: str) -> Cgroup:
         cg = self._cgroups.get(sandbox_id)
         if cg is None:
-            cg = self._cgroups[sandbox_id] = self.driver.cgroup(sandbox_cgroup_path(self.node_id, sandbox_id))
+            name = self._cgroup_names.get(sandbox_id, sandbox_id)
+            cg = self._cgroups[sandbox_id] = self.driver.cgroup(sandbox_cgroup_path(self.node_id, name))
         return cg
 
     def idle_seconds(self, sandbox_id: str) -> float:
@@ -142,12 +146,14 @@ class ReclaimService:
             return {}
         by_id = {a.sandbox_id: a for a in found}
         self._kinds = {sid: a.kind for sid, a in by_id.items()}
+        self._cgroup_names = {sid: a.cgroup for sid, a in by_id.items() if a.cgroup}
         return by_id
 
     def sandbox_ids(self) -> list[str]:
         # "_fncall-*" are the fncall workers' cgroups: never a sandbox, always busy or empty.
         names = self.driver.cgroup(node_cgroup_path(self.node_id)).child_names()
-        return [n for n in names if not n.startswith("_")]
+        sandbox_of = {name: sid for sid, name in self._cgroup_names.items()}
+        return [sandbox_of.get(n, n) for n in names if not n.startswith("_")]
 
     def views(self) -> list[SandboxMemoryView]:
         activities = self._activities()

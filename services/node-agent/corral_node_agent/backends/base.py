@@ -60,12 +60,15 @@ class Capability(StrEnum):
     # connect_port(): TCP connections to a port inside the sandbox (HTTP ingress).
     ports = "ports"
     balloon = "balloon"  # balloon(), set_balloon(): a VM's virtio-balloon and its guest's memory stats
+    # start_ahead(), claim(): sandboxes started before they are asked for (sandboxes/warm_pool.py).
+    warm_pool = "warm_pool"
 
 
 _LACKING = {Capability.pause: "cannot be paused", Capability.screen: "have no display",
             Capability.snapshot: "cannot be snapshotted", Capability.adopt: "cannot be adopted",
             Capability.commit: "cannot be committed (VMs: snapshot them)",
-            Capability.ports: "do not offer port ingress", Capability.balloon: "have no memory balloon"}
+            Capability.ports: "do not offer port ingress", Capability.balloon: "have no memory balloon",
+            Capability.warm_pool: "cannot be started ahead"}
 
 # Called once per sandbox that ended on its own (init died, or timeout_s elapsed), after the
 # backend has already torn it down; stop() afterwards is a no-op returning the same usage.
@@ -148,6 +151,11 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def list_running(self) -> list[str]: ...
 
+    def runtime_id(self, sandbox_id: str) -> str:
+        """The name its runtime, cgroup and directory know it by: its id, unless it was
+        started ahead and claimed (Capability.warm_pool)."""
+        return sandbox_id
+
     def describe(self, sandbox_id: str) -> dict[str, str]:
         """How this sandbox runs, for its record (accelerator, image transport...)."""
         return {}
@@ -213,6 +221,17 @@ class SandboxBackend(abc.ABC):
         network stays closed: the socket is made inside the sandbox's namespace by the node).
         ``PortClosed`` when nothing listens there."""
         raise self.unsupported(Capability.ports)
+
+    async def start_ahead(self, runtime_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:
+        """start(), for a sandbox nobody asked for yet: it runs as ``runtime_id`` until
+        claim() gives it its id; it is no sandbox until then (not adopted after a restart)."""
+        raise self.unsupported(Capability.warm_pool)
+
+    async def claim(self, started_id: str, sandbox_id: str, spec: SandboxSpec) -> None:
+        """Make the sandbox started ahead as ``started_id`` the sandbox ``sandbox_id`` with
+        ``spec`` (equal to the one it was started with, but for its lifetime and labels);
+        NotFound when it ended meanwhile."""
+        raise self.unsupported(Capability.warm_pool)
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:
         """The spec of a sandbox this backend runs (needed for adopted ones)."""

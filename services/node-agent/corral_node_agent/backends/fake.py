@@ -50,8 +50,8 @@ class FakeSandbox:
 
 class FakeBackend(SandboxBackend):
     def __init__(self, *, layer_format: LayerFormat = LayerFormat.mounts,
-                 # Everything but a VM's memory balloon, which it does not model.
-                 capabilities: Iterable[Capability] = frozenset(Capability) - {Capability.balloon},
+                 # Everything but a VM's memory balloon and the warm pool, which it does not model.
+                 capabilities: Iterable[Capability] = frozenset(Capability) - {Capability.balloon, Capability.warm_pool},
                  runtime: dict[str, str] | None = None, accelerator: str = "",
                  clock: Callable[[], float] = time.monotonic):
         self.layer_format = layer_format

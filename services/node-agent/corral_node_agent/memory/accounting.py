@@ -84,11 +84,14 @@ class MemoryAccounting:
         # The sampling thread and the event loop (usage, close_account) share the accounts and
         # the kept descriptors: a descriptor is never closed while the other side reads it.
         self._lock = threading.Lock()
+        # The name of a sandbox's cgroup (not its id when it came from the warm pool: the manager's runtime_id).
+        self.cgroup_name: Callable[[str], str] = lambda sandbox_id: sandbox_id
 
     def _cgroup(self, sandbox_id: str) -> Cgroup:
         cg = self._cgroups.get(sandbox_id)
         if cg is None:
-            cg = self._cgroups[sandbox_id] = self.driver.cgroup(sandbox_cgroup_path(self.node_id, sandbox_id))
+            cg = self._cgroups[sandbox_id] = self.driver.cgroup(sandbox_cgroup_path(self.node_id,
+                                                                                     self.cgroup_name(sandbox_id)))
         return cg
 
     def _sample_one(self, sandbox_id: str, now: float, full: bool = False) -> MemoryAccount | None:

@@ -49,6 +49,7 @@ from corral_node_agent.memory.accounting import MemoryAccounting
 from corral_node_agent.sandboxes.activity import ActivityTracker
 from corral_node_agent.sandboxes.commits import LayerUploads
 from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
+from corral_node_agent.sandboxes.warm_pool import WarmPool
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)
@@ -75,7 +76,7 @@ class SandboxManager:
     def __init__(self, backends: SandboxBackend | dict[str, SandboxBackend], layers: LayerCache, *,
                  max_sandboxes: int = 0, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB,
                  owners: OwnerRecords | None = None, uploads: LayerUploads | None = None,
-                 memory: MemoryAccounting | None = None):
+                 memory: MemoryAccounting | None = None, warm_pool_size: int = 0, warm_pool_idle_s: float = 600.0):
         self.backends = backends if isinstance(backends, dict) else {"container": backends}
         # Where commits go (image-service); None: this manager cannot commit.
         self.uploads = uploads
@@ -93,6 +94,18 @@ class SandboxManager:
         for backend in self.backends.values():
             backend.on_exit = self._backend_exit
         layers.add_fault_listener(self._layer_fault)
+        if memory is not None:
+            memory.cgroup_name = self.runtime_id
+        # Creates being started now; the warm pool fills only while there are none.
+        self._creating = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        self.pool: WarmPool | None = None
+        if warm_pool_size > 0 and Capability.warm_pool in self.backend.capabilities:
+            self.pool = WarmPool(self.backend, size=warm_pool_size, idle_s=warm_pool_idle_s,
+                                 new_entry=lambda spec, tenant: _Entry(spec=spec, tenant=tenant,
+                                                                       layer_format=self.backend.layer_format),
+                                 acquire=self._acquire, release=self._release, quiet=self._quiet.wait)
 
     @property
     def backend(self) -> SandboxBackend:
@@ -140,6 +153,8 @@ class SandboxManager:
             adopted_all += adopted
         if self.owners is not None:
             self.owners.prune(set(adopted_all))
+        if self.pool is not None:
+            self.pool.start()
         return adopted_all
 
     def is_paused(self, sandbox_id: str) -> bool:
@@ -147,6 +162,8 @@ class SandboxManager:
 
     async def close(self) -> None:
         """Agent shutdown: delete every sandbox (no re-adoption yet), drop layer mounts."""
+        if self.pool is not None:
+            await self.pool.close()
         for sid in list(self._entries):
             await self.delete(sid)
         for backend in self.backends.values():
@@ -176,18 +193,21 @@ class SandboxManager:
         entry = _Entry(spec=spec, tenant=owner.tenant if owner is not None else "", kind=spec.backend,
                        layer_format=backend.layer_format)
         self._entries[sandbox_id] = entry
+        self._creating += 1
+        self._quiet.clear()
         try:
             if owner is not None and self.owners is not None:
                 self.owners.write(owner)
-            rootfs = await self._acquire(entry)
-            try:
-                # A from_snapshot spec starts like any other: the backend restores the saved
-                # state on top of the same layers.
-                await backend.start(sandbox_id, spec, rootfs)
-            except Exception as exc:
-                await self._release(entry)
-                msg = exc.message if isinstance(exc, NodeAgentError) else str(exc)
-                raise StartFailed(msg) from exc
+            if not await self._claim_ahead(sandbox_id, entry, backend):
+                rootfs = await self._acquire(entry)
+                try:
+                    # A from_snapshot spec starts like any other: the backend restores the saved
+                    # state on top of the same layers.
+                    await backend.start(sandbox_id, spec, rootfs)
+                except Exception as exc:
+                    await self._release(entry)
+                    msg = exc.message if isinstance(exc, NodeAgentError) else str(exc)
+                    raise StartFailed(msg) from exc
             try:
                 entry.runtime = {str(k): str(v) for k, v in backend.describe(sandbox_id).items()}
             except Exception:
@@ -199,6 +219,35 @@ class SandboxManager:
             raise
         finally:
             entry.ready.set()
+            self._creating -= 1
+            if not self._creating:
+                self._quiet.set()
+
+    async def _claim_ahead(self, sandbox_id: str, entry: _Entry, backend: SandboxBackend) -> bool:
+        """Serve the create from the warm pool when a sandbox of its shape is ready there
+        (False: start it as usual)."""
+        if self.pool is None or backend is not self.backend:
+            return False
+        while (ahead := self.pool.take(entry.spec, entry.tenant)) is not None:
+            try:
+                # The environment's layers now (cached), which the pooled one must still have.
+                current = await self.layers.resolve_environment(entry.spec.environment, entry.tenant)
+                if [layer.digest for layer in current] != [layer.digest for layer in ahead.entry.layers]:
+                    raise NotFound("its environment has other layers now")
+                await backend.claim(ahead.runtime_id, sandbox_id, entry.spec)
+            except (NodeAgentError, OSError) as exc:
+                log.info("warm_pool.not_claimed", runtime_id=ahead.runtime_id, error=str(exc))
+                await self.pool.discard(ahead)
+                if isinstance(exc, NotFound):
+                    continue  # it ended meanwhile, or is stale: maybe another one is ready
+                return False  # the usual path says what is wrong
+            entry.layers, ahead.entry.layers = ahead.entry.layers, ()
+            return True
+        return False
+
+    def runtime_id(self, sandbox_id: str) -> str:
+        """The name its cgroup has (its id, unless it came from the warm pool)."""
+        return self._backend_of(sandbox_id).runtime_id(sandbox_id)
 
     async def _acquire(self, entry: _Entry) -> RootFs:
         """Layers (top first, in the form the sandbox's backend wants) and the boot disk."""
@@ -280,6 +329,9 @@ class SandboxManager:
         await self._backend_exit(sandbox_id, ExitReason.image_unavailable, usage)
 
     async def _backend_exit(self, sandbox_id: str, reason: ExitReason, usage: Usage) -> None:
+        if self.pool is not None and self.pool.owns(sandbox_id):
+            await self.pool.ended(sandbox_id)  # started ahead, never a sandbox: nobody to tell
+            return
         usage = self._close_memory_account(sandbox_id, usage)
         entry = self._entries.pop(sandbox_id, None)
         if entry is not None:
@@ -334,8 +386,9 @@ class SandboxManager:
     def used_capacity(self) -> dict[str, float]:
         specs = [e.spec for e in self._entries.values()]
         memory = sum(reserved_memory_mb(s.backend, s.memory_mb, self.vm_memory_overhead_mb) for s in specs)
+        pooled_disk_mb = self.pool.disk_mb() if self.pool is not None else 0
         return {"sandboxes": len(specs), "cpu": sum(s.cpu for s in specs),
-                "memory_mb": memory, "disk_mb": sum(s.disk_mb for s in specs)}
+                "memory_mb": memory, "disk_mb": sum(s.disk_mb for s in specs) + pooled_disk_mb}
 
     def usage(self, sandbox_id: str) -> Usage:
         self._require(sandbox_id)
@@ -468,8 +521,9 @@ class SandboxManager:
     def activity_snapshot(self) -> list[SandboxActivity]:
         """Every running or paused sandbox's data-path use (starting and failed ones are not
         sandboxes to reclaim yet)."""
-        return self.activity.snapshot({sid: entry.kind for sid, entry in list(self._entries.items())
-                                       if self.is_live(sid)})
+        live = {sid: entry.kind for sid, entry in list(self._entries.items()) if self.is_live(sid)}
+        return [a.model_copy(update={"cgroup": self.runtime_id(a.sandbox_id)}) if self.runtime_id(a.sandbox_id)
+                != a.sandbox_id else a for a in self.activity.snapshot(live)]
 
     async def connect_port(self, sandbox_id: str, port: int) -> socket.socket:
         """A TCP connection to ``port`` inside the sandbox (port ingress): its opening is use."""
@@ -500,4 +554,5 @@ def build_manager(settings: NodeAgentSettings, backends: SandboxBackend | None =
                           vm_memory_overhead_mb=settings.vm_memory_overhead_mb,
                           owners=OwnerRecords(f"{settings.state_dir}/owners"),
                           uploads=LayerUploads(settings.image_service_url, settings.internal_token,
-                                               f"{settings.state_dir}/commits"), memory=memory)
+                                               f"{settings.state_dir}/commits"), memory=memory,
+                          warm_pool_size=settings.warm_pool_size, warm_pool_idle_s=settings.warm_pool_idle_s)

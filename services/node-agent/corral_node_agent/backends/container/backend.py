@@ -58,7 +58,7 @@ from corral_node_agent.errors import (
     StartFailed,
     Unsupported,
 )
-from corral_node_agent.isolation import netns
+from corral_node_agent.isolation import netns, uts
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
 from corral_node_agent.isolation.quota import UpperDisks
 from corral_node_agent.isolation.seccomp import SyscallFilter
@@ -93,10 +93,18 @@ class _Sandbox:
     net: Slot | None = None
     # Its overlay and disk, once detached from the agent's namespace (set when it runs).
     detached: bundle.DetachedRoot | None = None
+    # Its crun container id, the name of its cgroup and of its directory: its id, unless it
+    # was started ahead for the warm pool and claimed later (claim()); "" means the id.
+    runtime: str = ""
+
+    @property
+    def runtime_id(self) -> str:
+        return self.runtime or self.id
 
 
 class ContainerBackend(SandboxBackend):
-    capabilities = frozenset({Capability.pause, Capability.adopt, Capability.commit, Capability.ports})
+    capabilities = frozenset({Capability.pause, Capability.adopt, Capability.commit, Capability.ports,
+                              Capability.warm_pool})
 
     def __init__(self, settings: NodeAgentSettings):
         self.settings = settings
@@ -141,7 +149,52 @@ class ContainerBackend(SandboxBackend):
     def list_running(self) -> list[str]:
         return [sid for sid, sb in self._sandboxes.items() if not sb.stopping]
 
+    def runtime_id(self, sandbox_id: str) -> str:
+        sb = self._sandboxes.get(sandbox_id)
+        return sb.runtime_id if sb is not None else sandbox_id
+
+    def describe(self, sandbox_id: str) -> dict[str, str]:
+        sb = self._sandboxes.get(sandbox_id)
+        return {"warm_pool": sb.runtime} if sb is not None and sb.runtime else {}
+
+    async def claim(self, started_id: str, sandbox_id: str, spec: SandboxSpec) -> None:
+        """Make the running, never used sandbox ``started_id`` (started ahead with the same
+        spec but for its timeout, labels and workdir: sandboxes/warm_pool.py) the sandbox
+        ``sandbox_id``: its hostname, its spec, its lifetime from now, its bundle's metadata
+        (a restarted agent adopts it under this id). Its crun id, cgroup and directory keep
+        the name it was started with. NotFound when it is gone (ended meanwhile)."""
+        if not SANDBOX_ID_RE.match(sandbox_id):
+            raise BadInput(f"invalid sandbox id {sandbox_id!r}", loc=["path", "sandbox_id"])
+        if sandbox_id in self._sandboxes:
+            raise AlreadyExists(f"sandbox {sandbox_id} already exists")
+        sb = self._get(started_id)
+        async with sb.lock:
+            if sb.stopping or sb.paused or sb.pidfd < 0:
+                raise NotFound(f"sandbox {started_id} is not running")
+            await asyncio.to_thread(uts.set_hostname, sb.pid, oci.hostname_of(sandbox_id))
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(sb.pidfd)  # watched again below, under its new id
+            if sb.timer is not None:
+                sb.timer.cancel()
+            self._sandboxes.pop(started_id, None)
+            sb.runtime, sb.id, sb.spec = sb.runtime_id, sandbox_id, spec
+            sb.started = time.monotonic()
+            self._sandboxes[sandbox_id] = sb
+            self._finished.pop(sandbox_id, None)
+            bundle.write_meta(sb.dir, spec, sb.policy.identity.ids, sandbox_id=sandbox_id)
+            loop.add_reader(sb.pidfd, self._init_exited, sandbox_id)
+            sb.timer = loop.call_later(spec.timeout_s, self._timeout_fired, sandbox_id)
+        log.info("sandbox.claimed", sandbox_id=sandbox_id, started_as=sb.runtime, pid=sb.pid)
+
     async def start(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:
+        await self._start(sandbox_id, spec, rootfs, ahead=False)
+
+    async def start_ahead(self, runtime_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:
+        """Start a sandbox for the warm pool: running, but no sandbox until claim() names it
+        (a restarted agent deletes it instead of adopting it)."""
+        await self._start(runtime_id, spec, rootfs, ahead=True)
+
+    async def _start(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs, ahead: bool) -> None:
         if not SANDBOX_ID_RE.match(sandbox_id):
             raise BadInput(f"invalid sandbox id {sandbox_id!r}", loc=["path", "sandbox_id"])
         if sandbox_id in self._sandboxes:
@@ -161,7 +214,7 @@ class ContainerBackend(SandboxBackend):
                     if sb.policy.egress.mode == "allowlist":
                         sb.net = await self.egress.attach(sandbox_id, sb.policy.egress.policy)
                     with self._userns(sb) as userns:
-                        self._prepare_bundle(sb, rootfs.layers, userns)
+                        self._prepare_bundle(sb, rootfs.layers, userns, ahead)
                         await self._run_init(sb)
                 except Exception as exc:
                     await self._teardown(sb, kill=True)
@@ -195,7 +248,8 @@ class ContainerBackend(SandboxBackend):
             self._seccomp_programs[profile.name] = program
         return self._seccomp_programs[profile.name]
 
-    def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str], userns: UserNamespace | None) -> None:
+    def _prepare_bundle(self, sb: _Sandbox, lower_dirs: list[str], userns: UserNamespace | None,
+                        ahead: bool) -> None:
         config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
                                   disk_root=bundle.upper_dir(sb.dir), shared=self.shared_mounts,
                                   with_swap_limit=self.cgroups.swap_limit, cgroups_path=sb.cgroup.runtime_path,
@@ -203,12 +257,13 @@ class ContainerBackend(SandboxBackend):
                                   userns_path=userns and userns.path, netns_path=sb.net and sb.net.netns_path,
                                   resolv_conf=bundle.resolv_conf(sb.dir) if sb.net else None)
         bundle.create(sb.dir, sb.spec, lower_dirs, config, disks=self.disks, quota=sb.policy.disk,
-                      identity=sb.policy.identity, userns_fd=userns and userns.fd,
+                      identity=sb.policy.identity, sandbox_id=None if ahead else sb.id,
+                      userns_fd=userns and userns.fd,
                       nameserver=sb.net and sb.net.gateway)
 
     async def _run_init(self, sb: _Sandbox) -> None:
         try:
-            await self.crun.run_detached(sb.id, sb.dir, pid_file=bundle.init_pid_file(sb.dir),
+            await self.crun.run_detached(sb.runtime_id, sb.dir, pid_file=bundle.init_pid_file(sb.dir),
                                          log_path=bundle.run_log(sb.dir))
         except CrunError as exc:
             raise StartFailed(str(exc)) from None
@@ -222,7 +277,7 @@ class ContainerBackend(SandboxBackend):
         # listen on 127.0.0.1, and port ingress reaches them there.
         await asyncio.to_thread(netns.loopback_up, sb.pid)
         program = self._seccomp_programs.get(sb.policy.syscalls.name)
-        if program is not None and self.crun.seccomp_program(sb.id) != program:
+        if program is not None and self.crun.seccomp_program(sb.runtime_id) != program:
             # (a runtime that ignored the annotation would run the sandbox unfiltered)
             raise StartFailed(f"the runtime did not take syscall profile {sb.policy.syscalls.name!r}")
         sb.detached = bundle.detach(sb.dir)
@@ -295,7 +350,7 @@ class ContainerBackend(SandboxBackend):
         async with sb.lock:
             if sb.stopping or sb.paused:
                 return
-            await self.crun.pause(sb.id)
+            await self.crun.pause(sb.runtime_id)
             sb.paused = True
             await self._settle_frozen(sb)
         log.info("sandbox.paused", sandbox_id=sandbox_id)
@@ -315,7 +370,7 @@ class ContainerBackend(SandboxBackend):
                 raise NotFound(f"sandbox {sandbox_id} not found or not running")
             frozen_here = not sb.paused
             if frozen_here:
-                await self.crun.pause(sb.id)
+                await self.crun.pause(sb.runtime_id)
                 await self._settle_frozen(sb)
             try:
                 with self._disk_of(sb) as disk:
@@ -323,7 +378,7 @@ class ContainerBackend(SandboxBackend):
                                                    ids.host_base if ids else 0, ids.size if ids else 65536)
             finally:
                 if frozen_here:
-                    await self.crun.resume(sb.id)
+                    await self.crun.resume(sb.runtime_id)
 
     async def _settle_frozen(self, sb: _Sandbox, timeout_s: float = 2.0) -> None:
         """On cgroup v1, `crun pause` may return while the freezer still says FREEZING (a task
@@ -343,7 +398,7 @@ class ContainerBackend(SandboxBackend):
         async with sb.lock:
             if sb.stopping or not sb.paused:
                 return
-            await self.crun.resume(sb.id)
+            await self.crun.resume(sb.runtime_id)
             sb.paused = False
         log.info("sandbox.resumed", sandbox_id=sandbox_id)
 
@@ -385,11 +440,11 @@ class ContainerBackend(SandboxBackend):
         usage = self._read_usage(sb, net)
         if sb.paused:
             # A frozen task only dies once thawed: resume first so kill and delete can finish.
-            await self.crun.resume(sb.id, check=False)
+            await self.crun.resume(sb.runtime_id, check=False)
             sb.paused = False
         if kill:
-            await self.crun.kill(sb.id)
-        rc, out = await self.crun.delete(sb.id)
+            await self.crun.kill(sb.runtime_id)
+        rc, out = await self.crun.delete(sb.runtime_id)
         deleted = rc == 0 or "does not exist" in out or "not found" in out.lower()
         if not deleted:
             log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
@@ -435,18 +490,21 @@ class ContainerBackend(SandboxBackend):
         paused) and whose bundle says what they are are taken over instead (returned);
         everything else in our crun root and under sandboxes/ is deleted."""
         adopted: list[str] = []
+        ours = {sb.runtime_id for sb in self._sandboxes.values()}
         for cid, state in (await self.crun.list()).items():
-            if cid in self._sandboxes:
+            if cid in ours:
                 continue
-            if adopt and state.status in ("running", "paused") and self._adopt(cid, state):
-                adopted.append(cid)
+            adopted_id = self._adopt(cid, state) if adopt and state.status in ("running", "paused") else None
+            if adopted_id is not None:
+                adopted.append(adopted_id)
                 continue
             await self.crun.kill(cid)
             await self.crun.delete(cid)
             self._cgroup(cid).remove()
+        ours = {sb.runtime_id for sb in self._sandboxes.values()}
         for name in os.listdir(self.sandboxes_dir):
             path = f"{self.sandboxes_dir}/{name}"
-            if name in self._sandboxes:
+            if name in ours:
                 # Adopted: its mounts live on in the container's own namespace only; the
                 # (dead) previous agent's copies are not in ours, but a crashed cleanup's are.
                 host.umount_tree(path)
@@ -459,33 +517,39 @@ class ContainerBackend(SandboxBackend):
         self._prune_parent_cgroups()
         return adopted
 
-    def _adopt(self, sandbox_id: str, state: CrunContainer) -> bool:
-        """Rebuild the in-memory entry of a container a previous agent run started."""
-        sb_dir = f"{self.sandboxes_dir}/{sandbox_id}"
+    def _adopt(self, runtime_id: str, state: CrunContainer) -> str | None:
+        """Rebuild the in-memory entry of a container a previous agent run started; its
+        sandbox id (None: not adopted). One started ahead and never claimed is not a sandbox:
+        it is deleted like an orphan."""
+        sb_dir = f"{self.sandboxes_dir}/{runtime_id}"
         try:
             meta = bundle.read_meta(sb_dir)
+            if meta.sandbox_id is None:
+                return None
+            sandbox_id = meta.sandbox_id
             spec, started_at, ids = meta.spec, meta.started_at, meta.ids
             pid = state.pid
             if pid <= 0:
                 pid = bundle.read_init_pid(sb_dir)
             pidfd = os.pidfd_open(pid)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("sandbox.adopt_failed", sandbox_id=sandbox_id, error=str(exc))
-            return False
+            log.warning("sandbox.adopt_failed", sandbox_id=runtime_id, error=str(exc))
+            return None
         elapsed = max(0.0, time.time() - started_at)
         if ids is not None:
             # The ids it runs with, whatever this run's settings say.
             self.uid_ranges.claim(ids, sb_dir)
         sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, policy=policy_for(spec, self.settings, ids),
-                      cgroup=self._cgroup(sandbox_id),
+                      cgroup=self._cgroup(runtime_id),
                       started=time.monotonic() - elapsed, pid=pid, pidfd=pidfd,
-                      paused=state.status == "paused", adopted=True)
+                      paused=state.status == "paused", adopted=True,
+                      runtime=runtime_id if runtime_id != sandbox_id else "")
         self._sandboxes[sandbox_id] = sb
         loop = asyncio.get_running_loop()
         loop.add_reader(pidfd, self._init_exited, sandbox_id)
         sb.timer = loop.call_later(max(0.0, spec.timeout_s - elapsed), self._timeout_fired, sandbox_id)
         log.info("sandbox.adopted", sandbox_id=sandbox_id, pid=pid, paused=sb.paused, age_s=round(elapsed, 1))
-        return True
+        return sandbox_id
 
     async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
         sb = self._get(sandbox_id)
@@ -537,7 +601,7 @@ class ContainerBackend(SandboxBackend):
             raise SandboxPaused(f"sandbox {sandbox_id} is paused", loc=["path", "sandbox_id"])
         process = container_exec.process_for(req, sb.spec.env, sb.policy.identity, sb.spec.workdir)
         oom_before = self._oom_kills(sb)
-        result = await container_exec.run(self.crun, sb.id, bundle.exec_dir(sb.dir), process, req,
+        result = await container_exec.run(self.crun, sb.runtime_id, bundle.exec_dir(sb.dir), process, req,
                                           output_limit=min(req.output_limit, self.settings.output_limit_bytes),
                                           on_data=on_data)
         result.oom_killed = self._oom_kills(sb) > oom_before

@@ -5,8 +5,9 @@ so crun's container process, root of the sandbox's user namespace, can reach roo
 no other host user can):
     config.json     OCI bundle config
     sandbox.json    spec + wall-clock start + its disk + the user namespace's host id
-                    range: what a restarted agent needs to re-adopt it (and to claim the
-                    same ids again)
+                    range + its sandbox id (the directory is named by its crun id, which
+                    differs when it was started ahead for the warm pool): what a restarted
+                    agent needs to re-adopt it (and to claim the same ids again)
     upper.img       the sandbox's disk: an ext4 image of disk_mb (isolation/quota.py)
     upper/          upper.img mounted: upper/upper + upper/work for the overlay, and
                     upper/dev + upper/shm, the sandbox's /dev and /dev/shm (oci.py), so every
@@ -48,6 +49,7 @@ class BundleMeta:
     started_at: float  # time.time() when the bundle was written
     ids: IdRange | None  # its user namespace's host ids (None: started without one)
     disk: UpperDisk | None = None  # None: written by an agent whose upper was a tmpfs
+    sandbox_id: str | None = None  # None: started ahead for the warm pool, never claimed
 
 
 def init_pid_file(directory: str) -> str:
@@ -75,11 +77,12 @@ def disk_image(directory: str) -> str:
 
 
 def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dict[str, Any], *,
-           disks: UpperDisks, quota: DiskQuota, identity: Identity, userns_fd: int | None = None,
-           nameserver: str | None = None) -> None:
+           disks: UpperDisks, quota: DiskQuota, identity: Identity, sandbox_id: str | None,
+           userns_fd: int | None = None, nameserver: str | None = None) -> None:
     """Mount the sandbox's root (its own disk of the quota's size over the layers; HOME
     owned by the sandbox user) and write its config and metadata. With ``identity.ids``,
-    ``userns_fd`` is a user namespace of that mapping: the layers are idmapped through it."""
+    ``userns_fd`` is a user namespace of that mapping: the layers are idmapped through it.
+    ``sandbox_id``: as write_meta."""
     if os.path.exists(directory):
         # Leftover from a crashed attempt with the same id: never reuse its state.
         host.umount_tree(directory)
@@ -107,11 +110,29 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
         os.chmod(resolv_conf(directory), 0o644)
     with open(f"{directory}/config.json", "w") as fh:
         json.dump(config, fh)
-    meta: dict[str, Any] = {"spec": spec.model_dump(mode="json"), "started_at": time.time(), "disk": disk.to_json()}
-    if identity.ids is not None:
-        meta["userns"] = identity.ids.to_json()
-    with open(f"{directory}/{META}", "w") as fh:
+    write_meta(directory, spec, identity.ids, disk, sandbox_id=sandbox_id)
+
+
+def write_meta(directory: str, spec: SandboxSpec, ids: IdRange | None, disk: UpperDisk | None = None, *,
+               sandbox_id: str | None) -> None:
+    """sandbox.json; ``sandbox_id`` None: started ahead for the warm pool, not a sandbox yet
+    (a restarted agent deletes it). Rewritten when it is claimed (``disk`` None: the one
+    already written stays). Written whole, then renamed: a crash never leaves half a file."""
+    path = f"{directory}/{META}"
+    if disk is None:
+        with open(path) as fh:
+            old = json.load(fh)
+    meta: dict[str, Any] = {"spec": spec.model_dump(mode="json"), "started_at": time.time(),
+                            "disk": disk.to_json() if disk is not None else old.get("disk")}
+    if sandbox_id is None:
+        meta["ahead"] = True
+    else:
+        meta["sandbox_id"] = sandbox_id
+    if ids is not None:
+        meta["userns"] = ids.to_json()
+    with open(f"{path}.tmp", "w") as fh:
         json.dump(meta, fh)
+    os.replace(f"{path}.tmp", path)
 
 
 @dataclass
@@ -204,8 +225,10 @@ def read_meta(directory: str) -> BundleMeta:
         meta = json.load(fh)
     ids = IdRange.from_json(meta["userns"]) if meta.get("userns") is not None else None
     disk = UpperDisk.from_json(meta["disk"]) if meta.get("disk") else None
+    # (written before the warm pool: the directory's name is the sandbox's id)
+    sandbox_id = None if meta.get("ahead") else str(meta.get("sandbox_id") or os.path.basename(directory))
     return BundleMeta(spec=SandboxSpec.model_validate(meta["spec"]), started_at=float(meta["started_at"]), ids=ids,
-                      disk=disk)
+                      disk=disk, sandbox_id=sandbox_id)
 
 
 def read_init_pid(directory: str) -> int:

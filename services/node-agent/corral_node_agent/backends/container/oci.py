@@ -49,6 +49,11 @@ def process_spec(
     }
 
 
+def hostname_of(sandbox_id: str) -> str:
+    # sethostname(2) takes at most 64 bytes; ids may be longer.
+    return sandbox_id[:63]
+
+
 def cgroup_path(node_id: str, sandbox_id: str) -> str:
     return f"/corral/{node_id}/{sandbox_id}"
 
@@ -140,8 +145,7 @@ def build_config(
         "ociVersion": "1.0.0",
         "process": process_spec(INIT_ARGS, policy.identity, env=build_env(env)),
         "root": {"path": "rootfs", "readonly": False},
-        # sethostname(2) takes at most 64 bytes; ids may be longer.
-        "hostname": sandbox_id[:63],
+        "hostname": hostname_of(sandbox_id),
         "mounts": [
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/dev", "type": "bind", "source": disk_dev_dir(disk_root),

@@ -1,0 +1,229 @@
+"""Sandboxes started before anyone asks for them, so that a create only claims one.
+
+Most of a create's time on a node is ``crun run`` and the bundle around it (~30 of ~55 ms
+serial, docs/benchmarks.md "Create fast path"); a sandbox already started with the same spec
+turns that into a rename (``SandboxBackend.claim``). Kubernetes agent-sandbox's warm pools do
+the same with pods.
+
+What is pooled: container sandboxes of an environment with network "none", without a
+snapshot or a disk image. Their *shape* is every field of the spec that reaches the container
+when it starts (tenant, environment, limits, env, run_as); not its lifetime, labels or
+workdir, which the claim sets. A shape a create asked for is kept at ``size`` ready
+sandboxes for ``idle_s`` after the last such create, then drained; at most ``MAX_SHAPES``
+shapes are kept (the least recently asked for goes first).
+
+Refills start one sandbox at a time and only while no create is being started on the node
+(``quiet``): a burst takes what is ready and starts the rest itself, the pool fills again
+once it is over, so the pool never competes with the creates it is there to speed up.
+
+A claimed sandbox is one started for nobody else: each one has its own disk, user namespace
+ids and cgroup, is handed to one create only, and at the claim takes the create's id (also
+its hostname), spec, lifetime and owner record; it was started with the create's env, limits
+and user. It keeps the crun id it was started under (``runtime_id``, also its cgroup's and
+directory's name). Its layers were acquired when it was started; the claim checks that they
+are still the environment's (one re-pointed since is not served from the pool).
+"""
+
+import asyncio
+import json
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral_common.logging import get_logger
+from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.base import SandboxBackend
+from corral_node_agent.backends.types import RootFs
+from corral_node_agent.errors import NodeAgentError
+
+log = get_logger(__name__)
+
+MAX_SHAPES = 4
+# A pooled sandbox outlives any create's lifetime: the pool's idle rule, not timeout_s, ends it.
+AHEAD_TIMEOUT_S = 7 * 24 * 3600
+# After a failed start ahead, the shape is not retried for this long (the create path says why).
+RETRY_AFTER_S = 30.0
+# The spec fields a claim sets (not part of a shape).
+CLAIM_FIELDS = frozenset({"timeout_s", "labels", "workdir"})
+
+
+def poolable(spec: SandboxSpec) -> bool:
+    return (spec.backend == "container" and bool(spec.environment) and spec.network == "none"
+            and spec.from_snapshot is None and spec.disk_image is None)
+
+
+def shape_of(spec: SandboxSpec, tenant: str) -> str:
+    return json.dumps([tenant, spec.model_dump(mode="json", exclude=set(CLAIM_FIELDS))], sort_keys=True)
+
+
+@dataclass
+class Ahead:
+    """One sandbox started ahead: its runtime id and what was acquired for it (the manager's
+    entry, whose layers move to the create that claims it)."""
+
+    runtime_id: str
+    entry: Any  # sandboxes.service._Entry
+
+
+@dataclass
+class _Shape:
+    spec: SandboxSpec  # the template it is started with
+    tenant: str
+    asked_at: float
+    ready: deque[Ahead] = field(default_factory=deque)
+    starting: int = 0
+    failed_at: float = -RETRY_AFTER_S
+
+
+class WarmPool:
+    def __init__(self, backend: SandboxBackend, *, size: int, idle_s: float,
+                 new_entry: Callable[[SandboxSpec, str], Any],
+                 acquire: Callable[[Any], Awaitable[RootFs]], release: Callable[[Any], Awaitable[None]],
+                 quiet: Callable[[], Awaitable[None]], clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend, self.size, self.idle_s, self.clock = backend, size, idle_s, clock
+        self._new_entry, self._acquire, self._release, self._quiet = new_entry, acquire, release, quiet
+        self._shapes: OrderedDict[str, _Shape] = OrderedDict()
+        self._by_runtime: dict[str, str] = {}  # runtime id -> shape, for every pooled sandbox
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.hits = self.misses = 0
+
+    # ---- the create path ------------------------------------------------------------------
+
+    def take(self, spec: SandboxSpec, tenant: str) -> Ahead | None:
+        """A ready sandbox of this create's shape (None: none ready; the pool fills it later)."""
+        if not poolable(spec):
+            return None
+        key = shape_of(spec, tenant)
+        shape = self._shapes.get(key)
+        if shape is None:
+            template = spec.model_copy(update={"timeout_s": AHEAD_TIMEOUT_S, "labels": {}, "workdir": None})
+            shape = self._shapes[key] = _Shape(spec=template, tenant=tenant, asked_at=self.clock())
+        shape.asked_at = self.clock()
+        self._shapes.move_to_end(key)
+        ahead = shape.ready.popleft() if shape.ready else None
+        if ahead is not None:
+            self._by_runtime.pop(ahead.runtime_id, None)
+            self.hits += 1
+        else:
+            self.misses += 1
+        self._wake_up()
+        return ahead
+
+    def owns(self, runtime_id: str) -> bool:
+        """Whether ``runtime_id`` is a pooled sandbox nobody has claimed."""
+        return runtime_id in self._by_runtime
+
+    async def ended(self, runtime_id: str) -> None:
+        """A pooled sandbox ended on its own (the backend tore it down): forget it."""
+        key = self._by_runtime.pop(runtime_id, None)
+        shape = self._shapes.get(key) if key else None
+        if shape is None:
+            return
+        for ahead in list(shape.ready):
+            if ahead.runtime_id == runtime_id:
+                shape.ready.remove(ahead)
+                await self._release(ahead.entry)
+        self._wake_up()
+
+    async def discard(self, ahead: Ahead) -> None:
+        """Stop a sandbox taken from the pool that will not be claimed after all."""
+        self._by_runtime.pop(ahead.runtime_id, None)
+        try:
+            await self.backend.stop(ahead.runtime_id)
+        finally:
+            await self._release(ahead.entry)
+
+    def ready_count(self) -> int:
+        return sum(len(s.ready) for s in self._shapes.values())
+
+    def disk_mb(self) -> int:
+        """What the pooled sandboxes' disks claim (they are counted as used: the node's disk)."""
+        return sum(len(s.ready) * s.spec.disk_mb for s in self._shapes.values())
+
+    # ---- filling ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    def _wake_up(self) -> None:
+        self._wake.set()
+
+    def _wanted(self) -> str | None:
+        """The shape that should get one more sandbox now (None: all filled)."""
+        now = self.clock()
+        for key, shape in self._shapes.items():
+            if now - shape.asked_at < self.idle_s and now - shape.failed_at >= RETRY_AFTER_S \
+                    and len(shape.ready) + shape.starting < self.size:
+                return key
+        return None
+
+    async def _expire(self) -> None:
+        now = self.clock()
+        while len(self._shapes) > MAX_SHAPES:
+            _, shape = self._shapes.popitem(last=False)
+            await self._drain(shape)
+        for key in [k for k, s in self._shapes.items() if now - s.asked_at >= self.idle_s and not s.starting]:
+            await self._drain(self._shapes.pop(key))
+
+    async def _drain(self, shape: _Shape) -> None:
+        while shape.ready:
+            ahead = shape.ready.popleft()
+            try:
+                await self.discard(ahead)
+            except Exception:
+                log.exception("warm_pool.discard_failed", runtime_id=ahead.runtime_id)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                # (not wait_for: on 3.11 it can swallow a cancel that meets a set event)
+                async with asyncio.timeout(max(1.0, min(60.0, self.idle_s / 2))):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            await self._expire()
+            while (key := self._wanted()) is not None:
+                await self._quiet()
+                if key in self._shapes:
+                    await self._start_one(key, self._shapes[key])
+
+    async def _start_one(self, key: str, shape: _Shape) -> None:
+        runtime_id = f"wp-{secrets.token_hex(8)}"
+        entry = self._new_entry(shape.spec, shape.tenant)
+        shape.starting += 1
+        started = False
+        try:
+            rootfs = await self._acquire(entry)
+            await self.backend.start_ahead(runtime_id, shape.spec, rootfs)
+            started = True
+        except (NodeAgentError, OSError) as exc:
+            shape.failed_at = self.clock()
+            log.warning("warm_pool.start_failed", runtime_id=runtime_id, error=str(exc))
+        finally:
+            shape.starting -= 1
+            if not started:
+                await self._release(entry)
+        if not started:
+            return
+        if self._shapes.get(key) is not shape:  # drained meanwhile
+            await self.discard(Ahead(runtime_id, entry))
+            return
+        shape.ready.append(Ahead(runtime_id, entry))
+        self._by_runtime[runtime_id] = key
+        log.info("warm_pool.ready", runtime_id=runtime_id, ready=len(shape.ready))
+
+    async def close(self) -> None:
+        """Stop filling and stop every pooled sandbox (agent shutdown)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        for shape in list(self._shapes.values()):
+            await self._drain(shape)
+        self._shapes.clear()

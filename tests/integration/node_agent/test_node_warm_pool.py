@@ -1,0 +1,153 @@
+"""The warm pool (sandboxes/warm_pool.py) with real crun: a create of a shape asked for before
+claims a sandbox started ahead, and that sandbox is indistinguishable from one started for it."""
+
+import os
+import signal
+import time
+
+import pytest
+import pytest_asyncio
+
+from corral_common.exec import ExecRequest
+from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.layers import LayerCache
+from corral_node_agent.memory.accounting import MemoryAccounting
+from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
+from corral_node_agent.sandboxes.service import SandboxManager
+from corral_node_agent.settings import NodeAgentSettings
+from tests.integration.node_agent.test_node_manager import image_service
+from tests.polling import until
+
+pytestmark = pytest.mark.asyncio
+
+SHAPE = {"environment": "busybox", "memory_mb": 64, "disk_mb": 32, "pids_limit": 64, "env": {"STAGE": "rl"}}
+
+
+def make_manager(settings: NodeAgentSettings, blob: bytes) -> SandboxManager:
+    return SandboxManager(ContainerBackend(settings), LayerCache(settings.layers(), transport=image_service(blob, [])),
+                          owners=OwnerRecords(f"{settings.state_dir}/owners"), warm_pool_size=2,
+                          memory=MemoryAccounting(cgroup_driver(), settings.node_id))
+
+
+@pytest_asyncio.fixture
+async def pooled(state_dir, node_id, erofs_image):
+    with open(erofs_image, "rb") as fh:  # noqa: ASYNC230 - test setup
+        blob = fh.read()
+    settings = NodeAgentSettings(node_id=f"{node_id}-wp", state_dir=state_dir, image_service_url="http://image-service")
+    manager = make_manager(settings, blob)
+    manager.ended = []
+    manager.on_exit(lambda sid, reason, usage: manager.ended.append((sid, str(reason))))
+    await manager.start()
+    yield manager, settings, blob
+    await manager.close()
+
+
+async def sh(manager: SandboxManager, sid: str, cmd: str) -> str:
+    r = await manager.exec(sid, ExecRequest(cmd=cmd, timeout_s=10))
+    assert r.exit_code == 0, r.stderr
+    return r.stdout
+
+
+def owner(sid: str, tenant: str = "acme") -> OwnerRecord:
+    return OwnerRecord(sandbox_id=sid, tenant=tenant, spec=SandboxSpec(**SHAPE), created_at=time.time(),
+                       started_at=time.time())
+
+
+async def warm(manager: SandboxManager, n: int = 2) -> None:
+    await until(lambda: manager.pool.ready_count() == n, 60, f"{n} sandboxes started ahead")
+
+
+async def test_a_claimed_sandbox_is_indistinguishable_from_a_fresh_one(pooled):
+    manager, settings, _ = pooled
+    await manager.create("cold", SandboxSpec(**SHAPE), owner("cold"))
+    assert "warm_pool" not in manager.runtime("cold")  # the first of a shape starts as usual
+    await warm(manager)
+
+    await manager.create("claimed-a", SandboxSpec(**SHAPE, timeout_s=900, labels={"run": "7"}, workdir="/tmp"),
+                         owner("claimed-a"))
+    await manager.create("claimed-b", SandboxSpec(**SHAPE), owner("claimed-b"))
+    a_runtime, b_runtime = manager.runtime("claimed-a")["warm_pool"], manager.runtime("claimed-b")["warm_pool"]
+    assert a_runtime != b_runtime
+    assert manager.pool.hits == 2
+
+    for sid in ("cold", "claimed-a", "claimed-b"):
+        # Its own name, env, user, limits, as one started for it.
+        out = await sh(manager, sid, "hostname; echo $STAGE; id -u; tr '\\0' '\\n' </proc/1/environ | grep STAGE;"
+                                     " cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max")
+        assert out.split("\n")[:6] == [sid, "rl", "1000", "STAGE=rl", str(64 << 20), "64"]
+        assert manager.spec(sid).timeout_s == (900 if sid == "claimed-a" else 3600)
+    assert (await sh(manager, "claimed-a", "pwd")) == "/tmp\n"  # the claim's workdir
+    assert manager.owners.get("claimed-a").tenant == "acme"
+
+    # Nothing of another sandbox: its own disk, its own user namespace ids.
+    await sh(manager, "claimed-a", "echo secret > /home/user/a.txt; echo x > /dev/shm/a")
+    assert (await sh(manager, "claimed-b", "ls /home/user /dev/shm")).split() == ["/dev/shm:", "/home/user:"]
+    maps = {sid: await sh(manager, sid, "cat /proc/self/uid_map") for sid in ("cold", "claimed-a", "claimed-b")}
+    assert len(set(maps.values())) == 3
+
+    # Its cgroup keeps the name it was started ahead with; accounting and activity follow it.
+    manager.sample_memory()
+    assert manager.usage("claimed-a").working_set_bytes > 0
+    cgroups = {a.sandbox_id: a.cgroup for a in manager.activity_snapshot()}
+    assert cgroups == {"cold": None, "claimed-a": a_runtime, "claimed-b": b_runtime}
+    cg = f"/sys/fs/cgroup/memory/corral/{settings.node_id}/{a_runtime}"
+    assert os.path.isdir(cg)
+    await manager.delete("claimed-a")
+    assert not os.path.exists(cg) and not os.path.exists(f"{settings.state_dir}/sandboxes/{a_runtime}")
+    assert manager.ended == []
+
+    # The pool fills again; a different shape is not served from it.
+    await warm(manager)
+    await manager.create("other", SandboxSpec(**{**SHAPE, "memory_mb": 96}), owner("other"))
+    await manager.create("other-tenant", SandboxSpec(**SHAPE), owner("other-tenant", tenant="globex"))
+    assert "warm_pool" not in manager.runtime("other") and "warm_pool" not in manager.runtime("other-tenant")
+
+
+async def test_a_claimed_sandbox_ends_under_its_own_id_and_a_pooled_one_ends_unreported(pooled):
+    manager, _, _ = pooled
+    await manager.create("first", SandboxSpec(**SHAPE), owner("first"))
+    await warm(manager)
+    await manager.create("short", SandboxSpec(**SHAPE, timeout_s=1), owner("short"))
+    assert "warm_pool" in manager.runtime("short")
+    await until(lambda: ("short", "timeout") in manager.ended, 30, "the claimed sandbox's timeout")
+
+    # A pooled sandbox whose init dies is nobody's: forgotten, not reported, replaced.
+    (ahead,) = [a for shape in manager.pool._shapes.values() for a in shape.ready][:1]
+    pid = manager.backend._sandboxes[ahead.runtime_id].pid
+    os.kill(pid, signal.SIGKILL)
+    await until(lambda: not manager.pool.owns(ahead.runtime_id), 30, "the dead pooled sandbox forgotten")
+    assert [sid for sid, _ in manager.ended] == ["short"]
+    await warm(manager)
+
+
+async def test_a_restarted_agent_adopts_claimed_sandboxes_and_deletes_pooled_ones(pooled):
+    manager, settings, blob = pooled
+    await manager.create("first", SandboxSpec(**SHAPE), owner("first"))
+    await warm(manager)
+    await manager.create("kept", SandboxSpec(**SHAPE), owner("kept"))
+    runtime = manager.runtime("kept")["warm_pool"]
+    await warm(manager)
+    pooled_ids = [a.runtime_id for shape in manager.pool._shapes.values() for a in shape.ready]
+    # The agent "dies": its pool and backend forget everything without stopping it.
+    manager.pool._task.cancel()
+    backend = manager.backend
+    for sb in list(backend._sandboxes.values()):
+        backend._unwatch(sb)
+    backend._sandboxes.clear()
+    manager._entries.clear()
+    manager.pool._shapes.clear()
+
+    again = make_manager(settings, blob)
+    try:
+        assert sorted(await again.start(adopt=True)) == ["first", "kept"]
+        assert (await sh(again, "kept", "hostname")) == "kept\n"
+        assert again.runtime_id("kept") == runtime
+        listed = await again.backend.crun.list()
+        assert not set(pooled_ids) & set(listed)  # never claimed: deleted, not adopted
+        assert not any(os.path.exists(f"{settings.state_dir}/sandboxes/{rid}") for rid in pooled_ids)
+        await again.delete("kept")
+        assert runtime not in await again.backend.crun.list()
+    finally:
+        await again.close()

@@ -1,0 +1,145 @@
+"""The warm pool's rules (sandboxes/warm_pool.py) with a stand-in backend: which creates it
+serves, how many it keeps per shape and for how long, what a failed start ahead costs, and
+that it fills only while no create is being started. (With real crun: the integration test.)"""
+
+import asyncio
+
+import pytest
+
+from corral_common.sandboxes import SandboxSpec
+from corral_node_agent.backends.types import RootFs
+from corral_node_agent.errors import StartFailed
+from corral_node_agent.sandboxes.warm_pool import MAX_SHAPES, RETRY_AFTER_S, WarmPool
+
+pytestmark = pytest.mark.asyncio
+
+SPEC = SandboxSpec(environment="busybox", backend="container", memory_mb=64)
+
+
+class Clock:
+    now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Backend:
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.stopped: list[str] = []
+        self.fail = False
+
+    async def start_ahead(self, runtime_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:
+        if self.fail:
+            raise StartFailed("no room")
+        self.started.append(runtime_id)
+
+    async def stop(self, runtime_id: str) -> None:
+        self.stopped.append(runtime_id)
+
+
+class Harness:
+    def __init__(self, size: int = 2, idle_s: float = 600.0) -> None:
+        self.clock, self.backend = Clock(), Backend()
+        self.acquired = self.released = 0
+        self.quiet = asyncio.Event()
+        self.quiet.set()
+        self.pool = WarmPool(self.backend, size=size, idle_s=idle_s, new_entry=lambda spec, tenant: object(),
+                             acquire=self._acquire, release=self._release, quiet=self.quiet.wait, clock=self.clock)
+
+    async def _acquire(self, entry) -> RootFs:
+        self.acquired += 1
+        return RootFs(layers=["/layer"])
+
+    async def _release(self, entry) -> None:
+        self.released += 1
+
+    async def settle(self) -> None:
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+
+async def test_a_shape_is_filled_once_asked_for_and_served_one_sandbox_per_create():
+    h = Harness(size=2)
+    h.pool.start()
+    assert h.pool.take(SPEC, "acme") is None  # nothing ready yet: this create starts its own
+    await h.settle()
+    assert h.pool.ready_count() == 2 and len(h.backend.started) == 2
+    first, second = h.pool.take(SPEC, "acme"), h.pool.take(SPEC.model_copy(update={"timeout_s": 5}), "acme")
+    assert {first.runtime_id, second.runtime_id} == set(h.backend.started)
+    assert (h.pool.hits, h.pool.misses) == (2, 1)
+    assert not h.pool.owns(first.runtime_id)  # taken: no longer the pool's
+    assert h.pool.take(SPEC, "globex") is None  # another tenant is another shape
+    await h.pool.close()
+
+
+async def test_only_containers_without_network_snapshot_or_disk_image_are_pooled():
+    h = Harness()
+    for spec in (SPEC.model_copy(update={"backend": "microvm"}), SPEC.model_copy(update={"environment": ""}),
+                 SPEC.model_copy(update={"from_snapshot": "snap"}),
+                 SandboxSpec(environment="busybox", backend="container", network={"allow": ["pypi.org"]})):
+        assert h.pool.take(spec, "acme") is None
+    assert h.pool._shapes == {}
+
+
+async def test_it_fills_only_while_no_create_is_being_started():
+    h = Harness(size=1)
+    h.quiet.clear()
+    h.pool.start()
+    h.pool.take(SPEC, "acme")
+    await h.settle()
+    assert h.backend.started == []
+    h.quiet.set()
+    await h.settle()
+    assert len(h.backend.started) == 1
+    await h.pool.close()
+
+
+async def test_a_failed_start_ahead_is_not_retried_at_once_and_releases_what_it_took():
+    h = Harness(size=1)
+    h.backend.fail = True
+    h.pool.start()
+    h.pool.take(SPEC, "acme")
+    await h.settle()
+    assert h.pool.ready_count() == 0 and h.acquired == h.released == 1
+    h.backend.fail = False
+    h.pool.take(SPEC, "acme")
+    await h.settle()
+    assert h.backend.started == []  # within RETRY_AFTER_S of the failure
+    h.clock.now += RETRY_AFTER_S
+    h.pool.take(SPEC, "acme")
+    await h.settle()
+    assert len(h.backend.started) == 1
+    await h.pool.close()
+
+
+async def test_an_idle_shape_is_drained_and_the_least_recently_asked_for_goes_first():
+    h = Harness(size=1, idle_s=600)
+    h.pool.start()
+    specs = [SPEC.model_copy(update={"memory_mb": 64 + i}) for i in range(MAX_SHAPES + 1)]
+    for spec in specs:
+        h.pool.take(spec, "acme")
+        await h.settle()
+    # One shape too many: the oldest one's sandbox was stopped and released.
+    assert h.pool.ready_count() == MAX_SHAPES and len(h.backend.stopped) == 1
+    h.clock.now += 600
+    h.pool._wake_up()
+    await h.settle()
+    assert h.pool.ready_count() == 0 and len(h.backend.stopped) == MAX_SHAPES + 1
+    assert h.released == MAX_SHAPES + 1
+    await h.pool.close()
+
+
+async def test_a_pooled_sandbox_that_ends_is_forgotten_and_replaced():
+    h = Harness(size=1)
+    h.pool.start()
+    h.pool.take(SPEC, "acme")
+    await h.settle()
+    (runtime_id,) = h.backend.started
+    assert h.pool.owns(runtime_id)
+    await h.pool.ended(runtime_id)
+    assert not h.pool.owns(runtime_id) and h.released == 1
+    await h.settle()
+    assert len(h.backend.started) == 2 and h.pool.ready_count() == 1
+    await h.pool.close()
+    assert h.backend.stopped == [h.backend.started[1]]
