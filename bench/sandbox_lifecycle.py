@@ -214,26 +214,55 @@ def run_floor(n: int, concurrency: int, tmp_root: str) -> dict:
 
 # ------------------------------------------------------------------------------- corral
 
+async def pools_full(node_urls: list[str], size: int, timeout_s: float = 300.0) -> float:
+    """Wait until every node-agent that was asked for the bench's shape (a node pools only what
+    it was asked for) has ``size`` containers of it started ahead (its /metrics); the seconds it took."""
+    import httpx
+
+    def value(text: str, prefix: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+    t = time.perf_counter()
+    async with httpx.AsyncClient(timeout=5) as client:
+        while True:
+            ready = []
+            for url in node_urls:
+                text = (await client.get(f"{url}/metrics")).text
+                if value(text, "corral_node_agent_warm_pool_creates{"):
+                    ready.append(value(text, "corral_node_agent_warm_pool_ready{"))
+            if ready and all(r >= size for r in ready):
+                return round(time.perf_counter() - t, 2)
+            if time.perf_counter() - t > timeout_s:
+                raise RuntimeError(f"warm pools not full after {timeout_s} s: {ready}")
+            await asyncio.sleep(0.5)
+
+
 async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb: int, serial_n: int,
-                        cpu: float, pids_limit: int, disk_mb: int) -> dict:
+                        cpu: float, pids_limit: int, disk_mb: int, node_urls: list[str] | None = None,
+                        warm_pool: int = 0) -> dict:
+    """With ``warm_pool`` (and the nodes' urls), each timed phase starts once every node's pool is full
+    (the fill is not timed: a warm pool is what a node has ready before a burst)."""
     from corral import AsyncCorral
 
     res: dict = {}
     size = {"memory_mb": memory_mb, "cpu": cpu, "pids_limit": pids_limit, "disk_mb": disk_mb}
     async with AsyncCorral(url, key) as corral:
-        # warm-up: connection, environment cache, layer mount on the nodes
-        warm = await corral.sandboxes.create_many("busybox", 4, concurrency=4, **size)
+        # warm-up: connection, environment cache, layer mount on the nodes (and their warm pools' shape)
+        warm = await corral.sandboxes.create_many("busybox", 8, concurrency=8, **size)
         for sb in warm:
             await sb.exec(["true"])
         await asyncio.gather(*(sb.delete(wait=True) for sb in warm))
+        if warm_pool and node_urls:
+            res["pool_fill_s"] = [await pools_full(node_urls, warm_pool)]
 
         # serial
-        c_ms, e_ms, d_ms, trace = [], [], [], []
+        c_ms, e_ms, d_ms, trace, pooled = [], [], [], [], 0
         for _ in range(serial_n):
             w0 = time.time()
             t0 = time.perf_counter()
             sb = await corral.sandboxes.create("busybox", **size, wait=True)
             t1 = time.perf_counter()
+            pooled += "warm_pool" in (sb.info.runtime or {})
             r = await sb.exec(["true"])
             t2 = time.perf_counter()
             await sb.delete(wait=True)
@@ -245,9 +274,11 @@ async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb:
             d_ms.append((t3 - t2) * 1000)
             trace.append([sb.id, round(w0, 6), round(w0 + t1 - t0, 6)])  # wall clock, to join with service logs
         res["serial"] = {"create_running": summary(c_ms), "first_exec": summary(e_ms), "delete": summary(d_ms),
-                         "create_trace": trace}
+                         "create_trace": trace, "from_warm_pool": pooled}
 
         # concurrent
+        if warm_pool and node_urls:
+            res["pool_fill_s"].append(await pools_full(node_urls, warm_pool))
         gate = asyncio.Semaphore(concurrency)
 
         async def timed(coro_fn):
@@ -278,6 +309,7 @@ async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb:
             "delete": summary([ms for ms, _ in (x for x in dels if not isinstance(x, BaseException))]),
             "create_wall_s": round(wall, 3), "creations_per_s": round(len(ok) / wall, 1),
             "delete_wall_s": round(wall_del, 3), "errors": errors[:20], "error_count": len(errors),
+            "from_warm_pool": sum("warm_pool" in (sb.info.runtime or {}) for sb in sbs),
         }
     return res
 
@@ -399,6 +431,9 @@ def main() -> None:
     ap.add_argument("--disk-mb", type=int, default=64,
                     help="disk_mb per sandbox; small so N sandboxes alive at once fit the nodes' disk (the default "
                          "1024 claims 100 GiB for --n 100, more than a node's share of this host's free disk)")
+    ap.add_argument("--warm-pool", type=int, default=0, metavar="N",
+                    help="our platform's node-agents keep N containers of the bench's shape started ahead "
+                         "(CORRAL_NODE_WARM_POOL_SIZE; 0: none, every create starts its own)")
     ap.add_argument("--url", default=None, help="use this running platform instead of starting one")
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--base-port", type=int, default=18300)
@@ -433,25 +468,30 @@ def main() -> None:
                  "mem_total_kb": next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal")), None)},
         "params": {"n": args.n, "serial_n": serial_n, "concurrency": args.concurrency, "nodes": args.nodes,
                    "environment": "busybox", "memory_mb": args.memory_mb, "cpu": args.cpu,
-                   "pids_limit": args.pids_limit, "disk_mb": args.disk_mb, "own_platform": own},
+                   "pids_limit": args.pids_limit, "disk_mb": args.disk_mb, "own_platform": own,
+                   "warm_pool": args.warm_pool},
     }
     profilers: list[subprocess.Popen] = []
     try:
         if own:
             t = time.perf_counter()
             print(f"starting platform ({args.nodes} nodes) in {state} ...", file=sys.stderr)
+            os.environ["CORRAL_NODE_WARM_POOL_SIZE"] = str(args.warm_pool)
             info = platform_up(state, args.nodes, args.base_port, args.redis_port, args.amqp_port)
             url, key = info["api"], info["api_key"]
+            node_urls = [u for name, u in info["urls"].items() if name.startswith("node-")]
             result["platform_up_s"] = round(time.perf_counter() - t, 2)
         else:
             url, key = args.url, args.api_key
+            node_urls = []
         if args.py_spy and own:
             profilers = start_profilers(state, args.py_spy, args.py_spy_rate)
             time.sleep(1.0)
         print(f"corral: serial {serial_n}, then {args.n} at concurrency {args.concurrency} ...", file=sys.stderr)
         t = time.perf_counter()
         result["corral"] = asyncio.run(corral_phases(url, key, args.n, args.concurrency, args.memory_mb, serial_n,
-                                                    args.cpu, args.pids_limit, args.disk_mb))
+                                                    args.cpu, args.pids_limit, args.disk_mb, node_urls,
+                                                    args.warm_pool))
         result["corral"]["phase_s"] = round(time.perf_counter() - t, 2)
         if profilers:
             stop_profilers(profilers)
@@ -484,6 +524,9 @@ def main() -> None:
         print(f"\nraw tmpfs+overlay mount p50 {ov['mount']['p50']} ms, umount p50 {ov['umount']['p50']} ms; "
               f"node-agent sandbox.started p50 {result['corral'].get('node_agent_start_ms', {}).get('p50')} ms; "
               f"total {result['total_s']} s")
+        c = result["corral"]
+        print(f"warm pool {args.warm_pool} per node: served {c['serial']['from_warm_pool']} of {serial_n} serial "
+              f"creates, {c['concurrent']['from_warm_pool']} of {args.n} concurrent ones")
     else:
         print(json.dumps(result["corral"], indent=2))
     if result["corral"]["concurrent"]["error_count"]:

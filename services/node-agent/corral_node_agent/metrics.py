@@ -30,6 +30,12 @@ EVENT_LOOP_LAG = Gauge("corral_node_agent_event_loop_lag_seconds",
                        "came, an ongoing stall included): a loop late by more than the heartbeat timeout made the "
                        "full heartbeat late, which the liveness pulse covers", ["node"])
 
+WARM_POOL_READY = Gauge("corral_node_agent_warm_pool_ready",
+                        "Containers started ahead and not claimed yet (sandboxes/warm_pool.py), read at scrape", ["node"])
+WARM_POOL_CREATES = Gauge("corral_node_agent_warm_pool_creates",
+                          "Creates of a pooled shape since the agent started, by whether one was ready (hit) or "
+                          "not (miss), read at scrape", ["node", "outcome"])
+
 STATES = ("starting", "running", "paused", "failed")
 
 
@@ -46,6 +52,11 @@ class NodeGauges:
         SANDBOXES.clear()
         for (state, kind), n in counts.items():
             SANDBOXES.labels(node=self.node, state=state, backend=kind).set(n)
+        pool = self.manager.pool
+        if pool is not None:
+            WARM_POOL_READY.labels(node=self.node).set(pool.ready_count())
+            WARM_POOL_CREATES.labels(node=self.node, outcome="hit").set(pool.hits)
+            WARM_POOL_CREATES.labels(node=self.node, outcome="miss").set(pool.misses)
 
 
 class ChunkCacheCollector(Collector):

@@ -71,3 +71,20 @@ def test_the_managers_own_housekeeping_does_not_wake_a_sandbox():
         passes(svc, clock, 5)
         cg.rate = 0.04
     assert svc.idle_seconds("vm") == clock.now - 5  # idle since the first pass saw it
+
+
+def test_a_sandbox_claimed_from_the_warm_pool_is_seen_under_its_id_through_its_cgroups_name():
+    """Its cgroup keeps the name it was started ahead with (node-agent sandboxes/warm_pool.py);
+    the node's activity says whose it is, and the reclaim reads and pages out that cgroup."""
+    clock = Clock()
+    driver = FakeDriver(clock, {"wp-0123": 0.0, "wp-4567": 0.0})
+    paged = []
+    driver.cgroups["wp-0123"].reclaim = lambda nbytes: paged.append("wp-0123") or True
+
+    def report():
+        return [SandboxActivity(sandbox_id="sb-claimed", kind="container", idle_s=1e6, cgroup="wp-0123")]
+    svc = ReclaimService("n1", ReclaimPolicy(idle_after_s=30, min_bytes=8 * MIB), driver=driver, clock=clock,
+                         idle_rule=IdleRule(cpu_cores=0.01), activity=report)
+    # The unclaimed one is idle too (a node may page it out); the claimed one goes by its id.
+    assert passes(svc, clock, 40) == {"sb-claimed", "wp-4567"}
+    assert paged == ["wp-0123"]
