@@ -277,9 +277,16 @@ async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb:
                          "create_trace": trace, "from_warm_pool": pooled}
 
         # concurrent
-        if warm_pool and node_urls:
-            res["pool_fill_s"].append(await pools_full(node_urls, warm_pool))
         gate = asyncio.Semaphore(concurrency)
+        if warm_pool and node_urls:
+            # A node pools only the shapes it was asked for, and the serial phase ran on one node:
+            # one untimed burst first (as an RL trainer's first step is), then full pools.
+            async def make():
+                async with gate:
+                    return await corral.sandboxes.create("busybox", **size, wait=True)
+            first = await asyncio.gather(*(make() for _ in range(n)))
+            await asyncio.gather(*(sb.delete(wait=True) for sb in first))
+            res["pool_fill_s"].append(await pools_full(node_urls, warm_pool))
 
         async def timed(coro_fn):
             async with gate:

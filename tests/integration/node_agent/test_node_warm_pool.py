@@ -78,6 +78,8 @@ async def test_a_claimed_sandbox_is_indistinguishable_from_a_fresh_one(pooled):
                                      " cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max")
         assert out.split("\n")[:6] == [sid, "rl", "1000", "STAGE=rl", str(64 << 20), "64"]
         assert manager.spec(sid).timeout_s == (900 if sid == "claimed-a" else 3600)
+        # Its init runs at the normal priority (a pooled one was started niced).
+        assert (await sh(manager, sid, "cut -d' ' -f19 /proc/1/stat")) == "0\n"
     assert (await sh(manager, "claimed-a", "pwd")) == "/tmp\n"  # the claim's workdir
     assert manager.owners.get("claimed-a").tenant == "acme"
 

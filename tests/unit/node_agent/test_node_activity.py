@@ -92,3 +92,12 @@ def test_the_activity_route_needs_the_internal_token_and_lists_live_sandboxes():
     assert resp.status_code == 200
     assert resp.json() == [{"sandbox_id": "vm-1", "kind": "vm", "calls_in_flight": 0, "idle_s": 0.0,
                             "cgroup": None}]
+
+
+def test_in_flight_counts_every_sandboxs_calls_running_now():
+    """(What the warm pool waits on before it starts a container ahead.)"""
+    tracker = ActivityTracker(Clock())
+    assert tracker.in_flight() == 0
+    with tracker.call("a"), tracker.call("a"), tracker.call("b"), tracker.call("c", counted=False):
+        assert tracker.in_flight() == 3
+    assert tracker.in_flight() == 0

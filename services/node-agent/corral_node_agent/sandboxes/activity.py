@@ -50,6 +50,10 @@ class ActivityTracker:
             if aclose is not None:
                 await aclose()
 
+    def in_flight(self) -> int:
+        """Data-path calls running now on the node, every sandbox's together."""
+        return sum(use.in_flight for use in self._uses.values())
+
     def snapshot(self, kinds: dict[str, str]) -> list[SandboxActivity]:
         """One entry per sandbox in ``kinds`` (id → backend kind). A sandbox never used counts
         idle from when this tracker first saw it (its start, or the agent's restart): never

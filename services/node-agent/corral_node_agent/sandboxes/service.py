@@ -105,7 +105,7 @@ class SandboxManager:
             self.pool = WarmPool(self.backend, size=warm_pool_size, idle_s=warm_pool_idle_s,
                                  new_entry=lambda spec, tenant: _Entry(spec=spec, tenant=tenant,
                                                                        layer_format=self.backend.layer_format),
-                                 acquire=self._acquire, release=self._release, quiet=self._quiet.wait)
+                                 acquire=self._acquire, release=self._release, quiet=self._until_quiet)
 
     @property
     def backend(self) -> SandboxBackend:
@@ -244,6 +244,19 @@ class SandboxManager:
             entry.layers, ahead.entry.layers = ahead.entry.layers, ()
             return True
         return False
+
+    async def _until_quiet(self, poll_s: float = 0.02, patience_s: float = 2.0) -> None:
+        """Until no create is being started and no exec or file call runs on the node, the
+        moment the warm pool starts a container ahead: refilling right after a burst would take
+        the cpu from the execs in the sandboxes just claimed. Calls that never stop (a node
+        always busy) hold it back ``patience_s`` at most; creates always do."""
+        waited = 0.0
+        while True:
+            await self._quiet.wait()
+            if waited >= patience_s or not self.activity.in_flight():
+                return
+            await asyncio.sleep(poll_s)
+            waited += poll_s
 
     def runtime_id(self, sandbox_id: str) -> str:
         """The name its cgroup has (its id, unless it came from the warm pool)."""

@@ -41,8 +41,10 @@ class Crun:
             raise CrunError(f"crun {args[0]} failed ({proc.returncode}): {text}")
         return proc.returncode or 0, text
 
-    async def run_detached(self, container_id: str, bundle: str, *, pid_file: str, log_path: str) -> None:
-        """``crun run --detach``: returns once the container's init runs (its pid in pid_file)."""
+    async def run_detached(self, container_id: str, bundle: str, *, pid_file: str, log_path: str,
+                           nice: int = 0) -> None:
+        """``crun run --detach``: returns once the container's init runs (its pid in pid_file).
+        ``nice``: crun runs at that niceness (and so does the init it leaves: the caller resets it)."""
         # crun run -d hands its stdio to the container: files only, never a pipe we wait on.
         # And never /dev/null: crun fchown()s the init's std streams to the sandbox user, which
         # would hand the host's /dev/null to a sandbox uid (free to chmod it for the whole host).
@@ -51,9 +53,9 @@ class Crun:
         os.close(closed)
         try:
             with open(log_path, "wb") as err:  # noqa: ASYNC230 - tiny local file
+                argv = self.argv("run", "--detach", "--pid-file", pid_file, "--bundle", bundle, container_id)
                 proc = await asyncio.create_subprocess_exec(
-                    *self.argv("run", "--detach", "--pid-file", pid_file, "--bundle", bundle, container_id),
-                    stdin=stdin, stdout=err, stderr=err)
+                    *(["nice", "-n", str(nice), *argv] if nice else argv), stdin=stdin, stdout=err, stderr=err)
                 rc = await proc.wait()
         finally:
             os.close(stdin)
