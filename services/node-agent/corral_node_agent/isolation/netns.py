@@ -1,22 +1,19 @@
 """Reaching into a container's network namespace from the node-agent, for port ingress.
 
 A sandbox's netns has no route out (network.py): the only way to its ports is a socket
-*made inside* that namespace. ``setns(2)`` switches just the calling thread, so each call
-runs in a fresh thread that enters the namespace, makes the socket (which stays bound to the
-namespace it was created in) and ends: no pooled thread is ever left in a sandbox's netns.
+*made inside* that namespace (a fresh thread enters it: namespaces.py), which stays bound to
+the namespace it was created in.
 The loopback interface is brought up at start (IPv4 only), so software in the sandbox can
 listen on 127.0.0.1 (the namespace still has no other interface and no route: nothing leaves it).
 """
 
 import fcntl
-import os
 import socket
 import struct
-import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from corral_node_agent.network.netns import enter
+from corral_node_agent.isolation.namespaces import CLONE_NEWNET, run_in
 
 T = TypeVar("T")
 
@@ -27,26 +24,7 @@ IFF_UP = 0x1
 
 def run_in_netns(pid: int, fn: Callable[[], T]) -> T:
     """``fn()`` in the network namespace of process ``pid`` (a fresh thread, which ends)."""
-    result: list = []
-
-    def body() -> None:
-        try:
-            target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                enter(target)
-            finally:
-                os.close(target)
-            result.append((True, fn()))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            result.append((False, exc))
-
-    thread = threading.Thread(target=body, name=f"netns-{pid}", daemon=True)
-    thread.start()
-    thread.join()
-    ok, value = result[0]
-    if not ok:
-        raise value
-    return value
+    return run_in(pid, CLONE_NEWNET, fn)
 
 
 def loopback_up_here() -> None:
