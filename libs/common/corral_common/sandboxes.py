@@ -1,5 +1,7 @@
 """The sandbox vocabulary every service shares: the request spec, states and transitions."""
 
+import hashlib
+import json
 from enum import StrEnum
 from typing import Literal
 
@@ -180,3 +182,19 @@ class Usage(BaseModel):
     peak_working_set_bytes: int = 0
     working_set_bytes: int = 0
     swap_bytes: int = 0  # moved out to compressed swap by the memory-manager's reclaim
+
+
+# The spec fields a warm pool's claim sets (not part of a shape: warm_pool_shape).
+WARM_POOL_CLAIM_FIELDS = frozenset({"timeout_s", "labels", "workdir"})
+
+
+def warm_pool_shape(spec: SandboxSpec, tenant: str) -> str | None:
+    """What a node's warm pool keeps containers of (node-agent sandboxes/warm_pool.py), as the
+    node advertises it and the scheduler looks for it: a digest of the tenant and every field of
+    the spec that reaches a container when it starts. None: never pooled (not a container of an
+    environment without network, or restored from a snapshot, or booted from a disk image)."""
+    if not (spec.backend == "container" and spec.environment and spec.network == "none"
+            and spec.from_snapshot is None and spec.disk_image is None):
+        return None
+    shape = json.dumps([tenant, spec.model_dump(mode="json", exclude=set(WARM_POOL_CLAIM_FIELDS))], sort_keys=True)
+    return hashlib.sha256(shape.encode()).hexdigest()[:16]

@@ -294,6 +294,8 @@ class NodeInfo:
     # its physical claim, the node cgroup's limit);
     # None: a node that does not sample (no cgroups, or from before accounting).
     memory: dict[str, float] | None = None
+    # Containers its warm pool had ready at its last heartbeat, by shape (warm_pool_shape).
+    warm: dict[str, int] = field(default_factory=dict)
 
     def reserved_memory_mb(self, spec: SandboxSpec) -> int:
         """What a sandbox of this spec takes from this node's memory."""
@@ -350,6 +352,7 @@ def _node_infos(rows: list[dict]) -> list[NodeInfo]:
             disk_mb=int(info["disk_mb"]) if info.get("disk_mb") else None,
             used_disk_mb=int(used.get("disk_mb", 0)),
             memory=json.loads(info["memory"]) if info.get("memory") else None,
+            warm=json.loads(info["warm"]) if info.get("warm") else {},
         ))
     return nodes
 
@@ -495,10 +498,12 @@ class StateStore:
     async def heartbeat(self, node_id: str, url: str, cpu_capacity: float, memory_mb: int, max_sandboxes: int, *,
                         backends: tuple[str, ...] | list[str] = ("container",), accelerator: str = "",
                         vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB, pids: int | None = None,
-                        disk_mb: int | None = None, memory: dict[str, float] | None = None) -> None:
+                        disk_mb: int | None = None, memory: dict[str, float] | None = None,
+                        warm: dict[str, int] | None = None) -> None:
         """``pids``: tasks the node's sandboxes may take together; ``disk_mb``: room for their
         disks (None: not counted); ``memory``: what its cgroup measured (working set, peak,
-        swap, memory·time: see node-agent memory/accounting.py)."""
+        swap, memory·time: see node-agent memory/accounting.py); ``warm``: containers its warm
+        pool has ready, by shape (corral_common.sandboxes.warm_pool_shape)."""
         now = time.time()  # (cpu_milli: a node left no cpu advertises 0, not cpu_milli()'s minimum of 1)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"node:{node_id}", mapping={
@@ -507,7 +512,8 @@ class StateStore:
                 "accelerator": accelerator, "vm_memory_overhead_mb": vm_memory_overhead_mb,
             })
             measured = json.dumps(memory, sort_keys=True) if memory is not None else None
-            for field, value in (("pids", pids), ("disk_mb", disk_mb), ("memory", measured)):
+            ready = json.dumps(warm, sort_keys=True) if warm else None
+            for field, value in (("pids", pids), ("disk_mb", disk_mb), ("memory", measured), ("warm", ready)):
                 if value is not None:
                     pipe.hset(f"node:{node_id}", field, value)
                 else:

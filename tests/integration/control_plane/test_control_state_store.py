@@ -97,6 +97,15 @@ async def test_vm_reservation_takes_the_overhead_and_gives_it_back(store):
     assert (await store.get_node("nv")).used_memory_mb == 0
 
 
+async def test_a_heartbeat_carries_the_warm_pools_ready_counts_and_a_later_one_without_clears_them(store):
+    await store.heartbeat("nw", "http://nw", cpu_capacity=4, memory_mb=1000, max_sandboxes=10, warm={"abc123": 3})
+    assert (await store.get_node("nw")).warm == {"abc123": 3}
+    view = await store.placement_view("sb-none", 60)
+    assert [n.warm for n in view.nodes if n.node_id == "nw"] == [{"abc123": 3}]
+    await store.heartbeat("nw", "http://nw", cpu_capacity=4, memory_mb=1000, max_sandboxes=10, warm={})
+    assert (await store.get_node("nw")).warm == {}
+
+
 async def test_reserve_counts_disk_against_what_the_node_advertises(store):
     await store.heartbeat("nd", "http://nd", cpu_capacity=100, memory_mb=100_000, max_sandboxes=100, disk_mb=10_000)
     spec = SandboxSpec(environment="e", memory_mb=16, cpu=0.1, disk_mb=3_000)

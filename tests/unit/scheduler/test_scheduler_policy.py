@@ -1,6 +1,6 @@
-from corral_common.sandboxes import SandboxSpec
+from corral_common.sandboxes import SandboxSpec, warm_pool_shape
 from corral_common.state import NodeInfo
-from corral_scheduler.placement.policy import could_ever_fit, fits, rank_nodes, short_of, waiting_reason
+from corral_scheduler.placement.policy import by_warm_pool, could_ever_fit, fits, rank_nodes, short_of, waiting_reason
 
 
 def node(node_id, cpu=4000, mem=4096, maxsb=100, used_cpu=0, used_mem=0, used_sb=0):
@@ -191,3 +191,28 @@ def test_admission_on_measured_use_within_the_overcommit_ratio_and_a_safety_rese
     assert rank_nodes([full], SPEC, measured_reserve_mb=512) == []
     # A node that reports no measurement (or no limit) is judged by reservations alone.
     assert rank_nodes([replace(overcommitted, memory={"working_set_mb": 4000.0})], SPEC, measured_reserve_mb=512)
+
+
+def test_a_node_with_a_ready_container_of_the_shape_goes_first_within_the_slack():
+    spec = SandboxSpec(environment="e", backend="container", memory_mb=512)
+    shape = warm_pool_shape(spec, "acme")
+    idle, warm, busy_warm = node("idle"), node("warm", used_mem=1024), node("busy", used_mem=3072)
+    warm.warm = busy_warm.warm = {shape: 3}
+    ranked = rank_nodes([busy_warm, warm, idle], spec)
+    assert [n.node_id for n in ranked] == ["idle", "warm", "busy"]
+    # warm is 0.25 fuller than idle (within the slack), busy 0.75 (beyond it)
+    assert [n.node_id for n in by_warm_pool(ranked, shape, 0.25)] == ["warm", "idle", "busy"]
+    assert [n.node_id for n in by_warm_pool(ranked, shape, 1.0)] == ["warm", "busy", "idle"]
+    # Another tenant's, another size's, or an unpoolable spec's shape: load order.
+    for other in (warm_pool_shape(spec, "globex"), warm_pool_shape(spec.model_copy(update={"memory_mb": 256}), "acme"),
+                  warm_pool_shape(spec.model_copy(update={"backend": "microvm"}), "acme")):
+        assert [n.node_id for n in by_warm_pool(ranked, other, 1.0)] == ["idle", "warm", "busy"]
+
+
+def test_a_warm_pool_shape_ignores_what_a_claim_sets():
+    spec = SandboxSpec(environment="e", backend="container")
+    assert warm_pool_shape(spec, "t") == warm_pool_shape(
+        spec.model_copy(update={"timeout_s": 5, "labels": {"a": "b"}, "workdir": "/tmp"}), "t")
+    assert warm_pool_shape(spec, "t") != warm_pool_shape(spec.model_copy(update={"env": {"A": "1"}}), "t")
+    assert warm_pool_shape(spec.model_copy(update={"network": {"allow": ["pypi.org"]}}), "t") is None
+    assert warm_pool_shape(spec.model_copy(update={"environment": ""}), "t") is None

@@ -249,7 +249,8 @@ class NodeEvents:
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=s.disk_capacity_mb,
-                                   memory=_measured_memory(self.manager, cap.claim.memory_mb))
+                                   memory=_measured_memory(self.manager, cap.claim.memory_mb),
+                                   warm=self.manager.pool.ready_by_shape() if self.manager.pool is not None else None)
         gap = self.liveness.beat()
         if gap > s.heartbeat_timeout_s / 2:
             # Without the liveness pulse a beat this late (past the timeout) lost the node.

@@ -25,7 +25,6 @@ are still the environment's (one re-pointed since is not served from the pool).
 """
 
 import asyncio
-import json
 import secrets
 import time
 from collections import OrderedDict, deque
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral_common.logging import get_logger
-from corral_common.sandboxes import SandboxSpec
+from corral_common.sandboxes import SandboxSpec, warm_pool_shape
 from corral_node_agent.backends.base import SandboxBackend
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.errors import NodeAgentError
@@ -46,17 +45,6 @@ MAX_SHAPES = 4
 AHEAD_TIMEOUT_S = 7 * 24 * 3600
 # After a failed start ahead, the shape is not retried for this long (the create path says why).
 RETRY_AFTER_S = 30.0
-# The spec fields a claim sets (not part of a shape).
-CLAIM_FIELDS = frozenset({"timeout_s", "labels", "workdir"})
-
-
-def poolable(spec: SandboxSpec) -> bool:
-    return (spec.backend == "container" and bool(spec.environment) and spec.network == "none"
-            and spec.from_snapshot is None and spec.disk_image is None)
-
-
-def shape_of(spec: SandboxSpec, tenant: str) -> str:
-    return json.dumps([tenant, spec.model_dump(mode="json", exclude=set(CLAIM_FIELDS))], sort_keys=True)
 
 
 @dataclass
@@ -95,11 +83,12 @@ class WarmPool:
 
     def take(self, spec: SandboxSpec, tenant: str) -> Ahead | None:
         """A ready sandbox of this create's shape (None: none ready; the pool fills it later)."""
-        if not poolable(spec):
+        key = warm_pool_shape(spec, tenant)
+        if key is None:
             return None
-        key = shape_of(spec, tenant)
         shape = self._shapes.get(key)
         if shape is None:
+            # (WARM_POOL_CLAIM_FIELDS: what the claim sets)
             template = spec.model_copy(update={"timeout_s": AHEAD_TIMEOUT_S, "labels": {}, "workdir": None})
             shape = self._shapes[key] = _Shape(spec=template, tenant=tenant, asked_at=self.clock())
         shape.asked_at = self.clock()
@@ -139,6 +128,10 @@ class WarmPool:
 
     def ready_count(self) -> int:
         return sum(len(s.ready) for s in self._shapes.values())
+
+    def ready_by_shape(self) -> dict[str, int]:
+        """What the node advertises in its heartbeat, for the scheduler (warm_pool_shape)."""
+        return {key: len(s.ready) for key, s in self._shapes.items() if s.ready}
 
     def disk_mb(self) -> int:
         """What the pooled sandboxes' disks claim (they are counted as used: the node's disk)."""

@@ -89,6 +89,19 @@ def rank_nodes(nodes: Sequence[NodeInfo], spec: SandboxSpec, strategy: str = "sp
     return sorted(candidates, key=lambda n: (load(n), n.node_id), reverse=reverse)
 
 
+def by_warm_pool(ranked: Sequence[NodeInfo], shape: str | None, slack: float) -> list[NodeInfo]:
+    """``ranked`` with the nodes whose warm pool has a container of the sandbox's ``shape``
+    ready first, among those whose load is within ``slack`` of the best one's: such a node
+    claims one instead of starting it. The counts are the last heartbeat's, so a burst may
+    find one emptied meanwhile (that node then starts the sandbox itself)."""
+    if shape is None or not ranked or not any(n.warm.get(shape) for n in ranked):
+        return list(ranked)
+    best = load(ranked[0])
+    near = [n for n in ranked if load(n) - best <= slack]
+    far = [n for n in ranked if load(n) - best > slack]
+    return sorted(near, key=lambda n: not n.warm.get(shape)) + far
+
+
 def held_bytes(layers: Mapping[str, int], held: Mapping[str, int]) -> int:
     """Bytes of an environment (layer digest -> size) a node already holds."""
     return sum(min(size, held.get(digest, 0)) for digest, size in layers.items())

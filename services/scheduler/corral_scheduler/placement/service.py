@@ -12,12 +12,12 @@ from corral_common import lifecycle
 from corral_common.amqp import EventBus
 from corral_common.events import SandboxPlace, SandboxRequested, node_routing_key
 from corral_common.logging import get_logger
-from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState
+from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, warm_pool_shape
 from corral_common.state import SandboxRecord, StateStore
 from corral_scheduler import metrics
 from corral_scheduler.placement.locality import EnvironmentLayers
 from corral_scheduler.placement.outcomes import PlaceOutcome, settled_outcome
-from corral_scheduler.placement.policy import by_locality, could_ever_fit, rank_nodes, waiting_reason
+from corral_scheduler.placement.policy import by_locality, by_warm_pool, could_ever_fit, rank_nodes, waiting_reason
 from corral_scheduler.settings import SchedulerSettings
 
 log = get_logger(__name__)
@@ -84,6 +84,8 @@ class Placer:
             self.settings.placement_measured_memory_reserve_mb)
         if not held and len(ranked) > 1 and self.environments is not None:
             ranked = await self._by_locality(ranked, record)
+        if not held and len(ranked) > 1:
+            ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant), self.settings.placement_locality_slack)
         for node in ranked:
             got = await self.store.reserve(node.node_id, sandbox_id, spec, timeout,
                                            memory_mb=node.reserved_memory_mb(spec))

@@ -49,6 +49,7 @@ from corral_node_agent.backends.vm.qemu import (
     detect_accelerator,
     guest_lowers,
 )
+from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.base import Cgroup
 from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.cgroups.node import sandbox_cgroup_path
@@ -486,6 +487,11 @@ class QemuBackend(SandboxBackend):
     async def close(self) -> None:
         await super().close()
         await self.egress.close()
+        # As the container backend's close: the node's cgroup goes once nothing is left in it
+        # (a node running VMs only would otherwise leave an empty /corral/<node> behind).
+        driver = cgroup_driver()
+        if driver.available() and not self._vms:
+            node_cgroup.prune(driver, self.settings.node_id)
 
     async def set_network(self, sandbox_id: str, network: NetworkPolicy) -> None:
         vm = self._vms.get(sandbox_id)
