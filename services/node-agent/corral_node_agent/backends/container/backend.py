@@ -176,6 +176,8 @@ class ContainerBackend(SandboxBackend):
                 raise NotFound(f"sandbox {started_id} is not running")
             await asyncio.to_thread(uts.set_hostname, sb.pid, oci.hostname_of(sandbox_id))
             os.setpriority(os.PRIO_PROCESS, sb.pid, 0)  # started niced (AHEAD_NICE): a sandbox now
+            # What can fail comes first: the caller discards a pooled sandbox whose claim failed.
+            bundle.write_meta(sb.dir, spec, sb.policy.identity.ids, sandbox_id=sandbox_id)
             loop = asyncio.get_running_loop()
             loop.remove_reader(sb.pidfd)  # watched again below, under its new id
             if sb.timer is not None:
@@ -185,7 +187,6 @@ class ContainerBackend(SandboxBackend):
             sb.started = time.monotonic()
             self._sandboxes[sandbox_id] = sb
             self._finished.pop(sandbox_id, None)
-            bundle.write_meta(sb.dir, spec, sb.policy.identity.ids, sandbox_id=sandbox_id)
             loop.add_reader(sb.pidfd, self._init_exited, sandbox_id)
             sb.timer = loop.call_later(spec.timeout_s, self._timeout_fired, sandbox_id)
         log.info("sandbox.claimed", sandbox_id=sandbox_id, started_as=sb.runtime, pid=sb.pid)
