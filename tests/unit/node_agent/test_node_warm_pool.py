@@ -68,7 +68,9 @@ async def test_a_shape_is_filled_once_asked_for_and_served_one_sandbox_per_creat
     first, second = h.pool.take(SPEC, "acme"), h.pool.take(SPEC.model_copy(update={"timeout_s": 5}), "acme")
     assert {first.runtime_id, second.runtime_id} == set(h.backend.started)
     assert (h.pool.hits, h.pool.misses) == (2, 1)
-    assert not h.pool.owns(first.runtime_id)  # taken: no longer the pool's
+    assert h.pool.owns(first.runtime_id)  # taken, not claimed yet: an end meanwhile is nobody's
+    h.pool.claimed(first)
+    assert not h.pool.owns(first.runtime_id)
     assert h.pool.take(SPEC, "globex") is None  # another tenant is another shape
     await h.pool.close()
 

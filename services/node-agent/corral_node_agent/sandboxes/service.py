@@ -241,6 +241,7 @@ class SandboxManager:
                 if isinstance(exc, NotFound):
                     continue  # it ended meanwhile, or is stale: maybe another one is ready
                 return False  # the usual path says what is wrong
+            self.pool.claimed(ahead)
             entry.layers, ahead.entry.layers = ahead.entry.layers, ()
             return True
         return False

@@ -95,16 +95,20 @@ class WarmPool:
         self._shapes.move_to_end(key)
         ahead = shape.ready.popleft() if shape.ready else None
         if ahead is not None:
-            self._by_runtime.pop(ahead.runtime_id, None)
-            self.hits += 1
+            self.hits += 1  # still owned (an end meanwhile is not reported) until claimed() or discard()
         else:
             self.misses += 1
         self._wake_up()
         return ahead
 
     def owns(self, runtime_id: str) -> bool:
-        """Whether ``runtime_id`` is a pooled sandbox nobody has claimed."""
+        """Whether ``runtime_id`` is a pooled sandbox nobody has claimed (ready, or taken and
+        being claimed)."""
         return runtime_id in self._by_runtime
+
+    def claimed(self, ahead: Ahead) -> None:
+        """The create that took ``ahead`` made it its sandbox: no longer the pool's."""
+        self._by_runtime.pop(ahead.runtime_id, None)
 
     async def ended(self, runtime_id: str) -> None:
         """A pooled sandbox ended on its own (the backend tore it down): forget it."""
