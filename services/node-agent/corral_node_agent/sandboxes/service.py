@@ -536,8 +536,12 @@ class SandboxManager:
         """Every running or paused sandbox's data-path use (starting and failed ones are not
         sandboxes to reclaim yet)."""
         live = {sid: entry.kind for sid, entry in list(self._entries.items()) if self.is_live(sid)}
-        return [a.model_copy(update={"cgroup": self.runtime_id(a.sandbox_id)}) if self.runtime_id(a.sandbox_id)
-                != a.sandbox_id else a for a in self.activity.snapshot(live)]
+        out = self.activity.snapshot(live)
+        for activity in out:
+            name = self.runtime_id(activity.sandbox_id)
+            if name != activity.sandbox_id:  # claimed from the warm pool: its cgroup keeps its first name
+                activity.cgroup = name
+        return out
 
     async def connect_port(self, sandbox_id: str, port: int) -> socket.socket:
         """A TCP connection to ``port`` inside the sandbox (port ingress): its opening is use."""
