@@ -38,6 +38,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "clients" / "python"))
+sys.path.insert(0, str(ROOT / "bench"))
+import platform_cpu  # noqa: E402
+from platform_cpu import cpu_per_op, read_pid  # noqa: E402
 
 CODE = "print(sum(range(1000)))"
 APLUSB = "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}\n"
@@ -108,66 +111,22 @@ def corral_serial(api: str, key: str, n: int, body: dict) -> tuple[list[float], 
     return client_ms, api_ms
 
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 FNCALL_SCRATCH = Path("/dev/shm/corral-fncall")
 CGROUP_CPUACCT = Path("/sys/fs/cgroup/cpuacct/corral-fncall")
 
 
-def _process_cpu_s(pid: int) -> float:
-    """utime + stime of a process (all its threads), not of its reaped children."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
+def fncall_sandboxes_cpu(agents: dict[int, str]) -> dict[str, float]:
+    """The node-agents' fncall sandboxes (their workers' cgroups: zygotes, runs and cold sandboxes)."""
+    sandboxes = 0.0
+    for owner in FNCALL_SCRATCH.glob("*/.owner-pid"):  # a node-agent's instance
+        if read_pid(owner) in agents:
+            with contextlib.suppress(OSError):
+                sandboxes += int((CGROUP_CPUACCT / owner.parent.name / "cpuacct.usage").read_text()) / 1e9
+    return {"fncall sandboxes": sandboxes}
 
 
 def cpu_snapshot(state: Path) -> dict[str, float]:
-    """CPU seconds so far of each part of the platform this bench brought up: the api and
-    node-agent processes, RabbitMQ, Redis, the node-agents' fncall sandboxes (their cgroups:
-    zygotes, runs and cold sandboxes), this client, and the whole machine."""
-    cpu: dict[str, float] = {}
-    agents: dict[int, str] = {}
-    for pid_file in sorted((state / "run").glob("*.pid")):
-        pid = _read_pid(pid_file)
-        if pid is None:
-            continue
-        name = "node-agents" if pid_file.stem.startswith("node-") else pid_file.stem
-        cpu[name] = cpu.get(name, 0.0) + _process_cpu_s(pid)
-        if name == "node-agents":
-            agents[pid] = pid_file.stem
-    for name, pid_file in (("rabbitmq", state / "servers/rabbitmq/rabbitmq.pid"),
-                           ("redis", state / "servers/redis/redis.pid")):
-        pid = _read_pid(pid_file)
-        cpu[name] = _process_cpu_s(pid) if pid else 0.0
-    sandboxes = 0.0
-    for owner in FNCALL_SCRATCH.glob("*/.owner-pid"):  # a node-agent's instance: its workers' cgroups
-        if _read_pid(owner) in agents:
-            with contextlib.suppress(OSError):
-                sandboxes += int((CGROUP_CPUACCT / owner.parent.name / "cpuacct.usage").read_text()) / 1e9
-    cpu["fncall sandboxes"] = sandboxes
-    cpu["bench client"] = time.process_time()
-    with open("/proc/stat") as fh:
-        ticks = [int(v) for v in fh.readline().split()[1:]]
-    cpu["machine"] = (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK  # everything but idle and iowait
-    return cpu
-
-
-def cpu_per_call(before: dict[str, float], after: dict[str, float], calls: int) -> dict[str, float]:
-    """Milliseconds of CPU per call of each part; "other" is the rest of the machine (other
-    engineers' work, the kernel's own threads)."""
-    per = {k: round((after[k] - before.get(k, 0.0)) * 1000 / calls, 2) for k in after if k != "machine"}
-    machine = round((after["machine"] - before["machine"]) * 1000 / calls, 2)
-    per["other (rest of the machine)"] = round(machine - sum(per.values()), 2)
-    per["machine total"] = machine
-    return per
+    return platform_cpu.cpu_snapshot(state, fncall_sandboxes_cpu)
 
 
 def corral_batch(api: str, key: str, count: int, state: Path | None = None) -> dict:
@@ -183,7 +142,7 @@ def corral_batch(api: str, key: str, count: int, state: Path | None = None) -> d
     assert page["completed"] == count and page["verdicts"].get("accepted") == count, page
     out = {"calls": count, "seconds": round(elapsed, 3), "calls_per_s": round(count / elapsed, 1)}
     if cpu_before is not None:
-        out["cpu_ms_per_call"] = cpu_per_call(cpu_before, cpu_after, count)
+        out["cpu_ms_per_call"] = cpu_per_op(cpu_before, cpu_after, count)
     return out
 
 

@@ -34,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "clients" / "python"))
+sys.path.insert(0, str(ROOT / "bench"))
+from platform_cpu import cpu_per_op, cpu_snapshot  # noqa: E402
 
 # Same PID 1 as the node-agent's sandboxes (corral_node_agent/backends/container/oci.py INIT_ARGS).
 INIT_ARGS = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
@@ -239,9 +241,10 @@ async def pools_full(node_urls: list[str], size: int, timeout_s: float = 300.0) 
 
 async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb: int, serial_n: int,
                         cpu: float, pids_limit: int, disk_mb: int, node_urls: list[str] | None = None,
-                        warm_pool: int = 0) -> dict:
+                        warm_pool: int = 0, state: str | None = None) -> dict:
     """With ``warm_pool`` (and the nodes' urls), each timed phase starts once every node's pool is full
-    (the fill is not timed: a warm pool is what a node has ready before a burst)."""
+    (the fill is not timed: a warm pool is what a node has ready before a burst). With our platform's
+    ``state`` dir, the concurrent creates' CPU per create of each part is recorded too."""
     from corral import AsyncCorral
 
     res: dict = {}
@@ -294,11 +297,13 @@ async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb:
                 out = await coro_fn()
                 return (time.perf_counter() - t) * 1000, out
 
+        cpu_before = cpu_snapshot(Path(state)) if state else None
         t = time.perf_counter()
         created = await asyncio.gather(*(timed(lambda: corral.sandboxes.create("busybox", **size, wait=True))
                                          for _ in range(n)),
                                        return_exceptions=True)
         wall = time.perf_counter() - t
+        cpu_after = cpu_snapshot(Path(state)) if state else None
         errors = [repr(x) for x in created if isinstance(x, BaseException)]
         ok = [x for x in created if not isinstance(x, BaseException)]
         sbs = [sb for _, sb in ok]
@@ -318,6 +323,9 @@ async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb:
             "delete_wall_s": round(wall_del, 3), "errors": errors[:20], "error_count": len(errors),
             "from_warm_pool": sum("warm_pool" in (sb.info.runtime or {}) for sb in sbs),
         }
+        if cpu_before is not None and ok:
+            # With a warm pool this includes the refills the creates set off while they ran.
+            res["concurrent"]["cpu_ms_per_create"] = cpu_per_op(cpu_before, cpu_after, len(ok))
     return res
 
 
@@ -498,7 +506,7 @@ def main() -> None:
         t = time.perf_counter()
         result["corral"] = asyncio.run(corral_phases(url, key, args.n, args.concurrency, args.memory_mb, serial_n,
                                                     args.cpu, args.pids_limit, args.disk_mb, node_urls,
-                                                    args.warm_pool))
+                                                    args.warm_pool, state if own else None))
         result["corral"]["phase_s"] = round(time.perf_counter() - t, 2)
         if profilers:
             stop_profilers(profilers)
@@ -534,6 +542,9 @@ def main() -> None:
         c = result["corral"]
         print(f"warm pool {args.warm_pool} per node: served {c['serial']['from_warm_pool']} of {serial_n} serial "
               f"creates, {c['concurrent']['from_warm_pool']} of {args.n} concurrent ones")
+        per = c["concurrent"].get("cpu_ms_per_create")
+        if per:
+            print("CPU ms per concurrent create: " + ", ".join(f"{k} {v}" for k, v in per.items()))
     else:
         print(json.dumps(result["corral"], indent=2))
     if result["corral"]["concurrent"]["error_count"]:

@@ -1,6 +1,7 @@
 """The warm pool's rules (sandboxes/warm_pool.py) with a stand-in backend: which creates it
 serves, how many it keeps per shape and for how long, what a failed start ahead costs, and
-that it fills only while no create is being started. (With real crun: the integration test.)"""
+that it fills only while no create is being started, and waits for a burst to end while it
+still has some ready. (With real crun: the integration test.)"""
 
 import asyncio
 
@@ -9,7 +10,7 @@ import pytest
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.errors import StartFailed
-from corral_node_agent.sandboxes.warm_pool import MAX_SHAPES, RETRY_AFTER_S, WarmPool
+from corral_node_agent.sandboxes.warm_pool import MAX_SHAPES, REFILL_SETTLE_S, RETRY_AFTER_S, WarmPool
 
 pytestmark = pytest.mark.asyncio
 
@@ -58,12 +59,18 @@ class Harness:
         for _ in range(50):
             await asyncio.sleep(0)
 
+    async def after_burst(self) -> None:
+        """No create has asked for any shape for REFILL_SETTLE_S."""
+        self.clock.now += REFILL_SETTLE_S
+        self.pool._wake_up()
+        await self.settle()
+
 
 async def test_a_shape_is_filled_once_asked_for_and_served_one_sandbox_per_create():
     h = Harness(size=2)
     h.pool.start()
     assert h.pool.take(SPEC, "acme") is None  # nothing ready yet: this create starts its own
-    await h.settle()
+    await h.after_burst()
     assert h.pool.ready_count() == 2 and len(h.backend.started) == 2
     first, second = h.pool.take(SPEC, "acme"), h.pool.take(SPEC.model_copy(update={"timeout_s": 5}), "acme")
     assert {first.runtime_id, second.runtime_id} == set(h.backend.started)
@@ -94,6 +101,28 @@ async def test_it_fills_only_while_no_create_is_being_started():
     h.quiet.set()
     await h.settle()
     assert len(h.backend.started) == 1
+    await h.pool.close()
+
+
+async def test_a_shape_with_some_ready_is_refilled_once_its_burst_is_over_an_empty_one_at_once():
+    h = Harness(size=3)
+    h.pool.start()
+    h.pool.take(SPEC, "acme")
+    await h.settle()
+    assert len(h.backend.started) == 1  # none was ready: the next create of a stream needs one
+    await h.after_burst()
+    assert h.pool.ready_count() == 3
+    for _ in range(2):  # a burst takes two of the three
+        assert h.pool.take(SPEC, "acme") is not None
+        await h.settle()
+        h.clock.now += REFILL_SETTLE_S / 4
+    assert len(h.backend.started) == 3 and h.pool.ready_count() == 1
+    await h.after_burst()
+    assert len(h.backend.started) == 5 and h.pool.ready_count() == 3
+    for _ in range(3):  # one that empties it: refilled in the next gap, burst or not
+        h.pool.take(SPEC, "acme")
+    await h.settle()
+    assert len(h.backend.started) == 6
     await h.pool.close()
 
 

@@ -12,9 +12,11 @@ workdir, which the claim sets. A shape a create asked for is kept at ``size`` re
 sandboxes for ``idle_s`` after the last such create, then drained; at most ``MAX_SHAPES``
 shapes are kept (the least recently asked for goes first).
 
-Refills start one sandbox at a time and only while no create is being started on the node
-(``quiet``): a burst takes what is ready and starts the rest itself, the pool fills again
-once it is over, so the pool never competes with the creates it is there to speed up.
+Refills start one sandbox at a time, only while no create is being started on the node
+(``quiet``), and, while a shape still has sandboxes ready, only once no create has asked for it
+for ``REFILL_SETTLE_S``: a burst takes what is ready (and starts the rest itself), the pool fills
+again once it is over, so the pool does not compete with the creates it is there to speed up.
+A shape with none ready is refilled in any gap, as a steady stream of creates needs.
 
 A claimed sandbox is one started for nobody else: each one has its own disk, user namespace
 ids and cgroup, is handed to one create only, and at the claim takes the create's id (also
@@ -45,6 +47,11 @@ MAX_SHAPES = 4
 AHEAD_TIMEOUT_S = 7 * 24 * 3600
 # After a failed start ahead, the shape is not retried for this long (the create path says why).
 RETRY_AFTER_S = 30.0
+# A burst's creates reach a node tens of ms apart (each waits on the control plane in between):
+# a refill in those gaps took crun's and the bundle's cpu from the claims, ~35% of a burst's
+# creations/s on 2 cores (docs/benchmarks.md "Warm pool"). A shape with sandboxes ready is
+# refilled once it has not been asked for this long.
+REFILL_SETTLE_S = 0.5
 
 
 @dataclass
@@ -155,7 +162,7 @@ class WarmPool:
         now = self.clock()
         for key, shape in self._shapes.items():
             if now - shape.asked_at < self.idle_s and now - shape.failed_at >= RETRY_AFTER_S \
-                    and len(shape.ready) + shape.starting < self.size:
+                    and len(shape.ready) + shape.starting < self.size and not self._settling(shape, now):
                 return key
         return None
 
@@ -175,11 +182,19 @@ class WarmPool:
             except Exception:
                 log.exception("warm_pool.discard_failed", runtime_id=ahead.runtime_id)
 
+    def _settling(self, shape: _Shape, now: float) -> float:
+        """How much longer a burst may still be taking from ``shape`` (0: fill it now)."""
+        return max(0.0, shape.asked_at + REFILL_SETTLE_S - now) if shape.ready else 0.0
+
     async def _run(self) -> None:
         while True:
+            wait_s = max(1.0, min(60.0, self.idle_s / 2))
+            now = self.clock()
+            if settling := [t for s in self._shapes.values() if (t := self._settling(s, now)) > 0]:
+                wait_s = min(wait_s, min(settling))
             try:
                 # (not wait_for: on 3.11 it can swallow a cancel that meets a set event)
-                async with asyncio.timeout(max(1.0, min(60.0, self.idle_s / 2))):
+                async with asyncio.timeout(wait_s):
                     await self._wake.wait()
             except TimeoutError:
                 pass
