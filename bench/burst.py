@@ -58,7 +58,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from faults import Platform  # noqa: E402 - the platform up/down and agent kill/restart faults.py uses
-from sandbox_lifecycle import pct, run_floor  # noqa: E402 - the same raw crun floor
+from sandbox_lifecycle import pct, pool_hits, pools_full, run_floor  # noqa: E402 - the same raw crun floor
 
 PHASES = ("single", "fair", "kill", "floor")
 LIVE = {"scheduled", "starting", "running", "paused"}
@@ -351,13 +351,35 @@ class Burst:
                 "job_pending": job.get("pending"), "duplicated": len(dup), "duplicates": dup[:10],
                 "orphaned": len({o.rsplit(":", 1)[1] for o in orphans}), "orphans": orphans[:10]}
 
+    async def fill_pools(self) -> float:
+        """--warm-pool: one untimed job of the burst's size teaches every node the shape (a node
+        pools only what it was asked for), then its pools fill; what a trainer's first step does."""
+        n = self.args.n
+        print(f"warm pool: an untimed job of {n}, then full pools ...", file=sys.stderr)
+        job_id, _ = await self.submit(n)
+        await self.wait_running({job_id: n}, self.args.deadline)
+        await self.delete_and_census([job_id])
+        self.events.clear()
+        t = time.monotonic()
+        await pools_full(self.node_urls(), self.args.warm_pool, timeout_s=self.args.deadline)
+        return round(time.monotonic() - t, 1)
+
+    def node_urls(self) -> list[str]:
+        return [u for name, u in self.plat.info["urls"].items() if name.startswith("node-")]
+
     async def run(self, phases: list[str]) -> dict:
         result: dict = {}
         for phase in phases:
             if phase == "floor":
                 continue
+            if self.args.warm_pool:
+                result.setdefault("pool_fill_s", []).append(await self.fill_pools())
+                hits = await pool_hits(self.node_urls())
             t = time.monotonic()
             result[phase] = await getattr(self, phase)()
+            if self.args.warm_pool:
+                # (counted after the phase's deletes: its creates only)
+                result[phase]["from_warm_pool"] = await pool_hits(self.node_urls()) - hits
             result[phase]["phase_s"] = round(time.monotonic() - t, 1)
             self.events.clear()
         result["api_statuses"] = {str(k): v for k, v in sorted(self.statuses.items())}
@@ -390,7 +412,8 @@ def table(result: dict) -> str:
                      f"{rate / floor:.2f}×" if rate and floor else "-", notes))
 
     if "single" in result:
-        row(f"single, N={result['single']['count']}", result["single"])
+        t = result["single"]
+        row(f"single, N={t['count']}", t, f"{t['from_warm_pool']} from warm pools" if "from_warm_pool" in t else "")
     if "fair" in result:
         sh = result["fair"]["shares"]
         for job_id, t in result["fair"]["jobs"].items():
@@ -433,6 +456,9 @@ def main() -> None:
                     help="the nodes' memory overcommit (default: enough for N of --memory-mb)")
     ap.add_argument("--disk-preallocate", action="store_true",
                     help="let the nodes fallocate each sandbox's disk (N x disk_mb of real disk)")
+    ap.add_argument("--warm-pool", type=int, default=0, metavar="N",
+                    help="the node-agents keep N containers of the burst's shape started ahead "
+                         "(CORRAL_NODE_WARM_POOL_SIZE); each phase starts with full pools")
     ap.add_argument("--base-port", type=int, default=24400)
     ap.add_argument("--redis-port", type=int, default=24450)
     ap.add_argument("--amqp-port", type=int, default=24460, help="takes this port and the next nine")
@@ -454,6 +480,7 @@ def main() -> None:
     os.environ.update({"CORRAL_NODE_MEMORY_OVERCOMMIT": str(overcommit),
                        "CORRAL_NODE_MAX_SANDBOXES": str(max(1000, per_node + 64)),
                        "CORRAL_NODE_DISK_PREALLOCATE": "true" if args.disk_preallocate else "false",
+                       "CORRAL_NODE_WARM_POOL_SIZE": str(args.warm_pool),
                        "CORRAL_LOG_LEVEL": args.log_level})
 
     tmp_root = tempfile.mkdtemp(prefix="corral-bench-burst-")

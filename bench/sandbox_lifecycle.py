@@ -216,13 +216,24 @@ def run_floor(n: int, concurrency: int, tmp_root: str) -> dict:
 
 # ------------------------------------------------------------------------------- corral
 
+def _metric_sum(text: str, prefix: str, label: str = "") -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(prefix) and label in line)
+
+
+async def pool_hits(node_urls: list[str]) -> int:
+    """Creates the nodes' warm pools served so far (their /metrics)."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=5) as client:
+        return int(sum([_metric_sum((await client.get(f"{url}/metrics")).text,
+                                    "corral_node_agent_warm_pool_creates{", 'outcome="hit"') for url in node_urls]))
+
+
 async def pools_full(node_urls: list[str], size: int, timeout_s: float = 300.0) -> float:
     """Wait until every node-agent that was asked for the bench's shape (a node pools only what
     it was asked for) has ``size`` containers of it started ahead (its /metrics); the seconds it took."""
     import httpx
-
-    def value(text: str, prefix: str) -> float:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
     t = time.perf_counter()
     async with httpx.AsyncClient(timeout=5) as client:
@@ -230,8 +241,8 @@ async def pools_full(node_urls: list[str], size: int, timeout_s: float = 300.0) 
             ready = []
             for url in node_urls:
                 text = (await client.get(f"{url}/metrics")).text
-                if value(text, "corral_node_agent_warm_pool_creates{"):
-                    ready.append(value(text, "corral_node_agent_warm_pool_ready{"))
+                if _metric_sum(text, "corral_node_agent_warm_pool_creates{"):
+                    ready.append(_metric_sum(text, "corral_node_agent_warm_pool_ready{"))
             if ready and all(r >= size for r in ready):
                 return round(time.perf_counter() - t, 2)
             if time.perf_counter() - t > timeout_s:

@@ -121,8 +121,9 @@ class NodeAgentSettings(PrefixedServiceSettings):
     disk_pool: int = 2
     # Containers started ahead per shape a create asked for (sandboxes/warm_pool.py): a create
     # of that shape then claims one instead of starting it. 0: none (every create starts its
-    # own). Each costs what an idle sandbox costs, and its disk_mb counts as used.
-    warm_pool_size: int = Field(0, ge=0, le=64)
+    # own). Each costs what an idle sandbox costs, its disk_mb counts as used, and it holds
+    # one of the node's max_sandboxes until a create of another shape needs the slot.
+    warm_pool_size: int = Field(0, ge=0, le=4096)
     # A shape nobody asked for this long is drained.
     warm_pool_idle_s: float = Field(600.0, gt=0)
     # Image layers: "lazy" mounts each layer from a FUSE file whose chunks are fetched on

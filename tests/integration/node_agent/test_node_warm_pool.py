@@ -153,3 +153,17 @@ async def test_a_restarted_agent_adopts_claimed_sandboxes_and_deletes_pooled_one
         assert runtime not in await again.backend.crun.list()
     finally:
         await again.close()
+
+
+async def test_pooled_sandboxes_hold_no_slot_a_create_of_another_shape_needs(pooled):
+    manager, _, _ = pooled
+    manager.max_sandboxes = 3
+    await manager.create("first", SandboxSpec(**SHAPE), owner("first"))
+    await warm(manager)  # 1 sandbox + 2 pooled: the node's 3 slots
+    await manager.create("other", SandboxSpec(**{**SHAPE, "memory_mb": 96}), owner("other"))
+    assert "warm_pool" not in manager.runtime("other")
+    assert manager.count() == 2 and manager.pool.count() == 1  # one pooled gave way
+    # and the pool does not fill past the node's slots again
+    assert manager._room() == 0 and manager.pool._wanted() is None
+    await manager.create("claims", SandboxSpec(**SHAPE), owner("claims"))  # the last pooled one
+    assert "warm_pool" in manager.runtime("claims") and manager.pool.count() == 0

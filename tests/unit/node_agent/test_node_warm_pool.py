@@ -40,13 +40,15 @@ class Backend:
 
 
 class Harness:
-    def __init__(self, size: int = 2, idle_s: float = 600.0) -> None:
+    def __init__(self, size: int = 2, idle_s: float = 600.0, slots: int = 1 << 30) -> None:
         self.clock, self.backend = Clock(), Backend()
         self.acquired = self.released = 0
         self.quiet = asyncio.Event()
         self.quiet.set()
+        self.slots = slots  # the node's max_sandboxes, nothing else running
         self.pool = WarmPool(self.backend, size=size, idle_s=idle_s, new_entry=lambda spec, tenant: object(),
-                             acquire=self._acquire, release=self._release, quiet=self.quiet.wait, clock=self.clock)
+                             acquire=self._acquire, release=self._release, quiet=self.quiet.wait,
+                             room=lambda: self.slots - self.pool.count(), clock=self.clock)
 
     async def _acquire(self, entry) -> RootFs:
         self.acquired += 1
@@ -124,6 +126,29 @@ async def test_a_shape_with_some_ready_is_refilled_once_its_burst_is_over_an_emp
     await h.settle()
     assert len(h.backend.started) == 6
     await h.pool.close()
+
+
+async def test_it_fills_only_the_nodes_free_slots_and_gives_one_up_for_another_shape():
+    h = Harness(size=4, slots=3)
+    h.pool.start()
+    a, b = SPEC, SPEC.model_copy(update={"memory_mb": 96})
+    h.pool.take(a, "acme")
+    await h.after_burst()
+    h.pool.take(b, "acme")
+    await h.after_burst()
+    assert h.pool.count() == 3 and h.pool.ready_by_shape() and len(h.backend.started) == 3
+    assert h.pool.has_ready(a, "acme") and not h.pool.has_ready(a, "globex")
+    # b was asked for last: a (least recently asked for) gives one up
+    before = h.pool.ready_by_shape()
+    assert await h.pool.make_room()
+    after = h.pool.ready_by_shape()
+    key_a = next(k for k in before if before[k] == max(before.values()))
+    assert after.get(key_a, 0) == before[key_a] - 1 and len(h.backend.stopped) == 1 and h.released == 1
+    h.slots = 2  # the freed slot went to a sandbox
+    await h.after_burst()
+    assert len(h.backend.started) == 3
+    await h.pool.close()
+    assert not await h.pool.make_room()  # nothing left to give
 
 
 async def test_a_failed_start_ahead_is_not_retried_at_once_and_releases_what_it_took():

@@ -105,7 +105,8 @@ class SandboxManager:
             self.pool = WarmPool(self.backend, size=warm_pool_size, idle_s=warm_pool_idle_s,
                                  new_entry=lambda spec, tenant: _Entry(spec=spec, tenant=tenant,
                                                                        layer_format=self.backend.layer_format),
-                                 acquire=self._acquire, release=self._release, quiet=self._until_quiet)
+                                 acquire=self._acquire, release=self._release, quiet=self._until_quiet,
+                                 room=self._room)
 
     @property
     def backend(self) -> SandboxBackend:
@@ -196,6 +197,9 @@ class SandboxManager:
         self._creating += 1
         self._quiet.clear()
         try:
+            if self.pool is not None and self._room() < 0 and not self.pool.has_ready(spec, entry.tenant):
+                # The pool held the node's last slot and none of this shape: one gives way.
+                await self.pool.make_room()
             if owner is not None and self.owners is not None:
                 self.owners.write(owner)
             if not await self._claim_ahead(sandbox_id, entry, backend):
@@ -258,6 +262,12 @@ class SandboxManager:
                 return
             await asyncio.sleep(poll_s)
             waited += poll_s
+
+    def _room(self) -> int:
+        """Sandbox slots left on the node (max_sandboxes), pooled ones counted as taken."""
+        if not self.max_sandboxes:
+            return 1 << 30
+        return self.max_sandboxes - len(self._entries) - (self.pool.count() if self.pool is not None else 0)
 
     def runtime_id(self, sandbox_id: str) -> str:
         """The name its cgroup has (its id, unless it came from the warm pool)."""

@@ -77,8 +77,11 @@ class WarmPool:
     def __init__(self, backend: SandboxBackend, *, size: int, idle_s: float,
                  new_entry: Callable[[SandboxSpec, str], Any],
                  acquire: Callable[[Any], Awaitable[RootFs]], release: Callable[[Any], Awaitable[None]],
-                 quiet: Callable[[], Awaitable[None]], clock: Callable[[], float] = time.monotonic) -> None:
-        self.backend, self.size, self.idle_s, self.clock = backend, size, idle_s, clock
+                 quiet: Callable[[], Awaitable[None]], room: Callable[[], int] = lambda: 1 << 30,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        # ``room``: how many more sandboxes, pooled ones included, the node may run (its
+        # max_sandboxes less what it runs): a pooled sandbox never takes a create's place.
+        self.backend, self.size, self.idle_s, self.clock, self._room = backend, size, idle_s, clock, room
         self._new_entry, self._acquire, self._release, self._quiet = new_entry, acquire, release, quiet
         self._shapes: OrderedDict[str, _Shape] = OrderedDict()
         self._by_runtime: dict[str, str] = {}  # runtime id -> shape, for every pooled sandbox
@@ -107,6 +110,10 @@ class WarmPool:
             self.misses += 1
         self._wake_up()
         return ahead
+
+    def has_ready(self, spec: SandboxSpec, tenant: str) -> bool:
+        key = warm_pool_shape(spec, tenant)
+        return key is not None and key in self._shapes and bool(self._shapes[key].ready)
 
     def owns(self, runtime_id: str) -> bool:
         """Whether ``runtime_id`` is a pooled sandbox nobody has claimed (ready, or taken and
@@ -140,6 +147,21 @@ class WarmPool:
     def ready_count(self) -> int:
         return sum(len(s.ready) for s in self._shapes.values())
 
+    def count(self) -> int:
+        """Pooled sandboxes, ready or being started (each holds a node's sandbox slot)."""
+        return sum(len(s.ready) + s.starting for s in self._shapes.values())
+
+    async def make_room(self) -> bool:
+        """Stop one ready sandbox, of the least recently asked for shape, so that a create the
+        pool cannot serve fits the node (False: none ready to give up)."""
+        for shape in self._shapes.values():  # least recently asked for first
+            if shape.ready:
+                ahead = shape.ready.pop()
+                log.info("warm_pool.evicted", runtime_id=ahead.runtime_id)
+                await self.discard(ahead)
+                return True
+        return False
+
     def ready_by_shape(self) -> dict[str, int]:
         """What the node advertises in its heartbeat, for the scheduler (warm_pool_shape)."""
         return {key: len(s.ready) for key, s in self._shapes.items() if s.ready}
@@ -159,6 +181,8 @@ class WarmPool:
 
     def _wanted(self) -> str | None:
         """The shape that should get one more sandbox now (None: all filled)."""
+        if self._room() <= 0:
+            return None
         now = self.clock()
         for key, shape in self._shapes.items():
             if now - shape.asked_at < self.idle_s and now - shape.failed_at >= RETRY_AFTER_S \
