@@ -167,3 +167,6 @@ async def test_pooled_sandboxes_hold_no_slot_a_create_of_another_shape_needs(poo
     assert manager._room() == 0 and manager.pool._wanted() is None
     await manager.create("claims", SandboxSpec(**SHAPE), owner("claims"))  # the last pooled one
     assert "warm_pool" in manager.runtime("claims") and manager.pool.count() == 0
+    # a slot freed by a delete goes back to the pool at once (not at its next periodic look)
+    await manager.delete("other")
+    await until(lambda: manager.pool.ready_count() == 1, 30, "the freed slot refilled")

@@ -318,11 +318,17 @@ class SandboxManager:
         if entry is not None:
             await entry.ready.wait()
         usage = self._close_memory_account(sandbox_id, await self._backend_of(sandbox_id).stop(sandbox_id))
+        await self._drop_entry(sandbox_id)
+        self._forget_owner(sandbox_id)
+        return usage
+
+    async def _drop_entry(self, sandbox_id: str) -> None:
+        """A sandbox is gone: release what it held; its slot may go to the warm pool again."""
         entry = self._entries.pop(sandbox_id, None)
         if entry is not None:
             await self._release(entry)
-        self._forget_owner(sandbox_id)
-        return usage
+            if self.pool is not None:
+                self.pool.slot_freed()
 
     def _close_memory_account(self, sandbox_id: str, usage: Usage) -> Usage:
         return self.memory.close_account(sandbox_id, usage) if self.memory is not None else usage
@@ -357,9 +363,7 @@ class SandboxManager:
             await self.pool.ended(sandbox_id)  # started ahead, never a sandbox: nobody to tell
             return
         usage = self._close_memory_account(sandbox_id, usage)
-        entry = self._entries.pop(sandbox_id, None)
-        if entry is not None:
-            await self._release(entry)
+        await self._drop_entry(sandbox_id)
         for listener in list(self._listeners):
             try:
                 res = listener(sandbox_id, reason, usage)

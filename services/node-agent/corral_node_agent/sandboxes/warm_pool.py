@@ -179,6 +179,10 @@ class WarmPool:
     def _wake_up(self) -> None:
         self._wake.set()
 
+    def slot_freed(self) -> None:
+        """A sandbox of the node ended: a fill held back for want of room may go on now."""
+        self._wake_up()
+
     def _wanted(self) -> str | None:
         """The shape that should get one more sandbox now (None: all filled)."""
         if self._room() <= 0:
