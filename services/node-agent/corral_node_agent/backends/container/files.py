@@ -37,8 +37,10 @@ def open_parent(rootfs: str, parts: list[str], *, create: bool = False, uid: int
                 try:
                     os.mkdir(comp, 0o755, dir_fd=fd)
                     os.chown(comp, uid, gid, dir_fd=fd, follow_symlinks=False)
-                except FileExistsError:
-                    pass  # lost a race with sandbox code: the open below decides
+                except (FileExistsError, FileNotFoundError):
+                    # Lost a race with sandbox code (it made the directory, or removed or
+                    # swapped the one just made, before the chown): the open below decides.
+                    pass
                 try:
                     nfd = os.open(comp, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
