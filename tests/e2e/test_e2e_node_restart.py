@@ -161,26 +161,47 @@ def _fncall_on_node(platform, timeout_s: float) -> list[dict]:
     raise AssertionError(f"{NODE} answered no fncall accepted within {timeout_s}s: {answers[-5:]}")
 
 
+def _on_node(corral, labels: dict) -> object:
+    """A new busybox sandbox on NODE (placement spreads: others are deleted)."""
+    for _ in range(8):
+        sb = corral.sandboxes.create("busybox", memory_mb=64, labels=labels)
+        if sb.info.node_id == NODE:
+            return sb
+        sb.delete()
+    raise AssertionError(f"no sandbox landed on {NODE}")
+
+
 def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(platform, corral):
     # node-1's fncall pools run on the judge layer, which that server serves too.
     fncall_ready(platform)
     _fncall_on_node(platform, timeout_s=30)
-    mine = []
-    for _ in range(6):
-        sb = corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "lazy-server"})
-        (mine if sb.info.node_id == NODE else []).append(sb)
-        if sb.info.node_id != NODE:
-            sb.delete()
-        if mine:
-            break
-    assert mine, "no sandbox landed on node-1"
-    victim = mine[0]
+    labels = {"suite": "lazy-server"}
+    # One the agent adopts after a restart (its owner record names its layers), one after.
+    adopted = _on_node(corral, labels)
+    _restart_agent(platform)
+    assert adopted.exec("cat /etc/group").stdout == "root:x:0:\nuser:x:1000:\n"
+    fresh = _on_node(corral, labels)
     pid = lazy_server_pid(platform, NODE)
     os.kill(pid, signal.SIGKILL)
     until_sync(lambda: not _alive(pid), timeout_s=20, what="lazy-layer server gone")
     # The agent sees its server end and fails the sandboxes on its layers, with the reason.
-    victim.wait("terminated", timeout=30)
-    assert (victim.state, victim.info.reason) == ("failed", "image_unavailable")
+    for victim in (adopted, fresh):
+        victim.wait("terminated", timeout=30)
+        assert (victim.state, victim.info.reason) == ("failed", "image_unavailable")
+
+    # A server that dies while no agent runs: the restarted agent fails what read from it.
+    lost = _on_node(corral, labels)
+    assert lost.exec("cat /etc/group").stdout == "root:x:0:\nuser:x:1000:\n"
+
+    def kill_server() -> None:
+        server = lazy_server_pid(platform, NODE)
+        os.kill(server, signal.SIGKILL)
+        until_sync(lambda: not _alive(server), timeout_s=20, what="lazy-layer server gone")
+
+    _restart_agent(platform, before_start=kill_server)
+    lost.wait("terminated", timeout=30)
+    assert (lost.state, lost.info.reason) == ("failed", "image_unavailable")
+
     # A new sandbox on the node gets a new server and reads its image.
     for _ in range(6):
         sb = corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "lazy-server"})

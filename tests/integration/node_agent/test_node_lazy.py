@@ -408,7 +408,36 @@ async def test_an_agent_restart_keeps_serving_the_layer_and_reuses_its_server(fa
         # The new agent finds the running server instead of starting one.
         [again] = await restarted.acquire([ws])
         assert restarted.lazy.server.pid == pid
+        assert restarted.lazy_layers_lost([ws]) == []  # what an adopted sandbox reads still works
         assert _checksums(again) == _checksums(ws_tree)
+        await restarted.release([ws])
+    finally:
+        host.umount(sandbox)
+
+
+async def test_a_server_that_died_while_no_agent_ran_is_named_by_the_next_agent(fake, new_cache, tmp_path):
+    svc, layers = fake
+    ws, ws_tree = layers["ws"]
+    crashed = new_cache()
+    [mnt] = await crashed.acquire([ws])
+    sandbox = f"{tmp_path}/sandbox-view"
+    os.mkdir(sandbox)
+    host.bind_mount(mnt, sandbox)
+    try:
+        pid = crashed.lazy.server.pid
+        _die(crashed)
+        os.kill(pid, signal.SIGKILL)  # ... and then its server, with no agent to see it
+        assert await asyncio.to_thread(exited, pid)
+        restarted = new_cache()
+        restarted.cleanup_orphans()
+        # The restarted agent holds the layer again for the sandbox it adopts: from a new server,
+        # so that sandbox's own mount of it (on the dead server's file) is lost, and said so.
+        await restarted.acquire([ws])
+        assert restarted.lazy.server.pid not in (None, pid)
+        assert restarted.lazy_layers_lost([ws]) == [ws.digest]
+        with pytest.raises(OSError) as exc:
+            await asyncio.to_thread(_read, f"{sandbox}/{_file(113)}")
+        assert exc.value.errno in (errno.EIO, errno.ENOTCONN)
         await restarted.release([ws])
     finally:
         host.umount(sandbox)

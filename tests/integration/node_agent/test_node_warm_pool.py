@@ -1,6 +1,7 @@
 """The warm pool (sandboxes/warm_pool.py) with real crun: a create of a shape asked for before
 claims a sandbox started ahead, and that sandbox is indistinguishable from one started for it."""
 
+import hashlib
 import os
 import signal
 import time
@@ -149,8 +150,14 @@ async def test_a_restarted_agent_adopts_claimed_sandboxes_and_deletes_pooled_one
         listed = await again.backend.crun.list()
         assert not set(pooled_ids) & set(listed)  # never claimed: deleted, not adopted
         assert not any(os.path.exists(f"{settings.state_dir}/sandboxes/{rid}") for rid in pooled_ids)
+        # The adopted ones hold their layer again (their owner records name it), as their
+        # creates did: the cache does not evict it under them, and a delete gives it back.
+        digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+        assert [layer.digest for layer in again.owners.get("kept").layers] == [digest]
+        assert again.layers.refcount(digest) == 2
         await again.delete("kept")
         assert runtime not in await again.backend.crun.list()
+        assert again.layers.refcount(digest) == 1
     finally:
         await again.close()
 

@@ -1,10 +1,12 @@
 """Owner records on the node's disk: what a node needs to register a sandbox again."""
 
+import dataclasses
 import json
 import os
 
 import pytest
 
+from corral_common.contracts.images import EnvironmentLayer
 from corral_common.sandboxes import SandboxSpec, SandboxState
 from corral_common.state import SandboxRecord
 from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
@@ -31,6 +33,17 @@ def test_written_read_back_and_removed(tmp_path):
     owners.remove("sb-1")
     owners.remove("sb-1")  # idempotent
     assert owners.get("sb-1") is None and owners.ids() == set()
+
+
+def test_the_layers_it_runs_on_are_kept_and_an_older_record_has_none(tmp_path):
+    owners = OwnerRecords(str(tmp_path))
+    layer = EnvironmentLayer(kind="base", name="busybox", version="1", digest="sha256:" + "ab" * 32, size=42)
+    owners.write(dataclasses.replace(owner(), layers=(layer,)))
+    assert owners.get("sb-1").layers == (layer,)
+    data = json.loads((tmp_path / "sb-1.json").read_text())
+    del data["layers"]  # written by an agent from before layers were recorded
+    (tmp_path / "sb-1.json").write_text(json.dumps(data))
+    assert owners.get("sb-1") == owner()
 
 
 def test_a_rewrite_is_atomic_and_leaves_no_temporary_file(tmp_path):

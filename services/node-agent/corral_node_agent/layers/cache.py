@@ -101,6 +101,16 @@ class LayerCache:
             held.setdefault(digest, size)  # a whole blob, when there is one, is what we hold
         return {digest: size for digest, size in held.items() if size > 0}
 
+    def lazy_layers_lost(self, layers: Iterable[EnvironmentLayer]) -> list[str]:
+        """Of the layers a sandbox started before this agent ran (an adopted one) was started
+        on, the digests its mounts can no longer read: layers served lazily now, by a server
+        this agent had to start. The server a previous agent used would still run had it not
+        died (it lives while any layer file is open, and that sandbox's mounts keep theirs
+        open), and its FUSE files died with it. Call after acquiring them."""
+        if not self.lazy.server.started_one:
+            return []
+        return [d for d in _digests(layers) if self.store.source_path(d) == self.lazy.path(d)]
+
     async def resolve_environment(self, name: str, tenant: str = "") -> tuple[EnvironmentLayer, ...]:
         """Layers of an environment as ``tenant`` sees it, base first (as image-service
         returns them)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from corral_common.contracts.images import EnvironmentLayer
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec, SandboxState
 from corral_common.state import SandboxRecord
@@ -32,6 +33,9 @@ class OwnerRecord:
     started_at: float
     required_node: str | None = None
     job_id: str | None = None
+    # The layers it was started on (base first), once they are known: a restarted agent holds
+    # them again for its adopted sandboxes (their references, and a lazy layer's faults).
+    layers: tuple[EnvironmentLayer, ...] = ()
 
     @classmethod
     def of(cls, record: SandboxRecord, spec: SandboxSpec, started_at: float) -> "OwnerRecord":
@@ -42,13 +46,14 @@ class OwnerRecord:
     def to_json(self) -> dict:
         return {"id": self.sandbox_id, "tenant": self.tenant, "spec": self.spec.model_dump(mode="json"),
                 "created_at": self.created_at, "started_at": self.started_at, "required_node": self.required_node,
-                "job_id": self.job_id}
+                "job_id": self.job_id, "layers": [layer.model_dump(mode="json") for layer in self.layers]}
 
     @classmethod
     def from_json(cls, data: dict) -> "OwnerRecord":
         return cls(sandbox_id=data["id"], tenant=data["tenant"], spec=SandboxSpec.model_validate(data["spec"]),
                    created_at=float(data["created_at"]), started_at=float(data["started_at"]),
-                   required_node=data.get("required_node"), job_id=data.get("job_id"))
+                   required_node=data.get("required_node"), job_id=data.get("job_id"),
+                   layers=tuple(EnvironmentLayer.model_validate(layer) for layer in data.get("layers") or ()))
 
     def record(self, node_id: str, state: SandboxState, runtime: dict[str, str], now: float) -> SandboxRecord:
         """The sandbox record this node would register for it."""

@@ -12,7 +12,8 @@ whose layers (top first) are in the backend's ``layer_format``:
 - ``files`` / ``dax_files``: layer image files (``LayerCache.acquire_files``);
 - with ``spec.disk_image``, its ``boot_disk`` too (``LayerCache.acquire_disk_image``).
 
-Everything acquired for a sandbox is released once, when it is deleted or ends on its own.
+Everything acquired for a sandbox is released once, when it is deleted or ends on its own; a
+restarted agent acquires an adopted sandbox's layers again (named in its owner record).
 So is its owner record (owners.py: who it belongs to, kept on the node's disk from before it
 starts until it is gone).
 
@@ -21,6 +22,7 @@ lists the capability; otherwise the answer is ``Unsupported``, whichever backend
 """
 
 import asyncio
+import dataclasses
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -141,22 +143,48 @@ class SandboxManager:
         deleted; the caller reconciles them with the sandbox records."""
         self.layers.cleanup_orphans()
         adopted_all: list[str] = []
+        lost: list[str] = []
         for kind, backend in self.backends.items():
             adopted = await backend.cleanup_orphans(adopt=adopt and Capability.adopt in backend.capabilities)
             for sid in adopted:
-                # Their layer mounts live on inside the containers' own mount namespaces (a
-                # VM's QEMU keeps its files open), not in ours: nothing is acquired here, so
-                # nothing is released when they end.
-                entry = _Entry(spec=backend.spec_of(sid), kind=kind)
+                owner = self.owners.get(sid) if self.owners is not None else None
+                entry = _Entry(spec=backend.spec_of(sid), kind=kind, tenant=owner.tenant if owner else "",
+                               layer_format=backend.layer_format)
                 entry.runtime = backend.describe(sid)
                 entry.ready.set()
                 self._entries[sid] = entry
+                if owner is not None and owner.layers and await self._hold_adopted_layers(sid, entry, owner.layers):
+                    lost.append(sid)
             adopted_all += adopted
         if self.owners is not None:
             self.owners.prune(set(adopted_all))
         if self.pool is not None:
             self.pool.start()
+        for sid in lost:
+            asyncio.ensure_future(self._end_for_image_fault(sid))  # as a layer fault while it ran would
         return adopted_all
+
+    async def _hold_adopted_layers(self, sandbox_id: str, entry: _Entry, layers: Sequence[EnvironmentLayer]) -> bool:
+        """Take references on the layers an adopted sandbox runs on, as its create did: the
+        cache must not evict them under it, and a lazy layer's fault must end it. (Its mounts
+        live on in its own mount namespace, a VM's QEMU keeps its files open: what is acquired
+        here is this agent's handle on the same layers, released when it ends.) True: some of
+        them can no longer be read there (their lazy-layer server died while no agent ran). A
+        layer that cannot be held is logged; the sandbox runs on, unreferenced, as before."""
+        try:
+            if entry.layer_format is LayerFormat.mounts:
+                await self.layers.acquire(layers)
+            else:
+                await self.layers.acquire_files(layers, dax=entry.layer_format is LayerFormat.dax_files)
+        except (ImageUnavailable, OSError) as exc:
+            log.warning("sandbox.adopted_layers_unheld", sandbox_id=sandbox_id, error=str(exc))
+            return False
+        entry.layers = tuple(layers)
+        if lost := self.layers.lazy_layers_lost(layers):
+            log.warning("sandbox.image_unavailable", sandbox_id=sandbox_id, digests=lost,
+                        error="its lazy-layer server exited while no agent ran")
+            return True
+        return False
 
     def is_paused(self, sandbox_id: str) -> bool:
         return self._backend_of(sandbox_id).is_paused(sandbox_id)
@@ -212,6 +240,9 @@ class SandboxManager:
                     await self._release(entry)
                     msg = exc.message if isinstance(exc, NodeAgentError) else str(exc)
                     raise StartFailed(msg) from exc
+            if entry.layers and owner is not None and self.owners is not None:
+                # What it runs on, for an agent that adopts it after a restart.
+                self.owners.write(dataclasses.replace(owner, layers=tuple(entry.layers)))
             try:
                 entry.runtime = {str(k): str(v) for k, v in backend.describe(sandbox_id).items()}
             except Exception:

@@ -38,6 +38,9 @@ class LayerServerClient:
         self.on_event = on_event
         self.on_exit = on_exit
         self.pid: int | None = None
+        # Whether this agent run started a server (found none to attach to): a sandbox started
+        # before this agent ran read its lazy layers from one that is gone.
+        self.started_one = False
         self._watch: socket.socket | None = None
         self._lock = threading.Lock()
 
@@ -93,6 +96,7 @@ class LayerServerClient:
         if not line.startswith("ready"):
             raise ServerUnavailable(f"lazy-layer server did not start: {line or 'exited'} (see {self.root}/{LOG})")
         log.info("lazy_server.started", pid=int(line.split()[1]))
+        self.started_one = True
 
     def _connect(self, timeout: float) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
