@@ -352,6 +352,12 @@ async def test_a_job_and_a_rollout_in_flight_finish_after_redis_lost_everything(
             return r.json() if r.status_code == 200 and r.json()["counts"] == {"terminated": count} else None
 
         wiped = time.monotonic()
+
+        async def job_counted_again() -> bool:
+            return await p.redis.hexists("quota:entries:durable", job["id"])
+
+        # Queued again, it counts against its tenant's quotas again (the rest of it, not ended).
+        await until(job_counted_again, timeout_s=120, what="the job's quota entry counted again")
         done = await until(job_done, timeout_s=120, what="the job finished after the wipe")
         print(f"job of {count} done {time.monotonic() - wiped:.1f} s after the wipe ({ended_before} had ended before)")
         assert done["pending"] == 0 and done["admitted"] == count, done
@@ -363,6 +369,14 @@ async def test_a_job_and_a_rollout_in_flight_finish_after_redis_lost_everything(
         got = await p.api.post(f"/v1/rollouts/{rollout['id']}/steps", json=step)
         assert got.status_code == 200 and got.json()["observation"]["stdout"] == "before\n", got.text
         assert await p.crun_ids() == {rollout["sandbox_id"]}  # nothing orphaned
+
+        async def only_the_rollout_counted() -> bool:
+            return (await quota_used(p, "durable")).get("sandboxes") == 1
+
+        # Each job sandbox gave its share back once: the tenant's ledger holds the rollout's only.
+        await until(only_the_rollout_counted, timeout_s=30, what="the job's quota share given back")
+        assert await p.redis.hkeys("quota:entries:durable") in ([rollout["sandbox_id"]],
+                                                                [rollout["sandbox_id"].encode()])
     finally:
         p.manager.create = create
 

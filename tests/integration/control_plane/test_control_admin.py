@@ -275,6 +275,35 @@ async def test_the_ledger_gives_a_jobs_sandbox_back_once_however_often_its_event
         await store.close()
 
 
+async def test_a_job_queued_again_after_redis_lost_it_counts_once_per_sandbox(redis_url):
+    store = StateStore.from_url(redis_url)
+    ledger = QuotaLedger(store.redis)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    size = Demand(1, 0.5, 100, 10)
+    try:
+        # Two of job-2's sandboxes a node registered again (each under its own id), another job's.
+        for entry in ("job-2-00003", "job-2-00007", "job-22-00001"):
+            await ledger.admit(tenant, entry, size, {}, ["body"])
+        # Queued again: 5 of its sandboxes had not ended; its 2 registered ones among them.
+        assert await ledger.readmit_job(tenant, "job-2", Demand(5, 0.5, 100, 10))
+        assert await ledger.used(tenant) == {"sandboxes": 6, "cpu": 3.0, "memory_mb": 600, "disk_mb": 60}
+        assert {k: n for k, (n, _) in (await ledger.entries(tenant)).items()} == {"job-2": 5, "job-22-00001": 1}
+        assert not await ledger.readmit_job(tenant, "job-2", Demand(5, 0.5, 100, 10))  # counted once
+        assert (await ledger.used(tenant))["sandboxes"] == 6
+        # A registered one ending gives back to the job's entry, once.
+        assert [await ledger.release(tenant, "job-2", "job-2-00003") for _ in range(2)] == [1, 0]
+        assert await ledger.release(tenant, "job-2-00003") == 0  # its own entry is gone
+        assert await ledger.release(tenant, "job-2") == 4
+        assert await ledger.used(tenant) == {"sandboxes": 1, "cpu": 0.5, "memory_mb": 100, "disk_mb": 10}
+        # Nothing left to run: only its registered ones' own entries are folded away.
+        await ledger.admit(tenant, "job-3-00000", size, {}, ["body"])
+        assert await ledger.readmit_job(tenant, "job-3", Demand(0, 0.5, 100, 10))
+        assert set(await ledger.entries(tenant)) == {"job-22-00001"}
+    finally:
+        await store.redis.delete(f"quota:used:{tenant}", f"quota:entries:{tenant}", f"quota:released:{tenant}:job-2")
+        await store.close()
+
+
 def admin_cli(url: str, api_key: str):
     """``corral admin`` as corral.cli.main mounts it (the root sets the shared State: url, key, --json)."""
     context = pytest.importorskip("corral.cli.context", reason="corral.cli.context comes with the CLI (issue 15 part 1)")

@@ -78,6 +78,36 @@ end
 return give
 """
 
+# A job queued again after Redis lost its data (jobs/service.py requeue_lost) is counted again
+# under its own entry, as its admission counted it: the n of its sandboxes that had not ended,
+# with no limit checked (it was admitted; refusing it now would fail a job already running).
+# Its sandboxes a node registered again meanwhile were counted under their own ids
+# (StateStore.restore_sandbox): they are moved into the job's entry, so each counts once and
+# its end gives back to the job's entry like any job sandbox's. KEYS: used, entries. ARGV: job
+# id, n, cpu_milli, memory_mb, disk_mb (each), the time. Returns 1, or 0 when the job's entry
+# is there already.
+_READMIT_JOB = COUNT_ENTRY_LUA + """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+local cursor = '0'
+repeat
+  local page = redis.call('HSCAN', KEYS[2], cursor, 'MATCH', ARGV[1] .. '-*', 'COUNT', 1000)
+  cursor = page[1]
+  for i = 1, #page[2], 2 do
+    local n, cpu, mem, disk = string.match(page[2][i + 1], '^(%d+)|(%d+)|(%d+)|(%d+)|')
+    n = tonumber(n)
+    redis.call('HINCRBY', KEYS[1], 'sandboxes', -n)
+    redis.call('HINCRBY', KEYS[1], 'cpu_milli', -n * tonumber(cpu))
+    redis.call('HINCRBY', KEYS[1], 'memory_mb', -n * tonumber(mem))
+    redis.call('HINCRBY', KEYS[1], 'disk_mb', -n * tonumber(disk))
+    redis.call('HDEL', KEYS[2], page[2][i])
+  end
+until cursor == '0'
+if tonumber(ARGV[2]) > 0 then
+  count_entry(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+end
+return 1
+"""
+
 # KEYS: the bucket. ARGV: rate per second, burst, calls. Returns {1} or {0, tokens (x1000)}.
 _TAKE_TOKENS = """
 local now = redis.call('TIME')
@@ -145,6 +175,7 @@ class QuotaLedger:
         self.redis = redis
         self._admit = redis.register_script(_ADMIT)
         self._release = redis.register_script(_RELEASE)
+        self._readmit_job = redis.register_script(_READMIT_JOB)
         self._take = redis.register_script(_TAKE_TOKENS)
 
     @staticmethod
@@ -163,6 +194,11 @@ class QuotaLedger:
         quota, limit, used = _FIELD_QUOTA[field], reported(field, int(out[2])), reported(field, int(out[3]))
         raise quota_exceeded(quota, limit, used, loc, f"quota {quota} exceeded: limit {limit}, in use {used}, "
                              f"this request asks for {reported(field, ask)} more; nothing was created")
+
+    async def readmit_job(self, tenant: str, job_id: str, demand: Demand) -> bool:
+        """Count a job queued again after Redis lost its data (``demand``: its sandboxes not
+        ended); False: its entry is there already."""
+        return bool(await self._readmit_job(keys=self._keys(tenant), args=[job_id, *demand.argv(), repr(time.time())]))
 
     async def release(self, tenant: str, entry: str, sandbox_id: str = "") -> int:
         """Give back one sandbox of ``entry`` (``sandbox_id``), or the whole entry ('')."""

@@ -59,6 +59,10 @@ class TenantQuotas:
         await self._admit(tenant, job_id, Demand(count, spec.cpu, spec.memory_mb, spec.disk_mb),
                           loc or ["body", "count"])
 
+    async def readmit_job(self, tenant: str, job_id: str, count: int, spec: SandboxSpec) -> None:
+        """A job Redis lost, queued again: its ``count`` sandboxes not ended are counted again."""
+        await self.ledger.readmit_job(tenant, job_id, Demand(count, spec.cpu, spec.memory_mb, spec.disk_mb))
+
     async def _admit(self, tenant: str, entry: str, demand: Demand, loc: list) -> None:
         quotas = await self.quotas(tenant)
         try:

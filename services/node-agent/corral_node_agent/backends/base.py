@@ -20,7 +20,7 @@ import abc
 import asyncio
 import socket
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from enum import StrEnum
 
 from corral_common.contracts.memory import BalloonState
@@ -160,9 +160,10 @@ class SandboxBackend(abc.ABC):
         """How this sandbox runs, for its record (accelerator, image transport...)."""
         return {}
 
-    async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
+    async def cleanup_orphans(self, adopt: bool = False, pooled: Collection[str] = ()) -> list[str]:
         """Remove what a previous run of the agent left behind; with ``adopt`` (Capability.adopt),
-        take over the sandboxes still alive instead and return their ids."""
+        take over the sandboxes still alive instead and return their ids, and (Capability.warm_pool)
+        those of ``pooled``, started ahead and never claimed, under their runtime ids."""
         return []
 
     async def close(self) -> None:

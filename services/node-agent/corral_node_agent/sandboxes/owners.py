@@ -103,5 +103,5 @@ class OwnerRecords:
     def prune(self, keep: set[str]) -> None:
         """Forget every sandbox but ``keep`` (at start: those that did not survive the last run)."""
         for name in os.listdir(self.directory):
-            if name.endswith(".tmp") or name.removesuffix(".json") not in keep:
-                os.unlink(f"{self.directory}/{name}")
+            if name.endswith(".tmp") or (name.endswith(".json") and name.removesuffix(".json") not in keep):
+                os.unlink(f"{self.directory}/{name}")  # (not a directory beside them: the warm pool's)

@@ -108,7 +108,8 @@ class SandboxManager:
                                  new_entry=lambda spec, tenant: _Entry(spec=spec, tenant=tenant,
                                                                        layer_format=self.backend.layer_format),
                                  acquire=self._acquire, release=self._release, quiet=self._until_quiet,
-                                 room=self._room)
+                                 room=self._room,
+                                 records=OwnerRecords(f"{owners.directory}/pooled") if owners is not None else None)
 
     @property
     def backend(self) -> SandboxBackend:
@@ -144,9 +145,15 @@ class SandboxManager:
         self.layers.cleanup_orphans()
         adopted_all: list[str] = []
         lost: list[str] = []
+        records = self.pool.records if self.pool is not None else None
+        pooled = records.ids() if records is not None else set()
         for kind, backend in self.backends.items():
-            adopted = await backend.cleanup_orphans(adopt=adopt and Capability.adopt in backend.capabilities)
+            adopted = await backend.cleanup_orphans(adopt=adopt and Capability.adopt in backend.capabilities,
+                                                    pooled=pooled if backend is self.backend else ())
             for sid in adopted:
+                if sid in pooled:
+                    await self._repool(sid, records.get(sid))
+                    continue
                 owner = self.owners.get(sid) if self.owners is not None else None
                 entry = _Entry(spec=backend.spec_of(sid), kind=kind, tenant=owner.tenant if owner else "",
                                layer_format=backend.layer_format)
@@ -155,14 +162,29 @@ class SandboxManager:
                 self._entries[sid] = entry
                 if owner is not None and owner.layers and await self._hold_adopted_layers(sid, entry, owner.layers):
                     lost.append(sid)
-            adopted_all += adopted
+            adopted_all += [sid for sid in adopted if sid not in pooled]
         if self.owners is not None:
             self.owners.prune(set(adopted_all))
         if self.pool is not None:
+            if records is not None:
+                records.prune({a.runtime_id for shape in self.pool.shapes() for a in shape.ready})
             self.pool.start()
         for sid in lost:
             asyncio.ensure_future(self._end_for_image_fault(sid))  # as a layer fault while it ran would
         return adopted_all
+
+    async def _repool(self, runtime_id: str, record: OwnerRecord | None) -> None:
+        """A sandbox started ahead by the previous agent run and never claimed: back into the
+        pool, holding its layers again; stopped when it cannot be (no record, its layers lost
+        or no longer held, or the pool is full of its shape)."""
+        entry = _Entry(spec=self.backend.spec_of(runtime_id), tenant=record.tenant if record else "",
+                       layer_format=self.backend.layer_format)
+        if record is not None and record.layers and not await self._hold_adopted_layers(runtime_id, entry, record.layers) \
+                and entry.layers and self.pool.adopt(runtime_id, record, entry):
+            log.info("warm_pool.adopted", runtime_id=runtime_id)
+            return
+        await self.backend.stop(runtime_id)
+        await self._release(entry)
 
     async def _hold_adopted_layers(self, sandbox_id: str, entry: _Entry, layers: Sequence[EnvironmentLayer]) -> bool:
         """Take references on the layers an adopted sandbox runs on, as its create did: the

@@ -24,6 +24,11 @@ its hostname), spec, lifetime and owner record; it was started with the create's
 and user. It keeps the crun id it was started under (``runtime_id``, also its cgroup's and
 directory's name). Its layers were acquired when it was started; the claim checks that they
 are still the environment's (one re-pointed since is not served from the pool).
+
+Each pooled sandbox has a record on the node's disk (``records``: tenant, template spec,
+layers; owners.py's format, in a directory of its own, so that nothing registers it as a
+sandbox), so a restarted agent puts the ones still running back in the pool (``adopt``) and a
+burst across an agent restart is still served from it.
 """
 
 import asyncio
@@ -39,6 +44,7 @@ from corral_common.sandboxes import SandboxSpec, warm_pool_shape
 from corral_node_agent.backends.base import SandboxBackend
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.errors import NodeAgentError
+from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
 
 log = get_logger(__name__)
 
@@ -78,11 +84,12 @@ class WarmPool:
                  new_entry: Callable[[SandboxSpec, str], Any],
                  acquire: Callable[[Any], Awaitable[RootFs]], release: Callable[[Any], Awaitable[None]],
                  quiet: Callable[[], Awaitable[None]], room: Callable[[], int] = lambda: 1 << 30,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 records: OwnerRecords | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         # ``room``: how many more sandboxes, pooled ones included, the node may run (its
         # max_sandboxes less what it runs): a pooled sandbox never takes a create's place.
         self.backend, self.size, self.idle_s, self.clock, self._room = backend, size, idle_s, clock, room
         self._new_entry, self._acquire, self._release, self._quiet = new_entry, acquire, release, quiet
+        self.records = records  # None: a restarted agent deletes the pooled sandboxes
         self._shapes: OrderedDict[str, _Shape] = OrderedDict()
         self._by_runtime: dict[str, str] = {}  # runtime id -> shape, for every pooled sandbox
         self._wake = asyncio.Event()
@@ -96,11 +103,7 @@ class WarmPool:
         key = warm_pool_shape(spec, tenant)
         if key is None:
             return None
-        shape = self._shapes.get(key)
-        if shape is None:
-            # (WARM_POOL_CLAIM_FIELDS: what the claim sets)
-            template = spec.model_copy(update={"timeout_s": AHEAD_TIMEOUT_S, "labels": {}, "workdir": None})
-            shape = self._shapes[key] = _Shape(spec=template, tenant=tenant, asked_at=self.clock())
+        shape = self._shape(key, spec, tenant)
         shape.asked_at = self.clock()
         self._shapes.move_to_end(key)
         ahead = shape.ready.popleft() if shape.ready else None
@@ -110,6 +113,14 @@ class WarmPool:
             self.misses += 1
         self._wake_up()
         return ahead
+
+    def _shape(self, key: str, spec: SandboxSpec, tenant: str) -> _Shape:
+        shape = self._shapes.get(key)
+        if shape is None:
+            # (WARM_POOL_CLAIM_FIELDS: what the claim sets)
+            template = spec.model_copy(update={"timeout_s": AHEAD_TIMEOUT_S, "labels": {}, "workdir": None})
+            shape = self._shapes[key] = _Shape(spec=template, tenant=tenant, asked_at=self.clock())
+        return shape
 
     def has_ready(self, spec: SandboxSpec, tenant: str) -> bool:
         key = warm_pool_shape(spec, tenant)
@@ -122,11 +133,16 @@ class WarmPool:
 
     def claimed(self, ahead: Ahead) -> None:
         """The create that took ``ahead`` made it its sandbox: no longer the pool's."""
-        self._by_runtime.pop(ahead.runtime_id, None)
+        self._forget(ahead.runtime_id)
+
+    def _forget(self, runtime_id: str) -> str | None:
+        if self.records is not None:
+            self.records.remove(runtime_id)
+        return self._by_runtime.pop(runtime_id, None)
 
     async def ended(self, runtime_id: str) -> None:
         """A pooled sandbox ended on its own (the backend tore it down): forget it."""
-        key = self._by_runtime.pop(runtime_id, None)
+        key = self._forget(runtime_id)
         shape = self._shapes.get(key) if key else None
         if shape is None:
             return
@@ -138,11 +154,14 @@ class WarmPool:
 
     async def discard(self, ahead: Ahead) -> None:
         """Stop a sandbox taken from the pool that will not be claimed after all."""
-        self._by_runtime.pop(ahead.runtime_id, None)
+        self._forget(ahead.runtime_id)
         try:
             await self.backend.stop(ahead.runtime_id)
         finally:
             await self._release(ahead.entry)
+
+    def shapes(self) -> list[_Shape]:
+        return list(self._shapes.values())
 
     def ready_count(self) -> int:
         return sum(len(s.ready) for s in self._shapes.values())
@@ -254,9 +273,27 @@ class WarmPool:
         if self._shapes.get(key) is not shape:  # drained meanwhile
             await self.discard(Ahead(runtime_id, entry))
             return
+        if self.records is not None:
+            now = time.time()
+            self.records.write(OwnerRecord(sandbox_id=runtime_id, tenant=shape.tenant, spec=shape.spec,
+                                           created_at=now, started_at=now, layers=tuple(entry.layers)))
         shape.ready.append(Ahead(runtime_id, entry))
         self._by_runtime[runtime_id] = key
         log.info("warm_pool.ready", runtime_id=runtime_id, ready=len(shape.ready))
+
+    def adopt(self, runtime_id: str, record: OwnerRecord, entry: Any) -> bool:
+        """Take back a sandbox a previous agent run started ahead (``record``: what it wrote
+        for it; ``entry`` holds its layers again). False: not poolable now (the caller stops
+        it): its shape is no longer one, or the pool holds its size of that shape already."""
+        key = warm_pool_shape(record.spec, record.tenant)
+        if key is None:
+            return False
+        shape = self._shape(key, record.spec, record.tenant)
+        if len(shape.ready) >= self.size:
+            return False
+        shape.ready.append(Ahead(runtime_id, entry))
+        self._by_runtime[runtime_id] = key
+        return True
 
     async def close(self) -> None:
         """Stop filling and stop every pooled sandbox (agent shutdown)."""

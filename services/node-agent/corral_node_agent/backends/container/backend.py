@@ -28,7 +28,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 
@@ -196,7 +196,7 @@ class ContainerBackend(SandboxBackend):
 
     async def start_ahead(self, runtime_id: str, spec: SandboxSpec, rootfs: RootFs) -> None:
         """Start a sandbox for the warm pool: running, but no sandbox until claim() names it
-        (a restarted agent deletes it instead of adopting it)."""
+        (a restarted agent takes it back for the pool, or deletes it: cleanup_orphans)."""
         await self._start(runtime_id, spec, rootfs, ahead=True)
 
     async def _start(self, sandbox_id: str, spec: SandboxSpec, rootfs: RootFs, ahead: bool) -> None:
@@ -490,16 +490,17 @@ class ContainerBackend(SandboxBackend):
             return
         node_cgroup.prune(self.cgroups, self.settings.node_id)
 
-    async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
+    async def cleanup_orphans(self, adopt: bool = False, pooled: Collection[str] = ()) -> list[str]:
         """Clear what a previous run left. With ``adopt``, containers that still run (or are
-        paused) and whose bundle says what they are are taken over instead (returned);
+        paused) and whose bundle says what they are are taken over instead (returned), and so
+        are the ones started ahead of ``pooled`` (under their runtime ids, for the warm pool);
         everything else in our crun root and under sandboxes/ is deleted."""
         adopted: list[str] = []
         ours = {sb.runtime_id for sb in self._sandboxes.values()}
         for cid, state in (await self.crun.list()).items():
             if cid in ours:
                 continue
-            adopted_id = self._adopt(cid, state) if adopt and state.status in ("running", "paused") else None
+            adopted_id = self._adopt(cid, state, pooled) if adopt and state.status in ("running", "paused") else None
             if adopted_id is not None:
                 adopted.append(adopted_id)
                 continue
@@ -522,16 +523,17 @@ class ContainerBackend(SandboxBackend):
         self._prune_parent_cgroups()
         return adopted
 
-    def _adopt(self, runtime_id: str, state: CrunContainer) -> str | None:
+    def _adopt(self, runtime_id: str, state: CrunContainer, pooled: Collection[str]) -> str | None:
         """Rebuild the in-memory entry of a container a previous agent run started; its
         sandbox id (None: not adopted). One started ahead and never claimed is not a sandbox:
-        it is deleted like an orphan."""
+        it is taken back under its runtime id when it is one of ``pooled``, else deleted like
+        an orphan."""
         sb_dir = f"{self.sandboxes_dir}/{runtime_id}"
         try:
             meta = bundle.read_meta(sb_dir)
-            if meta.sandbox_id is None:
+            if meta.sandbox_id is None and (runtime_id not in pooled or state.status != "running"):
                 return None
-            sandbox_id = meta.sandbox_id
+            sandbox_id = meta.sandbox_id or runtime_id
             spec, started_at, ids = meta.spec, meta.started_at, meta.ids
             pid = state.pid
             if pid <= 0:

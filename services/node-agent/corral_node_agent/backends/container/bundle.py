@@ -116,7 +116,7 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
 def write_meta(directory: str, spec: SandboxSpec, ids: IdRange | None, disk: UpperDisk | None = None, *,
                sandbox_id: str | None) -> None:
     """sandbox.json; ``sandbox_id`` None: started ahead for the warm pool, not a sandbox yet
-    (a restarted agent deletes it). Rewritten when it is claimed (``disk`` None: the one
+    (never adopted as one). Rewritten when it is claimed (``disk`` None: the one
     already written stays). Written whole, then renamed: a crash never leaves half a file."""
     path = f"{directory}/{META}"
     if disk is None:

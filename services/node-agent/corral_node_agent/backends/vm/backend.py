@@ -21,7 +21,7 @@ import shutil
 import struct
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -515,7 +515,7 @@ class QemuBackend(SandboxBackend):
                 "agent": "corral" if vm.config.agent_socket else "none",
                 "qemu_user": vm.config.run_as or "root"}
 
-    async def cleanup_orphans(self, adopt: bool = False) -> list[str]:
+    async def cleanup_orphans(self, adopt: bool = False, pooled: Collection[str] = ()) -> list[str]:
         """What a previous run of the agent left: with ``adopt``, take over the VMs whose QEMU
         still runs (QEMU lives in its own session and survives the agent); kill the rest
         and remove their files and cgroups."""
