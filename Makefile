@@ -65,6 +65,11 @@ test: venv guestkit
 	@flock -o $(TEST_STATE)/lock $(MAKE) --no-print-directory test-locked
 
 test-locked:
+	@# The suite's platform needs this host's capacity and node ids (node-1, node-2), which a
+	@# running `make up` platform holds (docs/architecture.md, "Capacity"): stop it first.
+	@if ls $(STATE)/run/*.pid >/dev/null 2>&1; then \
+	  echo "== make test: stopping the platform make up started ($(STATE)): the tests need this host; make up starts it again =="; \
+	  $(PY) scripts/corral_platform.py down --state-dir $(STATE); fi
 	@scripts/servers.sh start $(TEST_STATE)/servers 26379 25672 > $(TEST_STATE).urls
 	@scripts/servers.sh start-postgres $(TEST_STATE)/servers 26432 > $(TEST_STATE).pg
 	@read redis amqp < $(TEST_STATE).urls; read pg < $(TEST_STATE).pg; \

@@ -148,6 +148,23 @@ def test_two_live_agents_on_one_state_dir_are_refused(tmp_path):
     restarted.release()
 
 
+def test_a_node_id_another_running_agent_holds_is_refused(tmp_path):
+    """Two platforms on one host, each naming its first node node-1: they would share the
+    node's cgroup (its caps, its sandbox count, the memory-manager's view)."""
+    first = agent(tmp_path, "mine")
+    other = NodeAgentSettings(node_id=first.node_id, state_dir=str(tmp_path / "other-platform"),
+                              capacity_registry_dir=first.capacity_registry_dir)
+    _, held = capacity.claim(first, host=HOST)
+    try:
+        with pytest.raises(RuntimeError, match=f"node id '{first.node_id}' is taken on this host") as info:
+            capacity.claim(other, host=HOST)
+        assert first.state_dir in str(info.value) and "CORRAL_NODE_ID" in str(info.value)
+    finally:
+        held.release()
+    _, later = capacity.claim(other, host=HOST)  # once that agent is gone
+    later.release()
+
+
 # ---- reservations count pids ------------------------------------------------------------------
 
 

@@ -59,6 +59,7 @@ class Peer:
     node_id: str
     resources: Resources
     meta: dict
+    held: bool = False  # its agent runs (holds the file's flock)
 
 
 class HostRegistry:
@@ -106,7 +107,7 @@ class HostRegistry:
                     os.unlink(path)
                 continue
             peers.append(Peer(key=name[:-5], node_id=str(data.get("node_id", "")),
-                              resources=Resources.from_dict(data.get("claim", {})), meta=data))
+                              resources=Resources.from_dict(data.get("claim", {})), meta=data, held=held))
         return peers
 
     def peers(self, in_use: Callable[[dict], bool] = lambda _: False) -> list[Peer]:
@@ -118,13 +119,17 @@ class HostRegistry:
               meta: dict | None = None, in_use: Callable[[dict], bool] = lambda _: False) -> Claim:
         """Claim ``want`` for agent ``key``, clamped to what the live claims of other agents
         left of ``budget``. Raises RuntimeError if another live agent holds this key (two agents
-        on one state dir)."""
+        on one state dir) or this node id (two platforms on one host, each with its node-1):
+        a node id names the node's cgroup (/corral/<node>), whose caps, sandbox count and
+        memory-manager would be shared by both."""
         with self._locked():
             peers = self._live_peers(key, in_use)
             for peer in peers:
-                if peer.node_id == node_id:
-                    log.warning("node.id_shared_on_host", node_id=node_id, other_agent=peer.key,
-                                hint="both agents cap the same node cgroup; give each its own CORRAL_NODE_ID")
+                if peer.node_id == node_id and peer.held:
+                    raise RuntimeError(
+                        f"node id {node_id!r} is taken on this host by a running node-agent (pid {peer.meta.get('pid')}, "
+                        f"state dir {peer.meta.get('state_dir')}); both would share the node's cgroup "
+                        f"/corral/{node_id}: give each node-agent on a host its own CORRAL_NODE_ID")
             got, clamped = grant(want, budget, [p.resources for p in peers])
             path = self._path(key)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
