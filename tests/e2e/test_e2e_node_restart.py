@@ -162,13 +162,20 @@ def _fncall_on_node(platform, timeout_s: float) -> list[dict]:
 
 
 def _on_node(corral, labels: dict) -> object:
-    """A new busybox sandbox on NODE (placement spreads: others are deleted)."""
-    for _ in range(8):
-        sb = corral.sandboxes.create("busybox", memory_mb=64, labels=labels)
-        if sb.info.node_id == NODE:
-            return sb
-        sb.delete()
-    raise AssertionError(f"no sandbox landed on {NODE}")
+    """A new busybox sandbox on NODE. Placement spreads by load: the ones that land elsewhere
+    are kept until one lands here (deleting each at once would keep the other node the
+    emptier one), then deleted."""
+    elsewhere = []
+    try:
+        for _ in range(8):
+            sb = corral.sandboxes.create("busybox", memory_mb=64, labels=labels)
+            if sb.info.node_id == NODE:
+                return sb
+            elsewhere.append(sb)
+        raise AssertionError(f"no sandbox landed on {NODE}")
+    finally:
+        for sb in elsewhere:
+            sb.delete()
 
 
 def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(platform, corral):
