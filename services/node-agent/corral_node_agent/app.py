@@ -48,6 +48,12 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             # crun containers always; microvm and vm where QEMU is installed.
             manager = build_manager(settings, backends)
             manager.max_sandboxes = capacity.max_sandboxes
+            store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
+            bus = await EventBus(settings.amqp_url, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
+            events = NodeEvents(settings, store, bus, manager, capacity)
+            # Sandboxes a previous run of this agent left running are re-adopted, not killed
+            # (after NodeEvents listens: one adopted only to be ended at once is reported).
+            await manager.start(adopt=settings.adopt_on_start)
             lazy = getattr(manager.layers, "lazy", None)
             lazy_start = None
             if lazy is not None:
@@ -55,14 +61,9 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
                 if settings.layer_mode == "lazy":
                     # In the background: the heartbeat must not wait for a process to start.
                     lazy_start = asyncio.create_task(lazy.start())
-            # Every sandbox, VM and fncall worker of the node runs below its capped cgroup.
+            # Every sandbox, VM and fncall worker of the node runs below its capped cgroup (after
+            # start(), whose cleanup removes the empty cgroups a previous run left).
             node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
-            store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
-            bus = await EventBus(settings.amqp_url, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
-            events = NodeEvents(settings, store, bus, manager, capacity)
-            # Sandboxes a previous run of this agent left running are re-adopted, not killed
-            # (after NodeEvents listens: one adopted only to be ended at once is reported).
-            await manager.start(adopt=settings.adopt_on_start)
             app.state.settings, app.state.manager, app.state.events = settings, manager, events
             app.state.capacity = capacity
             app.state.node_gauges = metrics.NodeGauges(settings.node_id, manager)

@@ -250,10 +250,11 @@ class JobService:
             await self.quotas.readmit_job(row.tenant, row.id, max(0, row.count - len(ended)), spec)
             # One that ended since it was listed gave its share back to its own entry, if any:
             # give it back from the job's (once per sandbox, as its end event would).
-            since = await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{row.id}-")
-            for sandbox_id in set(since) - set(ended):
+            before, ended = ended, await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{row.id}-")
+            for sandbox_id in set(ended) - set(before):
                 await self.quotas.ledger.release(row.tenant, row.id, sandbox_id)
-        # Those that ended count as admitted once (they were), so the job's totals add up.
+        # Those that ended count as admitted once (they were), so the job's totals add up; the
+        # submission skips them (it lists them again, later: a superset of these).
         await self.redis.hset(f"job:{row.id}", mapping={"requeued": "1", "admitted": len(ended)})
         await self.redis.sadd("jobs:submitting", row.id)
         self._spawn(self._submit(row.id))
