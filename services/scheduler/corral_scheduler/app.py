@@ -51,6 +51,9 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
         finally:
             admit_task.cancel()
             reaper_task.cancel()
+            # Let them end before their bus and store go: a placement cut off mid-publish by a
+            # closed channel could otherwise wait for ever (bounded: shutdown must end).
+            await asyncio.wait({admit_task, reaper_task}, timeout=10)
             await bus.close()
             await store.close()
             if environments is not None:
