@@ -7,6 +7,7 @@ Needs root and /dev/fuse (the conftest enters a private mount namespace).
 """
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import json
@@ -16,6 +17,7 @@ import shutil
 import signal
 import socket
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -383,6 +385,18 @@ def _die(cache) -> None:
     sock.shutdown(socket.SHUT_RDWR)  # (a close would not wake the thread blocked reading it)
 
 
+@contextlib.contextmanager
+def _sandbox_view(mnt: str, tmp_path) -> Iterator[str]:
+    """A sandbox's own copy of a layer mount (a container's mount namespace holds one)."""
+    view = f"{tmp_path}/sandbox-view"
+    os.mkdir(view)
+    host.bind_mount(mnt, view)
+    try:
+        yield view
+    finally:
+        host.umount(view)
+
+
 async def test_an_agent_restart_keeps_serving_the_layer_and_reuses_its_server(fake, new_cache, state_dir, tmp_path):
     svc, layers = fake
     ws, ws_tree = layers["ws"]
@@ -391,11 +405,7 @@ async def test_an_agent_restart_keeps_serving_the_layer_and_reuses_its_server(fa
     pid = crashed.lazy.server.pid
     assert not any(m.startswith(f"{state_dir}/layers/lazy") for m in host.mountpoints()), \
         "the FUSE mount lives in the server's namespace, not the agent's"
-    # The sandbox's own copy of the layer mount (a container's mount namespace holds one).
-    sandbox = f"{tmp_path}/sandbox-view"
-    os.mkdir(sandbox)
-    host.bind_mount(mnt, sandbox)
-    try:
+    with _sandbox_view(mnt, tmp_path) as sandbox:
         assert await asyncio.to_thread(_read, f"{sandbox}/{_file(1)}") == _read(f"{ws_tree}/{_file(1)}")
         _die(crashed)
         restarted = new_cache()
@@ -411,8 +421,6 @@ async def test_an_agent_restart_keeps_serving_the_layer_and_reuses_its_server(fa
         assert restarted.lazy_layers_lost([ws]) == []  # what an adopted sandbox reads still works
         assert _checksums(again) == _checksums(ws_tree)
         await restarted.release([ws])
-    finally:
-        host.umount(sandbox)
 
 
 async def test_a_server_that_died_while_no_agent_ran_is_named_by_the_next_agent(fake, new_cache, tmp_path):
@@ -420,10 +428,7 @@ async def test_a_server_that_died_while_no_agent_ran_is_named_by_the_next_agent(
     ws, ws_tree = layers["ws"]
     crashed = new_cache()
     [mnt] = await crashed.acquire([ws])
-    sandbox = f"{tmp_path}/sandbox-view"
-    os.mkdir(sandbox)
-    host.bind_mount(mnt, sandbox)
-    try:
+    with _sandbox_view(mnt, tmp_path) as sandbox:
         pid = crashed.lazy.server.pid
         _die(crashed)
         os.kill(pid, signal.SIGKILL)  # ... and then its server, with no agent to see it
@@ -439,8 +444,6 @@ async def test_a_server_that_died_while_no_agent_ran_is_named_by_the_next_agent(
             await asyncio.to_thread(_read, f"{sandbox}/{_file(113)}")
         assert exc.value.errno in (errno.EIO, errno.ENOTCONN)
         await restarted.release([ws])
-    finally:
-        host.umount(sandbox)
 
 
 async def test_a_killed_server_fails_reads_and_its_sandboxes_never_hang(fake, new_cache, tmp_path):
@@ -450,10 +453,7 @@ async def test_a_killed_server_fails_reads_and_its_sandboxes_never_hang(fake, ne
     faults: list[tuple[str, str]] = []
     cache.add_fault_listener(lambda digest, err: faults.append((digest, err)))
     [mnt] = await cache.acquire([ws])
-    sandbox = f"{tmp_path}/sandbox-view"
-    os.mkdir(sandbox)
-    host.bind_mount(mnt, sandbox)
-    try:
+    with _sandbox_view(mnt, tmp_path) as sandbox:
         pid = cache.lazy.server.pid
         os.kill(pid, signal.SIGKILL)
         assert await asyncio.to_thread(exited, pid)
@@ -472,5 +472,3 @@ async def test_a_killed_server_fails_reads_and_its_sandboxes_never_hang(fake, ne
         assert _checksums(again) == _checksums(ws_tree)
         await cache.release([ws])
         await cache.release([ws])
-    finally:
-        host.umount(sandbox)
