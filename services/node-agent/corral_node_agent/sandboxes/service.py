@@ -179,10 +179,12 @@ class SandboxManager:
         or no longer held, or the pool is full of its shape)."""
         entry = _Entry(spec=self.backend.spec_of(runtime_id), tenant=record.tenant if record else "",
                        layer_format=self.backend.layer_format)
-        if record is not None and record.layers and not await self._hold_adopted_layers(runtime_id, entry, record.layers) \
-                and entry.layers and self.pool.adopt(runtime_id, record, entry):
-            log.info("warm_pool.adopted", runtime_id=runtime_id)
-            return
+        if record is not None and record.layers:
+            lost = await self._hold_adopted_layers(runtime_id, entry, record.layers)
+            held = bool(entry.layers)
+            if held and not lost and self.pool.adopt(runtime_id, record, entry):
+                log.info("warm_pool.adopted", runtime_id=runtime_id)
+                return
         await self.backend.stop(runtime_id)
         await self._release(entry)
 
