@@ -173,6 +173,15 @@ def lazy_server_pid(platform, node_id: str) -> int:
     raise AssertionError(f"no lazy-layer server for {root}")
 
 
+def log_lines(platform, service: str, needle: str, limit: int = 40) -> list[str]:
+    """The last ``limit`` lines of a platform service's log that name ``needle`` (for a
+    failure message: what that service did with a sandbox)."""
+    path = platform["state"] / "logs" / f"{service}.log"
+    if not path.exists():
+        return []
+    return [line for line in path.read_text(errors="replace").splitlines() if needle in line][-limit:]
+
+
 def leftovers(platform, node_id: str, sandbox_id: str) -> list[str]:
     """Everything a deleted sandbox could leave behind on its node; empty when clean."""
     found = []

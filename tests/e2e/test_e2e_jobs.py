@@ -81,7 +81,7 @@ def _restart(platform, name: str, module: str, url: str) -> float:
 def test_burst_survives_api_scheduler_and_node_agent_restarts(corral, platform):
     """A job bigger than the platform's room (cpu 0.1 each, 2 cores per node: ~40 at a time),
     while the api, the scheduler and node-1's agent are each SIGKILLed and restarted."""
-    from tests.e2e.conftest import leftovers
+    from tests.live_platform import leftovers, log_lines
 
     count = 120
     job = corral.jobs.create("busybox", count=count, memory_mb=32, cpu=0.1, timeout_s=2)
@@ -107,7 +107,8 @@ def test_burst_survives_api_scheduler_and_node_agent_restarts(corral, platform):
     assert job.info["admitted"] + job.info.get("pending", 0) <= count
     # Nothing left behind on either node.
     for sb in listed:
-        assert not leftovers(platform, sb.info.node_id or "node-1", sb.id), sb.id
+        node = sb.info.node_id or "node-1"
+        assert not leftovers(platform, node, sb.id), (sb.id, log_lines(platform, node, sb.id))
 
 
 def test_delete_by_label_selector(corral):

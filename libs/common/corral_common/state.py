@@ -571,7 +571,12 @@ class StateStore:
         return nodes[0] if nodes else None
 
     async def lost_nodes(self, timeout_s: float) -> list[str]:
-        return await self.redis.zrangebyscore("nodes", "-inf", time.time() - timeout_s)
+        return [node_id for node_id, _ in await self.stale_nodes(timeout_s)]
+
+    async def stale_nodes(self, timeout_s: float) -> list[tuple[str, float]]:
+        """Nodes whose score is older than ``timeout_s``, with it (when they last showed life)."""
+        return [(node_id, float(score)) for node_id, score in
+                await self.redis.zrangebyscore("nodes", "-inf", time.time() - timeout_s, withscores=True)]
 
     async def node_sandboxes(self, node_id: str) -> set[str]:
         return await self.redis.smembers(f"sb:node:{node_id}")

@@ -20,7 +20,8 @@ from corral_common.sandboxes import SandboxSpec
 from corral_common.state import StateStore
 from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.capacity.resources import NodeCapacity, Resources
-from corral_node_agent.events.pulse import WEDGE_TIMEOUTS, LivenessPulse
+from corral_common.node_liveness import WEDGE_TIMEOUTS
+from corral_node_agent.events.pulse import LivenessPulse
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.sandboxes.owners import OwnerRecords
 from corral_node_agent.sandboxes.service import SandboxManager

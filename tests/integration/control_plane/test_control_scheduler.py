@@ -164,6 +164,44 @@ async def test_lost_node_fails_its_sandboxes(plane):
     assert await store.get_node(node) is None
 
 
+async def test_a_silent_node_whose_port_still_accepts_is_spared_until_the_wedge_budget(plane):
+    """A stalled agent process (every thread stopped: direct reclaim) still has its listening
+    socket, and the kernel completes handshakes into its backlog: a socket that listens and is
+    never accepted from is exactly that. Its node is not reaped until the budget has passed;
+    a node whose port refuses is reaped at once."""
+    import socket
+    import time
+
+    from corral_common.node_liveness import WEDGE_TIMEOUTS
+
+    store, bus, placer = plane
+    stalled_agent = socket.create_server(("127.0.0.1", 0), backlog=8)  # never accept()ed
+    dead_agent = socket.create_server(("127.0.0.1", 0))
+    dead_port = dead_agent.getsockname()[1]
+    dead_agent.close()  # its port now refuses
+    stalled, dead = f"ns-{uuid.uuid4().hex[:4]}", f"nd-{uuid.uuid4().hex[:4]}"
+    try:
+        await store.heartbeat(stalled, f"http://127.0.0.1:{stalled_agent.getsockname()[1]}", 4, 1000, 10)
+        await store.heartbeat(dead, f"http://127.0.0.1:{dead_port}", 4, 1000, 10)
+        event = await request(store, SandboxSpec(environment="e"))
+        await placer.try_place(event.sandbox_id, stalled)
+        reaper = NodeReaper(store, bus, heartbeat_timeout_s=5, interval_s=1)
+        silent_since = time.time() - 2 * 5  # two timeouts silent: past the timeout, within the budget
+        await store.redis.zadd("nodes", {stalled: silent_since, dead: silent_since})
+        assert await reaper.reap_once() == [dead]
+        assert await reaper.reap_once() == []  # and again: spared, not reaped on a later pass
+        record = await store.get_sandbox(event.sandbox_id)
+        assert (record.state, record.node_id) == (SandboxState.scheduled, stalled)
+        assert await store.get_node(stalled) is not None
+        # Silent for the whole budget: alive or not, it is given up.
+        await store.redis.zadd("nodes", {stalled: time.time() - WEDGE_TIMEOUTS * 5 - 1})
+        assert await reaper.reap_once() == [stalled]
+        record = await store.get_sandbox(event.sandbox_id)
+        assert (record.state, record.reason) == (SandboxState.failed, "node_lost")
+    finally:
+        stalled_agent.close()
+
+
 # ---- sandbox kinds (container / microvm / vm) ---------------------------------------------
 
 

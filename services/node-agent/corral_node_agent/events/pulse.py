@@ -29,12 +29,6 @@ from corral_node_agent import metrics
 
 log = get_logger(__name__)
 
-# The wedge budget, in heartbeat timeouts (a minute by default). Long enough for the slowest
-# busy loop seen (the 10,000-sandbox density run had the beat more than one 10 s timeout late),
-# short enough that a loop that stopped for good gets its node reaped: it answers no exec and
-# stops nothing, and no new sandbox goes to it meanwhile (reserve refuses a node whose full
-# beat is older than the timeout).
-WEDGE_TIMEOUTS = 6
 # Over this window the loop-lag gauge reports the worst lag (a stall that ended between two
 # scrapes still shows).
 LAG_WINDOW_S = 60.0

@@ -12,13 +12,14 @@ from corral_common import lifecycle
 from corral_common.amqp import EventBus
 from corral_common.events import SandboxPlace, SandboxStop
 from corral_common.logging import get_logger
+from corral_common.node_liveness import WEDGE_TIMEOUTS
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, Usage
 from corral_common.state import StateStore
 from corral_node_agent import metrics
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.capacity.resources import NodeCapacity
 from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
-from corral_node_agent.events.pulse import WEDGE_TIMEOUTS, LoopWatch
+from corral_node_agent.events.pulse import LoopWatch
 from corral_node_agent.events.registration import NodeRegistration
 from corral_node_agent.network.egress import node_egress
 from corral_node_agent.network.reporting import DenialReporter

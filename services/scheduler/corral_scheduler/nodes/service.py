@@ -10,6 +10,11 @@ A heartbeat is old either because its node is gone or because nobody could reach
 comes back would fail every running sandbox. So the reaper only reaps once it has itself
 seen Redis without a break (no gap over half the timeout between two answers) for at least
 the heartbeat timeout: by then every live node has heartbeated again.
+
+A node whose whole agent process stalls (direct reclaim stops the pulse's thread too) is not
+dead: before reaping, the reaper asks its kernel (corral_common/node_liveness.py). A node whose
+port still completes a handshake is spared until the wedge budget, counted from its last beat,
+has passed; one that refuses or does not answer is reaped at once, as before.
 """
 
 import asyncio
@@ -18,6 +23,7 @@ import time
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
 from corral_common.logging import get_logger
+from corral_common.node_liveness import WEDGE_TIMEOUTS, accepts_connections
 from corral_common.sandboxes import FailureReason, SandboxState
 from corral_common.state import StateStore
 
@@ -48,12 +54,35 @@ class NodeReaper:
         self.timeout = heartbeat_timeout_s
         self.interval = interval_s
         self.watch = RedisWatch(max_gap_s=heartbeat_timeout_s / 2)
+        self.stall_budget_s = WEDGE_TIMEOUTS * heartbeat_timeout_s
+        # A handshake is one round trip: a node that needs longer is as good as unreachable.
+        self.probe_timeout_s = min(1.0, heartbeat_timeout_s / 4)
+        self._spared: set[str] = set()  # stalled nodes given time (logged once per stall)
 
     async def reap_once(self) -> list[str]:
-        lost = await self.store.lost_nodes(self.timeout)
-        for node_id in lost:
+        """Reap the nodes that are gone; returns them (not the stalled ones spared)."""
+        stale = await self.store.stale_nodes(self.timeout)
+        alive = await asyncio.gather(*(self._stalled_not_dead(node_id, seen) for node_id, seen in stale))
+        self._spared &= {node_id for node_id, _ in stale}
+        lost = []
+        for (node_id, seen), stalled in zip(stale, alive, strict=True):
+            if stalled:
+                if node_id not in self._spared:
+                    self._spared.add(node_id)
+                    log.warning("node.stalled", node_id=node_id, silent_s=round(time.time() - seen, 1),
+                                reaped_after_s=self.stall_budget_s)
+                continue
+            self._spared.discard(node_id)
             await self.reap(node_id)
+            lost.append(node_id)
         return lost
+
+    async def _stalled_not_dead(self, node_id: str, last_seen: float) -> bool:
+        """Silent, within the wedge budget, and its agent's port still accepts."""
+        if time.time() - last_seen >= self.stall_budget_s:
+            return False
+        node = await self.store.get_node(node_id)
+        return node is not None and await accepts_connections(node.url, self.probe_timeout_s)
 
     async def reap(self, node_id: str) -> None:
         """Give the node up: its sandboxes fail ``node_lost``, and its tombstone stays."""

@@ -452,7 +452,7 @@ class ContainerBackend(SandboxBackend):
         rc, out = await self.crun.delete(sb.runtime_id)
         deleted = rc == 0 or "does not exist" in out or "not found" in out.lower()
         if not deleted:
-            log.warning("crun.delete_failed", sandbox_id=sb.id, output=out)
+            log.error("crun.delete_failed", sandbox_id=sb.id, rc=rc, output=out)
         if self.egress.is_attached(sb.id):
             await self.egress.detach(sb.id)
         # Taken here, on the loop, where file calls take their copies (_root_of): once

@@ -87,9 +87,18 @@ class Crun:
         """Best effort: a container already gone is fine."""
         await self._call("kill", container_id, signal, check=False)
 
-    async def delete(self, container_id: str) -> tuple[int, str]:
-        """``crun delete --force``; (exit code, output) for the caller to judge."""
-        return await self._call("delete", "--force", container_id, check=False)
+    async def delete(self, container_id: str, attempts: int = 3) -> tuple[int, str]:
+        """``crun delete --force``, tried again when it fails; (exit code, output) of the last
+        try, for the caller to judge. A delete racing the killed init's exit can fail before it
+        removes the container's state (a full CI run once left one behind, its cgroup and
+        bundle gone); the next try finds the process gone and finishes."""
+        for attempt in range(attempts):
+            rc, out = await self._call("delete", "--force", container_id, check=False)
+            if rc == 0 or not os.path.isdir(f"{self.root}/{container_id}"):  # noqa: ASYNC240 - one stat
+                return rc, out
+            if attempt + 1 < attempts:
+                await asyncio.sleep(0.05 * (attempt + 1))
+        return rc, out
 
     async def list(self) -> dict[str, CrunContainer]:
         """Containers in our crun root. If crun cannot list them, the names in the root
