@@ -383,9 +383,10 @@ async def heartbeat_probe(corral, redis_url: str, interval_s: float) -> dict:
             "interval_s": interval_s, "node_hash_bytes": sizes}
 
 
-async def explain_stop(corral, job) -> dict:
-    """Why a batch did not all run: the failed sandboxes' reasons, pending ones' reasons, the
-    nodes' free room and the kernel's counters."""
+async def explain_stop(corral, job, state: Path) -> dict:
+    """Why a batch did not all run: the failed sandboxes' reasons (and the errors the nodes
+    logged for them: a record names the reason only), pending ones' reasons, the nodes' free
+    room and the kernel's counters."""
     out: dict = {"job_counts": job.counts}
     failed = await corral.sandboxes.list(labels={"job": job.id}, state="failed")
     reasons: dict[str, int] = {}
@@ -400,6 +401,8 @@ async def explain_stop(corral, job) -> dict:
     for sb in pending:
         reason = str(sb.info.to_dict().get("reason"))
         pend_reasons[reason] = pend_reasons.get(reason, 0) + 1
+    if failed and not errors:
+        errors = node_logged_errors(state, {sb.id for sb in failed})
     out.update(failed_reasons=reasons, failed_errors=errors, pending_reasons=pend_reasons)
     r = await corral.http.get("/v1/nodes")
     nodes = r.json()["items"]
@@ -413,6 +416,23 @@ async def explain_stop(corral, job) -> dict:
             "disk_mb": None if n.get("disk_mb") is None else n["disk_mb"] - n["used_disk_mb"]}
     out["free"] = free
     return out
+
+
+def node_logged_errors(state: Path, sandbox_ids: set[str], most: int = 5) -> list[str]:
+    """The errors the node-agents logged for these sandboxes' failed starts, most common first."""
+    counts: dict[str, int] = {}
+    for log_file in sorted((state / "logs").glob("node-*.log")):
+        for line in log_file.read_text(errors="replace").splitlines():
+            if "sandbox.start_failed" not in line:
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("sandbox_id") in sandbox_ids:
+                error = str(entry.get("error") or entry.get("exception", "").splitlines()[-1:] or "")[:300]
+                counts[error] = counts.get(error, 0) + 1
+    return [f"{n}x {error}" for error, n in sorted(counts.items(), key=lambda kv: -kv[1])[:most]]
 
 
 def name_limit(stop: dict, kernel: dict) -> str:
@@ -504,7 +524,7 @@ async def run(args: argparse.Namespace, url: str, key: str, state: str, redis_ur
                       f"host used {ramp[-1]['host_used_mib']:.0f} MiB", file=sys.stderr)
                 batch_no += 1
                 if not ok:
-                    stop = await explain_stop(corral, job)
+                    stop = await explain_stop(corral, job, state)
                     kern = kernel_counters(next((p for nm, p in service_pids(state).items()
                                                  if nm.startswith("node-")), None))
                     stop["kernel"] = kern

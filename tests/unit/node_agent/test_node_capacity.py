@@ -95,6 +95,40 @@ def test_sandbox_count_follows_the_pids_claim_unless_set():
     assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, max_sandboxes=7).max_sandboxes == 7
 
 
+def test_the_descriptor_limit_bounds_the_sandbox_count_set_or_derived():
+    """Past what RLIMIT_NOFILE holds every start fails EMFILE (the density run: 4,009 per node at
+    20,000 descriptors); the node says it is full first."""
+    claim = Resources(2, 10_000, 120_000)
+    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, open_files_room=3000).max_sandboxes == 3000
+    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, max_sandboxes=9000,
+                         open_files_room=3000).max_sandboxes == 3000
+
+
+def test_the_agent_raises_its_descriptor_limit_and_knows_what_it_holds():
+    """In a child process (the limit is the process's): a soft limit below the hard one goes up
+    to it at least; with CAP_SYS_RESOURCE the hard limit goes up too (to fs.nr_open, at most 2^20)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, resource\n"
+        "from corral_node_agent.host import raise_open_files_limit, sandboxes_open_files_allow, FDS_PER_SANDBOX\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+        "new = raise_open_files_limit()\n"
+        "assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == new >= hard, (new, hard)\n"
+        "cap_eff = int(next(l for l in open('/proc/self/status') if l.startswith('CapEff:')).split()[1], 16)\n"
+        "if cap_eff >> 24 & 1:  # CAP_SYS_RESOURCE (root in a container may lack it: this machine)\n"
+        "    nr_open = int(open('/proc/sys/fs/nr_open').read())\n"
+        "    assert new == max(hard, min(1 << 20, nr_open)), (new, hard, nr_open)\n"
+        "assert sandboxes_open_files_allow() == (new - min(4096, new // 4)) // FDS_PER_SANDBOX\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "assert sandboxes_open_files_allow() == (1024 - 256) // FDS_PER_SANDBOX\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 def test_memory_sampling_stretches_its_interval_to_stay_within_its_share_of_a_core():
     from corral_node_agent.memory.accounting import next_sample_delay
 

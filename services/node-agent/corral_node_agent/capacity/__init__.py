@@ -21,6 +21,7 @@ from corral_node_agent.cgroups import node as node_cgroup
 from corral_node_agent.cgroups.base import CgroupDriver
 from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.fncall.service import worker_tasks
+from corral_node_agent.host import sandboxes_open_files_allow
 from corral_node_agent.isolation.userns import id_range_count
 from corral_node_agent.settings import NodeAgentSettings
 
@@ -56,7 +57,8 @@ def claim(settings: NodeAgentSettings, *, host: Host | None = None,
                          "or explicit CORRAL_NODE_*_CAPACITY settings")
     capacity = node_capacity(got.resources, cpu_overcommit=settings.cpu_overcommit,
                              memory_overcommit=settings.memory_overcommit, fncall_pids=worker_tasks(settings.fncall),
-                             max_sandboxes=settings.max_sandboxes, id_ranges=id_range_count(settings))
+                             max_sandboxes=settings.max_sandboxes, id_ranges=id_range_count(settings),
+                             open_files_room=sandboxes_open_files_allow())
     log.info("node.capacity", node_id=node_id, claim=got.resources.as_dict(), cpu=capacity.cpu,
              memory_mb=capacity.memory_mb, pids=capacity.pids, max_sandboxes=capacity.max_sandboxes, host={"cpus": host.cpus, "memory_mb": host.memory_mb,
                                                                       "tasks": host.tasks})

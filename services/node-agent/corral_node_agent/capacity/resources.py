@@ -136,14 +136,19 @@ class NodeCapacity:
 
 
 def node_capacity(claim: Resources, *, cpu_overcommit: float, memory_overcommit: float,
-                  fncall_pids: int = 0, max_sandboxes: int = 0, id_ranges: int | None = None) -> NodeCapacity:
+                  fncall_pids: int = 0, max_sandboxes: int = 0, id_ranges: int | None = None,
+                  open_files_room: int | None = None) -> NodeCapacity:
     """``max_sandboxes`` 0: derived from the pids (``MIN_PIDS_LIMIT`` each), at most
-    ``id_ranges`` (the user namespace ranges the node can hand out; None: no such bound)."""
+    ``id_ranges`` (the user namespace ranges the node can hand out; None: no such bound).
+    Set or derived, at most ``open_files_room`` (the sandboxes the agent's descriptor limit
+    holds: past it every start fails EMFILE, where "node is full" says what is wrong)."""
     pids = max(0, claim.pids - fncall_pids)
     if not max_sandboxes:
         max_sandboxes = pids // MIN_PIDS_LIMIT
         if id_ranges is not None:
             max_sandboxes = min(max_sandboxes, id_ranges)
+    if open_files_room is not None:
+        max_sandboxes = min(max_sandboxes, open_files_room)
     return NodeCapacity(claim=claim, cpu=claim.cpu * cpu_overcommit,
                         memory_mb=math.floor(claim.memory_mb * memory_overcommit), pids=pids,
                         max_sandboxes=max_sandboxes)
