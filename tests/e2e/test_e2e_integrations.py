@@ -37,9 +37,13 @@ def framework_python(name: str) -> Path:
         if out.returncode:
             pytest.skip(f"cannot install {requirement} here: {out.stderr[-500:]}")
         (venv / ".corral-ready").write_text(requirement)
-    out = subprocess.run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-cache-dir",
-                          str(ROOT / "clients" / "python")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
+    # The SDK from this checkout, forced in without its dependencies: a forced reinstall of
+    # those too replaced the framework's own (rich, httpx...) at every call, and once left
+    # inspect_ai a rich without rich.panel. A plain install first adds any it lacks.
+    client = str(ROOT / "clients" / "python")
+    for extra in ([], ["--force-reinstall", "--no-deps", "--no-cache-dir"]):
+        out = subprocess.run([str(python), "-m", "pip", "install", "-q", *extra, client], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
     return python
 
 

@@ -31,8 +31,27 @@ if shutil.which("qemu-system-x86_64") is None:
 
 
 
+_NODES: list[str] = []  # the node ids these tests made up (their cgroups are pruned after each)
+
+
+@pytest.fixture(autouse=True)
+def _prune_node_cgroups():
+    """The tests stop their VMs but not their backends: the node cgroups a backend's close
+    would prune (empty /corral/vmtest-* parents) go here, as close() does."""
+    yield
+    from corral_node_agent.cgroups import node as node_cgroup
+    from corral_node_agent.cgroups.detect import cgroup_driver
+
+    driver = cgroup_driver()
+    while _NODES:
+        node_id = _NODES.pop()
+        if driver.available() and not node_cgroup.in_use(driver, node_id):
+            node_cgroup.prune(driver, node_id)
+
+
 def _settings(work_dir, guestkit_dir, **kw) -> NodeAgentSettings:
-    return NodeAgentSettings(node_id=f"vmtest-{uuid.uuid4().hex[:6]}", state_dir=f"{work_dir}/vm-state-{uuid.uuid4().hex[:6]}",
+    _NODES.append(f"vmtest-{uuid.uuid4().hex[:6]}")
+    return NodeAgentSettings(node_id=_NODES[-1], state_dir=f"{work_dir}/vm-state-{uuid.uuid4().hex[:6]}",
                              guestkit_dir=guestkit_dir, **kw)
 
 
