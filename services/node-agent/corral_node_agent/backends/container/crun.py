@@ -89,9 +89,9 @@ class Crun:
 
     async def delete(self, container_id: str, attempts: int = 3) -> tuple[int, str]:
         """``crun delete --force``, tried again when it fails; (exit code, output) of the last
-        try, for the caller to judge. A delete racing the killed init's exit can fail before it
-        removes the container's state (a full CI run once left one behind, its cgroup and
-        bundle gone); the next try finds the process gone and finishes."""
+        try, for the caller to judge. A full CI run once left a container's state behind, its
+        cgroup and bundle gone (cause not found: crun 1.8 handles the exit races its source
+        shows); a try that fails with the state still there is tried again."""
         for attempt in range(attempts):
             rc, out = await self._call("delete", "--force", container_id, check=False)
             if rc == 0 or not os.path.isdir(f"{self.root}/{container_id}"):  # noqa: ASYNC240 - one stat
