@@ -63,9 +63,11 @@ def is_mountpoint(path: str) -> bool:
     return os.path.abspath(path) in mountpoints()
 
 
-# Descriptors the agent holds per running container (measured on a node of 4,009: its
-# detached disk and root, its init's pidfd, and the two memory counters the sampler keeps open).
-FDS_PER_SANDBOX = 5
+# Descriptors the agent holds per running container: its detached disk and root, and its init's
+# pidfd (tests/integration/node_agent/test_node_container.py counts them). The density run of
+# 2026-12-03 found 5 (the memory sampler kept two counter files open per sandbox: now opened per
+# read, cgroups/files.py).
+FDS_PER_SANDBOX = 3
 # Descriptors the agent needs besides its sandboxes' (sockets, logs, execs in flight, fncall);
 # a quarter of a small limit.
 FDS_RESERVED = 4096

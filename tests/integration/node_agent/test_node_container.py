@@ -285,6 +285,31 @@ async def test_stop_leaves_nothing(backend, base_layer):
         await backend.exec(sid, run("true"))
 
 
+async def test_a_running_sandbox_holds_at_most_its_share_of_the_agents_descriptors(backend, base_layer):
+    # RLIMIT_NOFILE bounds a node's sandboxes at (limit - reserve) / FDS_PER_SANDBOX
+    # (host.py): what a sandbox keeps open after its start, its execs, file calls and memory
+    # samples must stay within that, or a dense node fails starts with EMFILE.
+    from corral_node_agent.memory.accounting import MemoryAccounting
+
+    accounting = MemoryAccounting(V1Driver(), backend.settings.node_id)
+    await started(backend, base_layer)  # the node's own, opened once: the disk pool, shared mounts
+    before = len(os.listdir("/proc/self/fd"))
+    sids = [await started(backend, base_layer) for _ in range(4)]
+    for sid in sids:
+        assert (await backend.exec(sid, run("echo hi > /tmp/f; cat /tmp/f"))).stdout == "hi\n"
+        assert await backend.read_file(sid, "/tmp/f") == b"hi\n"
+        await backend.write_file(sid, "/tmp/g", b"x")
+        await backend.list_dir(sid, "/tmp")
+    accounting.sample(sids)
+    accounting.sample(sids)
+    held = len(os.listdir("/proc/self/fd")) - before
+    assert held <= len(sids) * host.FDS_PER_SANDBOX, (held, sorted(os.listdir("/proc/self/fd")))
+    for sid in sids:
+        accounting.forget(sid)
+        await backend.stop(sid)
+    assert len(os.listdir("/proc/self/fd")) <= before  # and none outlives its sandbox
+
+
 async def test_running_sandboxes_are_mounted_nowhere_in_the_agents_namespace(backend, base_layer, tmp_path):
     # Every crun run copies the agent's mount namespace: mounts kept there per sandbox would
     # make each create slower the more the node runs. Files and commit still reach them.

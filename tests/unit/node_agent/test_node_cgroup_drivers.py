@@ -257,6 +257,25 @@ def test_control_files_are_kept_open_and_limits_written_once(tmp_path):
     assert flat_keyed("usage_usec 12\nuser_usec 7\nbad x\n") == {"usage_usec": 12, "user_usec": 7}
 
 
+def test_per_sandbox_control_files_hold_no_descriptor_between_calls(tmp_path):
+    # A node keeps one cgroup per sandbox: a descriptor kept per file would count against
+    # the agent's RLIMIT_NOFILE once per sandbox (host.FDS_PER_SANDBOX).
+    import os
+
+    f = tmp_path / "memory.usage_in_bytes"
+    f.write_text("4096")
+    before = len(os.listdir("/proc/self/fd"))
+    files = ControlFiles(keep=False)
+    assert files.counter(str(f), "missing") == 0 and files.read(str(f)) == "4096"
+    assert files.set_limit(str(f), 8) and f.read_text().startswith("8")  # at offset 0, as kernfs takes it
+    assert not files.set_limit(str(f), 8)
+    assert len(os.listdir("/proc/self/fd")) == before
+    kept = ControlFiles()
+    kept.read(str(f))
+    assert len(os.listdir("/proc/self/fd")) == before + 1
+    kept.close()
+
+
 def test_v2_memory_reading_is_current_less_inactive_file(tmp_path):
     root, driver = unified(tmp_path)
     leaf = _leaf(root, current=100 * MIB)

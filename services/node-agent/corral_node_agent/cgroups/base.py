@@ -192,5 +192,7 @@ class CgroupDriver(ABC):
         """Whether the node can create, cap and account cgroups of its own here."""
 
     @abstractmethod
-    def cgroup(self, path: str) -> Cgroup:
-        """The cgroup at ``path`` (nothing is created until ``create()``)."""
+    def cgroup(self, path: str, keep_files: bool = False) -> Cgroup:
+        """The cgroup at ``path`` (nothing is created until ``create()``). ``keep_files``: its
+        control files stay open between reads (files.py: for cgroups reused run after run, not
+        for one per sandbox)."""

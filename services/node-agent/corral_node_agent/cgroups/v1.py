@@ -59,16 +59,16 @@ class V1Driver(CgroupDriver):
     def available(self) -> bool:
         return all(c in self.mounts for c in CONTROLLERS) and os.geteuid() == 0
 
-    def cgroup(self, path: str) -> "V1Cgroup":
-        return V1Cgroup(self, path)
+    def cgroup(self, path: str, keep_files: bool = False) -> "V1Cgroup":
+        return V1Cgroup(self, path, keep_files)
 
 
 class V1Cgroup(Cgroup):
-    def __init__(self, driver: V1Driver, path: str):
+    def __init__(self, driver: V1Driver, path: str, keep_files: bool = False):
         self.driver = driver
         self.path = "/" + path.strip("/")
         self.dirs = {c: Path(f"{driver.mounts[c]}{self.path}") for c in _READ if c in driver.mounts}
-        self.files = ControlFiles()
+        self.files = ControlFiles(keep=keep_files)
         self._baseline = 0  # memory in use when the counters were reset (page cache of earlier runs)
         self._oom_before = 0
         self._pids_before = 0

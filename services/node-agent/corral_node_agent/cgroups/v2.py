@@ -162,8 +162,8 @@ class V2Driver(CgroupDriver):
         except OSError:
             return False
 
-    def cgroup(self, path: str) -> "V2Cgroup":
-        return V2Cgroup(self, path)
+    def cgroup(self, path: str, keep_files: bool = False) -> "V2Cgroup":
+        return V2Cgroup(self, path, keep_files)
 
     # ---- controllers -----------------------------------------------------------------------
 
@@ -220,11 +220,11 @@ class V2Driver(CgroupDriver):
 
 
 class V2Cgroup(Cgroup):
-    def __init__(self, driver: V2Driver, path: str):
+    def __init__(self, driver: V2Driver, path: str, keep_files: bool = False):
         self.driver = driver
         self.path = "/" + path.strip("/")
         self.dir = driver.directory(self.path)
-        self.files = ControlFiles()
+        self.files = ControlFiles(keep=keep_files)
         self._cpu_before = 0  # usec
         self._oom_before = 0
         self._pids_before = 0

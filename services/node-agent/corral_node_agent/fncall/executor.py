@@ -96,7 +96,7 @@ class Worker:
     def __init__(self, config: ExecutorConfig, name: str, cgroup_group: str):
         self.config = config
         self.name = name
-        self.cgroup = cgroup_driver().cgroup(cgroup_group).create()
+        self.cgroup = cgroup_driver().cgroup(cgroup_group, keep_files=True).create()
         self.scratch = config.scratch_dir / name
         self.calls = 0
 

@@ -67,7 +67,7 @@ class ZygoteUnavailable(RuntimeFailure):
 class ZygoteWorker(Worker):
     def __init__(self, config: ExecutorConfig, name: str, cgroup_group: str):
         super().__init__(config, name, cgroup_group)
-        self.zygote_cgroup = cgroup_driver().cgroup(f"{cgroup_group}.zygote").create()
+        self.zygote_cgroup = cgroup_driver().cgroup(f"{cgroup_group}.zygote", keep_files=True).create()
         self._proc: asyncio.subprocess.Process | None = None
         self._control: socket.socket | None = None
         self._starting: asyncio.Task | None = None
