@@ -24,11 +24,13 @@ class CorralError(Exception):
 class SandboxFailed(CorralError):
     """The sandbox ended in ``failed`` (or ended) while the caller waited for it to run."""
 
-    def __init__(self, sandbox_id: str, state: str, reason: str | None):
-        super().__init__(409, "sandbox_failed", f"sandbox {sandbox_id} is {state}" + (f" ({reason})" if reason else ""))
+    def __init__(self, sandbox_id: str, state: str, reason: str | None, error: str | None = None):
+        said = ": ".join(s for s in (reason, error) if s)
+        super().__init__(409, "sandbox_failed", f"sandbox {sandbox_id} is {state}" + (f" ({said})" if said else ""))
         self.sandbox_id = sandbox_id
         self.state = state
         self.reason = reason
+        self.error = error  # why, in words (reason is the code)
 
 
 def raise_for(status: int, content: bytes) -> None:

@@ -22,6 +22,10 @@ def _reason(info: SandboxInfo) -> str | None:
     return info.reason if isinstance(info.reason, str) else None
 
 
+def _error(info: SandboxInfo) -> str | None:
+    return info.error if isinstance(info.error, str) else None
+
+
 class _SandboxOps(Flavored):
     def __init__(self, corral: Any, info: SandboxInfo):
         super().__init__(corral)
@@ -46,7 +50,7 @@ class _SandboxOps(Flavored):
     def _wait(self, state: str = "running", timeout: float = 120.0) -> Op[Self]:
         self.info = yield calls.get_sandbox(self.id, wait_for=state, timeout=timeout)
         if state == "running" and self.state != "running":
-            raise SandboxFailed(self.id, self.state, _reason(self.info))
+            raise SandboxFailed(self.id, self.state, _reason(self.info), _error(self.info))
         return self
 
     wait = operation(_wait)
@@ -198,7 +202,7 @@ class _SandboxesOps(Flavored):
         sandbox = self._sandbox(self._corral, info)
         if wait and sandbox.state != "running":
             if sandbox.state in ("failed", "terminated"):
-                raise SandboxFailed(sandbox.id, sandbox.state, _reason(info))
+                raise SandboxFailed(sandbox.id, sandbox.state, _reason(info), _error(info))
             yield from sandbox._wait("running", wait_timeout)
         return sandbox
 

@@ -212,6 +212,8 @@ class SandboxRecord:
     created_at: float
     updated_at: float
     reason: str | None = None
+    # Why it failed, in words (reason is the code): a failed start's message, what no node has.
+    error: str | None = None
     node_id: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
@@ -223,6 +225,12 @@ class SandboxRecord:
     required_node: str | None = None
     # The job it belongs to (jobs.enqueue writes it).
     job_id: str | None = None
+
+    @property
+    def why(self) -> str:
+        """`` (reason: error)`` for a message about its state; empty when nothing is recorded."""
+        said = ": ".join(s for s in (self.reason, self.error) if s)
+        return f" ({said})" if said else ""
 
     @classmethod
     def from_hash(cls, data: dict[str, str]) -> "SandboxRecord":
@@ -237,6 +245,7 @@ class SandboxRecord:
             created_at=float(data["created_at"]),
             updated_at=float(data.get("updated_at") or data["created_at"]),
             reason=data.get("reason") or None,
+            error=data.get("error") or None,
             node_id=data.get("node_id") or None,
             started_at=opt_float("started_at"),
             ended_at=opt_float("ended_at"),
@@ -251,7 +260,7 @@ class SandboxRecord:
         """The Redis hash of this record (from_hash's inverse; empty fields are left out)."""
         data = {"id": self.id, "tenant": self.tenant, "state": self.state.value, "spec": self.spec.model_dump_json(),
                 "created_at": repr(self.created_at), "updated_at": repr(self.updated_at)}
-        optional = {"reason": self.reason, "node_id": self.node_id, "required_node": self.required_node,
+        optional = {"reason": self.reason, "error": self.error, "node_id": self.node_id, "required_node": self.required_node,
                     "job_id": self.job_id, "started_at": None if self.started_at is None else repr(self.started_at),
                     "ended_at": None if self.ended_at is None else repr(self.ended_at),
                     "usage": self.usage.model_dump_json() if self.usage else None,

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from corral_common.state import StateStore
+from corral_node_agent.errors import StartFailed
 from tests.control_plane import FakeNode, Service, create_database, drop_database, free_port, register_environment
 from tests.polling import until
 
@@ -116,6 +117,27 @@ async def test_a_full_node_queues_with_a_reason_and_starts_nothing_until_room_fr
         assert body["code"] == "exceeds_node_capacity" and body["details"][0]["loc"] == ["body", "memory_mb"], body
         assert len((await client.get("/v1/sandboxes")).json()["items"]) == before
         assert len(node.starts()) == 3
+
+        # A start the node refuses fails the sandbox with the node's words, not just a code, and
+        # the record outlives Redis's hour in the history with them.
+        r = await client.delete(f"/v1/sandboxes/{third}", params={"wait": "true", "timeout": 30})
+        assert r.json()["state"] == "terminated", r.text
+        node.backend.fail_start = StartFailed("crun: open_tree: Too many open files")
+        r = await client.post("/v1/sandboxes", json=SPEC, params={"wait_for": "running", "timeout": 30})
+        assert r.status_code == 202, r.text
+        got = r.json()
+        assert (got["state"], got["reason"], got["error"]) == (
+            "failed", "start_failed", "crun: open_tree: Too many open files"), got
+        r = await client.post(f"/v1/sandboxes/{got['id']}/exec", json={"cmd": ["true"]})
+        assert r.status_code == 409 and "(start_failed: crun: open_tree: Too many open files)" in r.text, r.text
+
+        async def from_history() -> dict | None:
+            await store.redis.delete(f"sb:{got['id']}")  # as its hour in Redis ends
+            r = await client.get(f"/v1/sandboxes/{got['id']}")
+            return r.json() if r.status_code == 200 else None
+
+        old = await until(from_history, timeout_s=20, what="the failed sandbox in the history")
+        assert (old["state"], old["reason"], old["error"]) == ("failed", "start_failed", got["error"]), old
     finally:
         await client.aclose()
         if hasattr(node, "events"):

@@ -109,6 +109,8 @@ async def test_too_big_for_any_node_fails_unschedulable(plane):
     await placer.handle(event)
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "unschedulable"
+    # The record says why in words: what the node lacks even when empty.
+    assert record.error.startswith("no live node can ever hold it: n-") and "memory (1000 MB < 4096 MB)" in record.error
 
 
 async def test_disk_is_placed_where_there_is_room_for_it(plane):
@@ -130,6 +132,7 @@ async def test_a_disk_larger_than_any_node_fails_unschedulable(plane):
     await placer.handle(event)
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "unschedulable"
+    assert "disk (2000 MB < 4000 MB)" in record.error and "memory" not in record.error
 
 
 async def test_deleted_before_placement_is_not_placed(plane):
@@ -160,6 +163,7 @@ async def test_lost_node_fails_its_sandboxes(plane):
     assert await reaper.reap_once() == [node]
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "node_lost"
+    assert record.error.startswith(f"node {node} was silent for ") and "did not answer" in record.error
     assert (await asyncio.wait_for(failed.get(), 10)).sandbox_id == event.sandbox_id
     assert await store.get_node(node) is None
 
@@ -237,6 +241,7 @@ async def test_vm_with_no_vm_capable_node_is_unschedulable(plane):
     await asyncio.wait_for(placer.handle(event), 10)
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "unschedulable"
+    assert "backend vm (runs container)" in record.error, record.error
 
 
 async def test_required_node_is_honoured_and_its_loss_fails_the_request(plane):
@@ -259,6 +264,7 @@ async def test_required_node_is_honoured_and_its_loss_fails_the_request(plane):
     await asyncio.wait_for(placer.handle(event), 10)
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "required_node_unavailable"
+    assert record.error == f"node {gone} (the only one that may take it) is not live"
 
 
 # ---- pids (each node's cgroup pids cap) -------------------------------------------------------

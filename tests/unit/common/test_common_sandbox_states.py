@@ -89,3 +89,16 @@ def test_readme_names_every_state_and_failure_reason():
     paragraph = readme[readme.index("States: "):].split("\n\n")[0]
     missing = [v.value for v in [*SandboxState, *FailureReason] if not re.search(rf"\b{v.value}\b", paragraph)]
     assert not missing, f"README.md's States paragraph lacks {missing}"
+
+
+def test_a_records_error_survives_its_redis_hash_and_reads_with_its_reason():
+    from corral_common.state import SandboxRecord
+
+    record = SandboxRecord(id="sb-1", tenant="t", state=SandboxState.failed, spec=SandboxSpec(environment="e"),
+                           created_at=1.0, updated_at=2.0, reason="start_failed", error="crun: EMFILE")
+    back = SandboxRecord.from_hash(record.to_hash())
+    assert (back.reason, back.error, back.why) == ("start_failed", "crun: EMFILE", " (start_failed: crun: EMFILE)")
+    bare = SandboxRecord.from_hash(SandboxRecord(id="sb-2", tenant="t", state=SandboxState.running,
+                                                 spec=SandboxSpec(environment="e"), created_at=1.0,
+                                                 updated_at=1.0).to_hash())
+    assert (bare.error, bare.why) == (None, "")

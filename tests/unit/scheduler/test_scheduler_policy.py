@@ -1,6 +1,15 @@
 from corral_common.sandboxes import SandboxSpec, warm_pool_shape
 from corral_common.state import NodeInfo
-from corral_scheduler.placement.policy import by_warm_pool, could_ever_fit, fits, rank_nodes, short_of, waiting_reason
+from corral_scheduler.placement.policy import (
+    by_warm_pool,
+    could_ever_fit,
+    fits,
+    never_fits_reason,
+    rank_nodes,
+    short_of,
+    too_small,
+    waiting_reason,
+)
 
 
 def node(node_id, cpu=4000, mem=4096, maxsb=100, used_cpu=0, used_mem=0, used_sb=0):
@@ -173,6 +182,17 @@ def test_waiting_reason_names_what_each_node_lacks():
     # Live by its liveness pulse alone: its agent is busy, not full.
     assert waiting_reason([node("c"), full], SPEC, busy={"c"}) == (
         "waiting for room: a full (sandbox slots (2/2)); c busy (heartbeat late)")
+
+
+def test_never_fits_reason_names_what_each_node_lacks_even_when_empty():
+    big = SandboxSpec(environment="e", cpu=8, memory_mb=8192)
+    assert too_small(node("a"), SPEC) == [] and could_ever_fit(node("a"), SPEC)
+    assert too_small(node("a", used_mem=4096), SPEC) == []  # full now is not too small
+    assert too_small(node("a"), big) == ["cpu (4 < 8)", "memory (4096 MB < 8192 MB)"]
+    assert too_small(node("b", cpu=16000), SandboxSpec(environment="e", backend="vm")) == [
+        "backend vm (runs container)"]
+    assert never_fits_reason([node("b"), node("a", cpu=16000)], big) == (
+        "no live node can ever hold it: a (memory (4096 MB < 8192 MB)), b (cpu (4 < 8); memory (4096 MB < 8192 MB))")
 
 
 def test_admission_on_measured_use_within_the_overcommit_ratio_and_a_safety_reserve():

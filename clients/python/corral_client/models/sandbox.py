@@ -43,6 +43,8 @@ class Sandbox:
         disk_image (None | str | Unset):
         display (bool | Unset):  Default: False.
         ended_at (datetime.datetime | None | Unset):
+        error (None | str | Unset): Why it failed, in words (reason is the code): a failed start's message, what no node
+            has for it, how its node was lost
         from_snapshot (None | str | Unset):
         isolation (str | Unset):  Default: 'container'.
         labels (SandboxLabels | Unset):
@@ -66,6 +68,7 @@ class Sandbox:
     disk_image: None | str | Unset = UNSET
     display: bool | Unset = False
     ended_at: datetime.datetime | None | Unset = UNSET
+    error: None | str | Unset = UNSET
     from_snapshot: None | str | Unset = UNSET
     isolation: str | Unset = "container"
     labels: SandboxLabels | Unset = UNSET
@@ -114,6 +117,12 @@ class Sandbox:
             ended_at = self.ended_at.isoformat()
         else:
             ended_at = self.ended_at
+
+        error: None | str | Unset
+        if isinstance(self.error, Unset):
+            error = UNSET
+        else:
+            error = self.error
 
         from_snapshot: None | str | Unset
         if isinstance(self.from_snapshot, Unset):
@@ -188,6 +197,8 @@ class Sandbox:
             field_dict["display"] = display
         if ended_at is not UNSET:
             field_dict["ended_at"] = ended_at
+        if error is not UNSET:
+            field_dict["error"] = error
         if from_snapshot is not UNSET:
             field_dict["from_snapshot"] = from_snapshot
         if isolation is not UNSET:
@@ -262,6 +273,15 @@ class Sandbox:
             return cast(datetime.datetime | None | Unset, data)
 
         ended_at = _parse_ended_at(d.pop("ended_at", UNSET))
+
+        def _parse_error(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        error = _parse_error(d.pop("error", UNSET))
 
         def _parse_from_snapshot(data: object) -> None | str | Unset:
             if data is None:
@@ -373,6 +393,7 @@ class Sandbox:
             disk_image=disk_image,
             display=display,
             ended_at=ended_at,
+            error=error,
             from_snapshot=from_snapshot,
             isolation=isolation,
             labels=labels,

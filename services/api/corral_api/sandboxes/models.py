@@ -16,6 +16,8 @@ class SandboxHistory(SQLModel, table=True):
     node_id: str | None = Field(default=None, max_length=128)
     state: str = Field(max_length=32)
     reason: str | None = Field(default=None, max_length=128)
+    # Why it failed, in words; null before migration 0008.
+    error: str | None = Field(default=None, max_length=500)
     spec: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     # How its node ran it (kind, accelerator, image transport...); null before migration 0003.
     runtime: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))

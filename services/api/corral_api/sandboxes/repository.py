@@ -25,6 +25,7 @@ class HistoryRepository:
             id=record.id, tenant=record.tenant, environment=record.spec.environment,
             backend="container" if record.spec.backend == "auto" else record.spec.backend,
             node_id=record.node_id, state=record.state.value, reason=record.reason,
+            error=record.error[:500] if record.error else None,
             spec=record.spec.model_dump(mode="json"), labels=record.spec.labels, runtime=record.runtime or None,
             created_at=_ts(record.created_at), started_at=_ts(record.started_at), ended_at=_ts(record.ended_at),
             cpu_seconds=usage.cpu_seconds, peak_memory_bytes=usage.peak_memory_bytes,
@@ -48,6 +49,7 @@ class HistoryRepository:
         return SandboxRecord(
             id=row.id, tenant=row.tenant, state=SandboxState(row.state), spec=SandboxSpec.model_validate(row.spec),
             created_at=epoch(row.created_at) or 0.0, updated_at=epoch(row.ended_at) or 0.0, reason=row.reason,
+            error=row.error,
             node_id=row.node_id, started_at=epoch(row.started_at), ended_at=epoch(row.ended_at),
             usage=Usage(cpu_seconds=row.cpu_seconds, peak_memory_bytes=row.peak_memory_bytes,
                         wall_time_s=row.wall_time_s),

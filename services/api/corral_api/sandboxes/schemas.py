@@ -52,6 +52,8 @@ class Sandbox(BaseModel):
     id: str
     state: SandboxState
     reason: str | None = None
+    error: str | None = Field(None, description="Why it failed, in words (reason is the code): a failed start's "
+                                                "message, what no node has for it, how its node was lost")
     environment: str
     backend: str = Field(description="The resolved kind: container, microvm or vm")
     isolation: str = "container"
@@ -80,7 +82,7 @@ class Sandbox(BaseModel):
 
         spec = record.spec
         return cls(
-            id=record.id, state=record.state, reason=record.reason, environment=spec.environment,
+            id=record.id, state=record.state, reason=record.reason, error=record.error, environment=spec.environment,
             backend="container" if spec.backend == "auto" else spec.backend, isolation=spec.isolation,
             display=spec.display, disk_image=spec.disk_image, from_snapshot=spec.from_snapshot,
             runtime=record.runtime, node_id=record.node_id,

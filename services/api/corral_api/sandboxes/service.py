@@ -217,8 +217,7 @@ class SandboxService:
         record = await self.get(tenant, sandbox_id)
         if record.state not in states:
             hint = f"; POST /v1/sandboxes/{sandbox_id}/resume first" if record.state is SandboxState.paused else ""
-            raise Conflict(f"sandbox {sandbox_id} is {record.state.value}"
-                           + (f" ({record.reason})" if record.reason else "") + hint, loc=["path", "sandbox_id"],
+            raise Conflict(f"sandbox {sandbox_id} is {record.state.value}{record.why}{hint}", loc=["path", "sandbox_id"],
                            code="sandbox_not_running")
         node = await self.store.get_node(record.node_id or "")
         if node is None:

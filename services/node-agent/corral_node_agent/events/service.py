@@ -86,7 +86,7 @@ class NodeEvents:
             outcome = "started"
         except StartFailed as exc:
             log.warning("sandbox.start_failed", sandbox_id=sandbox_id, reason=exc.reason.value, error=exc.message)
-            await self._transition(sandbox_id, SandboxState.failed, reason=exc.reason.value)
+            await self._transition(sandbox_id, SandboxState.failed, reason=exc.reason.value, error=exc.message[:500])
             return
         except Exception as exc:
             log.exception("sandbox.start_failed", sandbox_id=sandbox_id)

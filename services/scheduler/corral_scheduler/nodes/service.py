@@ -73,7 +73,9 @@ class NodeReaper:
                                 reaped_after_s=self.stall_budget_s)
                 continue
             self._spared.discard(node_id)
-            await self.reap(node_id)
+            await self.reap(node_id, f"node {node_id} was silent for {time.time() - seen:.0f} s "
+                                     f"(heartbeat timeout {self.timeout:g} s) and its agent "
+                                     f"{'stayed wedged' if time.time() - seen >= self.stall_budget_s else 'did not answer'}")
             lost.append(node_id)
         return lost
 
@@ -84,13 +86,14 @@ class NodeReaper:
         node = await self.store.get_node(node_id)
         return node is not None and await accepts_connections(node.url, self.probe_timeout_s)
 
-    async def reap(self, node_id: str) -> None:
-        """Give the node up: its sandboxes fail ``node_lost``, and its tombstone stays."""
+    async def reap(self, node_id: str, why: str = "") -> None:
+        """Give the node up: its sandboxes fail ``node_lost`` (``why`` as their error), and its
+        tombstone stays."""
         sandbox_ids = await self.store.node_sandboxes(node_id)
         log.warning("node.lost", node_id=node_id, sandboxes=len(sandbox_ids))
         for sandbox_id in sandbox_ids:
             await lifecycle.transition(self.store, self.bus, sandbox_id, SandboxState.failed,
-                                       reason=FailureReason.node_lost.value)
+                                       reason=FailureReason.node_lost.value, error=why or f"node {node_id} was lost")
             await self.store.release(sandbox_id)
         await self.store.forget_node(node_id)
 

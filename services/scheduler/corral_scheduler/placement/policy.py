@@ -44,6 +44,32 @@ def could_ever_fit(node: NodeInfo, spec: SandboxSpec) -> bool:
             and holds_disk(node.disk_mb, spec))
 
 
+def too_small(node: NodeInfo, spec: SandboxSpec) -> list[str]:
+    """What the node lacks even when empty (empty: could_ever_fit)."""
+    out = []
+    if not runs_backend(node, spec):
+        out.append(f"backend {spec.backend} (runs {', '.join(sorted(node.backends)) or 'none'})")
+    if node.max_sandboxes < 1:
+        out.append("sandbox slots (0)")
+    if node.cpu_milli < cpu_milli(spec.cpu):
+        out.append(f"cpu ({node.cpu_milli / 1000:g} < {spec.cpu:g})")
+    if node.memory_mb < node.reserved_memory_mb(spec):
+        out.append(f"memory ({node.memory_mb} MB < {node.reserved_memory_mb(spec)} MB)")
+    if node.pids is not None and node.pids < node.reserved_pids(spec):
+        out.append(f"pids ({node.pids} < {node.reserved_pids(spec)})")
+    if not holds_disk(node.disk_mb, spec):
+        out.append(f"disk ({node.disk_mb} MB < {spec.disk_mb} MB)")
+    return out
+
+
+def never_fits_reason(nodes: Sequence[NodeInfo], spec: SandboxSpec) -> str:
+    """Why a request fails unschedulable, for its record's ``error``: what each live node lacks
+    even when empty, e.g. ``no live node can ever hold it: node-1 (memory (20000 MB < 65536 MB))``."""
+    parts = [f"{n.node_id} ({'; '.join(too_small(n, spec))})" for n in sorted(nodes, key=lambda n: n.node_id)[:8]]
+    more = f"; {len(nodes) - 8} more" if len(nodes) > 8 else ""
+    return "no live node can ever hold it: " + ", ".join(parts) + more
+
+
 def short_of(node: NodeInfo, spec: SandboxSpec) -> list[str]:
     """What the node lacks right now to take the sandbox (empty: it fits)."""
     out = []

@@ -17,7 +17,14 @@ from corral_common.state import SandboxRecord, StateStore
 from corral_scheduler import metrics
 from corral_scheduler.placement.locality import EnvironmentLayers
 from corral_scheduler.placement.outcomes import PlaceOutcome, settled_outcome
-from corral_scheduler.placement.policy import by_locality, by_warm_pool, could_ever_fit, rank_nodes, waiting_reason
+from corral_scheduler.placement.policy import (
+    by_locality,
+    by_warm_pool,
+    could_ever_fit,
+    never_fits_reason,
+    rank_nodes,
+    waiting_reason,
+)
 from corral_scheduler.settings import SchedulerSettings
 
 log = get_logger(__name__)
@@ -101,7 +108,7 @@ class Placer:
             return PlaceOutcome.placed
         if nodes and not any(could_ever_fit(n, spec) for n in nodes):
             await lifecycle.transition(self.store, self.bus, sandbox_id, SandboxState.failed,
-                                       reason=FailureReason.unschedulable.value)
+                                       reason=FailureReason.unschedulable.value, error=never_fits_reason(nodes, spec))
             metrics.failed(FailureReason.unschedulable.value, spec.backend, time.perf_counter() - started)
             return PlaceOutcome.failed
         # It queues (never dropped): its record says why, once per change of reason.

@@ -82,8 +82,7 @@ class E2bSandboxes:
             if record.state not in (SandboxState.failed, SandboxState.terminated):
                 await self.sandboxes.delete(tenant, record.id)
             await self.repo.forget_deadline(record.id)
-            raise E2bError(500, f"sandbox {record.id} did not start: {record.state.value}"
-                                + (f" ({record.reason})" if record.reason else ""))
+            raise E2bError(500, f"sandbox {record.id} did not start: {record.state.value}{record.why}")
         return self._sandbox(record, e2b)
 
     async def _find(self, tenant: str, sandbox_id: str) -> tuple[SandboxRecord, E2bRecord]:
