@@ -163,7 +163,7 @@ async def test_lost_node_fails_its_sandboxes(plane):
     assert await reaper.reap_once() == [node]
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "node_lost"
-    assert record.error.startswith(f"node {node} was silent for ") and "did not answer" in record.error
+    assert record.error.startswith(f"node {node} sent no heartbeat for ") and "past the 30 s" in record.error
     assert (await asyncio.wait_for(failed.get(), 10)).sandbox_id == event.sandbox_id
     assert await store.get_node(node) is None
 
@@ -189,10 +189,15 @@ async def test_a_silent_node_whose_port_still_accepts_is_spared_until_the_wedge_
         await store.heartbeat(dead, f"http://127.0.0.1:{dead_port}", 4, 1000, 10)
         event = await request(store, SandboxSpec(environment="e"))
         await placer.try_place(event.sandbox_id, stalled)
+        on_dead = await request(store, SandboxSpec(environment="e"))
+        await placer.try_place(on_dead.sandbox_id, dead)
         reaper = NodeReaper(store, bus, heartbeat_timeout_s=5, interval_s=1)
         silent_since = time.time() - 2 * 5  # two timeouts silent: past the timeout, within the budget
         await store.redis.zadd("nodes", {stalled: silent_since, dead: silent_since})
         assert await reaper.reap_once() == [dead]
+        lost = await store.get_sandbox(on_dead.sandbox_id)
+        assert lost.reason == "node_lost" and lost.error.startswith(f"node {dead} sent no heartbeat for 1"), lost.error
+        assert lost.error.endswith(" s (timeout 5 s), and its agent refused connections"), lost.error
         assert await reaper.reap_once() == []  # and again: spared, not reaped on a later pass
         record = await store.get_sandbox(event.sandbox_id)
         assert (record.state, record.node_id) == (SandboxState.scheduled, stalled)
@@ -202,6 +207,7 @@ async def test_a_silent_node_whose_port_still_accepts_is_spared_until_the_wedge_
         assert await reaper.reap_once() == [stalled]
         record = await store.get_sandbox(event.sandbox_id)
         assert (record.state, record.reason) == (SandboxState.failed, "node_lost")
+        assert record.error.endswith(", past the 30 s a stalled node is given"), record.error
     finally:
         stalled_agent.close()
 

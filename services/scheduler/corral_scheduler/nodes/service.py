@@ -73,9 +73,10 @@ class NodeReaper:
                                 reaped_after_s=self.stall_budget_s)
                 continue
             self._spared.discard(node_id)
-            await self.reap(node_id, f"node {node_id} was silent for {time.time() - seen:.0f} s "
-                                     f"(heartbeat timeout {self.timeout:g} s) and its agent "
-                                     f"{'stayed wedged' if time.time() - seen >= self.stall_budget_s else 'did not answer'}")
+            silent = time.time() - seen
+            await self.reap(node_id, f"node {node_id} sent no heartbeat for {silent:.0f} s (timeout {self.timeout:g} s)"
+                                     + (f", past the {self.stall_budget_s:g} s a stalled node is given"
+                                        if silent >= self.stall_budget_s else ", and its agent refused connections"))
             lost.append(node_id)
         return lost
 
