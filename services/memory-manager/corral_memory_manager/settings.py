@@ -38,6 +38,9 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     # file pages go: set zram_swap_mb for a compressed swap in RAM.
     reclaim_enabled: bool = True
     reclaim_interval_s: float = Field(5.0, gt=0)
+    # The most of one core the passes may take: past it (thousands of sandboxes: a pass reads 4
+    # cgroup files per sandbox) the interval stretches instead. 0: always reclaim_interval_s.
+    reclaim_max_duty: float = Field(0.03, ge=0, le=1)
     reclaim_idle_after_s: float = Field(60.0, ge=0)
     # Idle means, over each pass's window, a cpu rate at or under this fraction of a core and no
     # exec/file/port call through the node-agent (its /v1/activity) for reclaim_idle_after_s.

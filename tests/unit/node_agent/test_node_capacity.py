@@ -130,7 +130,7 @@ def test_the_agent_raises_its_descriptor_limit_and_knows_what_it_holds():
 
 
 def test_memory_sampling_stretches_its_interval_to_stay_within_its_share_of_a_core():
-    from corral_node_agent.memory.accounting import next_sample_delay
+    from corral_common.pacing import duty_capped_delay as next_sample_delay
 
     assert next_sample_delay(1.0, 0.002, 0.02) == 1.0  # 100 sandboxes: every second
     assert next_sample_delay(1.0, 0.25, 0.02) == pytest.approx(12.25)  # 5,000: 2% of a core

@@ -33,7 +33,7 @@ async def reclaim_lifespan(app: FastAPI, settings):
             log.exception("zram.setup_failed", size_mb=settings.zram_swap_mb)
     loops = []
     if settings.reclaim_enabled and service.available():
-        loops.append(asyncio.create_task(service.run_forever(settings.reclaim_interval_s)))
+        loops.append(asyncio.create_task(service.run_forever(settings.reclaim_interval_s, settings.reclaim_max_duty)))
     ksm = (KsmPolicy(app.state.host, settings.ksm_min_same_image, settings.ksm_pages_to_scan)
            if settings.ksm_policy_enabled else None)
     balloons = app.state.balloons = BalloonService(settings.node_id, settings.node_agent_url,

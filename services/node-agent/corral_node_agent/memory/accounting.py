@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from corral_common.logging import get_logger
+from corral_common.pacing import duty_capped_delay
 from corral_common.sandboxes import Usage
 from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, MemoryReading
 from corral_node_agent.cgroups.node import node_cgroup_path, sandbox_cgroup_path
@@ -181,22 +182,15 @@ class MemoryAccounting:
             self.forget(sandbox_id)
 
 
-def next_sample_delay(interval_s: float, pass_s: float, max_duty: float) -> float:
-    """Seconds until the next pass: ``interval_s``, stretched so that sampling takes at most
-    ``max_duty`` of a core. A pass costs ~25-50 µs per sandbox, so at 5,000 sandboxes one
-    pass every second would be a quarter of a core spent on accounting; the integral stays
-    exact (trapezoids over whatever interval passed), only coarser."""
-    return max(interval_s, pass_s / max_duty - pass_s) if max_duty > 0 else interval_s
-
-
 async def sample_memory_forever(manager, interval_s: float, max_duty: float = 0.0) -> None:
     """The agent's sampling loop: ``manager.sample_memory()`` in a worker thread every
-    ``interval_s``, at most ``max_duty`` of a core (see ``next_sample_delay``); a failing pass
-    is logged and the next one runs."""
+    ``interval_s``, at most ``max_duty`` of a core (a pass costs ~25-50 µs per sandbox: at
+    5,000, one every second would be a quarter of a core; ``corral_common.pacing``); a failing
+    pass is logged and the next one runs."""
     while True:
         started = time.perf_counter()
         try:
             await asyncio.to_thread(manager.sample_memory)
         except Exception:
             log.exception("memory.sample_failed")
-        await asyncio.sleep(next_sample_delay(interval_s, time.perf_counter() - started, max_duty))
+        await asyncio.sleep(duty_capped_delay(interval_s, time.perf_counter() - started, max_duty))
