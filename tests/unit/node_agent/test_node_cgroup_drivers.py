@@ -249,7 +249,7 @@ def test_a_memory_cap_below_what_is_in_use_is_refused_after_reclaim(tmp_path, mo
 def test_control_files_are_kept_open_and_limits_written_once(tmp_path):
     f = tmp_path / "pids.max"
     f.write_text("max")
-    files = ControlFiles()
+    files = ControlFiles(keep=True)
     assert files.set_limit(str(f), 8) and f.read_text().startswith("8")  # pwrite at 0 (kernfs ignores the rest)
     assert not files.set_limit(str(f), 8)  # unchanged: not written again
     assert files.counter(str(f), "missing") == 0
@@ -270,7 +270,7 @@ def test_per_sandbox_control_files_hold_no_descriptor_between_calls(tmp_path):
     assert files.set_limit(str(f), 8) and f.read_text().startswith("8")  # at offset 0, as kernfs takes it
     assert not files.set_limit(str(f), 8)
     assert len(os.listdir("/proc/self/fd")) == before
-    kept = ControlFiles()
+    kept = ControlFiles(keep=True)
     kept.read(str(f))
     assert len(os.listdir("/proc/self/fd")) == before + 1
     kept.close()

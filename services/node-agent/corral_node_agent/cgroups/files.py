@@ -6,7 +6,8 @@ more than the read or write (2.5 µs kept vs 11 µs open-read-close for memory.u
 ``keep=False`` (one cgroup per sandbox): opened for each read or write, because descriptors a
 node keeps per sandbox bound how many sandboxes its RLIMIT_NOFILE holds (host.FDS_PER_SANDBOX),
 and at 10,000 sandboxes the difference is ~0.1 s of cpu per memory sampling pass. ``fd()``
-always keeps (v2's memory.peak resets per open file). A limit is only written when it differs
+always keeps (v2's memory.peak, once reset, reads per open file: only the descriptor the reset
+was written through sees it). A limit is only written when it differs
 from the one this object last wrote. ``cgroup.procs`` is never kept (v1 keeps a pid list per
 open file for a second, so a re-read of the same fd may miss a process that just joined).
 """
@@ -15,7 +16,7 @@ import os
 
 
 class ControlFiles:
-    def __init__(self, keep: bool = True) -> None:
+    def __init__(self, *, keep: bool) -> None:
         self.keep = keep
         self._fds: dict[tuple[str, int], int] = {}
         self._limits: dict[str, str] = {}  # file -> value last written

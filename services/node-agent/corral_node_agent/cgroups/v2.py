@@ -307,9 +307,11 @@ class V2Cgroup(Cgroup):
         return True
 
     def _peak(self) -> int:
-        mode = os.O_RDWR if self._peak_resettable else os.O_RDONLY
+        path = self._file("memory.peak")
         try:
-            return int(os.pread(self.files.fd(self._file("memory.peak"), mode), 64, 0))
+            if self._peak_resettable:  # a reset holds only for the descriptor it was written through
+                return int(os.pread(self.files.fd(path, os.O_RDWR), 64, 0))
+            return int(self.files.read(path))  # kept or not, as the cgroup's other files
         except FileNotFoundError:
             if not self.dir.is_dir():
                 raise
