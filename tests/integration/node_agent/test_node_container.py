@@ -310,6 +310,24 @@ async def test_a_running_sandbox_holds_at_most_its_share_of_the_agents_descripto
     assert len(os.listdir("/proc/self/fd")) <= before  # and none outlives its sandbox
 
 
+async def test_a_cpu_cap_lets_the_sandbox_bank_one_period_of_what_it_leaves_unused(backend, base_layer):
+    # CFS burst (cgroups.base.cpu_burst_us), which crun does not set: starting a command costs
+    # ~1 ms of cpu inside the sandbox's cgroup, a whole period's quota at the smallest caps, so
+    # without a bank the second of two commands in a row waited out the period (~100 ms).
+    cpu_root = V1Driver().mounts.get("cpu")
+    if cpu_root is None or not os.path.exists(f"{cpu_root}/cpu.cfs_burst_us"):
+        pytest.skip("the kernel has no CFS burst (Linux 5.14+) or no cpu hierarchy")
+    small = await started(backend, base_layer, cpu=0.001)  # below the kernel's minimum quota: 1 ms
+    large = await started(backend, base_layer, cpu=1.5)
+    for sid, quota in ((small, 1000), (large, 150_000)):
+        cg = Path(f"{cpu_root}/corral/{backend.settings.node_id}/{sid}")
+        assert int((cg / "cpu.cfs_quota_us").read_text()) == quota
+        assert int((cg / "cpu.cfs_burst_us").read_text()) == quota
+        for _ in range(3):
+            assert (await backend.exec(sid, run("true"))).exit_code == 0
+        await backend.stop(sid)
+
+
 async def test_running_sandboxes_are_mounted_nowhere_in_the_agents_namespace(backend, base_layer, tmp_path):
     # Every crun run copies the agent's mount namespace: mounts kept there per sandbox would
     # make each create slower the more the node runs. Files and commit still reach them.

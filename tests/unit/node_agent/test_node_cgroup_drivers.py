@@ -215,7 +215,7 @@ def _leaf(root: Path, name: str = "corral/n1/sb-1", current: int = 0) -> Path:
     leaf = make_cgroup(root / name, "cpu memory pids")
     # (empty limit files: the driver pwrites at offset 0, which a regular file does not truncate)
     for f, text in {"memory.max": "", "memory.swap.max": "", "pids.max": "", "cpu.max": "",
-                    "memory.current": str(current), "memory.reclaim": ""}.items():
+                    "cpu.max.burst": "", "memory.current": str(current), "memory.reclaim": ""}.items():
         (leaf / f).write_text(text)
     return leaf
 
@@ -228,8 +228,10 @@ def test_limits_land_in_the_v2_files(tmp_path, monkeypatch):
     group.set_limits(64 * MIB, 32, cpu=1.5)
     read = {f: (leaf / f).read_text() for f in ("memory.max", "memory.swap.max", "pids.max", "cpu.max")}
     assert read == {"memory.max": str(64 * MIB), "memory.swap.max": "0", "pids.max": "32", "cpu.max": "150000 100000"}
+    assert (leaf / "cpu.max.burst").read_text() == "150000"  # one period's quota may be banked
     group.set_limits(64 * MIB, 32)  # cpu lifted again
     assert (leaf / "cpu.max").read_text().startswith("max 100000")
+    assert (leaf / "cpu.max.burst").read_text().startswith("0")
     assert group.procs_files() == [str(leaf / "cgroup.procs")]
 
 

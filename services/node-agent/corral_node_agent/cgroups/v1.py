@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Self
 
 from corral_node_agent import host
-from corral_node_agent.cgroups.base import CPU_PERIOD_US, Cgroup, CgroupDriver, MemoryReading, RunStats, cpu_quota_us
+from corral_node_agent.cgroups.base import (
+    CPU_PERIOD_US,
+    Cgroup,
+    CgroupDriver,
+    MemoryReading,
+    RunStats,
+    cpu_burst_us,
+    cpu_quota_us,
+)
 from corral_node_agent.cgroups.files import ControlFiles, keyed_value
 from corral_node_agent.cgroups.mounts import MOUNTINFO, cgroup_mounts
 
@@ -120,7 +128,21 @@ class V1Cgroup(Cgroup):
         if cpu is None and self.files.last_written(self._file("cpu", "cpu.cfs_quota_us")) is None:
             return  # never limited by us: nothing to lift
         self._set_limit("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
-        self._set_limit("cpu", "cpu.cfs_quota_us", -1 if cpu is None else cpu_quota_us(cpu))
+        quota = -1 if cpu is None else cpu_quota_us(cpu)
+        try:
+            self._set_limit("cpu", "cpu.cfs_quota_us", quota)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self.set_cpu_burst(cpu)  # a burst above the new quota is refused: lowered first
+            self._set_limit("cpu", "cpu.cfs_quota_us", quota)
+        self.set_cpu_burst(cpu)
+
+    def set_cpu_burst(self, cpu: float | None) -> None:
+        try:
+            self._set_limit("cpu", "cpu.cfs_burst_us", cpu_burst_us(cpu))
+        except FileNotFoundError:  # before Linux 5.14 (or no cpu hierarchy)
+            pass
 
     def set_limits(self, memory_bytes: int, pids: int, cpu: float | None = None) -> None:
         self._set_limit("pids", "pids.max", pids)  # first: a memory cap below usage raises

@@ -40,7 +40,15 @@ import time
 from pathlib import Path
 from typing import Self
 
-from corral_node_agent.cgroups.base import CPU_PERIOD_US, Cgroup, CgroupDriver, MemoryReading, RunStats, cpu_quota_us
+from corral_node_agent.cgroups.base import (
+    CPU_PERIOD_US,
+    Cgroup,
+    CgroupDriver,
+    MemoryReading,
+    RunStats,
+    cpu_burst_us,
+    cpu_quota_us,
+)
 from corral_node_agent.cgroups.files import ControlFiles, flat_keyed, keyed_value
 from corral_node_agent.cgroups.mounts import MOUNTINFO, CgroupMount, cgroup_mounts
 
@@ -261,7 +269,20 @@ class V2Cgroup(Cgroup):
             pass
         cpu_max = self._file("cpu.max")
         if cpu is not None or self.files.last_written(cpu_max) is not None:
-            self.files.set_limit(cpu_max, render_cpu_max(cpu))
+            try:
+                self.files.set_limit(cpu_max, render_cpu_max(cpu))
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self.set_cpu_burst(cpu)  # a burst above the new quota is refused: lowered first
+                self.files.set_limit(cpu_max, render_cpu_max(cpu))
+            self.set_cpu_burst(cpu)
+
+    def set_cpu_burst(self, cpu: float | None) -> None:
+        try:
+            self.files.set_limit(self._file("cpu.max.burst"), cpu_burst_us(cpu))
+        except FileNotFoundError:  # before Linux 5.14, or the cpu controller not enabled here
+            pass
 
     def reclaim(self, nbytes: int) -> bool:
         try:

@@ -273,6 +273,11 @@ class ContainerBackend(SandboxBackend):
         except CrunError as exc:
             raise StartFailed(str(exc)) from None
         sb.pid = bundle.read_init_pid(sb.dir)
+        if sb.policy.limits.cpu is not None:
+            try:
+                sb.cgroup.set_cpu_burst(sb.policy.limits.cpu)
+            except OSError as exc:  # the cap holds without its burst
+                log.warning("sandbox.cpu_burst_failed", sandbox_id=sb.id, error=str(exc))
         try:
             sb.pidfd = os.pidfd_open(sb.pid)
         except ProcessLookupError:

@@ -10,12 +10,12 @@ from typing import Any
 
 from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.paths import HOME
+from corral_node_agent.cgroups.base import CPU_PERIOD_US, cpu_quota_us
 from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import SandboxPolicy
 from corral_node_agent.isolation.userns import Identity
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-CPU_PERIOD = 100_000
 
 # PID 1 in the sandbox: idles and reaps. Commands are `crun exec`'d into the sandbox, so
 # their orphans are re-parented to PID 1; ash's `wait` reaps any child (waitpid(-1)), so
@@ -111,7 +111,8 @@ def build_config(
         mem_res["swap"] = limits.memory_bytes
     resources: dict[str, Any] = {"devices": [{"allow": False, "access": "rwm"}], "memory": mem_res}
     if limits.cpu is not None:
-        resources["cpu"] = {"quota": int(limits.cpu * CPU_PERIOD), "period": CPU_PERIOD}
+        # (its burst, which crun does not set, the agent sets after the start: cgroups.base.cpu_burst_us)
+        resources["cpu"] = {"quota": cpu_quota_us(limits.cpu), "period": CPU_PERIOD_US}
     resources["pids"] = {"limit": limits.pids}
     linux: dict[str, Any] = {
         "cgroupsPath": cgroups_path or cgroup_path(node_id, sandbox_id),
