@@ -16,7 +16,9 @@ Every batch is one job of --batch sandboxes; the run waits until the job's sandb
 samples. At each checkpoint (--checkpoints) it also measures, with the sandboxes idle:
   host memory      MemTotal - MemAvailable, less the same figure before the first sandbox
   node-agent       RSS (sum over agents) and CPU (% of one core) over --idle-s of idleness
-  exec             p50/p99 of `true` in sandboxes spread over every batch, one at a time
+  exec             p50/p99 of `true` in sandboxes spread over every batch, one at a time, and
+                   crun's own exec (the floor) in others of them, interleaved; the host's CPU
+                   (busy, and its init's share) over that window
   list / nodes     GET /v1/sandboxes?label=bench=... (all of them) and GET /v1/nodes latency
   heartbeat        the nodes' heartbeat age (must stay under the interval) and Redis hash size
   kernel           tasks vs pid_max, cgroups, loop devices, mounts in an agent's namespace,
@@ -24,8 +26,8 @@ samples. At each checkpoint (--checkpoints) it also measures, with the sandboxes
                    conntrack entries
 It stops at the target, or at the first batch that does not all run, and names what ran out
 (from the failed sandboxes' reasons, the nodes' free capacity and the kernel counters). The
-floor, measured in the same run: exec in a sandbox and the endpoints' latency with one batch
-running (the first checkpoint is always the first batch). Teardown deletes every job (their
+floor, measured in the same run: crun's exec beside the api's (above), and the endpoints'
+latency with one batch running (the first checkpoint is always the first batch). Teardown deletes every job (their
 sandboxes with them), waits for the nodes to be empty, then brings the platform down (whose
 cleanup removes whatever is left), also on failure or Ctrl-C.
 """
@@ -252,22 +254,30 @@ async def node_of(corral, ids: list[str]) -> dict[str, str]:
     return {sid: (await corral.sandboxes.get(sid)).info.to_dict().get("node_id") for sid in ids}
 
 
-def crun_exec_floor(state: str, agents: dict[str, int], ids: list[str], nodes: dict[str, str]) -> list[float]:
-    """The same `true` run by crun itself in the same containers (no api, no agent): the floor.
-    It runs in the agent's mount namespace (where crun sees one cgroup layout)."""
-    out = []
-    crun = shutil.which("crun") or "crun"
-    for sid in ids:
-        node = nodes.get(sid)
-        if node not in agents:
-            continue
-        t = time.perf_counter()
-        rc = subprocess.call(["nsenter", "-t", str(agents[node]), "-m", crun, "--root",
-                              str(Path(state, "nodes", node, "crun")), "exec", sid, "true"],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if rc == 0:
-            out.append((time.perf_counter() - t) * 1000)
-    return out
+def crun_exec_once(state: str, agent_pid: int, node: str, sid: str) -> float | None:
+    """The same `true` run by crun itself in the same container (no api, no agent): one floor
+    sample, in ms. It runs in the agent's mount namespace (where crun sees one cgroup layout)."""
+    t = time.perf_counter()
+    rc = subprocess.call(["nsenter", "-t", str(agent_pid), "-m", shutil.which("crun") or "crun", "--root",
+                          str(Path(state, "nodes", node, "crun")), "exec", sid, "true"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return (time.perf_counter() - t) * 1000 if rc == 0 else None
+
+
+def host_cpu() -> tuple[int, int, int]:
+    """(busy, total) jiffies of the whole host, and the host init's (pid 1's) own: on a VM
+    whose init is an agent of its hypervisor, that init can take a core of its own."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields), cpu_ticks([1])
+
+
+def busy_pct(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict:
+    """Host CPU busy (% of all cores) and pid 1's (% of one core) between two host_cpu()s."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    cores = os.cpu_count() or 1
+    return {"host_busy_pct": round(busy / max(total, 1) * 100, 1),
+            "init_pct_of_core": round((after[2] - before[2]) / max(total, 1) * cores * 100, 1)}
 
 
 def node_cgroups_mib(nodes: list[str]) -> float | None:
@@ -325,22 +335,34 @@ async def checkpoint(corral, args, state: str, count: int, ids: list[str], base_
         "services_cpu_pct": other_cpu,
         "services_rss_mib": {n: round(rss_kib([p]) / 1024, 1) for n, p in pids.items() if not n.startswith("node-")},
     }
-    # exec in sandboxes spread over every batch, one at a time
-    sample = random.Random(count).sample(ids, min(args.exec_samples, len(ids)))
-    exec_ms = []
-    for sid in list(sample):
+    # exec in sandboxes spread over every batch, one at a time; the floor (crun's own exec) in
+    # other sandboxes of the same sample, interleaved, so that both see the same host (a batch's
+    # tail, the host's own daemons) and their ratio says what the platform adds. Never twice in a
+    # row in one sandbox: an exec right after another in the same container is slower.
+    sample = random.Random(count).sample(ids, min(args.exec_samples + args.floor_samples, len(ids)))
+    floor_every = max(1, round(len(sample) / max(args.floor_samples, 1)))
+    nodes = await node_of(corral, sample)
+    by_node = agents_by_node(state)
+    exec_ms, floor_ms = [], []
+    cpu0 = host_cpu()
+    for i, sid in enumerate(sample):
+        if i % floor_every == floor_every - 1 and len(floor_ms) < args.floor_samples:
+            if nodes.get(sid) in by_node and (ms := crun_exec_once(state, by_node[nodes[sid]], nodes[sid], sid)):
+                floor_ms.append(ms)
+            continue
+        if len(exec_ms) >= args.exec_samples:
+            continue
         sb = await corral.sandboxes.get(sid)
         if sb.state != "running":  # the checkpoint after a batch that did not all run
-            sample.remove(sid)
             continue
         t = time.perf_counter()
         r = await sb.exec(["true"])
         exec_ms.append((time.perf_counter() - t) * 1000)
         if r.exit_code != 0:
             raise RuntimeError(f"exec true in {sid}: exit {r.exit_code}")
+    res["exec_host_cpu"] = busy_pct(cpu0, host_cpu())
     res["exec"] = summary(exec_ms)
-    res["exec_floor"] = summary(crun_exec_floor(state, agents_by_node(state), sample[:args.floor_samples],
-                                                await node_of(corral, sample[:args.floor_samples])))
+    res["exec_floor"] = summary(floor_ms)
     res["exec_ratio"] = (round(res["exec"]["p50"] / res["exec_floor"]["p50"], 2)
                          if res["exec"].get("p50") and res["exec_floor"].get("p50") else None)
     res["node_cgroups_mib"] = node_cgroups_mib(list(agents_by_node(state)))
@@ -577,14 +599,15 @@ async def teardown(corral, jobs: list[str], args: argparse.Namespace, result: di
 
 def table(result: dict) -> str:
     head = ("sandboxes", "host MiB/sb", "cgroups MiB", "agent RSS MiB", "agent KiB/sb", "agent CPU %", "exec p50 ms",
-            "crun exec p50 ms", "ratio", "exec p99 ms", "list p50 ms", "list KiB", "page(100) p50 ms", "nodes p50 ms",
+            "crun exec p50 ms", "ratio", "exec p99 ms", "host busy %", "init % core", "list p50 ms", "list KiB", "page(100) p50 ms", "nodes p50 ms",
             "hb age max s", "tasks", "mounts(agent)", "agent fds")
     rows = [head]
     for c in result.get("checkpoints", []):
         k = c["kernel"]
         rows.append((c["sandboxes"], c["host_mib_per_sandbox"], c.get("node_cgroups_mib"), c["agent_rss_mib"],
                      c["agent_rss_kib_per_sandbox"], c["agent_cpu_pct"], c["exec"].get("p50"),
-                     c["exec_floor"].get("p50"), c.get("exec_ratio"), c["exec"].get("p99"), c["list"].get("p50"),
+                     c["exec_floor"].get("p50"), c.get("exec_ratio"), c["exec"].get("p99"),
+                     c["exec_host_cpu"]["host_busy_pct"], c["exec_host_cpu"]["init_pct_of_core"], c["list"].get("p50"),
                      round(c["list"]["bytes"] / 1024), c["list_page"].get("p50"), c["nodes"].get("p50"),
                      c["heartbeat"]["age_max_s"], k["tasks"], k.get("mounts_agent_ns"), k.get("agent_fds")))
     cells = [[str(v) for v in r] for r in rows]
