@@ -25,6 +25,9 @@ class RecordingLayers:
     def add_fault_listener(self, callback):
         pass
 
+    def cleanup_orphans(self):
+        pass
+
     async def resolve_environment(self, name, tenant=""):
         return [BASE, TOP]  # base first, as image-service lists them
 
@@ -186,3 +189,18 @@ async def test_concurrent_creates_of_one_vm_start_it_once(node):
     await asyncio.gather(manager.create("m2", spec), manager.create("m2", spec))
     assert list(started(backends["microvm"])) == ["m2"] and layers.held["files"] == 1
     assert calls(backends["microvm"], "start") == [("start", "m2")]
+
+
+async def test_a_sandbox_that_ends_while_the_agent_takes_the_others_over_is_not_adopted():
+    # The agent's start takes over the sandboxes a previous run left (awaiting between them):
+    # one whose init exits meanwhile is gone from its backend, and must not stop the start.
+    backend = kind_backend("container")
+    await backend.start("alive", SandboxSpec(environment="e"), RootFs(["/mnt/base"]))
+
+    async def left_behind(adopt: bool = False, pooled=()) -> list[str]:
+        return ["ended-meanwhile", "alive"] if adopt else []
+
+    backend.cleanup_orphans = left_behind
+    manager = SandboxManager(backend, RecordingLayers())
+    assert await manager.start(adopt=True) == ["alive"]
+    assert manager.live_ids() == ["alive"]

@@ -150,19 +150,27 @@ class SandboxManager:
         for kind, backend in self.backends.items():
             adopted = await backend.cleanup_orphans(adopt=adopt and Capability.adopt in backend.capabilities,
                                                     pooled=pooled if backend is self.backend else ())
+            ended: set[str] = set()
             for sid in adopted:
                 if sid in pooled:
                     await self._repool(sid, records.get(sid))
                     continue
                 owner = self.owners.get(sid) if self.owners is not None else None
-                entry = _Entry(spec=backend.spec_of(sid), kind=kind, tenant=owner.tenant if owner else "",
+                try:
+                    spec, runtime = backend.spec_of(sid), backend.describe(sid)
+                except NotFound:
+                    # Its init exited while the ones before it were taken over (the awaits
+                    # above): the backend reported that end like any other; not adopted.
+                    ended.add(sid)
+                    continue
+                entry = _Entry(spec=spec, kind=kind, tenant=owner.tenant if owner else "",
                                layer_format=backend.layer_format)
-                entry.runtime = backend.describe(sid)
+                entry.runtime = runtime
                 entry.ready.set()
                 self._entries[sid] = entry
                 if owner is not None and owner.layers and await self._hold_adopted_layers(sid, entry, owner.layers):
                     lost.append(sid)
-            adopted_all += [sid for sid in adopted if sid not in pooled]
+            adopted_all += [sid for sid in adopted if sid not in pooled and sid not in ended]
         if self.owners is not None:
             self.owners.prune(set(adopted_all))
         if self.pool is not None:
