@@ -12,10 +12,12 @@ Counters are "since the last `reset_counters()`" (or since the cgroup was create
 container's, which is never reset): a fncall worker runs many process trees in one cgroup.
 """
 
+import errno
 import os
 import signal
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
@@ -98,6 +100,18 @@ class Cgroup(ABC):
         """Let a cgroup capped at ``cpu`` cores bank what it leaves unused (``cpu_burst_us``):
         for a cap a runtime set (crun knows no burst); ``set_limits`` sets it with the cap.
         A kernel without CFS burst is left as it is."""
+
+    def _set_cpu_cap(self, write_cap: Callable[[], None], cpu: float | None) -> None:
+        """Write a cpu cap (``write_cap``) and its burst: a burst banked under the old cap that
+        exceeds the new quota makes the kernel refuse it (EINVAL), so then the burst goes first."""
+        try:
+            write_cap()
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self.set_cpu_burst(cpu)
+            write_cap()
+        self.set_cpu_burst(cpu)
 
     @abstractmethod
     def reset_counters(self) -> None:

@@ -129,14 +129,7 @@ class V1Cgroup(Cgroup):
             return  # never limited by us: nothing to lift
         self._set_limit("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
         quota = -1 if cpu is None else cpu_quota_us(cpu)
-        try:
-            self._set_limit("cpu", "cpu.cfs_quota_us", quota)
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            self.set_cpu_burst(cpu)  # a burst above the new quota is refused: lowered first
-            self._set_limit("cpu", "cpu.cfs_quota_us", quota)
-        self.set_cpu_burst(cpu)
+        self._set_cpu_cap(lambda: self._set_limit("cpu", "cpu.cfs_quota_us", quota), cpu)
 
     def set_cpu_burst(self, cpu: float | None) -> None:
         try:

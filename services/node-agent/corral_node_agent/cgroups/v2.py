@@ -269,14 +269,7 @@ class V2Cgroup(Cgroup):
             pass
         cpu_max = self._file("cpu.max")
         if cpu is not None or self.files.last_written(cpu_max) is not None:
-            try:
-                self.files.set_limit(cpu_max, render_cpu_max(cpu))
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                self.set_cpu_burst(cpu)  # a burst above the new quota is refused: lowered first
-                self.files.set_limit(cpu_max, render_cpu_max(cpu))
-            self.set_cpu_burst(cpu)
+            self._set_cpu_cap(lambda: self.files.set_limit(cpu_max, render_cpu_max(cpu)), cpu)
 
     def set_cpu_burst(self, cpu: float | None) -> None:
         try:
