@@ -225,5 +225,13 @@ def test_a_killed_lazy_layer_server_fails_its_sandboxes_and_the_next_ones_work(p
     # restart; meanwhile a call is held or answered unavailable (503), never judged on the dead root.
     answers = _fncall_on_node(platform, timeout_s=60)
     assert all(a["verdict"] == "unavailable" for a in answers[:-1]), answers
-    status = httpx.get(f"{platform['urls'][NODE]}/v1/fncall/pools", headers=internal_headers(platform), timeout=5)
-    assert status.json()["status"] == "ready"
+
+    # The python pool answers as soon as it is up; the node says "ready" once every runtime's
+    # pool is (the restarted agent starts them one after another: on a loaded host, after).
+    def pools_status() -> str:
+        status = httpx.get(f"{platform['urls'][NODE]}/v1/fncall/pools", headers=internal_headers(platform), timeout=5)
+        return status.json()["status"]
+
+    settled = until_sync(lambda: (s := pools_status()) != "starting" and s, timeout_s=180,
+                         what="node-1's fncall pools to start")
+    assert settled == "ready"
