@@ -178,7 +178,10 @@ async def test_a_sequential_read_fetches_runs_and_reads_the_layer_exactly(fake, 
     requests = len(svc.chunk_requests()) - before
     stats = cache.lazy.stats()
     # Read-ahead: runs of up to 8 chunks, each chunk fetched once, nothing beyond the layer.
-    assert requests < chunks / 3, (requests, chunks)
+    # (12-13 requests for 53 chunks on a quiet host; the kernel's FUSE
+    # read-ahead sends some concurrently, and on a loaded host out of order, each of which
+    # starts a window of 1 again: a full-suite run took 18. One request per chunk would be 53.)
+    assert requests < chunks / 2, (requests, chunks)
     assert stats.readahead > chunks / 2 and max(stats.fetched_digests.values()) == 1
     assert stats.fetched == len(set(ws.index["chunks"]))
     assert any("/chunks?start=" in c for c in svc.chunk_requests())
