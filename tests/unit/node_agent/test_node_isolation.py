@@ -51,7 +51,7 @@ DEFAULT_CONFIG = {
         "cgroupsPath": "/corral/n1/sb-1",
         "resources": {"devices": [{"allow": False, "access": "rwm"}],
                       "memory": {"limit": 268435456, "swap": 268435456},
-                      "cpu": {"quota": 100000, "period": 100000}, "pids": {"limit": 512}},
+                      "pids": {"limit": 512}},  # no cpu: capped after the start (oci.build_config)
         "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
                        {"type": "cgroup"}],
         # The OCI/runc default, plus the host's page and slab tables and its kernel command line.
@@ -90,7 +90,6 @@ def test_custom_spec_config_json(tmp_path):
     want["process"]["user"] = {"uid": 2000, "gid": 3000, "additionalGids": [3000]}
     want["linux"]["cgroupsPath"] = f"/corral/n1/{'x' * 100}"
     want["linux"]["resources"]["memory"] = {"limit": 64 << 20}  # no memsw on the host: no swap limit
-    want["linux"]["resources"]["cpu"] = {"quota": 25000, "period": 100000}
     want["linux"]["resources"]["pids"] = {"limit": 16}
     assert render_config("x" * 100, spec, _settings(tmp_path, sandbox_user="2000:3000"), False) == want
 

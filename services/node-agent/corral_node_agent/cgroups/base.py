@@ -96,10 +96,16 @@ class Cgroup(ABC):
         cap as it was, when the cgroup uses more memory than the new cap and cannot give it back."""
 
     @abstractmethod
+    def cap_cpu(self, cpu: float | None) -> None:
+        """Cap cpu time at ``cpu`` cores (None: lift the cap), with its burst: for a cgroup a
+        runtime put its tasks in. crun joins every hierarchy there is, so on v1 this writes the
+        cpu one even where the node's own processes do not join it (V1Driver.joined), and
+        raises OSError where there is none. ``set_limits`` caps through it."""
+
+    @abstractmethod
     def set_cpu_burst(self, cpu: float | None) -> None:
-        """Let a cgroup capped at ``cpu`` cores bank what it leaves unused (``cpu_burst_us``):
-        for a cap a runtime set (crun knows no burst); ``set_limits`` sets it with the cap.
-        A kernel without CFS burst is left as it is."""
+        """Let a cgroup capped at ``cpu`` cores bank what it leaves unused (``cpu_burst_us``);
+        part of every cap. A kernel without CFS burst is left as it is."""
 
     def _set_cpu_cap(self, write_cap: Callable[[], None], cpu: float | None) -> None:
         """Write a cpu cap (``write_cap``) and its burst: a burst banked under the old cap that

@@ -52,7 +52,7 @@ class V1Driver(CgroupDriver):
         # The hierarchies a cgroup is made in and a process joins. cpu (for cpu limits) only
         # where it shares cpuacct's hierarchy ("cpu,cpuacct", systemd's layout): a hierarchy of
         # its own would cost every fncall run one more attach (~0.1 ms here) for a limit no
-        # caller sets on v1 (containers get theirs from crun).
+        # caller sets on v1 (a container's cap is written with cap_cpu: crun joins every hierarchy).
         cpu_too = "cpu" in self.mounts and self.mounts.get("cpu") == self.mounts.get("cpuacct")
         self.joined = (*CONTROLLERS, "cpu") if cpu_too else CONTROLLERS
         # With the cgroup2 mount hidden, crun still writes a `cgroup.procs` *regular file*
@@ -127,6 +127,9 @@ class V1Cgroup(Cgroup):
             raise OSError(errno.EOPNOTSUPP, "cpu limits need the cpu controller mounted with cpuacct", "cpu")
         if cpu is None and self.files.last_written(self._file("cpu", "cpu.cfs_quota_us")) is None:
             return  # never limited by us: nothing to lift
+        self.cap_cpu(cpu)
+
+    def cap_cpu(self, cpu: float | None) -> None:
         self._set_limit("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
         quota = -1 if cpu is None else cpu_quota_us(cpu)
         self._set_cpu_cap(lambda: self._set_limit("cpu", "cpu.cfs_quota_us", quota), cpu)

@@ -267,9 +267,12 @@ class V2Cgroup(Cgroup):
             self.files.set_limit(self._file("memory.swap.max"), 0)
         except FileNotFoundError:  # the kernel accounts no swap per cgroup
             pass
+        if cpu is not None or self.files.last_written(self._file("cpu.max")) is not None:
+            self.cap_cpu(cpu)
+
+    def cap_cpu(self, cpu: float | None) -> None:
         cpu_max = self._file("cpu.max")
-        if cpu is not None or self.files.last_written(cpu_max) is not None:
-            self._set_cpu_cap(lambda: self.files.set_limit(cpu_max, render_cpu_max(cpu)), cpu)
+        self._set_cpu_cap(lambda: self.files.set_limit(cpu_max, render_cpu_max(cpu)), cpu)
 
     def set_cpu_burst(self, cpu: float | None) -> None:
         try:

@@ -274,10 +274,11 @@ class ContainerBackend(SandboxBackend):
             raise StartFailed(str(exc)) from None
         sb.pid = bundle.read_init_pid(sb.dir)
         if sb.policy.limits.cpu is not None:
+            # Capped only now, so crun's setup ran outside the cap (oci.build_config says why).
             try:
-                sb.cgroup.set_cpu_burst(sb.policy.limits.cpu)
-            except OSError as exc:  # the cap holds without its burst
-                log.warning("sandbox.cpu_burst_failed", sandbox_id=sb.id, error=str(exc))
+                sb.cgroup.cap_cpu(sb.policy.limits.cpu)
+            except OSError as exc:
+                raise StartFailed(f"could not cap its cpu at {sb.policy.limits.cpu} cores: {exc}") from None
         try:
             sb.pidfd = os.pidfd_open(sb.pid)
         except ProcessLookupError:

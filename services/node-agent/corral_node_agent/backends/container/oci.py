@@ -10,7 +10,6 @@ from typing import Any
 
 from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.paths import HOME
-from corral_node_agent.cgroups.base import CPU_PERIOD_US, cpu_quota_us
 from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import SandboxPolicy
 from corral_node_agent.isolation.userns import Identity
@@ -110,9 +109,12 @@ def build_config(
         # cgroup v2 crun writes memory.swap.max = swap - limit = 0, the same thing.
         mem_res["swap"] = limits.memory_bytes
     resources: dict[str, Any] = {"devices": [{"allow": False, "access": "rwm"}], "memory": mem_res}
-    if limits.cpu is not None:
-        # (its burst, which crun does not set, the agent sets after the start: cgroups.base.cpu_burst_us)
-        resources["cpu"] = {"quota": cpu_quota_us(limits.cpu), "period": CPU_PERIOD_US}
+    # No cpu cap here: the backend caps the cgroup right after the start (ContainerBackend._run_init),
+    # with its burst, which crun does not set. A cap from crun would hold crun's own setup in
+    # the sandbox's cgroup (namespaces, mounts, pivot_root, seccomp: a few ms of cpu, and far
+    # more under host memory pressure, whose direct reclaim is charged to the task): at cpu 0.01
+    # a start waited out 2 periods of 100 ms on a quiet host, 8 in a density run, and one
+    # there, under memory pressure, over 5 minutes.
     resources["pids"] = {"limit": limits.pids}
     linux: dict[str, Any] = {
         "cgroupsPath": cgroups_path or cgroup_path(node_id, sandbox_id),
