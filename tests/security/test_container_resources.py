@@ -126,6 +126,24 @@ def test_fork_bomb_stays_inside_its_pids_limit(attack):
     attack.end()  # and deleting a sandbox mid-bomb leaves no process behind
 
 
+def test_busy_loops_get_no_more_cpu_than_the_sandbox_asked_for(attack):
+    """Four busy loops in a cpu=0.1 sandbox for 2 s use ~0.2 s of cpu, not the node's cores (the
+    cap is written by the node-agent after crun's start, not by crun: containers/oci.py)."""
+    sandbox = attack.sandbox(probe=False, cpu=0.1)
+    usage = next(Path("/sys/fs/cgroup").glob(f"cpu*acct*/corral/{sandbox.info.node_id}/{sandbox.id}/cpuacct.usage"),
+                 None)
+    if usage is None:
+        pytest.skip("no cgroup v1 cpuacct hierarchy on this host")
+    before, t0 = int(usage.read_text()), time.monotonic()
+    attack.sh(sandbox, "for i in 1 2 3 4; do timeout 2 sh -c 'while :; do :; done' & done; wait", timeout_s=60)
+    wall, used = time.monotonic() - t0, (int(usage.read_text()) - before) / 1e9
+    # Uncapped, four loops take both cores: ~4 s of cpu. The cap allows 0.1 s per second plus
+    # one banked period (10 ms) and the exec's own start.
+    assert 0 < used <= 0.1 * wall + 0.1, f"{used:.2f} s of cpu in {wall:.2f} s at cpu=0.1"
+    attack.contained()
+    attack.end()
+
+
 def _pid_max() -> int:
     return int(Path("/proc/sys/kernel/pid_max").read_text())
 
