@@ -9,7 +9,9 @@ CI has PyPI); the SDK is installed into them from this checkout at every session
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -40,10 +42,15 @@ def framework_python(name: str) -> Path:
     # The SDK from this checkout, forced in without its dependencies: a forced reinstall of
     # those too replaced the framework's own (rich, httpx...) at every call, and once left
     # inspect_ai a rich without rich.panel. A plain install first adds any it lacks.
-    client = str(ROOT / "clients" / "python")
-    for extra in ([], ["--force-reinstall", "--no-deps", "--no-cache-dir"]):
-        out = subprocess.run([str(python), "-m", "pip", "install", "-q", *extra, client], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr[-2000:]
+    # From a copy of its own: setuptools builds in the source tree's build/, and two workers
+    # installing at once collided there ("File exists: build/bdist.../corral-0.1.0.dist-info").
+    with tempfile.TemporaryDirectory(prefix="corral-sdk-") as tmp:
+        client = shutil.copytree(ROOT / "clients" / "python", Path(tmp) / "python",
+                                 ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        for extra in ([], ["--force-reinstall", "--no-deps", "--no-cache-dir"]):
+            out = subprocess.run([str(python), "-m", "pip", "install", "-q", *extra, str(client)],
+                                 capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr[-2000:]
     return python
 
 
