@@ -64,6 +64,11 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Empty means /var/lib/corral/<node_id>, so two agents on one host never share state.
     state_dir: str = ""
     crun: str = "crun"
+    # The longest a container's start (`crun run`: namespaces, mounts, its init's exec) may
+    # take: past it crun and whatever it started are killed and the start fails, so no
+    # sandbox stays "starting" on a hung runtime (a kernel stall, a runtime bug). A start
+    # takes ~10-50 ms, and up to seconds inside a density run's batches of 500.
+    container_start_timeout_s: float = Field(120.0, gt=0)
     # Capacity (docs/architecture.md, "Capacity"): the cores of its host this node takes. Unset:
     # host_share of them. Never more than the other agents on the host left free (see
     # capacity_registry_dir): a claim beyond that is clamped, and logged.

@@ -16,10 +16,11 @@ from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent import host, loopdev
 from corral_node_agent.backends.base import ExitReason
-from corral_node_agent.backends.container import ContainerBackend
+from corral_node_agent.backends.container import ContainerBackend, oci
 from corral_node_agent.backends.types import RootFs
+from corral_node_agent.cgroups.mounts import cgroup_mounts
 from corral_node_agent.cgroups.v1 import V1Driver
-from corral_node_agent.errors import BadInput, Conflict, NotFound, TooLarge
+from corral_node_agent.errors import BadInput, Conflict, NotFound, StartFailed, TooLarge
 from corral_node_agent.settings import NodeAgentSettings
 from tests.integration.node_agent.sandbox_paths import root_of
 from tests.polling import until
@@ -324,6 +325,44 @@ async def test_crun_sets_a_sandbox_up_outside_its_cpu_cap(backend, base_layer):
     assert int((cg / "cpu.cfs_quota_us").read_text()) == 1000
     assert int(stat["nr_throttled"]) <= 1, stat
     await backend.stop(sid)
+
+
+async def test_a_start_that_hangs_is_killed_at_its_deadline_and_leaves_nothing(backend, base_layer, monkeypatch):
+    # A `crun run` that never returns (a kernel stall, a runtime bug; here a prestart hook that
+    # sleeps, run by the real crun) fails the start at container_start_timeout_s instead of
+    # leaving the sandbox "starting": crun, what it forked and the half-made container killed,
+    # its cgroup, bundle and crun state gone; the node starts the next sandbox as before.
+    mark = uuid.uuid4().hex
+    build_config = oci.build_config
+
+    def with_hanging_hook(*args, **kwargs):
+        config = build_config(*args, **kwargs)
+        config["hooks"] = {"prestart": [{"path": "/bin/sleep", "args": ["sleep", "600"],
+                                         "env": [f"CORRAL_TEST_MARK={mark}"]}]}
+        return config
+
+    monkeypatch.setattr(oci, "build_config", with_hanging_hook)
+    monkeypatch.setattr(backend.settings, "container_start_timeout_s", 1.0)
+    sid = "t-" + uuid.uuid4().hex[:10]
+    with pytest.raises(StartFailed, match="did not finish within 1 s"):
+        await backend.start(sid, SandboxSpec(environment="busybox", memory_mb=128, disk_mb=64, pids_limit=64),
+                            RootFs([base_layer]))
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and mark.encode() in _environ(pid)]
+    assert sid not in backend.list_running() and sid not in await backend.crun.list()
+    assert not os.path.exists(f"{backend.sandboxes_dir}/{sid}")
+    assert not [m.point for m in cgroup_mounts() if os.path.exists(f"{m.point}/corral/{backend.settings.node_id}/{sid}")]
+    monkeypatch.undo()
+    after = await started(backend, base_layer)
+    assert (await backend.exec(after, run("echo up"))).stdout == "up\n"
+    await backend.stop(after)
+
+
+def _environ(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read()
+    except OSError:  # gone, or a kernel thread
+        return b""
 
 
 async def test_a_cpu_cap_lets_the_sandbox_bank_one_period_of_what_it_leaves_unused(backend, base_layer):

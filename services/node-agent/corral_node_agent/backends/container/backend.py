@@ -269,7 +269,8 @@ class ContainerBackend(SandboxBackend):
     async def _run_init(self, sb: _Sandbox, nice: int = 0) -> None:
         try:
             await self.crun.run_detached(sb.runtime_id, sb.dir, pid_file=bundle.init_pid_file(sb.dir),
-                                         log_path=bundle.run_log(sb.dir), nice=nice)
+                                         log_path=bundle.run_log(sb.dir), nice=nice,
+                                         timeout_s=self.settings.container_start_timeout_s)
         except CrunError as exc:
             raise StartFailed(str(exc)) from None
         sb.pid = bundle.read_init_pid(sb.dir)

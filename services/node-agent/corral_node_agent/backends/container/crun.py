@@ -9,6 +9,8 @@ import json
 import os
 from dataclasses import dataclass
 
+import psutil
+
 from corral_node_agent.errors import RuntimeFailure
 
 
@@ -42,9 +44,11 @@ class Crun:
         return proc.returncode or 0, text
 
     async def run_detached(self, container_id: str, bundle: str, *, pid_file: str, log_path: str,
-                           nice: int = 0) -> None:
+                           nice: int = 0, timeout_s: float | None = None) -> None:
         """``crun run --detach``: returns once the container's init runs (its pid in pid_file).
-        ``nice``: crun runs at that niceness (and so does the init it leaves: the caller resets it)."""
+        ``nice``: crun runs at that niceness (and so does the init it leaves: the caller resets it).
+        ``timeout_s``: past it, crun and every process it started (its hooks, the container's
+        half-made init) are killed and CrunError raised; the caller tears the rest down."""
         # crun run -d hands its stdio to the container: files only, never a pipe we wait on.
         # And never /dev/null: crun fchown()s the init's std streams to the sandbox user, which
         # would hand the host's /dev/null to a sandbox uid (free to chmod it for the whole host).
@@ -56,7 +60,15 @@ class Crun:
                 argv = self.argv("run", "--detach", "--pid-file", pid_file, "--bundle", bundle, container_id)
                 proc = await asyncio.create_subprocess_exec(
                     *(["nice", "-n", str(nice), *argv] if nice else argv), stdin=stdin, stdout=err, stderr=err)
-                rc = await proc.wait()
+                try:
+                    rc = await asyncio.wait_for(proc.wait(), timeout_s)
+                except TimeoutError:
+                    await asyncio.to_thread(_kill_run, argv)
+                    await proc.wait()
+                    raise CrunError(f"crun run did not finish within {timeout_s:g} s: killed") from None
+                except asyncio.CancelledError:  # the start abandoned (agent shutdown)
+                    _kill_run(argv)
+                    raise
         finally:
             os.close(stdin)
         if rc != 0:
@@ -112,3 +124,28 @@ class Crun:
                 pass
         names = os.listdir(self.root) if os.path.isdir(self.root) else []  # noqa: ASYNC240 - one stat of a local dir
         return {name: CrunContainer(id=name, status="unknown") for name in names}
+
+
+def _kill_run(argv: list[str]) -> None:
+    """SIGKILL ``crun run`` and every process it started (its hooks, the container's half-made
+    init). ``run --detach`` forks and setsid()s itself away from the process the agent spawned,
+    so neither that process's children nor its group reach them: they are found by their
+    command line, unique by its crun root and container id. Each is stopped before its
+    children are listed, so none forks past the kill."""
+    stopped: dict[int, psutil.Process] = {}
+    todo = [proc for proc in psutil.process_iter(["cmdline"]) if proc.info["cmdline"] == argv]
+    while todo:
+        proc = todo.pop()
+        if proc.pid in stopped:
+            continue
+        try:
+            proc.suspend()
+            stopped[proc.pid] = proc
+            todo.extend(proc.children())
+        except psutil.NoSuchProcess:
+            pass
+    for proc in stopped.values():
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
