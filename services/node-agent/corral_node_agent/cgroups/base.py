@@ -103,7 +103,7 @@ class Cgroup(ABC):
         raises OSError where there is none. ``set_limits`` caps through it."""
 
     @abstractmethod
-    def set_cpu_burst(self, cpu: float | None) -> None:
+    def _set_cpu_burst(self, cpu: float | None) -> None:
         """Let a cgroup capped at ``cpu`` cores bank what it leaves unused (``cpu_burst_us``);
         part of every cap. A kernel without CFS burst is left as it is."""
 
@@ -115,9 +115,9 @@ class Cgroup(ABC):
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
-            self.set_cpu_burst(cpu)
+            self._set_cpu_burst(cpu)
             write_cap()
-        self.set_cpu_burst(cpu)
+        self._set_cpu_burst(cpu)
 
     @abstractmethod
     def reset_counters(self) -> None:

@@ -134,7 +134,7 @@ class V1Cgroup(Cgroup):
         quota = -1 if cpu is None else cpu_quota_us(cpu)
         self._set_cpu_cap(lambda: self._set_limit("cpu", "cpu.cfs_quota_us", quota), cpu)
 
-    def set_cpu_burst(self, cpu: float | None) -> None:
+    def _set_cpu_burst(self, cpu: float | None) -> None:
         try:
             self._set_limit("cpu", "cpu.cfs_burst_us", cpu_burst_us(cpu))
         except FileNotFoundError:  # before Linux 5.14 (or no cpu hierarchy)

@@ -274,7 +274,7 @@ class V2Cgroup(Cgroup):
         cpu_max = self._file("cpu.max")
         self._set_cpu_cap(lambda: self.files.set_limit(cpu_max, render_cpu_max(cpu)), cpu)
 
-    def set_cpu_burst(self, cpu: float | None) -> None:
+    def _set_cpu_burst(self, cpu: float | None) -> None:
         try:
             self.files.set_limit(self._file("cpu.max.burst"), cpu_burst_us(cpu))
         except FileNotFoundError:  # before Linux 5.14, or the cpu controller not enabled here
