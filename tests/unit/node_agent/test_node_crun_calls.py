@@ -1,11 +1,14 @@
-"""The container backend's crun calls (backends/container/crun.py), against a stand-in
-binary that behaves as crun did when a delete lost a race (logic only: the real crun runs
-in the integration tests)."""
+"""The container backend's crun calls (backends/container/crun.py), against stand-in
+binaries that behave as crun did when a delete lost a race, or as a crun that hangs (logic
+only: the real crun runs in the integration tests)."""
 
 import os
 import stat
 
-from corral_node_agent.backends.container.crun import Crun
+import psutil
+import pytest
+
+from corral_node_agent.backends.container.crun import Crun, CrunError
 
 
 def _stand_in(tmp_path, failures: int) -> Crun:
@@ -46,3 +49,15 @@ async def test_a_delete_that_succeeds_is_called_once(tmp_path):
     crun = _stand_in(tmp_path, failures=0)
     assert (await crun.delete("sb-1"))[0] == 0
     assert _calls(tmp_path) == 1
+
+
+async def test_a_call_that_hangs_is_killed_at_its_deadline(tmp_path):
+    script = tmp_path / "crun.sh"
+    script.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/pid\nexec sleep 600\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    crun = Crun(str(script), str(tmp_path / "crun"), call_timeout_s=0.5)
+    with pytest.raises(CrunError, match="crun pause failed .*did not finish within 0.5 s: killed"):
+        await crun.pause("sb-1")
+    assert not psutil.pid_exists(int((tmp_path / "pid").read_text()))
+    # A call that does not check reports it as its result (delete's caller judges that).
+    assert (await crun.delete("sb-1", attempts=1))[1] == "did not finish within 0.5 s: killed"

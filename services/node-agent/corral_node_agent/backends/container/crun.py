@@ -26,9 +26,13 @@ class CrunContainer:
 
 
 class Crun:
-    def __init__(self, binary: str, root: str):
+    def __init__(self, binary: str, root: str, call_timeout_s: float = 60.0):
+        """``call_timeout_s``: the longest a call other than ``run`` may take (they take
+        milliseconds; one stuck on a task the kernel cannot kill, a freezer that never
+        settles, would otherwise hold its sandbox's lock, and its teardown, for good)."""
         self.binary = binary
         self.root = root
+        self.call_timeout_s = call_timeout_s
 
     def argv(self, *args: str) -> list[str]:
         return [self.binary, "--root", self.root, *args]
@@ -37,8 +41,13 @@ class Crun:
         proc = await asyncio.create_subprocess_exec(
             *self.argv(*args), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        out, _ = await proc.communicate()
-        text = out.decode(errors="replace").strip()
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), self.call_timeout_s)
+            text = out.decode(errors="replace").strip()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            text = f"did not finish within {self.call_timeout_s:g} s: killed"
         if check and proc.returncode != 0:
             raise CrunError(f"crun {args[0]} failed ({proc.returncode}): {text}")
         return proc.returncode or 0, text
