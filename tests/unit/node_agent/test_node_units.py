@@ -395,6 +395,23 @@ async def test_manager_create_idempotent_and_lower_order():
 
 
 @pytest.mark.asyncio
+async def test_live_ids_stand_a_sandbox_added_while_they_are_listed():
+    # The memory sampler lists them in a thread while the loop adds and drops sandboxes; a
+    # density run at 10,000 once lost that race ("dictionary changed size during iteration").
+    m = SandboxManager(FakeBackend(), _FakeLayers())
+    spec = SandboxSpec(environment="e")
+    await m.create("s1", spec)
+    is_live = m.is_live
+
+    def racing(sid):
+        m._entries.setdefault("s-new", m._entries[sid])  # what the loop did meanwhile
+        return is_live(sid)
+
+    m.is_live = racing
+    assert m.live_ids() == ["s1"]
+
+
+@pytest.mark.asyncio
 async def test_manager_create_failures_are_typed():
     from corral_common.sandboxes import FailureReason
 
