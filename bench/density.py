@@ -294,7 +294,7 @@ def node_cgroups_mib(nodes: list[str]) -> float | None:
 def leftovers(state: str, ids: list[str]) -> dict:
     """What of ours is still on the host after the platform went down: sandbox cgroups, crun
     state, mounts."""
-    cg = [sid for sid in ids if any(Path(f"/sys/fs/cgroup/{h}/corral").glob(f"*/{sid}")
+    cg = [sid for sid in ids if any(any(Path(f"/sys/fs/cgroup/{h}/corral").glob(f"*/{sid}"))
                                     for h in ("memory", "pids", "cpu,cpuacct"))]
     crun = [p.name for p in Path(state, "nodes").glob("*/crun/*") if p.is_dir()]
     mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if state in line]
