@@ -11,7 +11,7 @@ NODES ?= 2
 # `make up` also builds (once per machine, cached under /var/cache/corral) and registers a Debian
 # base with python3, pip and git; `make up UP_ARGS=` skips it.
 UP_ARGS ?= --with-debian
-APT_PACKAGES := python3 python3-venv python3-dev gcc redis-server rabbitmq-server crun erofs-utils busybox-static \
+APT_PACKAGES := python3 python3-venv python3-dev gcc redis-server rabbitmq-server crun catatonit erofs-utils busybox-static \
 	debootstrap iproute2 postgresql docker-compose bubblewrap python3-seccomp fuse3 libfuse3-dev pkg-config \
 	qemu-system-x86 qemu-utils kmod cpio lz4 libjansson-dev e2fsprogs nftables libnftables1 zstd skopeo umoci docker-registry \
 	chromium chromium-driver

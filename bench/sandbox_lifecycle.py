@@ -37,8 +37,10 @@ sys.path.insert(0, str(ROOT / "clients" / "python"))
 sys.path.insert(0, str(ROOT / "bench"))
 from platform_cpu import cpu_per_op, cpu_snapshot  # noqa: E402
 
-# Same PID 1 as the node-agent's sandboxes (corral_node_agent/backends/container/oci.py INIT_ARGS).
-INIT_ARGS = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
+# Same PID 1 as the node-agent's sandboxes (corral_node_agent/backends/container/oci.py
+# INIT_ARGS): the host's catatonit, bound in, in pause mode.
+INIT_BINARY = "/usr/bin/catatonit"
+INIT_ARGS = ["/dev/init", "-P"]
 CGROUP_PARENT = "/corral-bench"
 
 TARGETS = {  # metric -> (op, value) for the table
@@ -108,6 +110,8 @@ def floor_worker(n: int, concurrency: int, work: str) -> dict:
     base = json.loads((tmpl / "config.json").read_text())
     base["root"] = {"path": str(rootfs), "readonly": False}
     base["process"]["args"] = list(INIT_ARGS)
+    base["mounts"].append({"destination": INIT_ARGS[0], "type": "bind", "source": INIT_BINARY,
+                           "options": ["bind", "ro", "nosuid", "nodev"]})
     base["process"]["terminal"] = False
     ns = base["linux"]["namespaces"]
     if not any(x["type"] == "network" for x in ns):

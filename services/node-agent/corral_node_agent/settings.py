@@ -64,6 +64,9 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Empty means /var/lib/corral/<node_id>, so two agents on one host never share state.
     state_dir: str = ""
     crun: str = "crun"
+    # Every container's PID 1 (backends/container/oci.py INIT_ARGS): a statically linked
+    # init that idles and reaps in pause mode (-P), bound read-only into the container.
+    container_init: str = "/usr/bin/catatonit"
     # The longest a container's start (`crun run`: namespaces, mounts, its init's exec) may
     # take: past it crun and whatever it started are killed and the start fails, so no
     # sandbox stays "starting" on a hung runtime (a kernel stall, a runtime bug). A start

@@ -3,7 +3,9 @@
 import asyncio
 import base64
 import os
+import shutil
 import signal
+import subprocess
 import tarfile
 import time
 import uuid
@@ -93,6 +95,43 @@ async def test_timeout_kills_and_sandbox_survives(backend, base_layer):
 
     # SIGKILLed at once; the sandbox's init reaps them a moment later.
     await until(gone, 10, "the timed-out command and its children to be gone", 0.02)
+
+
+async def test_the_init_reaps_what_commands_leave_behind(backend, base_layer):
+    # PID 1 is the node's catatonit in pause mode (oci.INIT_ARGS): the orphans of every
+    # command are re-parented to it and must not stay zombies (they count against pids_limit).
+    sid = await started(backend, base_layer)
+    assert (await backend.exec(sid, run("ps -o pid,args | sed -n 2p"))).stdout.split() == ["1", "/dev/init", "-P"]
+    for _ in range(3):
+        await backend.exec(sid, run("(sleep 0.05 &) ; (true &)"))
+
+    async def reaped() -> bool:
+        states = (await backend.exec(sid, run("cat /proc/[0-9]*/stat | cut -d' ' -f3"))).stdout.split()
+        return "Z" not in states
+
+    await until(reaped, 10, "the orphans to be reaped", 0.02)
+    await backend.stop(sid)
+
+
+async def test_an_image_without_a_shell_starts(backend, work_dir, tmp_path):
+    # The init comes from the node: an image needs no /bin/sh (distroless ones have none).
+    root = tmp_path / "root"
+    (root / "opt").mkdir(parents=True)
+    shutil.copy("/bin/busybox", root / "opt" / "busybox")  # (no applet links)
+    image, mnt = tmp_path / "noshell.erofs", tmp_path / "noshell"
+    subprocess.run(["mkfs.erofs", str(image), str(root)], check=True, capture_output=True)
+    mnt.mkdir()
+    host.mount_erofs(str(image), str(mnt))
+    try:
+        sid = "t-" + uuid.uuid4().hex[:10]
+        await backend.start(sid, SandboxSpec(environment="noshell", memory_mb=64, disk_mb=16, pids_limit=16),
+                            RootFs([str(mnt)]))
+        result = await backend.exec(sid, run(["/opt/busybox", "echo", "no shell here"]))
+        assert (result.exit_code, result.stdout) == (0, "no shell here\n"), result
+        assert (await backend.exec(sid, run(["/opt/busybox", "test", "-e", "/bin/sh"]))).exit_code == 1
+        await backend.stop(sid)
+    finally:
+        host.umount(str(mnt))
 
 
 async def test_yes_is_capped_and_quick(backend, base_layer):

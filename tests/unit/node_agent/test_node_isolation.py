@@ -18,7 +18,7 @@ from corral_node_agent.isolation.userns import VmUidPool
 from corral_node_agent.settings import NodeAgentSettings
 from tests.unit.node_agent import oci_config
 
-INIT = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
+INIT = ["/dev/init", "-P"]
 PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_CAPS = {"bounding": [], "effective": [], "permitted": [], "inheritable": [], "ambient": []}
 DEFAULT_CONFIG = {
@@ -38,6 +38,7 @@ DEFAULT_CONFIG = {
         {"destination": "/dev/shm", "type": "bind", "source": "/n/sandboxes/sb-1/upper/shm",
          "options": ["bind", "nosuid", "nodev", "noexec"]},
         {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
+        {"destination": "/dev/init", "type": "bind", "source": "/usr/bin/catatonit", "options": ["bind", "ro", "nosuid", "nodev"]},
         {"destination": "/sys", "type": "bind", "source": "/n/shared/sysfs",
          "options": ["bind", "ro", "nosuid", "nodev", "noexec"]},
         {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",

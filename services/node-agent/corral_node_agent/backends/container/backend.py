@@ -206,6 +206,9 @@ class ContainerBackend(SandboxBackend):
             raise AlreadyExists(f"sandbox {sandbox_id} already exists")
         if not rootfs.layers:
             raise StartFailed("no root filesystem layers")
+        if not os.access(self.settings.container_init, os.X_OK):
+            raise StartFailed(f"the node has no container init at {self.settings.container_init} "
+                              "(install catatonit, or set CORRAL_NODE_CONTAINER_INIT)")
         sb_dir = f"{self.sandboxes_dir}/{sandbox_id}"
         ids = self.uid_ranges.acquire(sb_dir) if self.uid_ranges.enabled else None
         sb = _Sandbox(id=sandbox_id, spec=spec, dir=sb_dir, policy=policy_for(spec, self.settings, ids),
@@ -257,6 +260,7 @@ class ContainerBackend(SandboxBackend):
                         ahead: bool) -> None:
         config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
                                   disk_root=bundle.upper_dir(sb.dir), shared=self.shared_mounts,
+                                  init_binary=self.settings.container_init,
                                   with_swap_limit=self.cgroups.swap_limit, cgroups_path=sb.cgroup.runtime_path,
                                   seccomp_bpf=self._seccomp_program(sb.policy.syscalls),
                                   userns_path=userns and userns.path, netns_path=sb.net and sb.net.netns_path,
