@@ -21,8 +21,9 @@ def test_overwriting_bin_sh_affects_only_this_sandbox(attack):
     attack.sh(sandbox, f"cp /bin/busybox /tmp/busybox && rm /bin/sh && printf '{evil}' > /bin/sh && chmod 755 /bin/sh",
               user="root")
     assert sandbox.exec(["/bin/sh", "-c", "echo hi"]).stdout == f"pwned-{attack.marker}\n", "the overwrite failed"
-    # Through the files API too: the busybox its shell runs is in use (a 4xx, never a 5xx),
+    # Through the files API too: a busybox that runs is in use (a 4xx, never a 5xx),
     # /etc/passwd is simply replaced.
+    sandbox.exec(["/bin/busybox", "sh", "-c", "/bin/busybox sleep 600 </dev/null >/dev/null 2>&1 &"])
     with pytest.raises(CorralError) as info:
         sandbox.write_file("/bin/busybox", f"junk-{attack.marker}")
     assert 400 <= info.value.status < 500, info.value
