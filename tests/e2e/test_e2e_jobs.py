@@ -9,7 +9,7 @@ from corral import CorralError
 
 
 def test_job_runs_every_sandbox_to_the_end(corral):
-    job = corral.jobs.create("busybox", count=40, weight=2, memory_mb=32, cpu=0.1, timeout_s=2,
+    job = corral.jobs.create("busybox", count=40, weight=2, memory_mb=32, cpu=0.1, disk_mb=16, timeout_s=2,
                              labels={"suite": "jobs"})
     assert job.info["count"] == 40 and job.id.startswith("job-")
     job.wait(timeout=120, poll_s=0.5)
