@@ -42,6 +42,26 @@ def test_overwriting_bin_sh_affects_only_this_sandbox(attack):
     attack.end()
 
 
+def test_the_init_the_node_binds_in_stays_the_nodes(attack):
+    # Every container's PID 1 is the node's catatonit, one host file bound read-only at
+    # /dev/init in all of them (oci.INIT_ARGS): root in one sandbox must not change it for
+    # the host and the others, nor take PID 1 down from inside.
+    host_init = Path("/usr/bin/catatonit")  # the node-agent's default container_init
+    before = hashlib.sha256(host_init.read_bytes()).hexdigest()
+    sandbox = attack.sandbox(probe=False)
+    for script in ("echo x > /dev/init", "printf x | dd of=/dev/init conv=notrunc", "chmod 777 /dev/init",
+                   "mount -o remount,rw /dev/init", "umount /dev/init", "rm -f /dev/init", "mv /dev/init /dev/x",
+                   "kill -KILL 1"):
+        attack.sh(sandbox, script, user="root")
+    assert hashlib.sha256(host_init.read_bytes()).hexdigest() == before
+    assert sandbox.refresh().state == "running"
+    assert sandbox.exec("ps -o pid,args | sed -n 2p").stdout.split() == ["1", "/dev/init", "-P"]
+    for neighbour in attack.neighbours:
+        assert neighbour.sandbox.exec(["/dev/init", "-V"]).exit_code == 0
+    attack.contained()
+    attack.end()
+
+
 def _guessed_paths(lab, neighbour) -> list[str]:
     """Where an attacker would look for a neighbour's files: the node's state dir (mountinfo
     showed it), the conventional /var/lib/corral, and its processes' /proc/<pid>/root."""
