@@ -26,6 +26,7 @@ log = get_logger(__name__)
 LANGUAGES = ("python",)
 _READY_TIMEOUT_S = 60.0
 _KERNEL_LIFETIME_S = 24 * 3600.0
+_STARTUP_SAID = 2000  # bytes of a kernel's dying words kept for the error
 
 
 @dataclass
@@ -40,6 +41,10 @@ class Context:
     # Events of the cell being run, by its request id.
     inbox: dict[str, asyncio.Queue] = field(default_factory=dict)
     ready: asyncio.Future | None = None
+    # What the kernel printed before it was ready, and how it ended if it never was: the
+    # reason a cell gets when python3 cannot start (not installed, a broken image).
+    startup_output: bytearray = field(default_factory=bytearray)
+    exit_status: str = ""
 
     @property
     def fifo(self) -> str:
@@ -123,13 +128,23 @@ class Interpreter:
             raise E2bError(400, f"cannot start a python kernel in this sandbox ({exc}); "
                                 "the code interpreter needs an environment with python3") from None
         context.proc = proc
+        context.startup_output.clear()
+        context.exit_status = ""
         context.ready = asyncio.get_running_loop().create_future()
         context.reader = asyncio.create_task(self._read(context, proc, queue))
         try:
-            await asyncio.wait_for(asyncio.shield(context.ready), _READY_TIMEOUT_S)
+            started = await asyncio.wait_for(asyncio.shield(context.ready), _READY_TIMEOUT_S)
         except TimeoutError:
             await self._stop(context)
             raise E2bError(502, "the python kernel did not start") from None
+        if not started:  # it ended before it could read a cell: say why, now
+            said = context.startup_output.decode(errors="replace").strip()[-_STARTUP_SAID:]
+            status, context.exit_status = context.exit_status, ""
+            context.startup_output.clear()
+            await self._stop(context)
+            raise E2bError(400, "cannot start a python kernel in this sandbox (python3 -u: "
+                                f"{status or 'ended'}{': ' + said if said else ''}); the code interpreter needs an "
+                                "environment with python3 (e.g. templateID code-interpreter-v1 or debian-python)")
 
     async def _read(self, context: Context, proc: RunningProcess, queue: asyncio.Queue) -> None:
         """Split the kernel's output into marked events (to the cell they belong to) and
@@ -144,10 +159,14 @@ class Interpreter:
 
         async for event in events(proc, queue):
             if "end" in event:
+                context.exit_status = str(event["end"].get("status") or event["end"].get("error") or "")
                 break
             data = event.get("data", {})
             for stream, encoded in data.items():
                 pending += base64.b64decode(encoded) if stream == "stdout" else b""
+                if context.ready is not None and not context.ready.done():
+                    context.startup_output += base64.b64decode(encoded)[:_STARTUP_SAID]
+                    del context.startup_output[:-_STARTUP_SAID]
                 if stream == "stderr":
                     deliver({"type": "stderr", "text": base64.b64decode(encoded).decode(errors="replace"),
                              "timestamp": 0})

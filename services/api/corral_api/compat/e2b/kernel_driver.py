@@ -7,7 +7,7 @@ the api."""
 MARK = "\x1eCORRAL-KERNEL "
 
 SOURCE = r'''
-import ast, base64, io, json, os, sys, time, traceback
+import ast, base64, io, json, linecache, os, sys, time, traceback
 MARK = "\x1eCORRAL-KERNEL "
 fifo = sys.argv[1]
 proto = os.fdopen(os.dup(1), "w", buffering=1)
@@ -33,6 +33,13 @@ class Stream(io.TextIOBase):
             emit(type=self.name, text=self.buffer, timestamp=time.time_ns() // 1000)
             self.buffer = ""
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+def user_traceback(exc):
+    # From the first frame of a cell on: this driver's own frames (python -c's "<string>") are
+    # nobody's business; a SyntaxError of the cell has none of its frames, so just its line.
+    tb = exc.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell "):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 count = 0
 if not os.path.exists(fifo):
     os.mkfifo(fifo, 0o600)
@@ -48,11 +55,14 @@ for line in requests:
     saved_env = dict(os.environ)
     os.environ.update(request.get("env") or {})
     count += 1
+    code, name = request.get("code", ""), "<cell %d>" % count
+    # Its lines, for tracebacks (also of its functions called from later cells).
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
     try:
-        tree = ast.parse(request.get("code", ""), "<cell>", "exec")
+        tree = ast.parse(code, name, "exec")
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        exec(compile(tree, "<cell>", "exec"), namespace)
-        value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace) if last else None
+        exec(compile(tree, name, "exec"), namespace)
+        value = eval(compile(ast.Expression(last.value), name, "eval"), namespace) if last else None
         pyplot = sys.modules.get("matplotlib.pyplot")
         if pyplot is not None:
             for number in pyplot.get_fignums():
@@ -66,7 +76,7 @@ for line in requests:
             emit(type="result", text=repr(value), is_main_result=True)
     except BaseException as exc:
         emit(type="error", name=type(exc).__name__, value=str(exc),
-             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+             traceback=user_traceback(exc))
     finally:
         os.environ.clear()
         os.environ.update(saved_env)
