@@ -9,9 +9,11 @@ import httpx
 import pytest
 
 from corral_common.contracts.images import EnvironmentLayer
+from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent.backends import paths
 from corral_node_agent.backends.base import ExitReason
+from corral_node_agent.backends.container import exec as exec_process
 from corral_node_agent.backends.container import files, oci
 from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.backends.types import RootFs
@@ -125,6 +127,16 @@ def test_exec_process_spec_root_and_env_override():
     p = oci.process_spec(["id"], identity, env=oci.build_env({"A": "1"}, {"A": "2"}), root=True)
     assert p["user"] == {"uid": 0, "gid": 0} and "CAP_DAC_OVERRIDE" in p["capabilities"]["effective"]
     assert "A=2" in p["env"] and "A=1" not in p["env"]
+
+
+def test_a_command_run_as_root_gets_roots_home_unless_it_names_one():
+    identity = container_identity(NodeAgentSettings(state_dir="/x"))
+    as_root = exec_process.process_for(ExecRequest(cmd="env", user="root"), {"HOME": "/home/user"}, identity)
+    assert "HOME=/root" in as_root["env"] and as_root["user"] == {"uid": 0, "gid": 0}
+    as_user = exec_process.process_for(ExecRequest(cmd="env"), {}, identity)
+    assert "HOME=/home/user" in as_user["env"]
+    named = exec_process.process_for(ExecRequest(cmd="env", user="root", env={"HOME": "/srv"}), {}, identity)
+    assert "HOME=/srv" in named["env"] and "HOME=/root" not in named["env"]
 
 
 # ---- paths ----------------------------------------------------------------------------

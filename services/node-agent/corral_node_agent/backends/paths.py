@@ -12,6 +12,7 @@ import errno
 from corral_node_agent.errors import BadInput, Conflict, DiskFull, NotFound
 
 HOME = "/home/user"  # the sandbox user's home: the working dir of commands, base of relative paths
+ROOT_HOME = "/root"  # HOME of a command run as root
 LOC = ["query", "path"]
 
 

@@ -35,7 +35,7 @@ def process_for(req: ExecRequest, spec_env: dict[str, str], identity: Identity,
     argv = checked_argv(req, req.env)
     root = req.user == "root"
     proc_spec = oci.process_spec(argv, identity, root=root,
-                                 env=oci.build_env(spec_env, req.env), cwd=req.cwd or default_cwd or oci.HOME)
+                                 env=oci.build_env(spec_env, req.env, root=root), cwd=req.cwd or default_cwd or oci.HOME)
     if proc_spec["cwd"] and not proc_spec["cwd"].startswith("/"):
         proc_spec["cwd"] = f"{oci.HOME}/{proc_spec['cwd']}"
     return proc_spec

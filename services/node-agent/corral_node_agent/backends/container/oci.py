@@ -9,7 +9,7 @@ import base64
 from typing import Any
 
 from corral_node_agent.backends.container.shared_mounts import SharedMounts
-from corral_node_agent.backends.paths import HOME
+from corral_node_agent.backends.paths import HOME, ROOT_HOME
 from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import SandboxPolicy
 from corral_node_agent.isolation.userns import Identity
@@ -30,8 +30,10 @@ def _caps(names: tuple[str, ...]) -> dict[str, list[str]]:
     return {k: list(names) for k in ("bounding", "effective", "permitted")} | {"inheritable": [], "ambient": list(names)}
 
 
-def build_env(spec_env: dict[str, str], extra: dict[str, str] | None = None) -> list[str]:
-    env = {"PATH": DEFAULT_PATH, "HOME": HOME, **spec_env, **(extra or {})}
+def build_env(spec_env: dict[str, str], extra: dict[str, str] | None = None, *, root: bool = False) -> list[str]:
+    """A process's environment: the sandbox's, then the request's; a command run as root gets
+    root's home (as a login would, and as E2B's envd does) unless the request names one."""
+    env = {"PATH": DEFAULT_PATH, "HOME": HOME, **spec_env, **({"HOME": ROOT_HOME} if root else {}), **(extra or {})}
     return [f"{k}={v}" for k, v in env.items()]
 
 
