@@ -54,6 +54,8 @@ up: venv guestkit judge
 	@echo "== running examples/quickstart.py against it =="
 	@CORRAL_URL=$$($(PY) -c 'import json,sys; print(json.load(open(sys.argv[1]))["api"])' $(STATE).json) \
 	  CORRAL_API_KEY=$$(cat $(STATE)/api-key) $(PY) examples/quickstart.py
+	@echo "== waiting for the fncall pools of every node =="
+	@$(PY) scripts/corral_platform.py wait-fncall --state-dir $(STATE)
 	@$(PY) scripts/print_welcome.py $(STATE).json
 
 down:

@@ -240,6 +240,28 @@ def up(args: argparse.Namespace) -> dict:
     return info
 
 
+def wait_fncall(args: argparse.Namespace) -> None:
+    """Wait until every node's fncall pools serve (`make up` says "Corral is up" only then): on a
+    fresh state dir each node first mounts the judge tree the image-service imported."""
+    state = Path(args.state_dir).resolve()
+    info = json.loads((state / "platform.json").read_text())
+    nodes = {name: url for name, url in info["urls"].items() if name.startswith("node-")}
+    headers = {"X-Corral-Internal-Token": info["internal_token"]}
+    deadline, said = time.monotonic() + args.timeout, {}
+    while True:
+        for name, url in nodes.items():
+            try:
+                said[name] = httpx.get(f"{url}/v1/fncall/pools", headers=headers, timeout=5).json().get("status", "?")
+            except (httpx.HTTPError, ValueError) as exc:
+                said[name] = f"no answer ({type(exc).__name__})"
+        if all(status == "ready" for status in said.values()):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"fncall is not ready after {args.timeout:.0f} s: "
+                             + "; ".join(f"{n}: {s}" for n, s in said.items()) + f" (logs: {state}/logs)")
+        time.sleep(0.5)
+
+
 def stop_process(state: Path, name: str, timeout: float = 10.0) -> None:
     pid_file = state / "run" / f"{name}.pid"
     if not pid_file.exists():
@@ -276,7 +298,7 @@ def down(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="corral_platform")
-    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("command", choices=["up", "down", "wait-fncall"])
     parser.add_argument("--state-dir", default=str(ROOT / ".state"))
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--base-port", type=int, default=8000)
@@ -295,10 +317,13 @@ def main() -> None:
                         help="also serve SandboxFusion's /run_code without credentials on 127.0.0.1:PORT")
     parser.add_argument("--with-debian", action="store_true", help="also build (once per machine) and register a Debian base with python3, pip and git "
                              "as environment debian-python")
+    parser.add_argument("--timeout", type=float, default=600.0, help="wait-fncall: the longest wait")
     args = parser.parse_args()
     if args.command == "up":
         info = up(args)
         print(json.dumps(info))
+    elif args.command == "wait-fncall":
+        wait_fncall(args)
     else:
         down(args)
 

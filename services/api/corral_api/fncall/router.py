@@ -21,6 +21,7 @@ from corral_api.fncall.schemas import (
     RuntimeList,
 )
 from corral_api.fncall.service import FncallService
+from corral_api.fncall.warmup import FncallWarmup
 from corral_common.contracts.fncall import RUNTIMES
 from corral_common.errors import ERROR_RESPONSES, PayloadTooLarge
 from corral_common.redis_client import connect
@@ -51,7 +52,8 @@ async def lifespan(app: FastAPI):
     settings = app.state.settings
     rpc = await FncallRpc(settings.amqp_url, RUNTIMES, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
     redis = connect(settings.redis_url, decode_responses=False, **settings.redis_pool())
-    app.state.fncall = FncallService(rpc, redis, settings.fncall)
+    warmup = FncallWarmup(app.state.sandboxes.store, app.state.node_client, settings.heartbeat_timeout_s)
+    app.state.fncall = FncallService(rpc, redis, settings.fncall, warmup)
     app.state.fncall_gauges = app.state.fncall.refresh_gauges  # read at each /metrics scrape
     try:
         yield

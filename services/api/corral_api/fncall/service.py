@@ -26,6 +26,7 @@ from corral_api.fncall.schemas import (
     RuntimeInfo,
 )
 from corral_api.fncall.settings import FncallApiSettings
+from corral_api.fncall.warmup import FncallWarmup
 from corral_common.contracts.fncall import (
     COMPILED,
     RUNTIMES,
@@ -42,6 +43,9 @@ from corral_common.telemetry import RateWindow
 log = get_logger(__name__)
 COMPILE_TIMEOUT_MS = 10_000
 WORKERS_SEEN_TTL_S = 2.0
+# What a call made while the pools warm up is told to wait: a pool starts its workers in seconds
+# once the judge tree is mounted.
+WARMING_RETRY_AFTER_S = 5
 MAX_FILE_PATH = 255  # characters of a file's relative path (the api's limit; the workers take any)
 
 
@@ -61,8 +65,10 @@ def _unanswered(job: FncallJob, message: str) -> FncallResult:
 
 
 class FncallService:
-    def __init__(self, rpc: FncallRpc, redis: aioredis.Redis, settings: FncallApiSettings):
+    def __init__(self, rpc: FncallRpc, redis: aioredis.Redis, settings: FncallApiSettings,
+                 warmup: FncallWarmup | None = None):
         self.rpc = rpc
+        self.warmup = warmup  # why no worker serves a runtime (the nodes' pools), on the 503 path
         self.redis = redis
         self.settings = settings
         self._rates: dict[str, RateWindow] = defaultdict(RateWindow)
@@ -121,8 +127,13 @@ class FncallService:
             asking = self._asking[runtime] = asyncio.ensure_future(self.rpc.consumers(runtime))
             asking.add_done_callback(lambda _: self._asking.pop(runtime, None))
         if await asyncio.shield(asking) == 0:
-            raise ServiceUnavailable(f"no fncall worker serves runtime {runtime!r} now (no node runs its pool)",
-                                     loc=loc, code="fncall_unavailable")
+            warming, said = await self.warmup.why_unserved(runtime) if self.warmup is not None else (False, "")
+            if warming:
+                raise ServiceUnavailable(f"runtime {runtime!r} is warming up: no worker serves it yet ({said}); "
+                                         f"try again in {WARMING_RETRY_AFTER_S} s", loc=loc,
+                                         code="fncall_warming_up", retry_after_s=WARMING_RETRY_AFTER_S)
+            raise ServiceUnavailable(f"no fncall worker serves runtime {runtime!r} now "
+                                     f"({said or 'no node runs its pool'})", loc=loc, code="fncall_unavailable")
         self._served_until[runtime] = time.monotonic() + WORKERS_SEEN_TTL_S
 
     def timeout_for(self, job: FncallJob) -> float:

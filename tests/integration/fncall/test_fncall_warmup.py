@@ -1,0 +1,73 @@
+"""A call made while a node's fncall pools warm up is answered 503 fncall_warming_up at once,
+with Retry-After and what the node waits for, as the node-agent's own pools report it (its
+real fncall router served over HTTP, its node record in Redis, an api FncallService on RabbitMQ
+with no consumer for the runtime yet)."""
+
+import time
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from fastapi import FastAPI
+
+from corral_api.fncall.rpc import FncallRpc
+from corral_api.fncall.schemas import FncallRequest
+from corral_api.fncall.service import FncallService
+from corral_api.fncall.settings import FncallApiSettings
+from corral_api.fncall.warmup import FncallWarmup
+from corral_api.sandboxes.node_client import NodeClient
+from corral_common.errors import ServiceUnavailable
+from corral_common.state import StateStore
+from corral_node_agent.errors import ImageUnavailable
+from corral_node_agent.fncall.router import router as fncall_router
+from corral_node_agent.settings import NodeAgentSettings
+from tests.inprocess import serve
+from tests.polling import until
+
+TOKEN = "internal-token-for-the-warmup-test"
+
+
+class JudgeNotThereYet:
+    """The node's layer cache while image-service has no judge environment yet."""
+
+    async def resolve_environment(self, name: str):
+        raise ImageUnavailable(f"environment {name!r} not found")
+
+    def add_exit_listener(self, listener) -> None:
+        pass
+
+
+async def test_a_call_while_a_node_warms_up_says_what_it_waits_for(redis_url, amqp_url, tmp_path):
+    node_id = f"warm-{uuid.uuid4().hex[:6]}"
+    settings = NodeAgentSettings(node_id=node_id, state_dir=str(tmp_path), amqp_url=amqp_url, internal_token=TOKEN,
+                                 fncall={"runtimes": "python", "rootfs_poll_s": 0.2})
+    node = FastAPI()
+    node.state.settings = settings
+    node.state.manager = SimpleNamespace(layers=JudgeNotThereYet())
+    node.include_router(fncall_router)
+    store = StateStore.from_url(redis_url)
+    runtime = "python"
+    rpc = await FncallRpc(amqp_url, (runtime,)).connect()
+    nodes = NodeClient(TOKEN)
+    try:
+        async with serve(node) as url:
+            await until(lambda: "waiting for environment" in node.state.fncall.status_message, timeout_s=30,
+                        what="the node's pools to wait for the judge")
+            await store.redis.delete("nodes")  # only this node is live
+            await store.heartbeat(node_id, url, 1, 1000, 10)
+            service = FncallService(rpc, None, FncallApiSettings(), FncallWarmup(store, nodes, heartbeat_timeout_s=30))
+            started = time.monotonic()
+            with pytest.raises(ServiceUnavailable) as caught:
+                await service.call(FncallRequest(runtime=runtime, code="print(1)"))
+            assert time.monotonic() - started < 5
+            error = caught.value
+            assert error.code == "fncall_warming_up" and error.loc == ["body", "runtime"]
+            assert error.response_headers() == {"Retry-After": "5"}
+            assert f"runtime {runtime!r} is warming up" in error.message
+            assert f"{node_id}: waiting for environment 'judge'" in error.message, error.message
+    finally:
+        await nodes.close()
+        await rpc.close()
+        await store.redis.delete(f"node:{node_id}")
+        await store.redis.zrem("nodes", node_id)
+        await store.close()
