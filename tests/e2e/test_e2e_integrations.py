@@ -153,23 +153,27 @@ INSPECT_RUN = """
 """
 
 
-@pytest.mark.parametrize("config", ["corral", "compose"])
+@pytest.mark.parametrize("config", ["corral", "compose", "name"])
 def test_inspect_ai_sandbox_provider(corral, platform, tmp_path, config):
     python = framework_python("inspect-ai-0.3.285")
+    override = ""
     if config == "compose":  # a compose file as inspect's docker provider takes it, mapped to an environment
         (tmp_path / "compose.yaml").write_text("services:\n  default:\n    image: docker.io/library/busybox:1.36\n"
                                                "    mem_limit: 64m\n    environment:\n      TASK: file\n")
         sandbox = ("corral", str(tmp_path / "compose.yaml"))
+    elif config == "name":  # `--sandbox corral:<environment>`, as the docs give it (inspect makes it a path)
+        sandbox, override = "corral", "corral:busybox"
     else:
         sandbox = "corral"
     (tmp_path / "task.py").write_text(textwrap.dedent(INSPECT_TASK).replace('"{sandbox}"', repr(sandbox)))
     before = {s.id for s in corral.sandboxes.list(labels={"framework": "inspect_ai"})}
-    out = run_in(python, platform, INSPECT_RUN, "task.py", "", "logs", cwd=tmp_path)
+    out = run_in(python, platform, INSPECT_RUN, "task.py", override, "logs", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["status"] == "success" and report["score"] == "C", report
     made = [s for s in corral.sandboxes.list(labels={"framework": "inspect_ai"}) if s.id not in before]
     assert len(made) == 1  # one sandbox for the sample, released by sample_cleanup
+    assert made[0].info.environment == "busybox"
     assert made[0].wait("terminated", timeout=60).state == "terminated"
 
 

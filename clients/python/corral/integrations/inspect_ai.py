@@ -67,7 +67,10 @@ def sandbox_specs(config: SandboxEnvironmentConfigType | None) -> dict[str, dict
         if not images:
             raise ValueError(f"{config} has no FROM line")
         return {"default": {"environment": environment_for(images[-1])}}
-    return {"default": {"environment": config}}
+    # inspect hands a config string over as a path made absolute against the task's directory
+    # (`--sandbox corral:debian-python` arrives as /that/dir/debian-python): where no such file
+    # is, the last part is the environment name the user wrote.
+    return {"default": {"environment": path.name if path.is_absolute() and not path.is_file() else config}}
 
 
 @sandboxenv(name="corral")
