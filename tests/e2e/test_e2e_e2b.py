@@ -1,4 +1,4 @@
-"""The unchanged E2B SDK (e2b 2.63.0 from PyPI, requirements-dev.txt) drives Corral sandboxes:
+"""The unchanged E2B SDK (e2b 2.64.0 from PyPI, requirements-dev.txt) drives Corral sandboxes:
 both planes point at the api (E2B_API_URL = E2B_SANDBOX_URL), the key is a Corral API key of
 E2B's form. Sync and async clients; container sandboxes on the live platform."""
 
@@ -192,6 +192,14 @@ def test_code_interpreter_keeps_state_between_cells(e2b_env):
         failed = sbx.run_code("1 / 0")
         assert failed.error.name == "ZeroDivisionError" and "division by zero" in failed.error.value
         assert "Traceback" in failed.error.traceback
+        # A traceback starts at the user's code, with its lines (also of a function an earlier
+        # cell defined), never in the kernel's driver; a SyntaxError shows the user's line.
+        sbx.run_code("def half(n):\n    return n / 0")
+        deep = sbx.run_code("y = 2\nhalf(y)").error.traceback
+        assert "<string>" not in deep and deep.index("half(y)") < deep.index("return n / 0"), deep
+        syntax = sbx.run_code("x = (1,\nprint(x")
+        assert syntax.error.name == "SyntaxError" and "<string>" not in syntax.error.traceback
+        assert "ast.parse" not in syntax.error.traceback and "print(x" in syntax.error.traceback, syntax.error.traceback
         assert sbx.run_code("import os; os.environ['K']", envs={"K": "v"}).text == "'v'"
 
         # Contexts are separate namespaces; restart forgets, delete ends.
@@ -206,6 +214,60 @@ def test_code_interpreter_keeps_state_between_cells(e2b_env):
         assert other.id not in {c.id for c in sbx.list_code_contexts()}
         # The same sandbox still takes ordinary commands.
         assert sbx.commands.run("python3 -c 'print(6*7)'").stdout == "42\n"
+    finally:
+        sbx.kill()
+
+
+def test_code_interpreter_without_python_fails_at_once_saying_why(e2b_env):
+    """Template ``base`` is busybox: no python3. A cell fails within seconds, naming python3,
+    instead of waiting out its timeout."""
+    from e2b_code_interpreter import Sandbox as CodeSandbox
+
+    sbx = CodeSandbox.create(template="base", timeout=120)
+    try:
+        started = time.monotonic()
+        with pytest.raises(Exception) as failed:  # the SDK's own exception for an error answer
+            sbx.run_code("print(1)", timeout=90)
+        assert time.monotonic() - started < 20
+        assert "python3" in str(failed.value), failed.value
+        # The sandbox is fine for commands, and a second cell says the same.
+        assert sbx.commands.run("echo ok").stdout == "ok\n"
+        with pytest.raises(Exception, match="python3"):
+            sbx.run_code("print(1)", timeout=90)
+    finally:
+        sbx.kill()
+
+
+def test_metrics_root_home_and_unknown_routes_in_e2b_shape(e2b_env, corral):
+    import httpx
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.commands.run("head -c 3000000 /dev/urandom > blob && sync")
+        metrics = sbx.get_metrics()
+        assert len(metrics) == 1, metrics
+        point = metrics[0]
+        info = corral.sandboxes.get(sbx.sandbox_id).info
+        assert point.cpu_count >= 1 and 0 <= point.cpu_used_pct <= 100
+        assert point.mem_total > 0 and 0 < point.mem_used <= point.mem_total
+        assert point.disk_total > 0 and 3_000_000 <= point.disk_used <= point.disk_total
+        assert point.mem_total == info.memory_mb * 1024 * 1024 and point.disk_total == info.disk_mb * 1024 * 1024
+        # A command run as root gets root's home, as in E2B.
+        assert sbx.commands.run("echo $HOME", user="root").stdout == "/root\n"
+        assert sbx.commands.run("echo $HOME").stdout == "/home/user\n"
+
+        api, headers = e2b_env["api"], {"X-API-Key": E2B_API_KEY}
+        for method, path, extra in (("GET", "/templates", {}), ("POST", "/v2/templates/x/builds", {}),
+                                    ("GET", f"/sandboxes/{sbx.sandbox_id}/logs", {}),
+                                    ("PUT", f"/sandboxes/{sbx.sandbox_id}/network", {}),
+                                    ("GET", "/envs", {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"})):
+            answer = httpx.request(method, api + path, headers={**headers, **extra}, timeout=10)
+            body = answer.json()
+            assert answer.status_code in (404, 405) and set(body) >= {"code", "message"}, (path, body)
+            assert body["code"] == answer.status_code and "not supported" in body["message"], (path, body)
+        # Corral's own routes keep Corral's shape.
+        own = httpx.get(api + "/v1/nope", headers={"Authorization": f"Bearer {e2b_env['api_key']}"}, timeout=10)
+        assert own.status_code == 404 and own.json()["error"]["code"] == "not_found"
     finally:
         sbx.kill()
 

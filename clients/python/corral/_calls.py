@@ -31,6 +31,7 @@ from corral_client.models import (
     SandboxCreate,
     Snapshot,
     StorageUsage,
+    Usage,
 )
 from corral_client.models import Rollout as RolloutInfo
 from corral_client.models import Sandbox as SandboxInfo
@@ -147,6 +148,10 @@ def set_sandbox_network(sandbox_id: str, network: dict[str, Any]) -> Call[Sandbo
 
 def get_sandbox_network(sandbox_id: str) -> Call[dict[str, Any]]:
     return Call("GET", _path("/v1/sandboxes/{}/network", sandbox_id), _json)
+
+
+def get_sandbox_usage(sandbox_id: str) -> Call[Usage]:
+    return Call("GET", _path("/v1/sandboxes/{}/usage", sandbox_id), _model(Usage))
 
 
 def resume_sandbox(sandbox_id: str) -> Call[SandboxInfo]:

@@ -135,6 +135,13 @@ class _SandboxOps(Flavored):
         return calls.get_sandbox_network(self.id)
 
     @operation
+    def usage(self) -> calls.Call[Any]:
+        """What it has used so far, read on its node now: cpu_seconds, peak_memory_bytes,
+        working_set_bytes, memory_mib_seconds, disk_used_bytes, network bytes (an ended
+        sandbox's totals are in ``info.usage``)."""
+        return calls.get_sandbox_usage(self.id)
+
+    @operation
     def snapshot(self) -> calls.Call[Snapshot]:
         """Save the VM's state on its node (it keeps running); restore it with
         ``corral.sandboxes.create(from_snapshot=snapshot.id)``."""

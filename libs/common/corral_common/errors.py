@@ -147,20 +147,23 @@ def install_error_handlers(app: FastAPI) -> None:
         code = errors[0].get("type") if errors and errors[0].get("type") in INPUT_ERROR_CODES else "validation_error"
         return JSONResponse(error_body(code, f"{where}: {first['msg']}", details), status_code=422)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        headers = dict(getattr(exc, "headers", None) or {})
-        if exc.status_code == 405:
-            # Starlette's Allow lists the first route of the path only; OPTIONS asks for them all.
-            headers["Allow"] = ", ".join(allowed_methods(request))
-            if request.method == "OPTIONS":
-                return Response(status_code=204, headers=headers)
-        code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers or None)
+    app.add_exception_handler(StarletteHTTPException, http_error_response)  # type: ignore[arg-type]
 
     from corral_common.guards import RequestGuard  # it builds on this module
 
     app.add_middleware(RequestGuard)
+
+
+async def http_error_response(request: Request, exc: StarletteHTTPException) -> Response:
+    """Starlette's own errors (no such route, wrong method) in the platform's shape."""
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:
+        # Starlette's Allow lists the first route of the path only; OPTIONS asks for them all.
+        headers["Allow"] = ", ".join(allowed_methods(request))
+        if request.method == "OPTIONS":
+            return Response(status_code=204, headers=headers)
+    code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers or None)
 
 
 def allowed_methods(request: Request) -> list[str]:

@@ -182,6 +182,9 @@ class Usage(BaseModel):
     peak_working_set_bytes: int = 0
     working_set_bytes: int = 0
     swap_bytes: int = 0  # moved out to compressed swap by the memory-manager's reclaim
+    # Bytes in use on the sandbox's own disk (its writable layer), where the node can read it
+    # (containers; 0 for kinds whose disk only the guest sees).
+    disk_used_bytes: int = 0
 
 
 # The spec fields a warm pool's claim sets (not part of a shape: warm_pool_shape).

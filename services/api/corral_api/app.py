@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral_api.admin.quotas import QuotaLedger
 from corral_api.admin.repository import TenantRepository, UsageRepository
@@ -17,6 +18,7 @@ from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.commits.router import router as commits_router
 from corral_api.commits.service import CommitService
 from corral_api.compat.e2b.envd_router import router as e2b_envd_router
+from corral_api.compat.e2b.errors import unknown_route_response
 from corral_api.compat.e2b.ingress import E2bPortRouting
 from corral_api.compat.e2b.interpreter import Interpreter
 from corral_api.compat.e2b.interpreter_router import router as e2b_interpreter_router
@@ -179,6 +181,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_exception_handler(StarletteHTTPException, unknown_route_response)  # type: ignore[arg-type]
     app.add_middleware(TenantConcurrencyMiddleware)
     app.add_middleware(E2bPortRouting)
     instrument_app(app)

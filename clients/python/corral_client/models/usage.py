@@ -16,6 +16,7 @@ class Usage:
     """
     Attributes:
         cpu_seconds (float | Unset):  Default: 0.0.
+        disk_used_bytes (int | Unset):  Default: 0.
         memory_mib_seconds (float | Unset):  Default: 0.0.
         network_denied (int | Unset):  Default: 0.
         network_rx_bytes (int | Unset):  Default: 0.
@@ -29,6 +30,7 @@ class Usage:
     """
 
     cpu_seconds: float | Unset = 0.0
+    disk_used_bytes: int | Unset = 0
     memory_mib_seconds: float | Unset = 0.0
     network_denied: int | Unset = 0
     network_rx_bytes: int | Unset = 0
@@ -43,6 +45,8 @@ class Usage:
 
     def to_dict(self) -> dict[str, Any]:
         cpu_seconds = self.cpu_seconds
+
+        disk_used_bytes = self.disk_used_bytes
 
         memory_mib_seconds = self.memory_mib_seconds
 
@@ -69,6 +73,8 @@ class Usage:
         field_dict.update({})
         if cpu_seconds is not UNSET:
             field_dict["cpu_seconds"] = cpu_seconds
+        if disk_used_bytes is not UNSET:
+            field_dict["disk_used_bytes"] = disk_used_bytes
         if memory_mib_seconds is not UNSET:
             field_dict["memory_mib_seconds"] = memory_mib_seconds
         if network_denied is not UNSET:
@@ -97,6 +103,8 @@ class Usage:
         d = dict(src_dict)
         cpu_seconds = d.pop("cpu_seconds", UNSET)
 
+        disk_used_bytes = d.pop("disk_used_bytes", UNSET)
+
         memory_mib_seconds = d.pop("memory_mib_seconds", UNSET)
 
         network_denied = d.pop("network_denied", UNSET)
@@ -119,6 +127,7 @@ class Usage:
 
         usage = cls(
             cpu_seconds=cpu_seconds,
+            disk_used_bytes=disk_used_bytes,
             memory_mib_seconds=memory_mib_seconds,
             network_denied=network_denied,
             network_rx_bytes=network_rx_bytes,

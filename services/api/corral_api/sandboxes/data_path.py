@@ -19,7 +19,7 @@ from corral_common.display import InputRequest, InputSent
 from corral_common.errors import BadRequest, Conflict, CorralError, ServiceUnavailable
 from corral_common.exec import INGRESS_MARK, ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import SandboxState
+from corral_common.sandboxes import SandboxState, Usage
 from corral_common.state import SandboxRecord
 
 # Request headers ingress does not pass into a sandbox: Corral's credentials, and hop-by-hop.
@@ -130,6 +130,11 @@ class SandboxDataPath:
         response = await self.nodes.request("GET", node_url(node, "v1", "sandboxes", sandbox_id, "network"))
         return {"network": record.spec.network if isinstance(record.spec.network, str)
                 else record.spec.network.model_dump(mode="json"), **response.json()}
+
+    async def usage(self, tenant: str, sandbox_id: str) -> Usage:
+        """What the sandbox has used so far, read on its node now."""
+        response = await self.nodes.request("GET", await self._url(tenant, sandbox_id, "usage", _LIVE))
+        return Usage.model_validate_json(response.content)
 
     async def screenshot(self, tenant: str, sandbox_id: str) -> bytes:
         """The screen as PNG bytes (a paused VM still shows its last frame)."""

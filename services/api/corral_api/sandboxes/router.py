@@ -20,7 +20,7 @@ from corral_common.errors import ERROR_RESPONSES, BadRequest, CorralError, Error
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
 from corral_common.inputs import ID_PATTERN
 from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import TERMINAL_STATES, SandboxState
+from corral_common.sandboxes import TERMINAL_STATES, SandboxState, Usage
 from corral_common.ws_relay import relay
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
@@ -141,6 +141,14 @@ async def get_sandbox_network(sandbox_id: str, tenant: Tenant, data: Data) -> Sa
     """The sandbox's egress policy, its byte and refusal counters, and its latest refusals
     (what its rules kept it from: ``target`` and ``reason``)."""
     return SandboxNetworkState.model_validate(await data.network_state(tenant, sandbox_id))
+
+
+@router.get("/{sandbox_id}/usage", response_model=Usage, operation_id="get_sandbox_usage")
+async def get_sandbox_usage(sandbox_id: str, tenant: Tenant, data: Data) -> Usage:
+    """What a running (or paused) sandbox has used so far, read on its node now: cpu seconds,
+    memory (peak, working set, memory·time), bytes on its disk, network. An ended sandbox's
+    totals are in its record (``usage``)."""
+    return await data.usage(tenant, sandbox_id)
 
 
 @router.post("/{sandbox_id}/resume", response_model=Sandbox, operation_id="resume_sandbox")

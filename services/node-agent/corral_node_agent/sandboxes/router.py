@@ -10,6 +10,7 @@
                                a directory → JSON list of FileInfo (lstat, links not followed)
     PUT  /network              NetworkPolicy → {"network"}: the sandbox's egress rules replaced, in
                                force on return (400 for a sandbox created with network "none")
+    GET  /usage                Usage: cpu, memory and disk used so far (a fresh reading)
     GET  /network              {"counters": {tx_bytes, rx_bytes, denied}, "denied": [{at, target, reason}]}
     * /ports/{port}/{path}     HTTP ingress: the request, sent to 127.0.0.1:port inside the sandbox
                                (ports.py); its answer streamed back. 502 port_not_open when nothing
@@ -48,6 +49,7 @@ from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, Fil
 from corral_common.inputs import NAME_PATTERN, VERSION_PATTERN
 from corral_common.internal import require_internal_token
 from corral_common.network import NetworkPolicy
+from corral_common.sandboxes import Usage
 from corral_common.ws_relay import relay
 from corral_node_agent import ports
 from corral_node_agent.errors import NodeAgentError
@@ -79,6 +81,11 @@ async def pause(sandbox_id: str, request: Request) -> dict:
 async def set_network(sandbox_id: str, body: NetworkPolicy, manager: Manager) -> dict:
     await manager.set_network(sandbox_id, body)
     return {"network": body.model_dump(mode="json")}
+
+
+@router.get("/usage", summary="Resources the sandbox has used so far (a fresh reading)")
+async def get_usage(sandbox_id: str, manager: Manager) -> Usage:
+    return manager.usage(sandbox_id)
 
 
 @router.get("/network", summary="The sandbox's egress counters and latest refusals")

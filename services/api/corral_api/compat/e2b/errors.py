@@ -11,8 +11,9 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from corral_common.errors import CorralError
+from corral_common.errors import CorralError, http_error_response
 from corral_common.logging import get_logger
 
 log = get_logger(__name__)
@@ -46,6 +47,30 @@ def _validation_message(exc: RequestValidationError) -> str:
         loc = ".".join(str(p) for p in err.get("loc", ()))
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
     return "; ".join(parts) or "invalid request"
+
+
+# First path segments of E2B's control plane (its OpenAPI spec): a request there that no route
+# of this surface takes is an E2B client calling something Corral does not offer.
+CONTROL_PLANE_ROOTS = frozenset({"sandboxes", "v2", "v3", "templates", "snapshots", "volumes", "teams", "nodes",
+                                 "access-tokens", "api-keys", "health"})
+
+
+def is_e2b_request(request: Request) -> bool:
+    """Whether an E2B SDK sent this: envd and the code interpreter name the sandbox in a header
+    on every call; the control plane lives outside Corral's /v1."""
+    if "e2b-sandbox-id" in request.headers:
+        return True
+    return request.url.path.split("/", 2)[1] in CONTROL_PLANE_ROOTS
+
+
+async def unknown_route_response(request: Request, exc: StarletteHTTPException) -> Response:
+    """No route (404) or no such method (405): in E2B's shape for an E2B client (its SDK parses
+    every error body as ``{code, message}``), in the platform's otherwise."""
+    if not is_e2b_request(request):
+        return await http_error_response(request, exc)
+    what = "is not supported by this E2B-compatible server (Corral)" if exc.status_code in (404, 405) else exc.detail
+    return error_response(exc.status_code, f"{request.method} {request.url.path} {what}",
+                          dict(getattr(exc, "headers", None) or {}) or None)
 
 
 class E2bRoute(APIRoute):

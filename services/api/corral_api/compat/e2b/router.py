@@ -75,6 +75,13 @@ async def get(sandbox_id: str, tenant: Tenant, service: Service) -> JSONResponse
     return JSONResponse(await service.detail(tenant, sandbox_id))
 
 
+@router.get("/sandboxes/{sandbox_id}/metrics")
+async def metrics(sandbox_id: str, tenant: Tenant, service: Service,
+                  start: Annotated[int | None, Query(ge=0, le=2**40)] = None,
+                  end: Annotated[int | None, Query(ge=0, le=2**40)] = None) -> JSONResponse:
+    return JSONResponse(await service.metrics(tenant, sandbox_id, start, end))
+
+
 @router.delete("/sandboxes/{sandbox_id}", status_code=204)
 async def kill(sandbox_id: str, tenant: Tenant, service: Service) -> Response:
     await service.kill(tenant, sandbox_id)

@@ -32,6 +32,7 @@ from corral_common.state import SandboxRecord
 log = get_logger(__name__)
 
 CLIENT_ID = "corral"
+MIB = 1024 * 1024
 _E2B_STATES = {SandboxState.running: "running", SandboxState.paused: "paused"}
 
 
@@ -138,6 +139,23 @@ class E2bSandboxes:
             rows.append(self._listed(record, e2b))
         page = rows[offset:offset + limit]
         return page, offset + limit if offset + limit < len(rows) else None
+
+    async def metrics(self, tenant: str, sandbox_id: str, start: int | None, end: int | None) -> list[dict[str, Any]]:
+        """E2B's ``SandboxMetric`` list: one point, read on the sandbox's node now (Corral keeps
+        no time series; a window that does not hold "now" is empty). CPU is the average share of
+        the sandbox's cpus over its life so far; memory its working set (cgroup less inactive
+        page cache), disk the bytes on its own disk."""
+        record, _ = await self._find(tenant, sandbox_id)
+        now = time.time()
+        if (start is not None and start > now) or (end is not None and end < (record.started_at or record.created_at)):
+            return []
+        usage = await self.data.usage(tenant, sandbox_id)
+        spec = record.spec
+        busy = usage.cpu_seconds / usage.wall_time_s / spec.cpu if usage.wall_time_s > 0 and spec.cpu > 0 else 0.0
+        return [{"timestamp": _rfc3339(now), "timestampUnix": int(now), "cpuCount": max(1, round(spec.cpu)),
+                 "cpuUsedPct": round(min(100.0, 100.0 * busy), 2),
+                 "memUsed": usage.working_set_bytes or usage.peak_memory_bytes, "memTotal": spec.memory_mb * MIB,
+                 "memCache": 0, "diskUsed": usage.disk_used_bytes, "diskTotal": spec.disk_mb * MIB}]
 
     # ---- lifecycle --------------------------------------------------------------------------
 
