@@ -94,6 +94,7 @@ bench: venv
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check libs services clients/python/corral scripts bench tests
+	$(VENV)/bin/mypy
 
 check: lint test-unit
 

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple, cast
 
 import redis.asyncio as aioredis
 
@@ -27,6 +28,11 @@ from corral_common.sandboxes import (
     reserved_memory_mb,
     reserved_pids,
 )
+
+# The store's client decodes every reply (redis_client.connect, decode_responses=True), but
+# redis-py's types do not follow that setting: replies are cast to str where they are read, and
+# mappings written are typed as redis-py takes them (Mapping's key type is invariant).
+RedisMapping = Mapping[Any, Any]
 
 # Terminal records stay readable in Redis this long; SQL keeps them for good.
 TERMINAL_TTL_S = 3600
@@ -403,7 +409,7 @@ class StateStore:
         if required_node:
             mapping["required_node"] = required_node
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(_sandbox_key(sandbox_id), mapping=mapping)
+            pipe.hset(_sandbox_key(sandbox_id), mapping=cast(RedisMapping, mapping))
             pipe.sadd(f"sb:tenant:{tenant}", sandbox_id)
             await pipe.execute()
         return SandboxRecord.from_hash(mapping)
@@ -421,7 +427,7 @@ class StateStore:
 
     async def get_sandbox(self, sandbox_id: str) -> SandboxRecord | None:
         data = await self.redis.hgetall(_sandbox_key(sandbox_id))
-        return SandboxRecord.from_hash(data) if data else None
+        return SandboxRecord.from_hash(cast(dict[str, str], data)) if data else None
 
     async def list_sandboxes_page(self, tenant: str, *, limit: int, after: str | None = None,
                                   keep: Callable[["SandboxRecord"], bool] = lambda _: True,
@@ -429,7 +435,7 @@ class StateStore:
         """Up to ``limit`` of the tenant's records that ``keep`` accepts, in id order after
         ``after``, and the id to continue after (None: no more). Reads only as many records
         as the page needs (in pipelined chunks), so a page costs the same at 10,000 sandboxes."""
-        ids = sorted(await self.redis.smembers(f"sb:tenant:{tenant}"))
+        ids = sorted(cast(set[str], await self.redis.smembers(f"sb:tenant:{tenant}")))
         i = bisect.bisect_right(ids, after) if after else 0
         out: list[SandboxRecord] = []
         chunk = max(limit, 64)
@@ -450,7 +456,7 @@ class StateStore:
         return out, (out[-1].id if len(out) == limit and i < len(ids) else None)
 
     async def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
-        ids = sorted(await self.redis.smembers(f"sb:tenant:{tenant}"))
+        ids = sorted(cast(set[str], await self.redis.smembers(f"sb:tenant:{tenant}")))
         if not ids:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -537,7 +543,7 @@ class StateStore:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)
             if held:
-                pipe.hset(key, mapping=held)
+                pipe.hset(key, mapping=cast(RedisMapping, held))
                 pipe.expire(key, int(ttl_s))
             await pipe.execute()
 
@@ -573,7 +579,7 @@ class StateStore:
 
     async def live_nodes(self, timeout_s: float) -> list[NodeInfo]:
         ids = await self.redis.zrangebyscore("nodes", time.time() - timeout_s, "+inf")
-        return await self._nodes(ids)
+        return await self._nodes(cast(list[str], ids))
 
     async def get_node(self, node_id: str) -> NodeInfo | None:
         nodes = await self._nodes([node_id])
@@ -584,11 +590,11 @@ class StateStore:
 
     async def stale_nodes(self, timeout_s: float) -> list[tuple[str, float]]:
         """Nodes whose score is older than ``timeout_s``, with it (when they last showed life)."""
-        return [(node_id, float(score)) for node_id, score in
-                await self.redis.zrangebyscore("nodes", "-inf", time.time() - timeout_s, withscores=True)]
+        stale = await self.redis.zrangebyscore("nodes", "-inf", time.time() - timeout_s, withscores=True)
+        return [(node_id, float(score)) for node_id, score in cast(list[tuple[str, float]], stale)]
 
     async def node_sandboxes(self, node_id: str) -> set[str]:
-        return await self.redis.smembers(f"sb:node:{node_id}")
+        return cast(set[str], await self.redis.smembers(f"sb:node:{node_id}"))
 
     async def forget_node(self, node_id: str) -> None:
         """The reaper gave the node up (its sandboxes failed as node_lost). A tombstone stays
@@ -637,7 +643,7 @@ class StateStore:
 
     async def reservation_node(self, sandbox_id: str) -> str | None:
         value = await self.redis.get(f"resv:{sandbox_id}")
-        return value.split("|", 1)[0] if value else None
+        return cast(str, value).split("|", 1)[0] if value else None
 
     # --- platform-wide counts (for /metrics) ------------------------------------------
 

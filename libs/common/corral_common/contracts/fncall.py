@@ -65,8 +65,10 @@ def wall_limit_ms(time_limit_ms: int, explicit: int | None = None) -> int:
 
 def parse_compare(mode: str) -> tuple[Literal["exact", "tokens", "float"], float]:
     """``exact``, ``tokens`` or ``float:<eps>`` (eps finite and >= 0) as (kind, eps); ValueError otherwise."""
-    if mode in ("exact", "tokens"):
-        return mode, 0.0
+    if mode == "exact":
+        return "exact", 0.0
+    if mode == "tokens":
+        return "tokens", 0.0
     m = _FLOAT.match(mode)
     if m:
         try:
