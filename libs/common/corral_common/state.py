@@ -8,10 +8,9 @@ state change is a compare-and-set in a Lua script, so two services racing on one
 import bisect
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from collections.abc import Mapping
 from typing import Any, NamedTuple, cast
 
 import redis.asyncio as aioredis
