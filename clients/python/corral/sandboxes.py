@@ -63,8 +63,9 @@ class _SandboxOps(Flavored):
 
     @streaming
     def exec_stream(self, cmd: list[str] | str, **kwargs: Any) -> calls.Call[ExecChunk]:
-        """Yield output chunks as they are produced; the last chunk has type ``exit`` and the result.
-        kwargs as ``exec``; ``chunk.data_bytes`` is a chunk's output as bytes."""
+        """Yield output chunks as they are produced; the last chunk has type ``exit`` and the result,
+        as ``exec`` returns it (a command that ran out of ``timeout_s``: ``timed_out`` True,
+        ``exit_code`` None). kwargs as ``exec``; ``chunk.data_bytes`` is a chunk's output as bytes."""
         return calls.exec_command_stream(self.id, exec_body(cmd, **kwargs))
 
     @operation
