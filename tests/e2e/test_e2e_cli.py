@@ -184,3 +184,38 @@ def test_login_writes_a_0600_profile_the_next_commands_use(cli, platform, tmp_pa
     shown = as_json(cli("config", "show", "--json", key=None, env=env))
     assert shown["profile"] == "e2e" and shown["source"]["api_key"] == "profile e2e"
     assert platform["api_key"] not in json.dumps(shown)  # masked
+
+
+def test_issue_34_exec_timeout_piped_ids_and_job_wait(cli, sandbox_id):
+    """A command that runs out of --timeout exits 124 with what it printed and no traceback (it
+    crashed on the exit event); a piped table prints whole ids (80 columns cut them, with no
+    COLUMNS to say otherwise); a job followed with stderr not a terminal ends without the bars
+    of states it left (a stray `starting 0/2`)."""
+    timed_out = cli("sandbox", "exec", "--timeout", "1", sandbox_id, "--", "sh", "-c", "echo started; sleep 5")
+    assert (timed_out.returncode, timed_out.stdout) == (124, "started\n")
+    assert "Traceback" not in timed_out.stderr and "KeyError" not in timed_out.stderr
+
+    piped = ok(cli("sandbox", "ls", "--label", "suite=cli", env={"COLUMNS": ""}))
+    assert [line for line in piped.stdout.splitlines() if sandbox_id in line]
+    assert "…" not in piped.stdout
+
+    job = cli("job", "create", "busybox", "--count", "2", "--memory-mb", "16", "--timeout-s", "1")
+    assert job.returncode == 0, job.stderr
+    bars = [line.split()[0] for line in job.stderr.splitlines() if "/2" in line]
+    assert bars and set(bars) <= {"terminated", "expired", "failed"}, job.stderr
+
+
+def test_issue_34_fncall_cases_compare_as_a_judge(cli, platform, tmp_path):
+    """`--case '1 2=>3'` accepts a correct program (it printed `3\\n`: an exact compare with `3`
+    said wrong_answer); a wrong one exits 5 showing what was expected and what came out."""
+    live_platform.fncall_ready(platform)
+    add = tmp_path / "add.py"
+    add.write_text("a, b = map(int, input().split())\nprint(a + b)\n")
+    accepted = cli("fncall", "run", str(add), "--runtime", "python", "--case", "1 2=>3", "--case", "20 22=>42")
+    assert accepted.returncode == 0, (accepted.stdout, accepted.stderr)
+    assert "accepted" in accepted.stdout
+    off_by_one = tmp_path / "wrong.py"
+    off_by_one.write_text("a, b = map(int, input().split())\nprint(a + b + 1)\n")
+    wrong = cli("fncall", "run", str(off_by_one), "--runtime", "python", "--case", "1 2=>3")
+    assert wrong.returncode == 5 and "wrong_answer" in wrong.stdout
+    assert 'expected: "3"' in wrong.stdout and 'got:      "4\\n"' in wrong.stdout

@@ -237,3 +237,38 @@ def test_revoking_the_key_ends_its_dashboard_sessions_at_once(platform):
             assert admin.delete(f"/v1/admin/keys/{key_id}").status_code == 200
         page = http.get("/ui/sandboxes", follow_redirects=False)
         assert page.status_code == 303 and page.headers["location"].endswith("/ui/login")
+
+
+def test_sandbox_list_is_paged_and_the_nav_fits_a_phone(platform, browser):
+    """issue 34: the sandbox page rendered (and re-polled every 2 s) every record; it shows one
+    page and links the next. On a 420 px phone the page lays out at the phone's width and every
+    nav link is on screen and clickable (the nav ran off it)."""
+    from selenium.webdriver.common.by import By
+
+    api, suite = platform["api"], f"ui-page-{secrets.token_hex(4)}"
+    log_in(browser, api, platform["api_key"])
+    wait(browser, lambda d: d.find_elements(By.ID, "by-state"))
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 420, "height": 900, "deviceScaleFactor": 2, "mobile": True})
+    rows = "tr.sandbox-row"
+    with Corral(api, platform["api_key"]) as corral:
+        made = [corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": suite}) for _ in range(3)]
+        try:
+            browser.get(f"{api}/ui/sandboxes?label=suite={suite}&limit=2")
+            first = [e.get_attribute("data-id") for e in wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, rows))]
+            assert first == sorted(sb.id for sb in made)[:2]  # one page, in id order
+            shot(browser, "sandbox-page-phone")
+            assert browser.execute_script("return window.innerWidth") <= 420
+            assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+            for link in browser.find_elements(By.CSS_SELECTOR, "header a"):
+                hit = browser.execute_script(
+                    "const r = arguments[0].getBoundingClientRect();"
+                    "return r.left >= 0 && r.right <= window.innerWidth &&"
+                    " document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) === arguments[0];", link)
+                assert hit, f"nav link {link.text!r} is off screen or covered at 420 px"
+            browser.find_element(By.ID, "next-page").click()
+            wait(browser, lambda d: [e.get_attribute("data-id") for e in d.find_elements(By.CSS_SELECTOR, rows)]
+                 == sorted(sb.id for sb in made)[2:])
+            assert not browser.find_elements(By.ID, "next-page") and browser.find_elements(By.ID, "first-page")
+        finally:
+            corral.sandboxes.delete_many(made)

@@ -162,3 +162,30 @@ def test_bad_file_requests(platform, corral):
         with pytest.raises(CorralError) as info:
             sb.read_file("missing.txt")
         assert info.value.status == 404
+
+
+def test_issue_34_timeouts_delete_by_id_pause_and_text_files(corral):
+    """What a new user hit (issue 34): a streamed exec that runs out of ``timeout_s`` ends with
+    its result (it raised KeyError 'exit_code'), shaped as ``exec``'s; ``sandboxes.delete(id)``
+    (it crashed on a str); ``pause()`` answers the record as it is after the pause;
+    ``read_file`` is bytes and ``read_text`` text."""
+    with corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "issue-34"}) as sb:
+        *output, last = list(sb.exec_stream("echo started; sleep 5; echo never", timeout_s=1))
+        assert b"".join(c.data_bytes or b"" for c in output) == b"started\n"
+        assert last.type == "exit" and (last.result.exit_code, last.result.timed_out) == (None, True)
+        plain = sb.exec("sleep 5", timeout_s=1)
+        assert (plain.exit_code, plain.timed_out) == (last.result.exit_code, last.result.timed_out)
+
+        sb.write_file("notes.txt", "héllo\n")
+        assert sb.read_file("notes.txt") == "héllo\n".encode() and sb.read_text("notes.txt") == "héllo\n"
+
+        paused = sb.pause()
+        assert paused.state == "paused" and corral.sandboxes.get(sb.id).state == "paused"
+        assert sb.resume().state == "running"
+
+        other = corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "issue-34"})
+        gone = corral.sandboxes.delete(other.id)  # by id; waits until it stopped, as Sandbox.delete
+        assert (gone.id, gone.state) == (other.id, "terminated")
+        third = corral.sandboxes.create("busybox", memory_mb=64, labels={"suite": "issue-34"})
+        assert corral.sandboxes.delete(third, wait=False) is third
+        assert corral.sandboxes.get(third.id).wait("terminated", timeout=60).state == "terminated"

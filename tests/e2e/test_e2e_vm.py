@@ -2,8 +2,11 @@
 a screen that changes when typed on, snapshot → restore, pause, and nothing left behind.
 Real QEMU (TCG on these machines): few VMs, each used for several checks."""
 
+import html
+import json
 import time
 
+import httpx
 import pytest
 
 from corral import Corral, CorralError
@@ -22,6 +25,9 @@ def agent_workload(sb) -> dict:
         "stdin": sb.exec(["cat"], stdin="fed").stdout,
         "env": sb.exec("echo $A", env={"A": "b"}).stdout.strip(),
         "read": sb.read_file("/home/user/work/solution.py"),
+        # issue 34: the exit event of a command that ran out of time (it lost its exit_code)
+        "timed_out": [(c.result.exit_code, c.result.timed_out) for c in sb.exec_stream("sleep 5", timeout_s=1)
+                      if c.type == "exit"],
         "list": sorted(f.name for f in sb.list_files("work")),
         "stream": sorted(streamed.split()),
         "capped": sb.exec("yes | head -c 3000000", output_limit=1000).truncated,
@@ -40,11 +46,21 @@ def test_same_sdk_code_on_container_microvm_and_vm(vm_platform):
                     assert runtime["accelerator"] in ("kvm", "tcg")
                     assert runtime["image_transport"] == {"microvm": "virtio-blk", "vm": "virtio-pmem+dax"}[kind]
                 answers[kind] = agent_workload(sb)
+                # issue 34: what isolation the kind gives (a backend=vm sandbox said "container",
+                # the field's default), in the api and on the dashboard; pause answers "paused"
+                isolation = "container" if kind == "container" else "vm"
+                assert sb.info.isolation == isolation
+                with httpx.Client(base_url=vm_platform["api"], headers={"origin": vm_platform["api"]}) as ui:
+                    assert ui.post("/ui/login", data={"api_key": vm_platform["api_key"]}).status_code == 303
+                    spec = html.unescape(ui.get(f"/ui/sandboxes/{sb.id}").text).split('<pre id="spec">', 1)[1]
+                    assert json.loads(spec.split("</pre>", 1)[0])["isolation"] == isolation
+                assert sb.pause().state == "paused" and sb.resume().state == "running"
             finally:
                 sb.delete()  # waits until it is gone
             assert leftovers(vm_platform, sb.info.node_id, sb.id) == []
         assert answers["container"] == answers["microvm"] == answers["vm"]
         assert answers["container"]["run"] == (0, ["1", "1000", "/home/user"])
+        assert answers["container"]["timed_out"] == [(None, True)]
 
 
 def test_auto_picks_microvm_for_vm_isolation_and_reports_it(vm_platform):

@@ -92,7 +92,9 @@ class ExecChunk:
     @classmethod
     def from_line(cls, line: str) -> "ExecChunk":
         raw: dict[str, Any] = json.loads(line)
-        result = ExecResult.from_dict(raw["result"]) if raw.get("result") else None
+        # A timed-out command has no exit code: servers before the exit chunk carried its
+        # result whole left ``exit_code`` out instead of sending null.
+        result = ExecResult.from_dict({"exit_code": None, **raw["result"]}) if raw.get("result") else None
         return cls(type=raw["type"], data=raw.get("data"), result=result, encoding=raw.get("encoding"))
 
 

@@ -2,7 +2,7 @@
 
     with Corral() as corral:
         job = corral.jobs.create("busybox", count=1000, weight=2, timeout_s=30, labels={"run": "eval-7"})
-        job.wait(progress=True)        # a tqdm bar when tqdm is installed
+        job.wait(progress=True)        # a progress bar on stderr
         print(job.counts)              # {"terminated": 1000}
         corral.sandboxes.list(labels={"job": job.id})
         job.delete()                   # terminates whatever still runs or waits
@@ -55,14 +55,10 @@ class _JobOps(Flavored):
     @operation
     def wait(self, until: str = "ended", timeout: float = 3600.0, poll_s: float = 1.0,
              progress: bool = False) -> Op[Self]:
-        """Until every sandbox ended (``until="ended"``) or at least ran (``"running"``)."""
-        bar = None
-        if progress:
-            try:
-                from tqdm import tqdm
-                bar = tqdm(total=self.info["count"], desc=self.id, unit="sandbox")
-            except ImportError:
-                bar = None
+        """Until every sandbox ended (``until="ended"``) or at least ran (``"running"``);
+        ``progress``: a bar on stderr (rich, as the CLI's)."""
+        bar = _progress_bar() if progress else None
+        task = bar.add_task(self.id, total=self.info["count"]) if bar is not None else None
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -70,7 +66,7 @@ class _JobOps(Flavored):
                 done = self.ended if until == "ended" else self.ended + self.counts.get("running", 0) \
                     + self.counts.get("paused", 0) + self.counts.get("stopping", 0)
                 if bar is not None:
-                    bar.update(done - bar.n)
+                    bar.update(task, completed=done)  # type: ignore[arg-type]
                 if done >= self.info["count"]:
                     return self
                 if time.monotonic() > deadline:
@@ -78,7 +74,18 @@ class _JobOps(Flavored):
                 yield Sleep(poll_s)
         finally:
             if bar is not None:
-                bar.close()
+                bar.stop()
+
+
+def _progress_bar() -> Any:
+    """A started bar on stderr: ``job-… ━━━━━━━━━╺━━━━━━ 612/1000 0:00:41``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True))
+    bar.start()
+    return bar
 
 
 class Job(_JobOps, flavor="sync"):

@@ -63,8 +63,9 @@ class _SandboxOps(Flavored):
 
     @streaming
     def exec_stream(self, cmd: list[str] | str, **kwargs: Any) -> calls.Call[ExecChunk]:
-        """Yield output chunks as they are produced; the last chunk has type ``exit`` and the result.
-        kwargs as ``exec``; ``chunk.data_bytes`` is a chunk's output as bytes."""
+        """Yield output chunks as they are produced; the last chunk has type ``exit`` and the result,
+        as ``exec`` returns it (a command that ran out of ``timeout_s``: ``timed_out`` True,
+        ``exit_code`` None). kwargs as ``exec``; ``chunk.data_bytes`` is a chunk's output as bytes."""
         return calls.exec_command_stream(self.id, exec_body(cmd, **kwargs))
 
     @operation
@@ -74,6 +75,11 @@ class _SandboxOps(Flavored):
     @operation
     def read_file(self, path: str) -> calls.Call[bytes]:
         return calls.read_file(self.id, path)
+
+    @operation
+    def read_text(self, path: str, encoding: str = "utf-8") -> Op[str]:
+        """The file as text (``read_file`` gives its bytes)."""
+        return (yield calls.read_file(self.id, path)).decode(encoding)
 
     @operation
     def list_files(self, path: str = ".") -> calls.Call[list[FileInfo]]:
@@ -229,9 +235,20 @@ class _SandboxesOps(Flavored):
         return [self._sandbox(self._corral, info) for info in (yield calls.list_sandboxes(labels, state))]
 
     @operation
-    def delete(self, labels: dict[str, str]) -> Op[builtins.list[Any]]:  # `list` here is the method above
-        """Delete every live sandbox matching all ``labels`` (at least one); returns them."""
-        return [self._sandbox(self._corral, info) for info in (yield calls.delete_sandboxes(labels))]
+    def delete(self, sandbox: str | _SandboxOps | dict[str, str] | None = None, *,
+               labels: dict[str, str] | None = None, wait: bool = True, timeout: float = 60.0) -> Op[Any]:
+        """Delete one sandbox, by id or ``Sandbox``: returns it (with ``wait``, once it stopped,
+        as ``Sandbox.delete``). Or, with ``labels`` (also accepted in place of the sandbox),
+        every live sandbox matching all of them (at least one): returns them, as a list."""
+        if isinstance(sandbox, dict):  # delete({"run": "7"}): the labels form, positionally
+            sandbox, labels = None, sandbox
+        if (sandbox is None) == (labels is None):
+            raise TypeError("delete() takes a sandbox (its id or the Sandbox) or labels=, not both nor neither")
+        if labels is not None:
+            return [self._sandbox(self._corral, info) for info in (yield calls.delete_sandboxes(labels))]
+        if isinstance(sandbox, _SandboxOps):
+            return (yield from sandbox._delete(wait, timeout))
+        return self._sandbox(self._corral, (yield calls.delete_sandbox(sandbox, wait=wait, timeout=timeout)))
 
     @operation
     def delete_many(self, sandboxes: Iterable[_SandboxOps], *, concurrency: int = 32) -> Op[None]:

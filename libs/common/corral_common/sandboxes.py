@@ -127,7 +127,8 @@ class SandboxSpec(BaseModel):
                              description="Environment name (image-service); not needed with disk_image or from_snapshot")
     backend: Backend = Field("auto", description="Sandbox kind; 'auto' is resolved at creation (see isolation, display)")
     isolation: Literal["container", "vm"] = Field(
-        "container", description="'vm' asks for a hardware boundary (auto picks microvm)")
+        "container", description="'vm' asks for a hardware boundary (auto picks microvm); once resolved, what the "
+                                 "kind gives: 'vm' for microvm and vm")
     display: bool = Field(False, description="A screen with keyboard and mouse (auto picks vm)")
     disk_image: str | None = Field(None, max_length=200,
                                    description="Boot this disk image (image-service name[:version]) instead of layers")
@@ -153,6 +154,9 @@ class SandboxSpec(BaseModel):
             raise ValueError("environment is required (unless disk_image or from_snapshot is given)")
         self.backend = resolve_backend(self.backend, isolation=self.isolation, display=self.display,
                                        disk_image=self.disk_image)
+        # What the kind gives, not only what was asked: a `vm` (display, disk_image or an
+        # explicit backend) is a hardware boundary though isolation was left at its default.
+        self.isolation = "vm" if self.backend in VM_BACKENDS else "container"
         return self
 
     @field_validator("env")

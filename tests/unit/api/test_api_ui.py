@@ -134,7 +134,9 @@ def test_every_page_renders_and_escapes_what_tenants_control():
                                    "nodes": nodes}},
         "nodes.html": {"nodes": nodes},
         "sandboxes.html": {"sandboxes": [record()], "states": ["running"], "labels": [SCRIPT],
-                           "query": {"state": "", "label": "", "job": SCRIPT, "backend": ""}},
+                           "query": {"state": "", "label": "", "job": SCRIPT, "backend": "", "limit": 50},
+                           "after": SCRIPT, "poll_url": f"/ui/sandboxes?job={SCRIPT}",
+                           "first_url": f"/ui/sandboxes?job={SCRIPT}", "next_url": f"/ui/sandboxes?after={SCRIPT}"},
         "sandbox.html": {"sb": record(spec=SandboxSpec(environment="e", backend="vm", labels={"k": SCRIPT})),
                          "spec": {"labels": {"k": SCRIPT}}, "timeline": timeline(record())},
         "jobs.html": {"jobs": [job]},
@@ -156,3 +158,49 @@ def test_every_page_renders_and_escapes_what_tenants_control():
     assert '<td class="replays">2</td>' in trajectory
     vm_page = templates.get_template("sandbox.html").render(session=session, nav="s", **pages["sandbox.html"])
     assert 'id="screen-frame"' in vm_page and 'id="type-text"' in vm_page
+
+
+class PagedSandboxes:
+    """SandboxService's two listings: the whole list is refused, a page is recorded."""
+
+    def __init__(self, records: list[SandboxRecord]):
+        self.records = records
+        self.pages: list[tuple] = []
+
+    async def list(self, tenant, labels, state):
+        raise AssertionError("the sandbox page read every record")
+
+    async def list_page(self, tenant, labels, state, *, limit, after, keep=lambda _: True):
+        self.pages.append((tenant, labels, state, limit, after))
+        kept = [r for r in self.records if (after is None or r.id > after) and keep(r)]
+        return kept[:limit], (kept[limit - 1].id if len(kept) > limit else None)
+
+
+def test_the_sandbox_page_reads_and_polls_one_page_of_the_list():
+    """issue 34: the page rendered (and re-polled every 2 s) every record of the tenant; it
+    reads one page of the api's paging, polls that page, and links the next."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from corral_api.ui.router import current_session, install_dashboard
+    from corral_api.ui.service import DashboardService
+
+    records = [record(id=f"sb-{i:02d}", spec=SandboxSpec(environment="busybox", labels={"job": "j"}))
+               for i in range(7)]
+    listing = PagedSandboxes(records)
+    app = FastAPI()
+    install_dashboard(app)
+    app.state.dashboard = DashboardService(SimpleNamespace(sandboxes=listing))
+    app.dependency_overrides[current_session] = lambda: SimpleNamespace(tenant="t", csrf="tok")
+    with TestClient(app) as http:
+        page = http.get("/ui/sandboxes", params={"job": "j", "limit": 3})
+        assert page.status_code == 200
+        assert page.text.count('class="sandbox-row"') == 3 and 'data-id="sb-02"' in page.text
+        assert 'href="/ui/sandboxes?job=j&amp;limit=3&amp;after=sb-02"' in page.text  # the next page
+        assert 'hx-get="/ui/sandboxes?job=j&amp;limit=3"' in page.text  # polls this page only
+        last = http.get("/ui/sandboxes", params={"job": "j", "limit": 3, "after": "sb-05"},
+                        headers={"hx-request": "true"})  # a poll of the last page: its rows only
+        assert last.text.count('class="sandbox-row"') == 1 and "<html" not in last.text
+        assert http.get("/ui/sandboxes").text.count('class="sandbox-row"') == 7  # 50 a page by default
+        assert http.get("/ui/sandboxes", params={"limit": 0}).status_code == 422
+    assert listing.pages[:2] == [("t", {}, None, 3, None), ("t", {}, None, 3, "sb-05")]

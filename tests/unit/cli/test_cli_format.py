@@ -81,8 +81,9 @@ def test_job_done_by_ended_or_running():
 
 
 def test_fncall_cases():
-    assert fncall.parse_case("1 2=>3\\n") == {"stdin": "1 2", "expected_stdout": "3\n"}
-    assert fncall.parse_case("just input") == {"stdin": "just input"}
+    assert fncall.parse_case("1 2=>3\\n") == {"stdin": "1 2\n", "expected_stdout": "3\n"}
+    assert fncall.parse_case("1 2\\n=>3") == {"stdin": "1 2\n", "expected_stdout": "3"}  # a line, once
+    assert fncall.parse_case("just input") == {"stdin": "just input\n"}
     assert fncall.parse_case("=>") == {"stdin": "", "expected_stdout": ""}
 
 
@@ -153,3 +154,56 @@ def test_pairs_are_key_value_or_a_usage_error():
         context.pairs(["nokey"], "--label")
     with pytest.raises(typer.BadParameter):
         context.pairs(["=v"], "--label")
+
+
+def sandbox_row(**info):
+    return type("Sb", (), {"info": {"id": "sb-0123456789abcdef", "state": "running", "backend": "container",
+                                    "environment": "busybox-with-a-long-name", "cpu": 1.0, "memory_mb": 64,
+                                    "node_id": "node-1", "created_at": None,
+                                    "labels": {"suite": "cli-something", "run": "eval-7-long-label-value"},
+                                    **info}})()
+
+
+def test_piped_tables_keep_whole_ids(monkeypatch, capsys):
+    """issue 34: stdout that is no terminal got tables cut to 80 columns (`corral sandbox ls |
+    grep` saw `sb-012…`); piped, a table is as wide as its rows."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    context.State().out.print(sandbox.sandbox_table([sandbox_row()]))
+    out = capsys.readouterr().out
+    assert "sb-0123456789abcdef" in out and "run=eval-7-long-label-value,suite=cli-something" in out
+    assert "…" not in out
+
+
+class FollowedJob:
+    """A job whose refresh walks through these infos."""
+
+    def __init__(self, *infos):
+        self.infos = list(infos)
+        self.info = self.infos.pop(0)
+        self.id = self.info["id"]
+
+    def refresh(self):
+        self.info = self.infos.pop(0)
+        return self
+
+
+def test_job_progress_ends_without_the_states_it_left():
+    """issue 34: `corral job wait` with stderr not a terminal printed the bars once, at the end,
+    with a stray `starting 0/100`: a state no sandbox is in any more is not shown."""
+    import io
+
+    err = io.StringIO()
+    state = context.State(err=Console(file=err, width=120))
+    infos = [{"id": "job-1", "count": 100, "counts": counts} for counts in
+             ({"starting": 100}, {"starting": 40, "running": 60}, {"terminated": 100})]
+    job.follow(state, FollowedJob(*infos), "ended", timeout=30, poll_s=0)
+    shown = err.getvalue()
+    assert "terminated" in shown and "100/100" in shown
+    assert "starting" not in shown and "running" not in shown
+
+
+def test_fncall_wrong_answers_show_expected_and_got():
+    sent = [{"stdin": "1 2\n", "expected_stdout": "3"}, {"stdin": "2 2\n", "expected_stdout": "4"}, {"stdin": "x\n"}]
+    results = [{"verdict": "accepted", "stdout": "3\n"}, {"verdict": "wrong_answer", "stdout": "5\n"},
+               {"verdict": "accepted", "stdout": "x"}]
+    assert fncall.mismatches(sent, results) == ["case 1: wrong_answer", '  expected: "4"', '  got:      "5\\n"']

@@ -51,3 +51,24 @@ def test_config_set_and_show_without_an_api(monkeypatch, tmp_path, capsys):
     assert (shown["profile"], shown["url"], shown["source"]["url"]) == ("lab", "http://lab:8000", "profile lab")
     assert "ck-secret-123" not in json.dumps(shown)
     assert run(["config", "set", "colour", "red"], monkeypatch, tmp_path) == 2
+
+
+def test_fncall_cases_compare_as_a_judge_and_a_wrong_answer_shows_both(monkeypatch, tmp_path, capsys):
+    """issue 34: `--case '1 2=>3'` was compared exactly (a correct program printing `3\\n`
+    got wrong_answer) and a wrong answer did not show what was expected."""
+    import corral
+
+    sent = {}
+
+    def judged(runtime, code, **kwargs):
+        sent.update(kwargs)
+        return {"verdict": "wrong_answer", "cases": [{"verdict": "wrong_answer", "exit_code": 0, "stdout": "4\n"}]}
+
+    monkeypatch.setattr(corral, "fncall", judged)
+    program = tmp_path / "add.py"
+    program.write_text("a, b = map(int, input().split())\nprint(a + b + 1)\n")
+    assert run(["--api-key", "k", "fncall", "run", str(program), "--runtime", "python", "--case", "1 2=>3"],
+               monkeypatch, tmp_path) == 5
+    assert sent["compare"] == "tokens" and sent["tests"] == [{"stdin": "1 2\n", "expected_stdout": "3"}]
+    out = capsys.readouterr().out
+    assert 'expected: "3"' in out and 'got:      "4\\n"' in out

@@ -61,7 +61,12 @@ def test_spec_needs_an_environment_unless_it_boots_a_disk_or_snapshot():
     ({"backend": "vm"}, "vm"),
 ])
 def test_auto_backend_picks_the_lightest_kind_that_can_do_the_job(kwargs, backend):
-    assert SandboxSpec(environment="busybox", **kwargs).backend == backend
+    spec = SandboxSpec(environment="busybox", **kwargs)
+    assert spec.backend == backend
+    # issue 34: the resolved spec says what boundary its kind gives (a `vm` asked for by
+    # display or backend is no container though isolation was left at its default)
+    assert spec.isolation == ("container" if backend == "container" else "vm")
+    assert SandboxSpec.model_validate(spec.model_dump()).isolation == spec.isolation
 
 
 @pytest.mark.parametrize("kwargs", [

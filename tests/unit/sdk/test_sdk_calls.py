@@ -345,6 +345,53 @@ async def test_exec_output_as_bytes(corral, api, flavour):
 
 
 @scenario
+async def test_a_timed_out_streamed_exec_ends_with_its_result(corral, api, flavour):
+    """issue 34: the exit chunk of a command that ran out of time has exit_code null (servers
+    before the fix left it out: the SDK raised KeyError 'exit_code'); its result reads as
+    ``exec``'s does: timed_out, no exit code."""
+    timed_out = {"stdout": "", "stderr": "", "duration_ms": 1000.0, "timed_out": True, "truncated": False,
+                 "oom_killed": False, "encoding": "utf-8"}
+    old_server = json.dumps({"type": "exit", "result": timed_out}).encode() + b"\n"
+    new_server = json.dumps({"type": "exit", "result": {"exit_code": None, **timed_out}}).encode() + b"\n"
+    api.on("POST", "/v1/sandboxes/sb-1/exec/stream", old_server, new_server)
+    sb = corral.sandboxes._sandbox(corral, SandboxInfo.from_dict(sandbox()))
+    for _ in range(2):
+        (chunk,) = await collect(sb.exec_stream("sleep 5", timeout_s=1))
+        assert (chunk.type, chunk.result.exit_code, chunk.result.timed_out) == ("exit", None, True)
+    assert [b["timeout_s"] for b in api.bodies()] == [1, 1]
+
+
+@scenario
+async def test_delete_takes_an_id_a_sandbox_or_labels(corral, api, flavour):
+    """issue 34: ``corral.sandboxes.delete("sb-…")`` crashed ('str' object has no attribute 'items')."""
+    api.on("DELETE", "/v1/sandboxes/sb-1", (202, sandbox(state="terminated")))
+    api.on("DELETE", "/v1/sandboxes/sb-2", (202, sandbox("sb-2", "stopping")))
+    api.on("DELETE", "/v1/sandboxes", (202, {"items": [sandbox("sb-3", "stopping")]}))
+    gone = await done(corral.sandboxes.delete("sb-1"))
+    assert (type(gone), gone.id, gone.state) == (corral.sandboxes._sandbox, "sb-1", "terminated")
+    sb2 = corral.sandboxes._sandbox(corral, SandboxInfo.from_dict(sandbox("sb-2")))
+    assert (await done(corral.sandboxes.delete(sb2, wait=False))) is sb2 and sb2.state == "stopping"
+    by_labels = await done(corral.sandboxes.delete(labels={"run": "7"}))
+    positional = await done(corral.sandboxes.delete({"run": "7"}))  # the old call form
+    assert [sb.id for sb in by_labels] == [sb.id for sb in positional] == ["sb-3"]
+    for wrong in ({}, {"sandbox": "sb-1", "labels": {"run": "7"}}):
+        with pytest.raises(TypeError):
+            await done(corral.sandboxes.delete(**wrong))
+    assert api.sent() == [("DELETE", "/v1/sandboxes/sb-1?wait=true&timeout=60.0"),
+                          ("DELETE", "/v1/sandboxes/sb-2?wait=false&timeout=60.0"),
+                          ("DELETE", "/v1/sandboxes?label=run%3D7"), ("DELETE", "/v1/sandboxes?label=run%3D7")]
+
+
+@scenario
+async def test_read_text_is_read_file_decoded(corral, api, flavour):
+    api.on("GET", "/v1/sandboxes/sb-1/files", "héllo\n".encode())
+    sb = corral.sandboxes._sandbox(corral, SandboxInfo.from_dict(sandbox()))
+    assert await done(sb.read_file("a.txt")) == "héllo\n".encode()  # bytes, as it always was
+    assert await done(sb.read_text("a.txt")) == "héllo\n"
+    assert api.sent() == [("GET", "/v1/sandboxes/sb-1/files?path=a.txt")] * 2
+
+
+@scenario
 async def test_list_delete_by_labels_and_many(corral, api, flavour):
     api.on("GET", "/v1/sandboxes", {"items": [sandbox("sb-1"), sandbox("sb-2")]})
     api.on("DELETE", "/v1/sandboxes", (202, {"items": [sandbox("sb-2", "stopping")]}))
@@ -568,3 +615,17 @@ async def test_admin_tenants_keys_and_usage(corral, api, flavour):
                                  {"quotas": {"max_cpu": None}, "disabled": True}]
     assert api.sent()[3] == ("GET", "/v1/admin/keys?tenant=team-a")
     assert api.bodies()[4] == {"tenant": "team-a", "name": "ci", "role": "tenant"}
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_job_wait_with_progress_draws_a_bar_on_stderr(flavour, capsys):
+    """issue 34: progress=True drew nothing unless tqdm happened to be installed (it is not in
+    the venv `make up` makes); the bar is rich's, which the SDK installs anyway."""
+    api = FakeApi()
+    info = {"id": "job-1", "count": 2, "counts": {"pending": 2}}
+    api.on("GET", "/v1/jobs/job-1", {**info, "counts": {"running": 2}}, {**info, "counts": {"terminated": 2}})
+    corral = connected(flavour, api)
+    job = corral.jobs._job(corral, info)
+    assert asyncio.run(done(job.wait(poll_s=0, progress=True))).ended == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "job-1" in captured.err and "2/2" in captured.err

@@ -67,7 +67,8 @@ def test_the_clients_have_the_same_namespaces():
 
 def test_the_methods_issue_17_found_missing_exist():
     assert inspect.iscoroutinefunction(AsyncSandboxes.delete)
-    assert [p[0] for p in parameters(AsyncSandboxes.delete)] == ["self", "labels"]
+    # issue 34: an id (or a Sandbox) first; labels= as before
+    assert [p[0] for p in parameters(AsyncSandboxes.delete)] == ["self", "sandbox", "labels", "wait", "timeout"]
     assert type(AsyncCorral("http://corral.test", "key").jobs) is AsyncJobs
     assert callable(Sandboxes.create_many) and callable(Sandboxes.delete_many)
 

@@ -62,13 +62,25 @@ def plain(value: Any) -> Any:
     return value
 
 
+# Output that goes to a pipe or a file has no screen to fit: tables get as wide as their rows
+# (`corral sandbox ls | grep` yields whole ids), where rich would cut them to 80 columns.
+PIPED_WIDTH = 10_000
+
+
+def stdout_console() -> Console:
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:
+        console.width = PIPED_WIDTH
+    return console
+
+
 @dataclass
 class State:
     url: str | None = None
     api_key: str | None = None
     profile: str | None = None
     json: bool = False
-    out: Console = field(default_factory=lambda: Console(soft_wrap=True))
+    out: Console = field(default_factory=stdout_console)
     err: Console = field(default_factory=lambda: Console(stderr=True, soft_wrap=True))
 
     def resolved(self) -> config.Resolved:

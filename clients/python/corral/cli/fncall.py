@@ -17,10 +17,12 @@ CASE_SEPARATOR = "=>"
 
 
 def parse_case(value: str) -> dict[str, str]:
-    """``"1 2=>3"``: stdin ``1 2``, expected stdout ``3``; without ``=>`` only stdin. ``\\n`` is a newline."""
+    """``"1 2=>3"``: stdin ``1 2`` (as a line: a newline is added, as a file of input ends in
+    one), expected stdout ``3``; without ``=>`` only stdin. ``\\n`` is a newline. The expected
+    output is compared by ``--compare`` (default tokens: ``3`` matches the ``3\\n`` printed)."""
     text = value.replace("\\n", "\n")
     stdin, sep, expected = text.partition(CASE_SEPARATOR)
-    case = {"stdin": stdin}
+    case = {"stdin": stdin if not stdin or stdin.endswith("\n") else stdin + "\n"}
     if sep:
         case["expected_stdout"] = expected
     return case
@@ -44,7 +46,9 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="source fi
         tests: Annotated[Path | None, typer.Option(help="JSON file: a list of {stdin, expected_stdout}")] = None,
         time_limit_ms: Annotated[int, typer.Option()] = 2000,
         memory_limit_mb: Annotated[int, typer.Option()] = 256,
-        compare: Annotated[str, typer.Option(help="exact | ... (as the api)")] = "exact") -> None:
+        compare: Annotated[str, typer.Option(help=(
+            "tokens: the outputs' whitespace-separated words must match, so '=>3' accepts '3\\n' (as judges "
+            "compare) | exact | float:<eps>"))] = "tokens") -> None:
     """Run code once per case in fresh sandboxes and judge it; exit 5 unless the verdict is accepted."""
     state = get_state(ctx)
     code = sys.stdin.read() if str(file) == "-" else _read(file)
@@ -65,10 +69,22 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="source fi
             table.add_row(str(i), str(c.get("verdict")), str(c.get("exit_code")), str(c.get("time_ms")),
                           str(c.get("memory_kb")), (c.get("stdout") or "")[:200], (c.get("stderr") or "")[:200])
         state.out.print(table)
+        for line in mismatches(cases, r.get("cases") or []):
+            state.out.print(line, highlight=False, markup=False)
 
     state.emit(result, human)
     if result.get("verdict") != "accepted":
         raise typer.Exit(EXIT_CHECK)
+
+
+def mismatches(sent: list[dict[str, Any]], results: list[dict[str, Any]]) -> list[str]:
+    """Each wrong answer's expected and actual output, quoted (a missing newline shows)."""
+    lines = []
+    for i, (case, result) in enumerate(zip(sent, results)):
+        if result.get("verdict") == "wrong_answer" and case.get("expected_stdout") is not None:
+            lines += [f"case {i}: wrong_answer", f"  expected: {json.dumps(case['expected_stdout'])}",
+                      f"  got:      {json.dumps(result.get('stdout') or '')}"]
+    return lines
 
 
 def _read(file: Path) -> str:

@@ -56,7 +56,10 @@ def follow(state: Any, job: Any, until: str, timeout: float, poll_s: float = 0.5
             for name in ordered(set(counts) | set(bars)):
                 if name not in bars:  # bars keep their place: add new states in order
                     bars[name] = progress.add_task(f"[{STYLE.get(name, 'white')}]{name}", total=job.info["count"])
-                progress.update(bars[name], completed=counts.get(name, 0))
+                # A state no sandbox is in any more is hidden: the last picture (all that is
+                # printed when stderr is no terminal) shows where the sandboxes ended, not a
+                # `starting 0/100` left over from the way there.
+                progress.update(bars[name], completed=counts.get(name, 0), visible=counts.get(name, 0) > 0)
             if done(job.info, until):
                 return job
             if time.monotonic() > deadline:

@@ -180,9 +180,9 @@ def rm(ctx: typer.Context, sandbox_ids: Annotated[list[str] | None, typer.Argume
     if not sandbox_ids and not label:
         fail(EXIT_USAGE, "usage", "give sandbox ids or --label KEY=VALUE")
     with state.client() as corral:
-        deleted = [corral.sandboxes.get(sid).delete(wait=wait) for sid in sandbox_ids or []]
+        deleted = [corral.sandboxes.delete(sid, wait=wait) for sid in sandbox_ids or []]
         if label:
-            deleted += corral.sandboxes.delete(pairs(label, "--label"))
+            deleted += corral.sandboxes.delete(labels=pairs(label, "--label"))
     state.emit([sb.info for sb in deleted], lambda _: state.out.print(sandbox_table(deleted)))
 
 

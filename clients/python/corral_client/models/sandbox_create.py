@@ -46,8 +46,8 @@ class SandboxCreate:
             environment (str | Unset): Environment name (image-service); not needed with disk_image or from_snapshot
                 Default: ''.
             from_snapshot (None | str | Unset): Restore this snapshot as a new sandbox
-            isolation (SandboxCreateIsolation | Unset): 'vm' asks for a hardware boundary (auto picks microvm) Default:
-                SandboxCreateIsolation.CONTAINER.
+            isolation (SandboxCreateIsolation | Unset): 'vm' asks for a hardware boundary (auto picks microvm); once
+                resolved, what the kind gives: 'vm' for microvm and vm Default: SandboxCreateIsolation.CONTAINER.
             labels (SandboxCreateLabels | Unset):
             memory_mb (int | Unset):  Default: 256.
             network (Literal['none'] | NetworkPolicy | Unset): 'none' (no network device at all) or an allowlist:

@@ -3,7 +3,7 @@
 import asyncio
 import secrets
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from corral_api import metrics
@@ -191,10 +191,12 @@ class SandboxService:
         return [r for r in records if _matches(r, labels, state)]
 
     async def list_page(self, tenant: str, labels: dict[str, str], state: SandboxState | None, *, limit: int,
-                        after: str | None) -> tuple[Sequence[SandboxRecord], str | None]:
-        """One page in id order (``limit`` at most) and the id the next page starts after."""
+                        after: str | None, keep: Callable[[SandboxRecord], bool] = lambda _: True,
+                        ) -> tuple[Sequence[SandboxRecord], str | None]:
+        """One page in id order (``limit`` at most) and the id the next page starts after;
+        ``keep``: a further test a record must pass (the dashboard's job and backend filters)."""
         return await self.store.list_sandboxes_page(tenant, limit=limit, after=after,
-                                                    keep=lambda r: _matches(r, labels, state))
+                                                    keep=lambda r: _matches(r, labels, state) and keep(r))
 
     async def delete(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         record = await self.get(tenant, sandbox_id)

@@ -10,9 +10,10 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlencode
 
 import jinja2
-from fastapi import APIRouter, Depends, FastAPI, Form, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
@@ -22,7 +23,13 @@ from starlette.templating import Jinja2Templates
 from corral_api.auth.service import hash_key
 from corral_api.sandboxes.router import parse_labels
 from corral_api.ui.security import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, csrf_token_matches, same_origin
-from corral_api.ui.service import DashboardService, SandboxFilter, timeline
+from corral_api.ui.service import (
+    MAX_SANDBOX_PAGE_SIZE,
+    SANDBOX_PAGE_SIZE,
+    DashboardService,
+    SandboxFilter,
+    timeline,
+)
 from corral_api.ui.sessions import COOKIE, UiSession, UiSessions
 from corral_common.display import InputRequest
 from corral_common.errors import BadRequest, CorralError, TooManyRequests
@@ -181,13 +188,21 @@ def sandbox_filter(state: str, label: list[str], job: str, backend: str) -> Sand
 
 @router.get("/sandboxes", response_class=HTMLResponse)
 async def sandboxes(request: Request, session: Session, ui: Dashboard, state: str = "", job: str = "",
-                    backend: str = "") -> HTMLResponse:
+                    backend: str = "", after: Annotated[str, Query(max_length=64)] = "",
+                    limit: Annotated[int, Query(ge=1, le=MAX_SANDBOX_PAGE_SIZE)] = SANDBOX_PAGE_SIZE,
+                    ) -> HTMLResponse:
     labels = request.query_params.getlist("label")
     flt = sandbox_filter(state, labels, job, backend)
+    page, next_after = await ui.sandbox_page(session.tenant, flt, after=after or None, limit=limit)
+    # The page polls its own URL (this page of these filters); the pager keeps the filters.
+    filters = [(k, v) for k, v in request.query_params.multi_items() if k != "after"]
     return render(request, "sandboxes.html", "_sandbox_rows.html", session, nav="sandboxes",
-                  sandboxes=await ui.sandboxes(session.tenant, flt), states=[s.value for s in SandboxState],
-                  query={"state": state, "label": " ".join(labels), "job": job, "backend": backend},
-                  labels=labels)
+                  sandboxes=page, states=[s.value for s in SandboxState],
+                  query={"state": state, "label": " ".join(labels), "job": job, "backend": backend, "limit": limit},
+                  labels=labels, after=after,
+                  poll_url=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+                  first_url="/ui/sandboxes?" + urlencode(filters),
+                  next_url="/ui/sandboxes?" + urlencode([*filters, ("after", next_after)]) if next_after else None)
 
 
 @router.get("/sandboxes/{sandbox_id}", response_class=HTMLResponse)

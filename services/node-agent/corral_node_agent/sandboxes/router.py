@@ -201,7 +201,10 @@ async def port_ingress_ws(websocket: WebSocket, sandbox_id: str, port: Annotated
 
 
 def _line(chunk: ExecChunk) -> bytes:
-    return chunk.model_dump_json(exclude_none=True).encode() + b"\n"
+    """One NDJSON line. An output chunk leaves out the fields it has not (``result``); the
+    exit chunk's result is whole, as ``POST /exec`` answers it: a timed-out run's
+    ``"exit_code": null`` (with ``"timed_out": true``) is sent, not dropped."""
+    return chunk.model_dump_json(exclude={name for name, value in chunk if value is None}).encode() + b"\n"
 
 
 def _parse_mode(mode: str) -> int:
