@@ -61,7 +61,11 @@ def test_create_ls_get_and_exec_exit_codes_and_output(cli, sandbox_id):
     assert [sb["id"] for sb in listed] == [sandbox_id]
     human = ok(cli("sandbox", "ls", "--label", "suite=cli"))
     assert sandbox_id in human.stdout and "running" in human.stdout
-    assert as_json(cli("--json", "sandbox", "get", sandbox_id))["labels"] == {"suite": "cli"}
+    got = as_json(cli("--json", "sandbox", "get", sandbox_id))
+    assert got["labels"] == {"suite": "cli"}
+    # A running sandbox's usage is read on its node (docs/cli.md): its cpu and its disk so far.
+    assert got["usage"]["wall_time_s"] > 0 and got["usage"]["disk_used_bytes"] > 0, got["usage"]
+    assert "usage" in ok(cli("sandbox", "get", sandbox_id)).stdout
 
     streamed = cli("sandbox", "exec", sandbox_id, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
     assert (streamed.returncode, streamed.stdout, streamed.stderr) == (3, "out\n", "err\n")

@@ -207,3 +207,11 @@ def test_fncall_wrong_answers_show_expected_and_got():
     results = [{"verdict": "accepted", "stdout": "3\n"}, {"verdict": "wrong_answer", "stdout": "5\n"},
                {"verdict": "accepted", "stdout": "x"}]
     assert fncall.mismatches(sent, results) == ["case 1: wrong_answer", '  expected: "4"', '  got:      "5\\n"']
+
+
+def test_usage_reads_as_one_line():
+    from corral.cli.sandbox import usage_text
+
+    line = usage_text({"cpu_seconds": 1.5, "wall_time_s": 30, "working_set_bytes": 3 * 2**20,
+                       "peak_memory_bytes": 5 * 2**20, "disk_used_bytes": 24 * 2**10, "oom_kills": 1})
+    assert line == "cpu 1.50 s over 30 s · memory 3.0 MiB (peak 5.0 MiB) · disk 24.0 KiB · 1 OOM kill(s)"

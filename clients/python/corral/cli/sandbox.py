@@ -11,6 +11,7 @@ from rich.table import Table
 from corral.cli import shell
 from corral.cli.context import EXIT_USAGE, fail, get_state, pairs, plain
 from corral.cli.render import age, labels_text
+from corral.errors import CorralError
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -27,11 +28,34 @@ def sandbox_table(sandboxes: list[Any]) -> Table:
     return table
 
 
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def usage_text(usage: dict[str, Any]) -> str:
+    """One line of what a sandbox used: cpu, memory now and at peak, its disk, its network."""
+    parts = [f"cpu {usage.get('cpu_seconds', 0):.2f} s over {usage.get('wall_time_s', 0):.0f} s"]
+    if usage.get("working_set_bytes") or usage.get("peak_memory_bytes"):
+        parts.append(f"memory {_size(usage.get('working_set_bytes', 0))} (peak {_size(usage.get('peak_memory_bytes', 0))})")
+    if usage.get("disk_used_bytes"):
+        parts.append(f"disk {_size(usage['disk_used_bytes'])}")
+    if usage.get("network_tx_bytes") or usage.get("network_rx_bytes"):
+        parts.append(f"network {_size(usage.get('network_tx_bytes', 0))} out, {_size(usage.get('network_rx_bytes', 0))} in")
+    if usage.get("oom_kills"):
+        parts.append(f"{usage['oom_kills']} OOM kill(s)")
+    return " · ".join(parts)
+
+
 def detail_table(document: dict[str, Any]) -> Table:
     table = Table("FIELD", "VALUE", show_header=False)
     for key, value in document.items():
         if value not in (None, {}, []):
-            table.add_row(key, labels_text(value) if key == "labels" else str(plain(value)))
+            text = labels_text(value) if key == "labels" else usage_text(value) if key == "usage" else str(plain(value))
+            table.add_row(key, text)
     return table
 
 
@@ -72,11 +96,18 @@ def list_(ctx: typer.Context,
 
 @app.command()
 def get(ctx: typer.Context, sandbox_id: Id) -> None:
-    """Show one sandbox (spec, state, node, usage)."""
+    """Show one sandbox (spec, state, node, usage: read on its node now while it runs, its
+    totals once it ended)."""
     state = get_state(ctx)
     with state.client() as corral:
         sb = corral.sandboxes.get(sandbox_id)
-    state.emit(sb.info, lambda info: state.out.print(detail_table(plain(info))))
+        document = plain(sb.info)
+        if sb.state in ("running", "paused"):
+            try:
+                document["usage"] = plain(sb.usage())
+            except CorralError:  # it ended meanwhile: the record's totals are what there is
+                document = plain(sb.refresh().info)
+    state.emit(document, lambda info: state.out.print(detail_table(info)))
 
 
 @app.command("exec")
