@@ -8,12 +8,14 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import shutil
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
+MS_REMOUNT = 32
 MS_MOVE = 8192
 MS_BIND = 4096
 MS_REC = 16384
@@ -187,6 +189,19 @@ def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:
 def mount_empty_readonly(target: str) -> None:
     """A read-only tmpfs with nothing in it (and room for nothing)."""
     _mount("tmpfs", os.path.abspath(target), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+
+
+def mount_copy_readonly(source: str, target: str, name: str) -> str:
+    """A read-only tmpfs at ``target`` holding a copy of the file ``source`` (its mode kept) as
+    ``name``, sized to it; returns the copy's path. Bound elsewhere, the copy shows in
+    /proc/self/mountinfo as ``/<name>`` of a tmpfs, where a bind of ``source`` itself would
+    show its path on the host."""
+    size_kb = os.stat(source).st_size // 1024 + 64
+    _mount("tmpfs", os.path.abspath(target), "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_kb}k,mode=555")
+    copy = f"{target}/{name}"
+    shutil.copy(source, copy)
+    _mount(None, os.path.abspath(target), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    return copy
 
 
 def mount_sysfs(target: str) -> None:
