@@ -155,7 +155,16 @@ def original_mount_namespace() -> int | None:
 
 
 def mount_erofs(image: str, target: str) -> None:
-    _mount(os.path.abspath(image), os.path.abspath(target), "erofs", MS_RDONLY, None)
+    """EROFS straight from the file ``image``, named to the kernel by a descriptor: the source
+    a mount shows in /proc/self/mountinfo is the string it was given, and a sandbox that sees
+    this mount (fncall binds a layer as its root) must not read the node's paths there
+    (``/proc/self/fd/N`` instead). O_PATH: nothing is opened twice (a FUSE file's server sees
+    the kernel's one open)."""
+    fd = os.open(image, os.O_PATH | os.O_CLOEXEC)
+    try:
+        _mount(f"/proc/self/fd/{fd}", os.path.abspath(target), "erofs", MS_RDONLY, None)
+    finally:
+        os.close(fd)
 
 
 def mount_overlay(lowers: list[str], upper: str, work: str, target: str) -> None:
