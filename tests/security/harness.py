@@ -66,6 +66,29 @@ def host_ip() -> str:
         return s.getsockname()[0]
 
 
+def node_paths(platform) -> list[str]:
+    """Paths of the node's own that a sandbox's /proc/self/mountinfo must not name: the
+    platform's state dir (the nodes' state dirs are in it), the conventional state and cache
+    dirs, the host's init binary, this checkout (/work) and fncall's scratch dir."""
+    return [str(platform["state"]), "/var/lib/corral", "/var/cache/corral", "/usr/bin/catatonit", "/work/",
+            "corral-fncall"]
+
+
+def mountinfo_naming(mountinfo: str, paths: list[str]) -> list[str]:
+    """The lines of a mountinfo that name one of ``paths`` where a mount's origin shows: the
+    root within its filesystem (4th field), the source and the superblock's options (after
+    " - "). The mount point (5th field) is the sandbox's own path (fncall's /work is one)."""
+    named = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) < 5:
+            continue
+        origin = " ".join([fields[3], line.partition(" - ")[2]])
+        if any(path in origin for path in paths):
+            named.append(line)
+    return named
+
+
 def host_can_inotify(count: int = 16) -> str:
     """Open ``count`` inotify instances as this (root) process: "" or why it could not."""
     libc = ctypes.CDLL(None, use_errno=True)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from corral import CorralError
-from tests.security.harness import HOME, sandbox_processes
+from tests.security.harness import HOME, mountinfo_naming, node_paths, sandbox_processes
 
 
 def test_overwriting_bin_sh_affects_only_this_sandbox(attack):
@@ -56,8 +56,32 @@ def test_the_init_the_node_binds_in_stays_the_nodes(attack):
     assert hashlib.sha256(host_init.read_bytes()).hexdigest() == before
     assert sandbox.refresh().state == "running"
     assert sandbox.exec("ps -o pid,args | sed -n 2p").stdout.split() == ["1", "/dev/init", "-P"]
-    for neighbour in attack.neighbours:
+    for neighbour in attack.neighbours:  # (they bind the node's copy of it: that one is unchanged too)
         assert neighbour.sandbox.exec(["/dev/init", "-V"]).exit_code == 0
+        assert neighbour.sandbox.exec(["sha256sum", "/dev/init"]).stdout.split()[:1] == [before]
+    attack.contained()
+    attack.end()
+
+
+@pytest.mark.parametrize("network", ["none", {"allow": []}], ids=["default", "allowlist"])
+def test_the_inside_view_names_no_path_of_the_node(attack, lab, network):
+    """mountinfo shows where each mount comes from: none may name a path of the node (its
+    state dir, the host's init binary...). /proc/config.gz (the host kernel's build config)
+    and /sys/kernel/mm (its memory management state) read as nothing; PID 1 stays the init
+    at /dev/init. What cannot be hidden is listed in docs/security.md."""
+    sandbox = attack.sandbox(probe=False, network=network)
+    for user in ("user", "root"):
+        for path in ("/proc/self/mountinfo", "/proc/1/mountinfo"):
+            seen = attack.sh(sandbox, f"cat {path}", user=user).stdout
+            assert "/dev/init" in seen, seen  # (what is looked at is the mount table)
+            named = mountinfo_naming(seen, node_paths(lab.platform))
+            assert not named, f"{path} ({user}) names paths of the node: {named}"
+        config = attack.sh(sandbox, "head -c 65536 /proc/config.gz 2>/dev/null | wc -c", user=user).stdout.strip()
+        assert config == "0", f"{user} read {config} bytes of the host's kernel config"
+        mm = attack.sh(sandbox, "ls -A /sys/kernel/mm 2>/dev/null; cat /sys/kernel/mm/*/* 2>/dev/null | wc -c",
+                       user=user).stdout.split()
+        assert mm == ["0"], f"{user} sees the host's /sys/kernel/mm: {mm}"
+    assert sandbox.exec("cat /proc/1/cmdline | tr '\\0' ' '").stdout.split() == ["/dev/init", "-P"]
     attack.contained()
     attack.end()
 

@@ -12,7 +12,7 @@ import corral
 from tests import live_platform
 from tests.live_platform import agent_pid
 from tests.polling import until_sync
-from tests.security.harness import host_ip, host_shmem_mb, probe_result
+from tests.security.harness import host_ip, host_shmem_mb, mountinfo_naming, node_paths, probe_result
 
 PROBE_SOURCE = (Path(__file__).parent / "probe.c").read_text()
 SYSCALLS = ("io_uring_setup", "socket_vsock", "socket_packet", "keyctl", "add_key", "request_key", "unshare_user",
@@ -129,9 +129,23 @@ def test_nothing_of_one_run_reaches_the_next_or_another_tenant(attack, run):
 
 def test_fncall_runs_read_no_host_wide_proc_files(attack, run):
     host_cmdline = Path("/proc/cmdline").read_text().strip()
-    script = ("cat /proc/cmdline; echo; for f in /proc/kpageflags /proc/kpagecgroup /proc/slabinfo; do "
-              "head -c 4096 $f 2>/dev/null | wc -c; done")
+    script = ("cat /proc/cmdline; echo; for f in /proc/kpageflags /proc/kpagecgroup /proc/slabinfo /proc/config.gz; do "
+              "head -c 4096 $f 2>/dev/null | wc -c; done; ls -A /sys/kernel/mm 2>/dev/null | wc -l")
     lines = run("bash", script)["cases"][0]["stdout"].splitlines()
     assert host_cmdline not in lines[0], "an fncall run reads the host's kernel command line"
-    assert lines[-3:] == ["0", "0", "0"], f"bytes read from kpageflags, kpagecgroup, slabinfo: {lines[-3:]}"
+    assert lines[-5:] == ["0"] * 5, f"bytes read from kpageflags, kpagecgroup, slabinfo, config.gz; mm: {lines[-5:]}"
+    attack.contained()
+
+
+@pytest.mark.parametrize("runtime", ["bash", "c"])
+def test_fncall_mountinfo_names_no_path_of_the_node(attack, run, lab, runtime):
+    """(c: a compiled run, whose work dir is a host dir bound in)"""
+    code = {"bash": "cat /proc/self/mountinfo",
+            "c": '#include <stdio.h>\nint main(void){FILE*f=fopen("/proc/self/mountinfo","r");int c;'
+                 'while((c=fgetc(f))!=EOF)putchar(c);return 0;}'}[runtime]
+    result = run(runtime, code)
+    seen = result["cases"][0]["stdout"]
+    assert " / " in seen, result  # (what is looked at is the mount table)
+    named = mountinfo_naming(seen, node_paths(lab.platform))
+    assert not named, f"an fncall run's mountinfo names paths of the node: {named}"
     attack.contained()

@@ -14,6 +14,8 @@ from tests.egress_upstream import make_upstream
 from tests.live_platform import EGRESS_UPSTREAM_OCTET
 from tests.security.harness import host_ip
 
+PROXY_PORT = 3128  # the node's egress proxy (CORRAL_NODE_EGRESS_PROXY_PORT, its default on the platform)
+
 # Rule sets an attacker may get through the api (the widest it takes without the operator's
 # network_allow_any): every probe below must fail under each.
 RULE_SETS = [
@@ -93,5 +95,45 @@ def test_dns_carries_nothing_out_and_rules_stay_put(attack, outside):
     for cmd in ("ip route add 0.0.0.0/1 dev eth0", "ip link set eth0 down", "ip link add x type veth",
                 "echo 1 > /proc/sys/net/ipv4/ip_forward", "echo 0 > /proc/sys/net/ipv6/conf/all/disable_ipv6"):
         assert attack.sh(sandbox, cmd, user="root").exit_code != 0, cmd
+    attack.contained()
+    attack.end()
+
+
+def test_an_ip_literal_gets_one_verdict_direct_connect_or_absolute(attack, outside, tmp_path):
+    """Whichever way a sandbox names an IP literal (a direct connection, CONNECT to the proxy,
+    an absolute URL to the proxy), the proxy judges that target by the same rules: what a rule
+    allows answers all three, what it does not is refused by all three (refusing more than the
+    rules say is a bug too, as is letting through more)."""
+    (tmp_path / "ok.txt").write_text("hello from outside\n")
+    allowed, disallowed = 8080, 8081  # both served: a refusal is the proxy's, not a closed port's
+    for port in (allowed, disallowed):
+        outside.serve(str(tmp_path), port)
+    sandbox = attack.sandbox(probe=False, network={"allow": [f"{outside.address}:{allowed}"]})
+    own = attack.sh(sandbox, "ip -4 -o addr show eth0", timeout_s=30).stdout.split()[3].split("/")[0]
+    gateway = str(ipaddress.IPv4Address(int(ipaddress.IPv4Address(own)) ^ 1))
+
+    def forms(port: int) -> dict[str, str]:
+        target = f"{outside.address}:{port}"
+        get = "GET /ok.txt HTTP/1.0\\r\\n\\r\\n"
+        return {
+            "direct": f"printf '{get}' | nc -w 5 {outside.address} {port}",
+            "absolute": f"printf 'GET http://{target}/ok.txt HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {gateway} {PROXY_PORT}",
+            # as curl -p -x words it; the GET follows at once (clients may send before the 200)
+            "connect": f"printf 'CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n{get}' "
+                       f"| nc -w 5 {gateway} {PROXY_PORT}",
+            # as printf | nc words it: HTTP/1.1 without a Host header
+            "connect-no-host": f"printf 'CONNECT {target} HTTP/1.1\\r\\n\\r\\n{get}' | nc -w 5 {gateway} {PROXY_PORT}",
+            # to the gateway at another port (where a name our resolver gave points)
+            "connect-other-port": f"printf 'CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n{get}' "
+                                  f"| nc -w 5 {gateway} 8080",
+        }
+
+    verdicts = {}
+    for port in (allowed, disallowed):
+        for form, script in forms(port).items():
+            out = attack.sh(sandbox, script, timeout_s=30).stdout
+            verdicts[(port, form)] = "answered" if "hello from outside" in out else "refused"
+    assert verdicts == {(port, form): "answered" if port == allowed else "refused"
+                        for port in (allowed, disallowed) for form in forms(port)}
     attack.contained()
     attack.end()

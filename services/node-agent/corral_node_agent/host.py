@@ -8,12 +8,14 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import shutil
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
+MS_REMOUNT = 32
 MS_MOVE = 8192
 MS_BIND = 4096
 MS_REC = 16384
@@ -153,7 +155,16 @@ def original_mount_namespace() -> int | None:
 
 
 def mount_erofs(image: str, target: str) -> None:
-    _mount(os.path.abspath(image), os.path.abspath(target), "erofs", MS_RDONLY, None)
+    """EROFS straight from the file ``image``, named to the kernel by a descriptor: the source
+    a mount shows in /proc/self/mountinfo is the string it was given, and a sandbox that sees
+    this mount (fncall binds a layer as its root) must not read the node's paths there
+    (``/proc/self/fd/N`` instead). O_PATH: nothing is opened twice (a FUSE file's server sees
+    the kernel's one open)."""
+    fd = os.open(image, os.O_PATH | os.O_CLOEXEC)
+    try:
+        _mount(f"/proc/self/fd/{fd}", os.path.abspath(target), "erofs", MS_RDONLY, None)
+    finally:
+        os.close(fd)
 
 
 def mount_overlay(lowers: list[str], upper: str, work: str, target: str) -> None:
@@ -187,6 +198,19 @@ def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:
 def mount_empty_readonly(target: str) -> None:
     """A read-only tmpfs with nothing in it (and room for nothing)."""
     _mount("tmpfs", os.path.abspath(target), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+
+
+def mount_copy_readonly(source: str, target: str, name: str) -> str:
+    """A read-only tmpfs at ``target`` holding a copy of the file ``source`` (its mode kept) as
+    ``name``, sized to it; returns the copy's path. Bound elsewhere, the copy shows in
+    /proc/self/mountinfo as ``/<name>`` of a tmpfs, where a bind of ``source`` itself would
+    show its path on the host."""
+    size_kb = os.stat(source).st_size // 1024 + 64
+    _mount("tmpfs", os.path.abspath(target), "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_kb}k,mode=555")
+    copy = f"{target}/{name}"
+    shutil.copy(source, copy)
+    _mount(None, os.path.abspath(target), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    return copy
 
 
 def mount_sysfs(target: str) -> None:

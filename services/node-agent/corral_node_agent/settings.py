@@ -65,7 +65,8 @@ class NodeAgentSettings(PrefixedServiceSettings):
     state_dir: str = ""
     crun: str = "crun"
     # Every container's PID 1 (backends/container/oci.py INIT_ARGS): a statically linked
-    # init that idles and reaps in pause mode (-P), bound read-only into the container.
+    # init that idles and reaps in pause mode (-P), bound read-only into the container from a
+    # copy the agent makes at its first start (backends/container/shared_mounts.py).
     container_init: str = "/usr/bin/catatonit"
     # The longest a container's start (`crun run`: namespaces, mounts, its init's exec) may
     # take: past it crun and whatever it started are killed and the start fails, so no

@@ -104,9 +104,8 @@ async def test_crun_compiles_the_profile_json_to_the_generators_program(state_di
     disk_root = bundle_dir / "disk"  # (a directory here: only the config's compilation is looked at)
     disk_root.mkdir()
     bundle.populate_disk(str(disk_root), policy.identity)
-    shared = SharedMounts.mount(f"{state_dir}/shared-json")
-    config = oci.build_config(sid, policy, env={}, node_id=node_id, disk_root=str(disk_root), shared=shared,
-                              init_binary=settings.container_init)
+    shared = SharedMounts.mount(f"{state_dir}/shared-json", settings.container_init)
+    config = oci.build_config(sid, policy, env={}, node_id=node_id, disk_root=str(disk_root), shared=shared)
     assert "annotations" not in config and config["linux"]["seccomp"] == CONTAINER_DEFAULT.to_oci()
     config["root"] = {"path": base_layer, "readonly": True}
     (bundle_dir / "config.json").write_text(json.dumps(config))

@@ -4,10 +4,9 @@ from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.container.shared_mounts import SharedMounts
 
 DISK_ROOT = "/n/sandboxes/sb-1/upper"
-INIT_BINARY = "/usr/bin/catatonit"
-SHARED = SharedMounts(empty="/n/shared/empty", sysfs="/n/shared/sysfs", netns="/n/shared/netns",
+SHARED = SharedMounts(empty="/n/shared/empty", init="/n/shared/init/init", sysfs="/n/shared/sysfs", netns="/n/shared/netns",
                       masked_dirs=("/proc/acpi", "/sys/firmware"))
 
 
 def build_config(sandbox_id, policy, **kw) -> dict:
-    return oci.build_config(sandbox_id, policy, disk_root=DISK_ROOT, shared=SHARED, init_binary=INIT_BINARY, **kw)
+    return oci.build_config(sandbox_id, policy, disk_root=DISK_ROOT, shared=SHARED, **kw)

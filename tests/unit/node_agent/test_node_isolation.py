@@ -30,15 +30,16 @@ DEFAULT_CONFIG = {
     "hostname": "sb-1",
     "mounts": [
         {"destination": "/proc", "type": "proc", "source": "proc"},
-        # /dev and /dev/shm: directories of the sandbox's disk; /sys and the masked
-        # directories: binds of the node's shared mounts (a superblock each saved per sandbox).
+        # /dev and /dev/shm: directories of the sandbox's disk; /sys, the masked directories
+        # and the init (a copy: mountinfo shows no host path): binds of the node's shared
+        # mounts (a superblock each saved per sandbox).
         {"destination": "/dev", "type": "bind", "source": "/n/sandboxes/sb-1/upper/dev", "options": ["bind", "nosuid"]},
         {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
          "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
         {"destination": "/dev/shm", "type": "bind", "source": "/n/sandboxes/sb-1/upper/shm",
          "options": ["bind", "nosuid", "nodev", "noexec"]},
         {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
-        {"destination": "/dev/init", "type": "bind", "source": "/usr/bin/catatonit", "options": ["bind", "ro", "nosuid", "nodev"]},
+        {"destination": "/dev/init", "type": "bind", "source": "/n/shared/init/init", "options": ["bind", "ro", "nosuid", "nodev"]},
         {"destination": "/sys", "type": "bind", "source": "/n/shared/sysfs",
          "options": ["bind", "ro", "nosuid", "nodev", "noexec"]},
         {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
@@ -55,12 +56,14 @@ DEFAULT_CONFIG = {
                       "pids": {"limit": 512}},  # no cpu: capped after the start (oci.build_config)
         "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
                        {"type": "cgroup"}],
-        # The OCI/runc default, plus the host's page and slab tables and its kernel command line.
-        # (the directories this kernel has are bound over above)
+        # The OCI/runc default, plus the host's page and slab tables, its kernel command line,
+        # kernel config and memory management state. (the directories the node's shared
+        # mounts know are bound over above)
         "maskedPaths": ["/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
                         "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
                         "/sys/devices/virtual/powercap", "/proc/kpagecount", "/proc/kpageflags",
-                        "/proc/kpagecgroup", "/proc/slabinfo", "/proc/cmdline"],
+                        "/proc/kpagecgroup", "/proc/slabinfo", "/proc/cmdline", "/proc/config.gz",
+                        "/sys/kernel/mm"],
         "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
         "seccomp": CONTAINER_DEFAULT.to_oci(),  # pinned in test_container_default_profile_json
     },

@@ -4,9 +4,14 @@ same lists for every kind that shares the host kernel.
 - Masked (read as empty: a file is covered by /dev/null, a directory by an empty read-only
   tmpfs, for containers one node-wide tmpfs bound over each: backends/container/shared_mounts.py): the OCI/runc default list, plus what a sandbox root could otherwise read of the
   host: ``/proc/kpage*`` (every physical page's flags, map count and memory cgroup),
-  ``/proc/slabinfo`` (kernel allocator state, used to steer heap exploits) and
+  ``/proc/slabinfo`` (kernel allocator state, used to steer heap exploits),
   ``/proc/cmdline`` (the host's boot parameters; an empty one is the neutral line: a file of
-  our own bound there would show its host path in /proc/self/mountinfo, /dev/null does not).
+  our own bound there would show its host path in /proc/self/mountinfo, /dev/null does not),
+  ``/proc/config.gz`` (the host kernel's build configuration: which subsystems and
+  hardenings an exploit can count on) and ``/sys/kernel/mm`` (the host's memory management
+  tunables and state: transparent hugepages, KSM, NUMA, DAMON, swap).
+  What cannot be masked this way (/proc/cpuinfo, /proc/meminfo, uname...) is listed in
+  docs/security.md.
 - Read-only: the runc default (kernel tunables, sysrq, irq and bus settings).
 
 Containers: crun applies ``maskedPaths``/``readonlyPaths`` (backends/container/oci.py
@@ -23,6 +28,7 @@ MASKED_PATHS = (
     "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
     "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
     "/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup", "/proc/slabinfo", "/proc/cmdline",
+    "/proc/config.gz", "/sys/kernel/mm",
 )
 READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 

@@ -7,9 +7,13 @@ sandbox asked for:
 - its own gateway, at the proxy port: an explicit HTTP proxy (``HTTPS_PROXY`` style):
   ``CONNECT host:port`` or an absolute-form ``GET http://host:port/...``;
 - its own gateway, another port: a name our resolver answered (dns.py) — the name comes
-  from the TLS ClientHello's SNI or from the HTTP Host header, the port is the original one;
+  from the TLS ClientHello's SNI or from the HTTP Host header, the port is the original one
+  (a proxy request there, CONNECT or absolute-form, is taken as at the proxy port);
 - any other address: a connection to an IP literal, judged by the CIDR rules and spliced
   through as it is (any TCP protocol).
+
+Whichever way a sandbox names a target (a direct connection, CONNECT, an absolute URL), the
+target is judged by the same rules (``_judge``), so the verdict is one.
 
 An allowed name is resolved here (the operator's ``egress_hosts`` map, or the configured
 resolver, or the node's), every forbidden address among the answers is dropped
@@ -109,11 +113,28 @@ class Refused(Exception):
         self.request = request
 
 
-def parse_http_head(head: bytes, *, explicit: bool, default_port: int) -> Request:
-    """The target of an HTTP request head (h11 parses it). ``explicit``: the sandbox spoke to
-    the proxy port (CONNECT or absolute-form); otherwise the Host header names the target."""
+def parse_http_head(head: bytes, *, to_proxy_port: bool, default_port: int) -> Request:
+    """The target of an HTTP request head (h11 parses it).
+
+    A proxy request names its target itself, and is taken as one wherever on the gateway it
+    was sent (``to_proxy_port`` or another port: a name our resolver answered): ``CONNECT
+    host:port`` or an absolute-form ``GET http://host:port/...``. Its target is judged like a
+    direct connection to it, so the three ways to one target get one verdict. It needs no
+    Host header (the request line names the target; an HTTP/1.1 one without is what a
+    client like ``printf 'CONNECT ...' | nc`` sends), and an absolute-form request is sent on
+    with the Host the target names (RFC 9112 3.2.2). Any other request is for the name our
+    resolver gave, named by its Host header, at the port the sandbox connected to; the proxy
+    port itself takes proxy requests only."""
+    head_end = head.find(b"\r\n\r\n")
+    if head_end < 0:
+        raise Refused("not an HTTP request (no end of head)")
+    lines = head[:head_end].split(b"\r\n")
+    has_host = any(line.lower().startswith(b"host:") for line in lines[1:])
+    # h11 refuses an HTTP/1.1 head without Host; a proxy request needs none, so it is parsed
+    # with a stand-in (dropped below: what is judged and sent on comes from the request line).
+    parsed = head if has_host else b"\r\n".join([lines[0], b"Host: corral-proxy", *lines[1:]]) + head[head_end:]
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
-    conn.receive_data(head)
+    conn.receive_data(parsed)
     try:
         event = conn.next_event()
     except h11.RemoteProtocolError as exc:
@@ -121,24 +142,24 @@ def parse_http_head(head: bytes, *, explicit: bool, default_port: int) -> Reques
     if not isinstance(event, h11.Request):
         raise Refused("not an HTTP request")
     method, target = event.method.decode(), event.target.decode("latin-1")
-    host_header = next((v.decode("latin-1") for k, v in event.headers if k == b"host"), "")
+    after_head = head[head_end + 4:]  # sent before any answer (a body, early tunnel bytes): passed on
     if method == "CONNECT":
-        if not explicit:
-            raise Refused("CONNECT only to the proxy port")
         host, port = _split_host_port(target, None)
-        return Request(host=host, port=port, reply_established=True, http=True)
-    if explicit:
-        if not target.startswith("http://"):
-            raise Refused("an explicit proxy request needs an absolute http:// URL (or CONNECT)")
-        rest = target[len("http://"):]
-        authority, slash, path = rest.partition("/")
+        return Request(host=host, port=port, first_bytes=after_head, reply_established=True, http=True)
+    if target[:7].lower() == "http://":
+        authority, slash, path = target[7:].partition("/")
         host, port = _split_host_port(authority, 80)
-        first_line, sep, tail = head.partition(b"\r\n")
-        parts = first_line.split(b" ")
-        parts[1] = ("/" + path if slash else "/").encode("latin-1")
-        return Request(host=host, port=port, first_bytes=b" ".join(parts) + sep + tail, http=True)
-    if not host_header:
+        request_line = b"%s %s HTTP/%s" % (event.method, ("/" + path if slash else "/").encode("latin-1"),
+                                          event.http_version)
+        fields = [b"Host: " + authority.encode("latin-1")]
+        fields += [name + b": " + value for name, value in event.headers.raw_items() if name.lower() != b"host"]
+        return Request(host=host, port=port, http=True,
+                       first_bytes=b"\r\n".join([request_line, *fields]) + b"\r\n\r\n" + after_head)
+    if to_proxy_port:
+        raise Refused("the proxy port takes CONNECT or an absolute http:// URL")
+    if not has_host:
         raise Refused("no Host header")
+    host_header = next(v.decode("latin-1") for k, v in event.headers if k == b"host")
     host, _ = _split_host_port(host_header, default_port)
     return Request(host=host, port=default_port, first_bytes=head, http=True)
 
@@ -204,7 +225,7 @@ class EgressProxy:
             if dst != gateway_of(client):
                 request = Request(host=dst, port=dst_port)
             else:
-                request = await self._read_request(reader, explicit=dst_port == self.proxy_port, port=dst_port)
+                request = await self._read_request(reader, to_proxy_port=dst_port == self.proxy_port, port=dst_port)
             addresses = await self._judge(rules, request)
             upstream_reader, upstream_writer = await self._connect(addresses, request.port)
         except Refused as exc:
@@ -230,11 +251,11 @@ class EgressProxy:
         finally:
             upstream_writer.transport.abort()
 
-    async def _read_request(self, reader: asyncio.StreamReader, *, explicit: bool, port: int) -> Request:
+    async def _read_request(self, reader: asyncio.StreamReader, *, to_proxy_port: bool, port: int) -> Request:
         first = await asyncio.wait_for(reader.read(5), FIRST_BYTES_TIMEOUT_S)
         if not first:
             raise Refused("closed before saying where to")
-        if first[0] == 0x16 and not explicit:  # a TLS record: the ClientHello names the server
+        if first[0] == 0x16 and not to_proxy_port:  # a TLS record: the ClientHello names the server
             while len(first) < 5:
                 first += await asyncio.wait_for(reader.readexactly(5 - len(first)), FIRST_BYTES_TIMEOUT_S)
             size = int.from_bytes(first[3:5], "big")
@@ -253,7 +274,7 @@ class EgressProxy:
             if not more:
                 raise Refused("closed mid-request")
             head += more
-        return parse_http_head(head, explicit=explicit, default_port=port)
+        return parse_http_head(head, to_proxy_port=to_proxy_port, default_port=port)
 
     async def _judge(self, rules: SandboxRules, request: Request) -> list[str]:
         forbidden = tuple(self.forbidden())

@@ -151,7 +151,7 @@ class ContainerBackend(SandboxBackend):
     def shared_mounts(self) -> SharedMounts:
         # Mounted at the first start, in the namespace the agent runs sandboxes from.
         if self._shared is None:
-            self._shared = SharedMounts.mount(f"{self.state_dir}/shared")
+            self._shared = SharedMounts.mount(f"{self.state_dir}/shared", self.settings.container_init)
         return self._shared
 
     def _cgroup(self, sandbox_id: str) -> Cgroup:
@@ -270,11 +270,10 @@ class ContainerBackend(SandboxBackend):
                         ahead: bool) -> None:
         config = oci.build_config(sb.id, sb.policy, env=sb.spec.env, node_id=self.settings.node_id,
                                   disk_root=bundle.upper_dir(sb.dir), shared=self.shared_mounts,
-                                  init_binary=self.settings.container_init,
                                   with_swap_limit=self.cgroups.swap_limit, cgroups_path=sb.cgroup.runtime_path,
                                   seccomp_bpf=self._seccomp_program(sb.policy.syscalls),
                                   userns_path=userns and userns.path, netns_path=sb.net and sb.net.netns_path,
-                                  resolv_conf=bundle.resolv_conf(sb.dir) if sb.net else None)
+                                  resolv_conf=oci.disk_resolv_conf(bundle.upper_dir(sb.dir)) if sb.net else None)
         bundle.create(sb.dir, sb.spec, lower_dirs, config, disks=self.disks, quota=sb.policy.disk,
                       identity=sb.policy.identity, sandbox_id=None if ahead else sb.id,
                       userns_fd=userns and userns.fd,

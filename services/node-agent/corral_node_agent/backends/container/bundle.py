@@ -13,7 +13,10 @@ no other host user can):
                     upper/dev + upper/shm, the sandbox's /dev and /dev/shm (oci.py), so every
                     byte written into the sandbox lands on its own disk_mb; all four belong
                     to the sandbox's root (host id = range base), made when the disk is
-                    taken (a ready disk of the pool knows no range)
+                    taken (a ready disk of the pool knows no range); with an allowlist,
+                    upper/resolv.conf ("nameserver <its gateway>", host root's), bound
+                    over /etc/resolv.conf: from its own disk, mountinfo shows it as
+                    /resolv.conf, not as a path of the node's state dir
     rootfs/         overlay of the layer mounts (top first) + upper; with a user namespace
                     each layer is an idmapped clone of the node's mount (mount_api.py), so
                     image files owned by root are owned by the sandbox's root
@@ -22,7 +25,6 @@ no other host user can):
     exec/           per-exec process.json / pid files
     init.pid        the container init's host pid (crun run --pid-file)
     crun-run.log    crun run's stderr
-    resolv.conf     with an allowlist: "nameserver <its gateway>", bound over /etc/resolv.conf
 """
 
 import json
@@ -64,10 +66,6 @@ def exec_dir(directory: str) -> str:
     return f"{directory}/exec"
 
 
-def resolv_conf(directory: str) -> str:
-    return f"{directory}/resolv.conf"
-
-
 def upper_dir(directory: str) -> str:
     return f"{directory}/upper"
 
@@ -105,9 +103,9 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
         mount_api.mount_overlay_idmapped(lower_dirs, upper, rootfs, userns_fd)
     _make_home(rootfs, identity)
     if nameserver:
-        with open(resolv_conf(directory), "w") as fh:
+        with open(oci.disk_resolv_conf(upper), "w") as fh:
             fh.write(f"nameserver {nameserver}\noptions attempts:1 timeout:2\n")
-        os.chmod(resolv_conf(directory), 0o644)
+        os.chmod(oci.disk_resolv_conf(upper), 0o644)
     with open(f"{directory}/config.json", "w") as fh:
         json.dump(config, fh)
     write_meta(directory, spec, identity.ids, disk, sandbox_id=sandbox_id)

@@ -17,7 +17,8 @@ from corral_node_agent.isolation.userns import Identity
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # PID 1 in the sandbox: the node's catatonit (Debian's package, a static binary: the node
-# setting container_init), bound read-only at INIT_PATH and run in pause mode: it idles and
+# setting container_init; its node-wide copy, shared_mounts.py), bound read-only at INIT_PATH
+# and run in pause mode: it idles and
 # reaps. Commands are `crun exec`'d into the sandbox, so their orphans are re-parented to
 # PID 1, which reaps them: zombies never pile up against pids_limit. One process per idle
 # sandbox (the shell loop it replaced, `while :; do sleep 3600 & wait; done`, was two), and
@@ -79,16 +80,21 @@ def disk_shm_dir(disk_root: str) -> str:
     return f"{disk_root}/shm"
 
 
+def disk_resolv_conf(disk_root: str) -> str:
+    """The file of a sandbox's disk bound over its /etc/resolv.conf (with an allowlist)."""
+    return f"{disk_root}/resolv.conf"
+
+
 _BIND_RO = ["bind", "ro", "nosuid", "nodev", "noexec"]
 
 
 def build_config(
     sandbox_id: str, policy: SandboxPolicy, *, env: dict[str, str], node_id: str, disk_root: str,
-    shared: SharedMounts, init_binary: str, with_swap_limit: bool = True,
+    shared: SharedMounts, with_swap_limit: bool = True,
     seccomp_bpf: bytes | None = None, userns_path: str | None = None, cgroups_path: str | None = None,
     netns_path: str | None = None, resolv_conf: str | None = None,
 ) -> dict[str, Any]:
-    """``init_binary``: the host's static init (INIT_ARGS), bound at INIT_PATH.
+    """``shared``: the node's shared mounts (shared_mounts.py), its init (INIT_ARGS) among them.
     ``seccomp_bpf``: the policy's syscall profile already compiled (SyscallFilter.to_bpf),
     given to crun in its place. Without it, ``linux.seccomp``: crun compiles that (the same
     rules, its linear layout) on every create, ~5 ms, and each exec parses it again, ~0.6 ms.
@@ -166,7 +172,7 @@ def build_config(
              "options": ["bind", "nosuid", "nodev", "noexec"]},
             {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
              "options": ["nosuid", "noexec", "nodev"]},
-            {"destination": INIT_PATH, "type": "bind", "source": init_binary, "options": ["bind", "ro", "nosuid", "nodev"]},
+            {"destination": INIT_PATH, "type": "bind", "source": shared.init, "options": ["bind", "ro", "nosuid", "nodev"]},
             sysfs,
             {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
              "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]},

@@ -9,6 +9,11 @@ holds nothing of any sandbox:
 - ``empty``: a read-only empty tmpfs, bound over each masked directory (isolation/procfs.py)
   where crun would mount a tmpfs per directory per sandbox. It reads as empty, as before;
   its root is the bind's root, so /proc/self/mountinfo shows no host path.
+- ``init``: the node's container init (setting ``container_init``), copied into a read-only
+  tmpfs of its own and bound from there at /dev/init (oci.py): a bind of the host file
+  would show its host path in every sandbox's /proc/self/mountinfo; this one shows
+  ``/init``. Copied when the agent mounts these (an upgraded host binary is taken by the
+  next agent; running sandboxes keep the copy they started with).
 - ``sysfs``: a read-only sysfs mounted in a network namespace of its own that holds only a
   ``lo`` (up, as in a sandbox's own: isolation/netns.py), kept alive as the file ``netns`` (a sysfs alone does not: the namespace
   would end, and its ``lo`` with it, once the thread that made it ends): /sys as a sandbox without a network sees it anyway, for the sandboxes
@@ -34,22 +39,24 @@ from corral_node_agent.network import netns
 @dataclass(frozen=True)
 class SharedMounts:
     empty: str  # root of the read-only empty tmpfs
+    init: str  # the container init's copy, in a read-only tmpfs
     sysfs: str  # root of the blank network namespace's sysfs
     netns: str  # that namespace, bound to a file
     masked_dirs: tuple[str, ...]  # procfs.MASKED_PATHS that are directories on this kernel
 
     @classmethod
-    def mount(cls, directory: str) -> "SharedMounts":
-        """Mount both under ``directory`` (made if missing; what a previous agent left mounted
+    def mount(cls, directory: str, init_binary: str) -> "SharedMounts":
+        """Mount them under ``directory`` (made if missing; what a previous agent left mounted
         there in this namespace is taken down first)."""
         os.makedirs(directory, mode=0o755, exist_ok=True)
         host.umount_tree(directory)
-        shared = cls(empty=f"{directory}/empty", sysfs=f"{directory}/sysfs", netns=f"{directory}/netns",
-                     masked_dirs=procfs.masked_directories())
-        for path in (shared.empty, shared.sysfs):
+        shared = cls(empty=f"{directory}/empty", init=f"{directory}/init/init", sysfs=f"{directory}/sysfs",
+                     netns=f"{directory}/netns", masked_dirs=procfs.masked_directories())
+        for path in (shared.empty, os.path.dirname(shared.init), shared.sysfs):
             os.makedirs(path, mode=0o555, exist_ok=True)
         host.mount_empty_readonly(shared.empty)
         try:
+            host.mount_copy_readonly(init_binary, os.path.dirname(shared.init), os.path.basename(shared.init))
             _in_blank_network_namespace(lambda: (netns.bind(shared.netns), loopback_up_here(),
                                                  host.mount_sysfs(shared.sysfs)))
         except BaseException:
@@ -58,7 +65,7 @@ class SharedMounts:
         return shared
 
     def unmount(self) -> None:
-        for path in (self.empty, self.sysfs):
+        for path in (self.empty, os.path.dirname(self.init), self.sysfs):
             host.umount(path)
         netns.unbind(self.netns)
 
