@@ -15,6 +15,7 @@ from corral_api.admin.router import usage_router
 from corral_api.admin.service import AdminService, TenantQuotas
 from corral_api.auth.models import OPERATOR_ROLE
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
+from corral_api.body_limits import BodyLimitMiddleware
 from corral_api.commits.router import router as commits_router
 from corral_api.commits.service import CommitService
 from corral_api.compat.e2b.envd_router import router as e2b_envd_router
@@ -184,6 +185,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, unknown_route_response)  # type: ignore[arg-type]
     app.add_middleware(TenantConcurrencyMiddleware)
     app.add_middleware(E2bPortRouting)
+    app.add_middleware(BodyLimitMiddleware)
     instrument_app(app)
     # Platform-wide numbers (every tenant's): the internal token's, never a tenant key's (corral_common.metrics).
     install_metrics(app, "api", collectors=[on_state(app, "fncall_gauges"), on_state(app, "platform_gauges")],

@@ -28,6 +28,10 @@ class ApiSettings(PrefixedServiceSettings):
     operator_keys: str = Field("", description=(
         "Operator keys for /v1/admin/*, 'name:key' comma-separated; stored hashed in SQL at start"))
     operator_tenant: str = Field("operator", description="Tenant the bootstrap operator keys belong to")
+    # Request bodies (corral_api/body_limits.py): every route's at most max_body_kb, counted as it
+    # arrives whatever its framing; uploads (files, E2B /files, SWE-ReX, port ingress, rollout
+    # steps) max_upload_mb, image uploads image_max_upload_mb, fncall its own (fncall.max_body_mb).
+    max_body_kb: int = Field(1024, ge=1)
     max_upload_mb: int = 100
     # The largest disk_mb a sandbox may ask for (0: as large as the largest live node holds).
     max_disk_mb: int = 0

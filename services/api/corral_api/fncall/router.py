@@ -10,6 +10,7 @@ from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 
 from corral_api.auth.dependencies import Tenant
+from corral_api.body_limits import body_limit
 from corral_api.fncall.rpc import FncallRpc
 from corral_api.fncall.schemas import (
     MAX_BATCH_CALLS,
@@ -23,28 +24,18 @@ from corral_api.fncall.schemas import (
 from corral_api.fncall.service import FncallService
 from corral_api.fncall.warmup import FncallWarmup
 from corral_common.contracts.fncall import RUNTIMES
-from corral_common.errors import ERROR_RESPONSES, PayloadTooLarge
+from corral_common.errors import ERROR_RESPONSES
 from corral_common.redis_client import connect
 
 
 class LimitedBodyRoute(APIRoute):
-    """Refuses an oversized body from its Content-Length, before reading or parsing any of it."""
+    """A call's body may be up to fncall.max_body_mb, a batch's fncall.batch_max_body_mb
+    (counted as it arrives, before it is parsed: corral_api.body_limits)."""
 
-    def get_route_handler(self):
-        handler = super().get_route_handler()
-        setting = "batch_max_body_mb" if self.path.endswith("/batch") else "max_body_mb"
-
-        async def limited(request: Request) -> Response:
-            length = request.headers.get("content-length", "")
-            service = getattr(request.app.state, "fncall", None)
-            if service is not None and length.isdigit():
-                limit_mb = getattr(service.settings, setting)
-                if int(length) > limit_mb * 1024 * 1024:
-                    raise PayloadTooLarge(f"request body of {int(length) // (1024 * 1024)} MB is over the "
-                                          f"{limit_mb} MB limit", loc=["body"])
-            return await handler(request)
-
-        return limited
+    def __init__(self, path: str, *args, **kwargs):
+        super().__init__(path, *args, **kwargs)
+        setting = "fncall.batch_max_body_mb" if path.endswith("/batch") else "fncall.max_body_mb"
+        self.openapi_extra = body_limit(setting, self.openapi_extra)
 
 
 @asynccontextmanager

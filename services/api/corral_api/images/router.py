@@ -10,10 +10,10 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from corral_api.auth.dependencies import Tenant
+from corral_api.body_limits import body_limit
 from corral_api.images.schemas import Environment, EnvironmentCreate, ImageImport, Layer, LayerKind, StorageUsage
 from corral_api.images.service import ImageCatalogService
-from corral_api.sandboxes.node_client import capped
-from corral_common.errors import ERROR_RESPONSES, CorralError, ErrorResponse, PayloadTooLarge
+from corral_common.errors import ERROR_RESPONSES, CorralError, ErrorResponse
 from corral_common.inputs import NAME_PATTERN, VERSION_PATTERN
 
 router = APIRouter(tags=["images"], responses=ERROR_RESPONSES)
@@ -31,21 +31,17 @@ async def catalog(request: Request) -> ImageCatalogService:
 Catalog = Annotated[ImageCatalogService, Depends(catalog)]
 
 
-def tar_body(request: Request) -> tuple[str, int]:
-    """The upload's content type (a tar, maybe gzipped) and the byte bound, or a 4xx."""
+def tar_body(request: Request) -> str:
+    """The upload's content type (a tar, maybe gzipped), or a 415 (its size: body_limits)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype not in TAR_TYPES:
         raise CorralError(f"unsupported content type {ctype!r}: send application/x-tar",
                           loc=["header", "content-type"], code="unsupported_media_type", status_code=415)
-    limit = request.app.state.settings.image_max_upload_mb * 1024 * 1024
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"upload of {declared} bytes exceeds {limit}", loc=["body"])
-    return ctype, limit
+    return ctype
 
 
-_TAR_BODY = {"requestBody": {"required": True, "content": {
-    "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}}
+_TAR_BODY = body_limit("image_max_upload_mb", {"requestBody": {"required": True, "content": {
+    "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
 
 
 @router.post("/v1/layers", status_code=201, response_model=Layer, operation_id="upload_layer",
@@ -59,8 +55,8 @@ async def upload_layer(request: Request, tenant: Tenant, catalog: Catalog, kind:
     """Upload a root filesystem tar (gzip allowed) as an immutable EROFS layer ``name:version``.
     Unsafe members (``..``, absolute paths, links leaving the tree) are 422 ``unsafe_tar``; a
     truncated or unreadable tar 422 ``invalid_tar``; nothing is registered then."""
-    ctype, limit = tar_body(request)
-    layer, created = await catalog.upload_layer(tenant, kind, name, version, capped(request.stream(), limit), ctype)
+    ctype = tar_body(request)
+    layer, created = await catalog.upload_layer(tenant, kind, name, version, request.stream(), ctype)
     return JSONResponse(layer.model_dump(mode="json"), status_code=201 if created else 200)
 
 
@@ -118,8 +114,8 @@ async def get_image_usage(tenant: Tenant, catalog: Catalog) -> StorageUsage:
                         413: {"model": ErrorResponse, "description": "Too large, or past your storage quota"},
                         422: {"model": ErrorResponse, "description": "Not an image, a missing blob, an unsafe "
                                                                      "layer, an unknown reference..."}},
-             openapi_extra={"requestBody": {"required": False, "content": {
-                 "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
+             openapi_extra=body_limit("image_max_upload_mb", {"requestBody": {"required": False, "content": {
+                 "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}}))
 async def import_image(
     request: Request, tenant: Tenant, catalog: Catalog, name: Name, version: Version,
     environment: Annotated[str | None, Query(pattern=NAME_PATTERN, description="Default: name")] = None,
@@ -140,8 +136,8 @@ async def import_image(
               "split_at": split_at, "wait": str(wait).lower(), "timeout": timeout}
     body, ctype = None, ""
     if reference is None:
-        ctype, limit = tar_body(request)
-        body = capped(request.stream(), limit)
+        ctype = tar_body(request)
+        body = request.stream()
     job, status = await catalog.start_import(tenant, params, body, ctype)
     return JSONResponse(job.model_dump(mode="json"), status_code=status)
 

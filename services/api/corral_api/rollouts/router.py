@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from corral_api.auth.dependencies import Tenant
+from corral_api.body_limits import body_limit
 from corral_api.rollouts.schemas import (
     Rollout,
     RolloutCreate,
@@ -52,7 +53,8 @@ async def get_rollout(rollout_id: str, tenant: Tenant, service: Service) -> Roll
     return await service.get(tenant, rollout_id)
 
 
-@router.post("/{rollout_id}/steps", response_model=Step, operation_id="rollout_step")
+@router.post("/{rollout_id}/steps", response_model=Step, operation_id="rollout_step",
+             openapi_extra=body_limit("max_upload_mb"))  # a step may write a file (content in the JSON)
 async def rollout_step(rollout_id: str, body: StepRequest, tenant: Tenant, service: Service) -> Step:
     """Execute step ``index`` and answer its observation once it is committed.
 

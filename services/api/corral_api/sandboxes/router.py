@@ -8,15 +8,15 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response, WebSocke
 from fastapi.responses import StreamingResponse
 
 from corral_api.auth.dependencies import Tenant
+from corral_api.body_limits import body_limit
 from corral_api.limits import api_key_of
 from corral_api.sandboxes.data_path import INGRESS_RESPONSE_DROPPED, SandboxDataPath
-from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, SandboxNetworkState, WaitState
 from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.schemas import Snapshot
 from corral_api.snapshots.service import SnapshotService, to_schema
 from corral_common.display import InputRequest
-from corral_common.errors import ERROR_RESPONSES, BadRequest, CorralError, ErrorResponse, PayloadTooLarge
+from corral_common.errors import ERROR_RESPONSES, BadRequest, CorralError, ErrorResponse
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
 from corral_common.inputs import ID_PATTERN
 from corral_common.network import NetworkPolicy
@@ -194,7 +194,8 @@ async def exec_command_stream(sandbox_id: str, body: ExecRequest, tenant: Tenant
 
 
 @router.api_route("/{sandbox_id}/ports/{port}/{path:path}", include_in_schema=False,
-                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+                  openapi_extra=body_limit("max_upload_mb"))
 async def port_ingress(sandbox_id: str, port: Annotated[int, Path(ge=1, le=65535)], path: str, request: Request,
                        tenant: Tenant, data: Data) -> StreamingResponse:
     """HTTP ingress: the request goes to ``port`` on the sandbox's own loopback (a web app, a
@@ -236,16 +237,13 @@ def ingress_response(upstream: httpx.Response, body: AsyncIterator[bytes]) -> St
 @router.put("/{sandbox_id}/files", status_code=204, operation_id="write_file",
             responses={507: {"model": ErrorResponse,
                              "description": "The sandbox's disk (disk_mb) is full: code disk_full, no file is left"}},
-            openapi_extra={"requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-                                           "required": True}})
+            openapi_extra=body_limit("max_upload_mb", {"requestBody": {
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                "required": True}}))
 async def write_file(sandbox_id: str, path: FilePath, request: Request, tenant: Tenant, data: Data,
                      mode: Annotated[int, Query(ge=0, le=0o777)] = 0o644) -> Response:
     """Upload a file (raw body). Parent directories are created."""
-    limit = request.app.state.settings.max_upload_mb * 1024 * 1024
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"upload of {declared} bytes exceeds {limit}", loc=["body"])
-    await data.write_file(tenant, sandbox_id, path, capped(request.stream(), limit), mode)
+    await data.write_file(tenant, sandbox_id, path, request.stream(), mode)
     return Response(status_code=204)
 
 

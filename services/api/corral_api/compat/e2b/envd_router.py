@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.datastructures import UploadFile
 
+from corral_api.body_limits import body_limit
 from corral_api.compat.e2b import connect
 from corral_api.compat.e2b.connect import ConnectError
 from corral_api.compat.e2b.envd import (
@@ -26,6 +26,7 @@ from corral_api.compat.e2b.errors import E2bError, E2bRoute
 from corral_api.compat.e2b.ingress import PREFIX
 from corral_api.compat.e2b.processes import UNLIMITED_S
 from corral_api.limits import WS_TRY_AGAIN_LATER
+from corral_api.multipart import multipart_parts
 from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.router import ingress_response
 from corral_common.errors import CorralError, NotFound, TooManyRequests
@@ -84,34 +85,33 @@ async def _gunzip(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield tail
 
 
-@router.post("/files")
+@router.post("/files", openapi_extra=body_limit("max_upload_mb"))
 async def upload(request: Request, path: FilePath = None, username: Username = None) -> JSONResponse:
-    """multipart (field ``file``, each part's filename its target path when ``path`` is not
-    given: a multi-file write) or a raw octet-stream body (possibly gzip)."""
+    """multipart (field ``file``; ``path`` names the one file of a single-file write, each
+    part's filename its target path in a multi-file write) or a raw octet-stream body
+    (possibly gzip). Each file streams into the sandbox as it arrives (nothing of it is kept
+    in the api); the body is bounded by max_upload_mb (body_limits), its unpacked gzip too."""
     call = await resolve(request, username)
-    limit = request.app.state.settings.max_upload_mb * 1024 * 1024
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise E2bError(413, f"upload of {declared} bytes exceeds {limit}")
     written = []
-    if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        form = await request.form(max_files=1000, max_part_size=limit)
-        try:
-            parts = [part for _, part in form.multi_items() if isinstance(part, UploadFile)]
-            if not parts:
-                raise E2bError(400, "multipart body has no file part")
-            for part in parts:
-                target = call.path(path if path and len(parts) == 1 else (part.filename or ""))
-                await _write(request, call, target, await part.read())
-                written.append(target)
-        finally:
-            await form.close()
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        async for part in multipart_parts(request.stream(), content_type):
+            if part.filename is None:
+                continue  # a form field: envd has none
+            if path and written:
+                raise E2bError(400, "path: names the one file of a single-file write; a multi-file write names "
+                                    "each file by its part's filename")
+            target = call.path(path or part.filename)
+            await _write(request, call, target, part.content)
+            written.append(target)
+        if not written:
+            raise E2bError(400, "multipart body has no file part")
     else:
         if not path:
             raise E2bError(400, "path: required for a raw (octet-stream) upload")
-        body: AsyncIterator[bytes] = capped(request.stream(), limit)
+        body: AsyncIterator[bytes] = request.stream()
         if request.headers.get("content-encoding", "").lower() == "gzip":
-            body = capped(_gunzip(body), limit)
+            body = capped(_gunzip(body), request.app.state.settings.max_upload_mb * 1024 * 1024)
         target = call.path(path)
         await _write(request, call, target, body)
         written.append(target)
@@ -125,7 +125,8 @@ async def _write(request: Request, call: Envd, target: str, content: Any) -> Non
         raise _file_error(exc) from None
 
 
-@router.api_route(PREFIX + "/{port}/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+@router.api_route(PREFIX + "/{port}/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+                  openapi_extra=body_limit("max_upload_mb"))
 async def port_ingress(port: str, path: str, request: Request) -> StreamingResponse:
     """A sandbox port through E2B's header routing (ingress.py)."""
     call = await resolve(request, allow_traffic=True)

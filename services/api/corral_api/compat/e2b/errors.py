@@ -76,6 +76,9 @@ async def unknown_route_response(request: Request, exc: StarletteHTTPException) 
 class E2bRoute(APIRoute):
     """Answers every error of its routes in E2B's shape, whatever raised it."""
 
+    # For answers made outside the route (corral_api.body_limits' 413).
+    error_response = staticmethod(error_response)
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 

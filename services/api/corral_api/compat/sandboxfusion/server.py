@@ -14,6 +14,7 @@ import contextlib
 import uvicorn
 from fastapi import FastAPI, Request
 
+from corral_api.body_limits import BodyLimitMiddleware
 from corral_api.compat.sandboxfusion.schemas import RunCodeRequest, RunCodeResponse
 from corral_api.compat.sandboxfusion.service import run_code
 from corral_api.fncall.router import LimitedBodyRoute, take_fncall_quota
@@ -31,6 +32,7 @@ def create_app(main: FastAPI, tenant: str) -> FastAPI:
     app.router.route_class = LimitedBodyRoute
     install_error_handlers(app)
     app.add_middleware(TenantConcurrencyMiddleware)  # the tenant's in-flight budget, as on the main port
+    app.add_middleware(BodyLimitMiddleware)  # and its body limits
 
     @app.post("/run_code", response_model=RunCodeResponse)
     async def run_code_route(body: RunCodeRequest, request: Request) -> RunCodeResponse:

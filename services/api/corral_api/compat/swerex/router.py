@@ -11,9 +11,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
 
 from corral_api.auth.dependencies import Tenant
+from corral_api.body_limits import body_limit
 from corral_api.compat.swerex.schemas import (
     Action,
     BashAction,
@@ -27,8 +29,9 @@ from corral_api.compat.swerex.schemas import (
 )
 from corral_api.compat.swerex.service import SwerexError, SwerexService
 from corral_api.limits import claim_tenant_slot
+from corral_api.multipart import multipart_parts
 from corral_api.rollouts.models import RolloutRow
-from corral_common.errors import ERROR_RESPONSES, BadRequest, PayloadTooLarge, Unprocessable
+from corral_common.errors import ERROR_RESPONSES, BadRequest, Unprocessable
 from corral_common.inputs import storable_text
 
 PREFIX = "/v1/sandboxes/{sandbox_id}/swerex"
@@ -67,7 +70,17 @@ def request_key(x_request_id: Annotated[str | None, Header(max_length=128)] = No
 RequestKey = Annotated[str, Depends(request_key)]
 
 tokens = APIRouter(tags=["sandboxes"], responses=ERROR_RESPONSES)
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+class SwerexRoute(APIRoute):
+    """write_file's content (JSON) and upload's file may be up to max_upload_mb, like a file
+    written through the files API; every route of the runtime shares that body limit."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.openapi_extra = body_limit("max_upload_mb", self.openapi_extra)
+
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False, route_class=SwerexRoute)
+MAX_FIELDS = 8
 
 
 @tokens.post("/v1/sandboxes/{sandbox_id}/swerex-token", status_code=201, response_model=SwerexToken,
@@ -134,26 +147,43 @@ async def write_file(body: WriteFileRequest, row: Runtime, service: Service, key
 
 @router.post("/upload")
 async def upload(request: Request, row: Runtime, service: Service) -> dict:
-    """multipart/form-data: ``file``, ``target_path``, ``unzip`` ("true" to extract a zip into it)."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > service.max_upload_bytes + 64 * 1024:  # refused before it is spooled
-        raise PayloadTooLarge(f"upload of {length} bytes exceeds {service.max_upload_bytes} bytes", loc=["body"])
-    form = await request.form(max_files=1, max_fields=8, max_part_size=1024 * 1024)
-    file, target_path = form.get("file"), form.get("target_path")
-    if file is None or isinstance(file, str):
+    """multipart/form-data: ``file``, ``target_path``, ``unzip`` ("true" to extract a zip into
+    it). Nothing of it touches the api's disk. A file after its fields streams into the
+    sandbox as it arrives; SWE-ReX's client sends the file first, which is then held in memory
+    until the fields say where it goes (at most max_upload_mb, the body limit), as a zip is
+    anyway (its index is at its end)."""
+    fields: dict[str, str] = {}
+    held: bytearray | None = None
+
+    def destination() -> tuple[str, bool]:
+        target_path = fields.get("target_path")
+        if not target_path or len(target_path) > 4096 or "\0" in target_path:
+            raise BadRequest("missing or invalid form field 'target_path'", loc=["body", "target_path"])
+        return target_path, fields.get("unzip", "false").lower() in ("true", "1", "yes", "on")
+
+    async for part in multipart_parts(request.stream(), request.headers.get("content-type", "")):
+        if part.filename is None:
+            if len(fields) >= MAX_FIELDS:
+                raise BadRequest(f"more than {MAX_FIELDS} form fields", loc=["body"])
+            fields[part.name] = await part.text()
+        elif part.name != "file" or held is not None:
+            raise BadRequest(f"unexpected file part {part.name!r}: the upload is the one part 'file'",
+                             loc=["body", part.name])
+        elif "target_path" in fields:
+            await service.upload(row, part.content, *destination())
+            return {}
+        else:
+            held = bytearray()
+            async for chunk in part.content:
+                held += chunk
+    if held is None:
         raise BadRequest("missing the multipart file part 'file'", loc=["body", "file"])
-    if not isinstance(target_path, str) or not target_path or len(target_path) > 4096 or "\0" in target_path:
-        raise BadRequest("missing or invalid form field 'target_path'", loc=["body", "target_path"])
-    unzip = str(form.get("unzip", "false")).lower() in ("true", "1", "yes", "on")
+    target_path, unzip = destination()
 
-    async def chunks():
-        while chunk := await file.read(1 << 20):
-            yield chunk
+    async def content():
+        yield bytes(held)
 
-    try:
-        await service.upload(row, chunks(), target_path, unzip)
-    finally:
-        await file.close()
+    await service.upload(row, content(), target_path, unzip)
     return {}
 
 

@@ -158,15 +158,17 @@ class SwerexService:
         await self.rollouts.finish(row.tenant, row.id, RolloutFinish(info={"closed_by": ADAPTER}, keep_sandbox=False))
 
     async def upload(self, row: RolloutRow, chunks: AsyncIterator[bytes], target_path: str, unzip: bool) -> None:
-        """A file to ``target_path``, or a zip (a directory, zipped by the client) extracted into it."""
+        """A file to ``target_path`` (streamed), or a zip (a directory, zipped by the client)
+        extracted into it: a zip's index is at its end, so it is read into memory first (at most
+        max_upload_bytes, the body limit)."""
+        if not unzip:
+            await self.data.write_file(row.tenant, row.sandbox_id, target_path, chunks)
+            return
         data = bytearray()
         async for chunk in chunks:
             data += chunk
             if len(data) > self.max_upload_bytes:
                 raise PayloadTooLarge(f"upload exceeds {self.max_upload_bytes} bytes", loc=["body", "file"])
-        if not unzip:
-            await self.data.write_file(row.tenant, row.sandbox_id, target_path, bytes(data))
-            return
         try:
             archive = zipfile.ZipFile(io.BytesIO(data))
             members = [m for m in archive.infolist() if not m.is_dir()]
