@@ -4,7 +4,7 @@ from corral_common.settings import FncallSettingsBase
 
 
 class FncallApiSettings(FncallSettingsBase):
-    # Largest request body of one call / one batch (checked on Content-Length before reading).
+    # Largest request body of one call / one batch (counted as it arrives, before it is parsed: corral_api.body_limits).
     max_body_mb: int = 32
     batch_max_body_mb: int = 256
     # Largest total of stdin + expected output + files of one call once decoded.
