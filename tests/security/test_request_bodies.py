@@ -95,8 +95,8 @@ def test_a_chunked_multipart_e2b_upload_past_the_cap_is_refused_and_kept_nowhere
 
 def test_oversized_json_bodies_in_any_number_leave_the_api_memory_where_it_was(platform, lab):
     """256 concurrent exec bodies of 8 MB (the limit is 1 MB), half with a Content-Length, half
-    chunked: every one is a JSON 413 naming the limit, and the api's RSS moves by a bounded
-    amount (a 190 MB body once took it from 163 MB to 1.1 GB)."""
+    chunked: every one is a JSON 413 naming the limit, and the api's RSS moves by no more than
+    the bodies' limits (a 190 MB body once took it from 163 MB to 1.1 GB)."""
     pid = api_pid(platform)
     requests, size = 256, 8 * MB
     with lab.attacker.sandboxes.create("busybox", memory_mb=64) as sb:
@@ -149,4 +149,7 @@ def test_oversized_json_bodies_in_any_number_leave_the_api_memory_where_it_was(p
             assert error["code"] == "payload_too_large" and error["limit_bytes"] == MB, error
         growth = peak[0] - before
         print(f"api RSS {before / MB:.0f} MB -> peak {peak[0] / MB:.0f} MB (+{growth / MB:.0f} MB)")
-        assert growth < 128 * MB, f"api RSS grew by {growth / MB:.0f} MB under {requests} oversized bodies"
+        # A chunked body is held up to the limit until it is known to be too big, a declared
+        # one not at all; the rest is the connections' buffers.
+        bound = requests // 2 * MB + 64 * MB
+        assert growth < bound, f"api RSS grew by {growth / MB:.0f} MB under {requests} oversized bodies"
