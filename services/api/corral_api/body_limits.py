@@ -13,8 +13,9 @@ route: a chunked body has no length, and a route only sees its body after FastAP
 whole (a 190 MB JSON exec body took the api from 163 MB to 1 GB). The route is known when the
 body is first read (routing has put it in the scope by then), so a body no route reads is
 never counted, and a declared length over the limit is refused before a byte is read. Past the
-limit the middleware answers the 413 itself (E2B routes in E2B's ``{code, message}`` shape)
-and the route's read raises ``PayloadTooLarge``; whatever the route answers then is dropped.
+limit the route's read raises ``PayloadTooLarge``; whatever the route answers then is dropped
+and, once it has unwound, the middleware answers the 413 (E2B routes in E2B's ``{code, message}``
+shape).
 uvicorn discards the rest of the body once the answer is complete, so the client that is still
 sending gets the 413, not a reset.
 """
@@ -72,43 +73,47 @@ class BodyLimitMiddleware:
         limit: int | None = None
         setting = ""
         seen = 0
-        response_started = answered = False
+        started_before = False  # the route answered before its body outgrew the limit (a stream)
+        refused: PayloadTooLarge | None = None
 
-        async def refuse() -> PayloadTooLarge:
-            nonlocal answered
-            error, response = too_large(scope.get("route"), limit or 0, setting)
-            if not response_started:
-                answered = True
-                await response(scope, receive, send)
-            return error
+        def refuse() -> PayloadTooLarge:
+            nonlocal refused
+            refused = refused or too_large(scope.get("route"), limit or 0, setting)[0]
+            return refused
 
         async def counted_receive() -> Message:
             nonlocal limit, setting, seen
+            if refused is not None:
+                raise refused  # a route that read on after its failed read
             if limit is None:
                 limit, setting = route_body_limit(scope.get("route"), settings)
                 declared = _content_length(scope)
                 if declared is not None and declared > limit:
-                    raise await refuse()
+                    raise refuse()
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise await refuse()
+                    raise refuse()
             return message
 
         async def guarded_send(message: Message) -> None:
-            nonlocal response_started
-            if answered:
-                return  # the route's answer to its failed read: the client has its 413
+            nonlocal started_before
+            if refused is not None and not started_before:
+                return  # the route's answer to its failed read: the client gets the 413 instead
             if message["type"] == "http.response.start":
-                response_started = True
+                started_before = True
             await send(message)
 
         try:
             await self.app(scope, counted_receive, guarded_send)
-        except PayloadTooLarge:
-            if not answered:
+        except Exception:  # noqa: BLE001 - after a refused read: how the route failed for want of its body
+            if refused is None or started_before:
                 raise
+        # Answered once the route has unwound: whatever it did with the body (an upload into a
+        # sandbox) was aborted before the client hears of it.
+        if refused is not None and not started_before:
+            await too_large(scope.get("route"), limit or 0, setting)[1](scope, receive, send)
 
 
 def _content_length(scope: Scope) -> int | None:
