@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -44,6 +46,12 @@
 #define HOME "/home/user"
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DISCONNECTED_POLL_MS 50
+/* Commands (exec and the display's shell) run in this memory cgroup, capped below what the
+ * guest had free at start by COMMANDS_RESERVE_KB: a memory bomb meets the cgroup's OOM
+ * killer while the kernel and the agent still have room. */
+#define CGROUP_ROOT "/sys/fs/cgroup"
+#define COMMANDS_CGROUP CGROUP_ROOT "/commands"
+#define COMMANDS_RESERVE_KB (8L << 10)
 
 extern char **environ;
 
@@ -84,6 +92,8 @@ static struct req *reqs;
 static const char *tty_path;
 static pid_t tty_pid = -1;
 static double tty_last_spawn = -10;
+/* cgroup.procs of COMMANDS_CGROUP (-1: no cgroup, commands share the agent's) */
+static int commands_procs_fd = -1;
 
 /* outgoing bytes not yet written to the port */
 static unsigned char *outq;
@@ -673,17 +683,71 @@ static void op_write_close(long long id, bool abort_upload) {
 
 /* ---- exec ------------------------------------------------------------------------------ */
 
-static long oom_kills(void) {
-    FILE *f = fopen("/proc/vmstat", "re");
+/* "<key> <n>" lines (/proc/vmstat, memory.events): n of the line for key, 0 if absent. */
+static long stat_value(const char *path, const char *key) {
+    FILE *f = fopen(path, "re");
     if (!f)
         return 0;
     char line[128];
+    size_t len = strlen(key);
     long n = 0;
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "oom_kill ", 9))
-            n = atol(line + 9);
+        if (!strncmp(line, key, len) && line[len] == ' ')
+            n = atol(line + len + 1);
     fclose(f);
     return n;
+}
+
+/* OOM kills of commands so far: the commands cgroup's count (kills by its own limit and by
+ * the guest-wide OOM killer alike), else the guest's. */
+static long oom_kills(void) {
+    if (commands_procs_fd >= 0)
+        return stat_value(COMMANDS_CGROUP "/memory.events", "oom_kill");
+    return stat_value("/proc/vmstat", "oom_kill");
+}
+
+static bool write_text(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool ok = write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    close(fd);
+    return ok;
+}
+
+/* A memory bomb must end as an OOM kill of the command, not of the guest: the agent's pages
+ * stay resident (no refaulting its text from disk while commands thrash), and commands get
+ * a memory cgroup that leaves the kernel and the agent a reserve. As PID 1 the agent is
+ * never an OOM victim itself (the kernel skips the global init). Any step that fails leaves
+ * the guest as it was before (commands in the root cgroup, counted by /proc/vmstat). */
+static void guard_memory(void) {
+    if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0)
+        logf_("mlockall: %s", strerror(errno));
+    if (mount("cgroup2", CGROUP_ROOT, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 && errno != EBUSY) {
+        logf_("cannot mount cgroup2 on " CGROUP_ROOT ": %s", strerror(errno));
+        return;
+    }
+    if (!write_text(CGROUP_ROOT "/cgroup.subtree_control", "+memory") ||
+        (mkdir(COMMANDS_CGROUP, 0755) < 0 && errno != EEXIST)) {
+        logf_("no memory cgroup for commands: %s", strerror(errno));
+        return;
+    }
+    long avail_kb = stat_value("/proc/meminfo", "MemAvailable:");
+    if (avail_kb > 2 * COMMANDS_RESERVE_KB) {
+        char max[32];
+        snprintf(max, sizeof max, "%ld", (avail_kb - COMMANDS_RESERVE_KB) << 10);
+        if (!write_text(COMMANDS_CGROUP "/memory.max", max))
+            logf_("cannot cap the commands' memory at %s: %s", max, strerror(errno));
+    }
+    commands_procs_fd = open(COMMANDS_CGROUP "/cgroup.procs", O_WRONLY | O_CLOEXEC);
+    if (commands_procs_fd < 0)
+        logf_("cannot open " COMMANDS_CGROUP "/cgroup.procs: %s", strerror(errno));
+}
+
+/* In a child before exec: into the commands cgroup (its fd is closed by close_range after). */
+static void join_commands_cgroup(void) {
+    if (commands_procs_fd >= 0 && write(commands_procs_fd, "0", 1) < 0)
+        dprintf(2, "corral-agent: cannot join the commands cgroup: %s\n", strerror(errno));
 }
 
 static void child_fail(const char *what, const char *arg) {
@@ -774,6 +838,7 @@ static void op_exec(long long id, json_t *req) {
     if (pid == 0) {
         /* child: its own session (so a timeout kills the whole process group) */
         setsid();
+        join_commands_cgroup();
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -883,6 +948,7 @@ static void spawn_tty_shell(void) {
     pid_t pid = fork();
     if (pid == 0) {
         setsid();
+        join_commands_cgroup();
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -1189,6 +1255,7 @@ int main(int argc, char **argv) {
     port_fd = open(port_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (port_fd < 0)
         fatal_boot("cannot open the agent port");
+    guard_memory();
     if (tty_path)
         spawn_tty_shell();
     /* tells a host that connected before us to (re)send its hello */
