@@ -6,6 +6,7 @@ may wreck the guest, comes last and ends it."""
 
 import hashlib
 import os
+import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -154,6 +155,37 @@ def test_upload_beyond_the_guest_space_is_a_4xx(attack, guest, lab):
     assert guest.refresh().state == "running", guest.info.reason
     assert attack.sh(guest, f"rm -r {HOME}/{attack.marker}; echo alive").stdout == "alive\n"
     attack.contained()
+
+
+def test_memory_bomb_in_a_guest_is_an_oom_kill_and_the_guest_stays(attack, vm_platform):
+    # A guest of its own at the API's default memory: tail keeps a newline-free stream whole,
+    # so it grows until the guest's OOM killer ends it. The answer is a container's: the
+    # command killed (137, oom_killed), the sandbox running and its agent answering all along.
+    guest = attack.sandbox(probe=False, **{**VM, "memory_mb": 256})
+    stalls: list[float] = []
+
+    def agent_answers_or_bomb_over() -> bool:
+        # A file listing is served by the agent alone (no process in the guest): how long it
+        # takes is how long the agent was stalled (the node's watchdog pings the same way).
+        started = time.monotonic()
+        guest.list_files("/")
+        stalls.append(time.monotonic() - started)
+        return bomb.done()
+
+    with ThreadPoolExecutor(1) as pool:
+        bomb = pool.submit(attack.sh, guest, "head -c 4000m /dev/zero | tail > /dev/null", timeout_s=300)
+        until_sync(agent_answers_or_bomb_over, timeout_s=330, what="the memory bomb to end", interval_s=0.2)
+        result = bomb.result()
+    assert (result.exit_code, result.oom_killed, result.timed_out) == (137, True, False), result
+    # Without a reserve the whole guest reclaimed (and the agent with it) for seconds at a time.
+    assert max(stalls) < 2, f"the agent stalled {max(stalls):.1f} s during the bomb ({len(stalls)} calls)"
+    assert guest.refresh().state == "running", guest.info.reason
+    assert attack.sh(guest, "echo alive").stdout == "alive\n"
+    # The next exec is not OOM-killed for what the bomb left: its memory went with it.
+    again = attack.sh(guest, "head -c 8m /dev/zero | tail | wc -c")
+    assert (again.exit_code, again.oom_killed, again.stdout.strip()) == (0, False, str(8 * MIB)), again
+    attack.contained()
+    attack.end(guest)
 
 
 def test_fork_bomb_in_a_guest_stays_in_the_guest(attack):
