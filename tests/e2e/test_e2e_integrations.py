@@ -153,21 +153,44 @@ INSPECT_RUN = """
 """
 
 
+# inspect's own command line, as a user runs it.
+INSPECT_CLI = """
+    import sys
+    from inspect_ai._cli.main import main
+    sys.argv = ["inspect", "eval", *sys.argv[1:]]
+    main()
+"""
+
+INSPECT_READ_LOG = """
+    import json, sys
+    from inspect_ai.log import list_eval_logs, read_eval_log
+    log = read_eval_log(list_eval_logs(sys.argv[1])[0])
+    sample = log.samples[0]
+    print(json.dumps({"status": log.status, "score": sample.scores["file_written"].value,
+                      "explanation": sample.scores["file_written"].explanation,
+                      "error": str(log.error) if log.error else None}))
+"""
+
+
 @pytest.mark.parametrize("config", ["corral", "compose", "name"])
 def test_inspect_ai_sandbox_provider(corral, platform, tmp_path, config):
     python = framework_python("inspect-ai-0.3.285")
-    override = ""
     if config == "compose":  # a compose file as inspect's docker provider takes it, mapped to an environment
         (tmp_path / "compose.yaml").write_text("services:\n  default:\n    image: docker.io/library/busybox:1.36\n"
                                                "    mem_limit: 64m\n    environment:\n      TASK: file\n")
         sandbox = ("corral", str(tmp_path / "compose.yaml"))
-    elif config == "name":  # `--sandbox corral:<environment>`, as the docs give it (inspect makes it a path)
-        sandbox, override = "corral", "corral:busybox"
     else:
         sandbox = "corral"
     (tmp_path / "task.py").write_text(textwrap.dedent(INSPECT_TASK).replace('"{sandbox}"', repr(sandbox)))
     before = {s.id for s in corral.sandboxes.list(labels={"framework": "inspect_ai"})}
-    out = run_in(python, platform, INSPECT_RUN, "task.py", override, "logs", cwd=tmp_path)
+    if config == "name":  # `inspect eval --sandbox corral:<environment>`, as the docs give it: inspect's
+        # CLI hands the name over as a path under the task's directory
+        cli = run_in(python, platform, INSPECT_CLI, "task.py", "--sandbox", "corral:busybox", "--model",
+                     "mockllm/model", "--log-dir", "logs", "--display", "none", cwd=tmp_path)
+        assert cli.returncode == 0, cli.stderr[-3000:]
+        out = run_in(python, platform, INSPECT_READ_LOG, "logs", cwd=tmp_path)
+    else:
+        out = run_in(python, platform, INSPECT_RUN, "task.py", "", "logs", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["status"] == "success" and report["score"] == "C", report

@@ -378,3 +378,14 @@ async def test_downloads_are_credited_back_as_the_reader_consumes(tmp_path):
         ack = next(m for m in guest.received if m["op"] == "read_ack")
         assert ack["bytes"] == READ_WINDOW // 2
         await client.close()
+
+
+def test_a_guest_command_run_as_root_gets_roots_home_unless_it_names_one():
+    from corral_common.exec import ExecRequest
+    from corral_node_agent.backends.vm.agent_client import GuestAgentClient
+
+    client = GuestAgentClient(None, None, env={"HOME": "/home/user", "A": "1"})  # type: ignore[arg-type]
+    assert client._exec_message(ExecRequest(cmd="env", user="root"))["env"] == {"HOME": "/root", "A": "1"}
+    assert client._exec_message(ExecRequest(cmd="env"))["env"]["HOME"] == "/home/user"
+    named = client._exec_message(ExecRequest(cmd="env", user="root", env={"HOME": "/srv"}))
+    assert named["env"]["HOME"] == "/srv"

@@ -279,7 +279,9 @@ class GuestAgentClient:
     # ---- exec -----------------------------------------------------------------------------
 
     def _exec_message(self, req: ExecRequest) -> dict[str, Any]:
-        env = {**self.default_env, **req.env}
+        # As in a container (container/oci.py build_env): root's commands get root's home
+        # unless the request names one (the guest agent's own default is /home/user).
+        env = {**self.default_env, **({"HOME": paths.ROOT_HOME} if req.user == "root" else {}), **req.env}
         argv = checked_argv(req, env)
         limit = req.output_limit if self.output_limit_bytes is None else min(req.output_limit,
                                                                              self.output_limit_bytes)
