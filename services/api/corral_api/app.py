@@ -50,7 +50,6 @@ from corral_api.rollouts.service import RolloutService
 from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.network import NetworkRules
-from corral_api.sandboxes.node_client import NodeClient
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_api.sandboxes.router import router as sandboxes_router
 from corral_api.sandboxes.service import EnvironmentCatalog, SandboxService
@@ -64,6 +63,7 @@ from corral_api.ui.service import DashboardService
 from corral_api.ui.sessions import UiSessions
 from corral_common.amqp import EventBus
 from corral_common.contracts.images import ImageServiceClient
+from corral_common.contracts.node_client import NodeAgentClient
 from corral_common.errors import install_error_handlers
 from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.jobs import JobStore
@@ -100,8 +100,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         images = ImageServiceClient(settings.image_service_url, internal_token=settings.internal_token,
                                     timeout=httpx.Timeout(10.0, pool=settings.http_pool_timeout_s),
                                     limits=httpx.Limits(max_connections=settings.image_service_max_connections))
-        node_client = NodeClient(settings.internal_token, max_connections=settings.node_max_connections,
-                                 pool_timeout_s=settings.http_pool_timeout_s)
+        node_client = NodeAgentClient(settings.internal_token, max_connections=settings.node_max_connections,
+                                      pool_timeout_s=settings.http_pool_timeout_s)
         await bus.subscribe(state_routing_keys(SandboxState), SandboxStateChanged, waiters.on_event)
         await bus.consume(RECORDS_QUEUE, TERMINAL_KEYS, SandboxStateChanged, TerminalRecorder(store, history, quotas).handle)
         app.state.settings = settings
@@ -168,7 +168,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             sweeper.cancel()
             await app.state.jobs.close()
             await app.state.rollouts.close()
-            await node_client.close()
+            await node_client.aclose()
             await images.aclose()
             await image_writes.aclose()
             await bus.close()

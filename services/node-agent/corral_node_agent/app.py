@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from corral_common.amqp import EventBus
+from corral_common.contracts.node import NodeHealth
 from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
 from corral_common.logging import configure_logging
 from corral_common.metrics import install_metrics, on_state
@@ -107,10 +108,10 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
     app.include_router(fncall_router)
 
     @app.get("/healthz")
-    async def healthz() -> dict:
+    async def healthz() -> NodeHealth:
         manager = getattr(app.state, "manager", None)
-        return {"status": "ok", "node_id": settings.node_id, "sandboxes": manager.count() if manager else 0,
-                "backends": manager.kinds() if manager else []}
+        return NodeHealth(status="ok", node_id=settings.node_id, sandboxes=manager.count() if manager else 0,
+                          backends=manager.kinds() if manager else [])
 
     return app
 

@@ -19,8 +19,9 @@ import httpx
 import pytest
 
 from corral_api.app import create_app as api_app
-from corral_api.sandboxes.node_client import NodeClient
 from corral_api.settings import ApiSettings
+from corral_common.contracts.node import ExecRequest, ExecResult
+from corral_common.contracts.node_client import NodeAgentClient
 from corral_common.errors import Overloaded
 from corral_common.internal import INTERNAL_TOKEN_HEADER
 from corral_common.overload import as_unavailable
@@ -245,17 +246,16 @@ async def test_a_runtime_token_counts_against_its_tenants_budget(plane):
 async def test_the_pool_to_node_agents_waits_a_bounded_time(plane):
     async with httpx.AsyncClient(base_url=plane.urls["api"], timeout=30) as http:
         sandbox = await running_sandbox(http, "tenant-a")
-    client = NodeClient(TOKEN, max_connections=1, pool_timeout_s=0.1)
-    url = f"{plane.urls['node']}/v1/sandboxes/{sandbox}/exec"
+    client = NodeAgentClient(TOKEN, max_connections=1, pool_timeout_s=0.1)
     try:
         # One takes the only connection for EXEC_S; the other gives up after 0.1 s.
-        results = await asyncio.gather(*(client.request("POST", url, json={"cmd": "true"}) for _ in range(2)),
-                                       return_exceptions=True)
+        results = await asyncio.gather(*(client.exec(plane.urls["node"], sandbox, ExecRequest(cmd="true"))
+                                         for _ in range(2)), return_exceptions=True)
         timeouts = [r for r in results if isinstance(r, httpx.PoolTimeout)]
         assert len(timeouts) == 1 and isinstance(as_unavailable(timeouts[0]), Overloaded), results
-        assert [r.status_code for r in results if isinstance(r, httpx.Response)] == [200], results
+        assert [r.exit_code for r in results if isinstance(r, ExecResult)] == [0], results  # the other: a 200
     finally:
-        await client.close()
+        await client.aclose()
 
 
 async def test_every_internal_service_wants_the_internal_token(plane):

@@ -15,7 +15,7 @@ from corral_api.fncall.schemas import FncallRequest
 from corral_api.fncall.service import FncallService
 from corral_api.fncall.settings import FncallApiSettings
 from corral_api.fncall.warmup import FncallWarmup
-from corral_api.sandboxes.node_client import NodeClient
+from corral_common.contracts.node_client import NodeAgentClient
 from corral_common.errors import ServiceUnavailable
 from corral_common.state import StateStore
 from corral_node_agent.errors import ImageUnavailable
@@ -48,7 +48,7 @@ async def test_a_call_while_a_node_warms_up_says_what_it_waits_for(redis_url, am
     store = StateStore.from_url(redis_url)
     runtime = "python"
     rpc = await FncallRpc(amqp_url, (runtime,)).connect()
-    nodes = NodeClient(TOKEN)
+    nodes = NodeAgentClient(TOKEN)
     try:
         async with serve(node) as url:
             await until(lambda: "waiting for environment" in node.state.fncall.status_message, timeout_s=30,
@@ -66,7 +66,7 @@ async def test_a_call_while_a_node_warms_up_says_what_it_waits_for(redis_url, am
             assert f"runtime {runtime!r} is warming up" in error.message
             assert f"{node_id}: waiting for environment 'judge'" in error.message, error.message
     finally:
-        await nodes.close()
+        await nodes.aclose()
         await rpc.close()
         await store.redis.delete(f"node:{node_id}")
         await store.redis.zrem("nodes", node_id)

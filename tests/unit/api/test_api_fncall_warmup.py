@@ -8,6 +8,7 @@ import pytest
 from corral_api.fncall.service import FncallService
 from corral_api.fncall.settings import FncallApiSettings
 from corral_api.fncall.warmup import FncallWarmup
+from corral_common.contracts.node import FncallPoolsStatus
 from corral_common.errors import ServiceUnavailable
 from corral_common.state import NodeInfo
 
@@ -29,23 +30,23 @@ class Store:
         return self.nodes
 
 
-class Response:
-    def __init__(self, body):
-        self.body = body
-
-    def json(self):
-        return self.body
-
-
 class Nodes:
+    """The NodeAgentClient's fncall_pools, answering each node as told."""
+
     def __init__(self, answers: dict[str, dict]):
         self.answers = answers
         self.asked = 0
 
-    async def request(self, method: str, url: str):
+    async def fncall_pools(self, node: str) -> FncallPoolsStatus:
         self.asked += 1
         await asyncio.sleep(0)
-        return Response(self.answers[url.split("//")[1].split(":")[0]])
+        answer = self.answers[node.split("//")[1].split(":")[0]]
+        return FncallPoolsStatus.model_validate({**answer, "pools": [pool(**p) for p in answer["pools"]]})
+
+
+def pool(runtime: str) -> dict:
+    return {"runtime": runtime, "size": 1, "busy": 0, "min": 1, "max": 4, "queue_depth": 0, "warm": False,
+            "calls_per_second": 0.0}
 
 
 def service(consumers: int, answers: dict[str, dict]) -> tuple[FncallService, Nodes]:

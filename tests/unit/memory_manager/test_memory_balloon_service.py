@@ -63,7 +63,7 @@ async def test_an_idle_guest_with_page_cache_is_asked_once_per_idle_stretch():
 
             assert request.headers["X-Corral-Housekeeping"] == "1"  # not use of the sandbox
             execs.append(json.loads(request.content))
-            return httpx.Response(200, json={"exit_code": 0, "stdout": "", "stderr": ""})
+            return httpx.Response(200, json={"exit_code": 0, "stdout": "", "stderr": "", "duration_ms": 12.0})
         if request.method == "GET":
             return httpx.Response(200, json={
                 "sandbox_id": "vm", "memory_mb": 512, "actual_mb": 200,

@@ -15,10 +15,11 @@ import time
 from corral_api.commits.schemas import CommitRequest, CommitResult
 from corral_api.images.schemas import EnvironmentCreate, Layer
 from corral_api.images.service import ImageCatalogService
-from corral_api.sandboxes.node_client import NodeClient, node_url
 from corral_api.sandboxes.schemas import SandboxCreate
 from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.service import SnapshotService
+from corral_common.contracts.node import CommitRequest as NodeCommitRequest
+from corral_common.contracts.node_client import NodeAgentClient
 from corral_common.errors import Conflict
 from corral_common.sandboxes import VM_BACKENDS, SandboxState
 from corral_common.state import SandboxRecord
@@ -32,7 +33,7 @@ def default_version() -> str:
 
 
 class CommitService:
-    def __init__(self, sandboxes: SandboxService, node_client: NodeClient, images: ImageCatalogService,
+    def __init__(self, sandboxes: SandboxService, node_client: NodeAgentClient, images: ImageCatalogService,
                  snapshots: SnapshotService):
         self.sandboxes, self.node_client, self.images, self.snapshots = sandboxes, node_client, images, snapshots
 
@@ -46,11 +47,10 @@ class CommitService:
             raise Conflict(f"sandbox {sandbox_id} has no environment to commit on top of", loc=["path", "sandbox_id"],
                            code="unsupported_by_backend")
         name = body.name or f"commit-{sandbox_id.removeprefix('sb-')}"
-        reply = (await self.node_client.request(
-            "POST", node_url(node, "v1", "sandboxes", sandbox_id, "commit"),
-            json={"name": name, "version": body.version or default_version(), "owner": tenant,
-                  **({"quota_bytes": self.images.quota_bytes} if self.images.quota_bytes is not None else {})})).json()
-        layer = Layer.of(reply)
+        # Not validated here: the node does, and its 422 (a default name too long for a layer) is passed on.
+        reply = await self.node_client.commit(node.url, sandbox_id, NodeCommitRequest.model_construct(
+            name=name, version=body.version or default_version(), owner=tenant, quota_bytes=self.images.quota_bytes))
+        layer = Layer.of(reply.model_dump())
         if not body.environment:
             return CommitResult(layer=layer)
         parent = await self.images.get_environment(tenant, record.spec.environment)

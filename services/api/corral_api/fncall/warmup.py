@@ -8,9 +8,9 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from corral_api.sandboxes.node_client import NodeClient, node_url
+from corral_common.contracts.node_client import NodeAgentClient
 from corral_common.errors import CorralError
-from corral_common.state import StateStore
+from corral_common.state import NodeInfo, StateStore
 
 ASK_TIMEOUT_S = 2.0
 KEEP_S = 1.0
@@ -25,21 +25,18 @@ class NodePools:
 
 
 class FncallWarmup:
-    def __init__(self, store: StateStore, nodes: NodeClient, heartbeat_timeout_s: float):
+    def __init__(self, store: StateStore, nodes: NodeAgentClient, heartbeat_timeout_s: float):
         self.store = store
         self.nodes = nodes
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._asking: asyncio.Future[list[NodePools]] | None = None
         self._answer: tuple[float, list[NodePools]] = (0.0, [])
 
-    async def _ask(self, node) -> NodePools:
+    async def _ask(self, node: NodeInfo) -> NodePools:
         try:
-            response = await asyncio.wait_for(self.nodes.request("GET", node_url(node, "v1", "fncall", "pools")),
-                                              ASK_TIMEOUT_S)
-            body = response.json()
-            runtimes = frozenset(str(p.get("runtime", "")) for p in body.get("pools", []) if isinstance(p, dict))
-            return NodePools(node.node_id, str(body.get("status", "unknown")), runtimes)
-        except (TimeoutError, CorralError, ValueError, AttributeError) as exc:
+            status = await asyncio.wait_for(self.nodes.fncall_pools(node.url), ASK_TIMEOUT_S)
+            return NodePools(node.node_id, status.status, frozenset(pool.runtime for pool in status.pools))
+        except (TimeoutError, CorralError, ValueError) as exc:  # ValueError: a malformed answer
             return NodePools(node.node_id, f"did not answer ({type(exc).__name__})", frozenset())
 
     async def _ask_all(self) -> list[NodePools]:

@@ -11,12 +11,12 @@ import asyncio
 import secrets
 from datetime import UTC, datetime
 
-from corral_api.sandboxes.node_client import NodeClient, node_url
 from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.models import SnapshotRow
 from corral_api.snapshots.repository import SnapshotRepository
 from corral_api.snapshots.schemas import Snapshot
-from corral_common.display import SnapshotRequest, SnapshotSaved
+from corral_common.contracts.node import SnapshotRequest
+from corral_common.contracts.node_client import NodeAgentClient
 from corral_common.errors import CorralError, NotFound
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxState
@@ -34,7 +34,7 @@ def to_schema(row: SnapshotRow) -> Snapshot:
 
 
 class SnapshotService:
-    def __init__(self, repository: SnapshotRepository, sandboxes: SandboxService, nodes: NodeClient):
+    def __init__(self, repository: SnapshotRepository, sandboxes: SandboxService, nodes: NodeAgentClient):
         self.repository = repository
         self.sandboxes = sandboxes
         self.nodes = nodes
@@ -42,9 +42,7 @@ class SnapshotService:
     async def create(self, tenant: str, sandbox_id: str) -> SnapshotRow:
         record, node = await self.sandboxes.node_for(tenant, sandbox_id, _LIVE)
         snapshot_id = f"snap-{secrets.token_hex(8)}"
-        response = await self.nodes.request("POST", node_url(node, "v1", "sandboxes", sandbox_id, "snapshot"),
-                                            json=SnapshotRequest(snapshot_id=snapshot_id).model_dump())
-        saved = SnapshotSaved.model_validate_json(response.content)
+        saved = await self.nodes.snapshot(node.url, sandbox_id, SnapshotRequest(snapshot_id=snapshot_id))
         spec = record.spec
         row = SnapshotRow(id=snapshot_id, tenant=tenant, sandbox_id=sandbox_id, node_id=node.node_id,
                           backend=spec.backend, environment=spec.environment, disk_image=spec.disk_image,
@@ -56,8 +54,7 @@ class SnapshotService:
             # No record (the database is away): the caller gets a 503, and the node's files,
             # which no call could reach or remove any more, go again.
             try:
-                await self.nodes.request("DELETE", f"{node.url}/v1/snapshots/{snapshot_id}",
-                                         params={"backend": spec.backend})
+                await self.nodes.delete_snapshot(node.url, snapshot_id, spec.backend)
             except CorralError as exc:
                 log.error("snapshot.orphaned", snapshot_id=snapshot_id, node_id=node.node_id, error=exc.message)
             raise
@@ -85,8 +82,7 @@ class SnapshotService:
             log.warning("snapshot.node_gone", snapshot_id=snapshot_id, node_id=row.node_id)
         else:
             try:
-                await self.nodes.request("DELETE", node_url(node, "v1", "snapshots", snapshot_id),
-                                         params={"backend": row.backend})
+                await self.nodes.delete_snapshot(node.url, snapshot_id, row.backend)
             except CorralError as exc:
                 if exc.status_code != 404:
                     raise  # node unreachable or refusing: keep the record, the caller may retry

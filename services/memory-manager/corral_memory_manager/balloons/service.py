@@ -8,8 +8,9 @@ from contextlib import nullcontext
 
 import httpx
 
-from corral_common.contracts.memory import HOUSEKEEPING_HEADER, BalloonState
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.contracts.node import BalloonState, BalloonTarget, ExecRequest
+from corral_common.contracts.node_client import NodeAgentClient, NodeAgentUnreachable
+from corral_common.errors import CorralError
 from corral_common.logging import get_logger
 from corral_memory_manager import metrics
 from corral_memory_manager.balloons.ksm import KsmPolicy
@@ -18,6 +19,9 @@ from corral_memory_manager.balloons.policy import BalloonMemory, BalloonPolicy, 
 log = get_logger(__name__)
 
 _NOT_A_VM_RECHECK_S = 300.0
+# Run in the guest as root, marked housekeeping (not use of the sandbox).
+_DROP_CACHES = ExecRequest(cmd="sync; echo 1 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory",
+                           user="root", timeout_s=30)
 
 
 class BalloonService:
@@ -34,8 +38,8 @@ class BalloonService:
         self.idle_seconds, self.idle_after_s, self.guest_cache_mb = idle_seconds, idle_after_s, guest_cache_mb
         self.housekeeping = housekeeping
         self._guest_reclaimed_at: dict[str, float] = {}
-        self.client = httpx.AsyncClient(base_url=node_agent_url.rstrip("/"), timeout=5.0, transport=transport,
-                                        headers={INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {})
+        self.node_agent_url = node_agent_url
+        self.client = NodeAgentClient(internal_token, timeout_s=5.0, transport=transport)
         self.memory: dict[str, BalloonMemory] = {}
         self.not_vms: dict[str, float] = {}  # sandbox -> when it said it has no balloon
         self.last: dict[str, dict] = {}  # sandbox -> last state and decision (GET /v1/balloons)
@@ -51,7 +55,7 @@ class BalloonService:
                 continue
             try:
                 await self._one(sandbox_id)
-            except httpx.HTTPError as exc:
+            except (CorralError, httpx.HTTPError) as exc:  # the node's error, or no answer
                 log.warning("balloon.unreachable", sandbox_id=sandbox_id, error=str(exc))
         for gone in [s for s in self.memory if s not in ids]:
             self.memory.pop(gone, None)
@@ -66,19 +70,19 @@ class BalloonService:
             await asyncio.to_thread(self.ksm.apply, environments)
 
     async def _one(self, sandbox_id: str) -> None:
-        resp = await self.client.get(f"/v1/sandboxes/{sandbox_id}/balloon")
-        if 400 <= resp.status_code < 500:  # a container (no balloon), or gone
-            self.not_vms[sandbox_id] = time.monotonic()
-            return
-        resp.raise_for_status()
-        state = BalloonState.model_validate(resp.json())
+        try:
+            state = await self.client.balloon(self.node_agent_url, sandbox_id)
+        except CorralError as exc:
+            if 400 <= exc.status_code < 500:  # a container (no balloon), or gone
+                self.not_vms[sandbox_id] = time.monotonic()
+                return
+            raise
         decision = decide(state, self.memory.get(sandbox_id, BalloonMemory()), self.policy, time.time(),
                           idle=self._idle_for(sandbox_id) is not None)
         self.memory[sandbox_id] = decision.memory
         if decision.target_mb is not None:
-            put = await self.client.put(f"/v1/sandboxes/{sandbox_id}/balloon",
-                                        json={"target_mb": max(16, int(decision.target_mb))})
-            put.raise_for_status()
+            await self.client.set_balloon(self.node_agent_url, sandbox_id,
+                                          BalloonTarget(target_mb=max(16, int(decision.target_mb))))
             metrics.BALLOON_SETS.labels(self.node_id, "deflate" if decision.target_mb >= state.actual_mb
                                         else "inflate").inc()
             log.info("balloon.set", sandbox_id=sandbox_id, actual_mb=round(state.actual_mb),
@@ -108,14 +112,18 @@ class BalloonService:
             return
         if not guest_cache_reclaim_due(state, idle, self.idle_after_s, self.guest_cache_mb):
             return
+        status = 200
         with self.housekeeping(sandbox_id) if self.housekeeping is not None else nullcontext():
-            resp = await self.client.post(f"/v1/sandboxes/{sandbox_id}/exec", headers={HOUSEKEEPING_HEADER: "1"}, json={
-                "cmd": "sync; echo 1 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory",
-                "user": "root", "timeout_s": 30})
+            try:
+                await self.client.exec(self.node_agent_url, sandbox_id, _DROP_CACHES, housekeeping=True)
+            except NodeAgentUnreachable:
+                raise  # not tried: again on the next pass
+            except CorralError as exc:  # tried, and the node said no: not again this idle stretch
+                status = exc.status_code
         self._guest_reclaimed_at[sandbox_id] = time.monotonic()
         metrics.GUEST_RECLAIMS.labels(self.node_id).inc()
         log.info("balloon.guest_cache_dropped", sandbox_id=sandbox_id, caches_mb=state.guest.disk_caches_mb,
-                 status=resp.status_code)
+                 status=status)
 
     async def run_forever(self, interval_s: float) -> None:
         while True:

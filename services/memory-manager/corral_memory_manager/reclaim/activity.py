@@ -2,24 +2,19 @@
 read by the reclaim pass from its thread: a blocking client."""
 
 import httpx
-from pydantic import TypeAdapter
 
-from corral_common.contracts.memory import SandboxActivity
-from corral_common.internal import INTERNAL_TOKEN_HEADER
-
-_ACTIVITIES = TypeAdapter(list[SandboxActivity])
+from corral_common.contracts.node import SandboxActivity
+from corral_common.contracts.node_client import NodeAgentSyncClient
 
 
 class NodeAgentActivity:
     def __init__(self, node_agent_url: str, internal_token: str,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.client = httpx.Client(base_url=node_agent_url.rstrip("/"), timeout=3.0, transport=transport,
-                                   headers={INTERNAL_TOKEN_HEADER: internal_token} if internal_token else {})
+        self.node_agent_url = node_agent_url
+        self.client = NodeAgentSyncClient(internal_token, timeout_s=3.0, transport=transport)
 
     def __call__(self) -> list[SandboxActivity]:
-        resp = self.client.get("/v1/activity")
-        resp.raise_for_status()
-        return _ACTIVITIES.validate_python(resp.json())
+        return self.client.activity(self.node_agent_url)
 
     def close(self) -> None:
         self.client.close()

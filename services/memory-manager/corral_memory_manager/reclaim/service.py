@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from corral_common.contracts.memory import SandboxActivity
+from corral_common.errors import CorralError
 from corral_common.logging import get_logger
 from corral_common.pacing import duty_capped_delay
 from corral_memory_manager import metrics
@@ -135,7 +136,7 @@ class ReclaimService:
             return {}
         try:
             found = self.activity()
-        except (OSError, httpx.HTTPError, ValueError) as exc:  # the cpu rate alone decides this pass
+        except (OSError, CorralError, httpx.HTTPError, ValueError) as exc:  # the cpu rate alone decides this pass
             if self._activity_ok:  # logged once per outage, not every pass
                 log.warning("memory.activity_unavailable", node_id=self.node_id, error=str(exc))
             self._activity_ok = False

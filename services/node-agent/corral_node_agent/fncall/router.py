@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request
 
+from corral_common.contracts.node import FncallPoolsStatus
 from corral_common.internal import INTERNAL_ONLY
 from corral_node_agent.fncall.service import FncallPools, instance_of
 
@@ -29,7 +30,8 @@ async def lifespan(app: FastAPI):
 router = APIRouter(lifespan=lifespan)
 
 
-@router.get("/v1/fncall/pools", tags=["fncall"], dependencies=INTERNAL_ONLY)
-async def pools_status(request: Request) -> dict:
+# (exclude_none: before the pools start, the answer has no node_id)
+@router.get("/v1/fncall/pools", tags=["fncall"], dependencies=INTERNAL_ONLY, response_model_exclude_none=True)
+async def pools_status(request: Request) -> FncallPoolsStatus:
     pools: FncallPools | None = getattr(request.app.state, "fncall", None)
-    return pools.status() if pools else {"status": "not started", "pools": []}
+    return FncallPoolsStatus.model_validate(pools.status() if pools else {"status": "not started", "pools": []})

@@ -8,21 +8,25 @@
     GET  /files/stat?path=P    FileInfo of one path (lstat: a link is not followed)
     GET  /files?path=P         a regular file → its bytes (application/octet-stream);
                                a directory → JSON list of FileInfo (lstat, links not followed)
-    PUT  /network              NetworkPolicy → {"network"}: the sandbox's egress rules replaced, in
+    PUT  /network              NetworkPolicy → NetworkApplied {"network"}: the sandbox's egress rules replaced, in
                                force on return (400 for a sandbox created with network "none")
     GET  /usage                Usage: cpu, memory and disk used so far (a fresh reading)
-    GET  /network              {"counters": {tx_bytes, rx_bytes, denied}, "denied": [{at, target, reason}]}
+    GET  /network              NetworkState {"counters": {tx_bytes, rx_bytes, denied}, "denied": [{at, target, reason}]}
     * /ports/{port}/{path}     HTTP ingress: the request, sent to 127.0.0.1:port inside the sandbox
                                (ports.py); its answer streamed back. 502 port_not_open when nothing
                                listens; 409 unsupported_by_backend for kinds without Capability.ports
     POST /pause, POST /resume  freeze / thaw every process (cgroup freezer via crun; QMP
-                               stop/cont for VMs); running ⇄ paused in the record → {"state"}
+                               stop/cont for VMs); running ⇄ paused in the record → StateReply {"state"}
     GET  /screen               the screen as image/png (vm backend)
     POST /input                InputRequest (keys, text, mouse) → InputSent {"sent": n} (vm backend)
-    POST /commit               {"name", "version", "owner", "quota_bytes"} → image-service's diff layer
+    POST /commit               CommitRequest {"name", "version", "owner", "quota_bytes"} → CommitReply,
+                               image-service's diff layer as it answered it (201 new, 200 the same again)
     POST /snapshot             SnapshotRequest {"snapshot_id"} → SnapshotSaved {"size_bytes"}: state
                                saved on this node
     DELETE /v1/snapshots/{id}?backend=K   remove a saved snapshot (idempotent) → 204
+
+Every request and reply model is in ``corral_common.contracts.node`` (and ``NodeAgentClient``
+in ``contracts/node_client.py`` is the one client of these routes).
 
 Kinds that cannot do something (a container has no screen) answer 409
 ``unsupported_by_backend``.
@@ -38,18 +42,33 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 from websockets.asyncio.client import connect as ws_connect
 
-from corral_common.contracts.memory import HOUSEKEEPING_HEADER, BalloonState, BalloonTarget, SandboxActivity
-from corral_common.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
+from corral_common.contracts.node import (
+    HOUSEKEEPING_HEADER,
+    BalloonState,
+    BalloonTarget,
+    CommitReply,
+    CommitRequest,
+    ExecChunk,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    FileWritten,
+    InputRequest,
+    InputSent,
+    NetworkApplied,
+    NetworkPolicy,
+    NetworkState,
+    SandboxActivity,
+    SnapshotRequest,
+    SnapshotSaved,
+    StateReply,
+    Usage,
+)
 from corral_common.errors import BadRequest
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
-from corral_common.inputs import NAME_PATTERN, VERSION_PATTERN
 from corral_common.internal import require_internal_token
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import Usage
 from corral_common.ws_relay import relay
 from corral_node_agent import ports
 from corral_node_agent.errors import NodeAgentError
@@ -73,14 +92,14 @@ router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["sandbox data path
 
 
 @router.post("/pause", summary="Freeze the sandbox (running → paused)")
-async def pause(sandbox_id: str, request: Request) -> dict:
-    return {"state": (await request.app.state.events.pause(sandbox_id)).value}
+async def pause(sandbox_id: str, request: Request) -> StateReply:
+    return StateReply(state=await request.app.state.events.pause(sandbox_id))
 
 
 @router.put("/network", summary="Replace the sandbox's egress rules (in force on return)")
-async def set_network(sandbox_id: str, body: NetworkPolicy, manager: Manager) -> dict:
+async def set_network(sandbox_id: str, body: NetworkPolicy, manager: Manager) -> NetworkApplied:
     await manager.set_network(sandbox_id, body)
-    return {"network": body.model_dump(mode="json")}
+    return NetworkApplied(network=body)
 
 
 @router.get("/usage", summary="Resources the sandbox has used so far (a fresh reading)")
@@ -89,8 +108,8 @@ async def get_usage(sandbox_id: str, manager: Manager) -> Usage:
 
 
 @router.get("/network", summary="The sandbox's egress counters and latest refusals")
-async def get_network(sandbox_id: str, manager: Manager) -> dict:
-    return await manager.network_state(sandbox_id)
+async def get_network(sandbox_id: str, manager: Manager) -> NetworkState:
+    return NetworkState.model_validate(await manager.network_state(sandbox_id))
 
 
 @router.get("/balloon", summary="A VM's balloon and its guest's memory stats (the memory-manager's lever)")
@@ -105,8 +124,8 @@ async def set_balloon(sandbox_id: str, body: BalloonTarget, manager: Manager) ->
 
 
 @router.post("/resume", summary="Thaw the sandbox (paused → running)")
-async def resume(sandbox_id: str, request: Request) -> dict:
-    return {"state": (await request.app.state.events.resume(sandbox_id)).value}
+async def resume(sandbox_id: str, request: Request) -> StateReply:
+    return StateReply(state=await request.app.state.events.resume(sandbox_id))
 
 
 @router.get("/screen", summary="The screen as a PNG", response_class=Response,
@@ -126,17 +145,11 @@ async def snapshot(sandbox_id: str, body: SnapshotRequest, manager: Manager) -> 
     return SnapshotSaved(size_bytes=await manager.snapshot(sandbox_id, body.snapshot_id))
 
 
-class CommitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(pattern=NAME_PATTERN)
-    version: str = Field(pattern=VERSION_PATTERN)
-    owner: str = Field("", max_length=128)
-    quota_bytes: int | None = Field(None, ge=0)
-
-
-@router.post("/commit", summary="The writable layer as a new diff layer in image-service (it keeps running)")
+@router.post("/commit", summary="The writable layer as a new diff layer in image-service (it keeps running)",
+             response_model=CommitReply,
+             responses={201: {"model": CommitReply, "description": "A new layer (200: the same content again)"}})
 async def commit(sandbox_id: str, body: CommitRequest, manager: Manager) -> JSONResponse:
+    # image-service's answer passed on as it came, with its status (201 or 200).
     layer, status = await manager.commit(sandbox_id, body.model_dump(exclude_none=True))
     return JSONResponse(layer, status_code=status)
 
