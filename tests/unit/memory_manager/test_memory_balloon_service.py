@@ -85,3 +85,24 @@ async def test_an_idle_guest_with_page_cache_is_asked_once_per_idle_stretch():
         assert len(execs) == 1  # busy: nothing
     finally:
         await service.aclose()
+
+
+async def test_sandbox_ids_are_escaped_as_one_path_segment():
+    """An id with a slash, a dot segment or a query character asks for that sandbox, never for
+    another path: unescaped, ``vm/../other`` read (and set) the balloon of ``other``."""
+    paths: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.raw_path)
+        return httpx.Response(404, json={"error": {"code": "not_found", "message": "no such sandbox", "details": []}})
+
+    ids = ["vm/../other", "x?y", "..", "a#b"]
+    service = BalloonService("n1", "http://agent", "", BalloonPolicy(), lambda: list(ids),
+                             transport=httpx.MockTransport(handler))
+    try:
+        await service.run_once()
+        assert paths == [b"/v1/sandboxes/vm%2F..%2Fother/balloon", b"/v1/sandboxes/x%3Fy/balloon",
+                         b"/v1/sandboxes/%2E%2E/balloon", b"/v1/sandboxes/a%23b/balloon"]
+        assert set(service.not_vms) == set(ids)  # each answered 404: not asked again for a while
+    finally:
+        await service.aclose()
