@@ -45,8 +45,8 @@ class Node:
         return httpx.Response(self.status, json=self.body, headers=self.headers)
 
 
-def client(node: Node, token: str = "tok") -> NodeAgentClient:
-    return NodeAgentClient(token, transport=httpx.MockTransport(node))
+def client(node: Node) -> NodeAgentClient:
+    return NodeAgentClient("tok", transport=httpx.MockTransport(node))
 
 
 @pytest.mark.parametrize("sandbox_id", SNEAKY)
