@@ -152,7 +152,7 @@ def _busybox_tar(root: Path) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def live(service_urls, tmp_path_factory):
+def live(service_urls, tmp_path_factory, contract_dir):
     """A node-agent on the container backend with one running busybox sandbox."""
     if CONTAINER_SKIP:
         pytest.skip(CONTAINER_SKIP)
@@ -175,7 +175,7 @@ def live(service_urls, tmp_path_factory):
     common = {**urls, "internal_token": TOKEN, "log_json": False, "log_level": "WARNING"}
     node_port = _free_port()
     node_settings = NodeAgentSettings(**common, node_id=f"contract-{SESSION}", port=node_port, host="127.0.0.1",
-                                      state_dir=f"/tmp/corral-node-contract-{SESSION}", layer_mode="eager",
+                                      state_dir=f"{contract_dir}/node-{SESSION}", layer_mode="eager",
                                       capacity_registry_dir=str(tmp / "capacity"), adopt_on_start=False,
                                       fncall=FncallNodeSettings(enabled=False))
     with ExitStack() as stack:
@@ -189,7 +189,6 @@ def live(service_urls, tmp_path_factory):
             assert created.status_code == 201, created.text
         common["image_service_url"] = images_url
         node_settings = node_settings.model_copy(update={"image_service_url": images_url})
-        stack.callback(shutil.rmtree, node_settings.state_dir, ignore_errors=True)
         stack.callback(lambda: asyncio.run(cleanup(node_settings)))  # after the node stopped: nothing left
         stack.enter_context(_served(create_scheduler(SchedulerSettings(**common)), "scheduler"))
         node_url = stack.enter_context(_served(create_node(node_settings), "node-agent", node_port))
