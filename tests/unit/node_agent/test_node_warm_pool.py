@@ -46,7 +46,7 @@ class Harness:
         self.quiet = asyncio.Event()
         self.quiet.set()
         self.slots = slots  # the node's max_sandboxes, nothing else running
-        self.pool = WarmPool(self.backend, size=size, idle_s=idle_s, new_entry=lambda spec, tenant: object(),
+        self.pool = WarmPool(self.backend, size=size, idle_s=idle_s, new_entry=lambda spec, tenant, layers: object(),
                              acquire=self._acquire, release=self._release, quiet=self.quiet.wait,
                              room=lambda: self.slots - self.pool.count(), clock=self.clock)
 

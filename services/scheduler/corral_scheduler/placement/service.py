@@ -34,7 +34,8 @@ class Placer:
     def __init__(self, store: StateStore, bus: EventBus, settings: SchedulerSettings,
                  environments: EnvironmentLayers | None = None):
         self.store = store
-        # Image locality (None: placement by load alone).
+        # The layers of records without a pinned image, for locality (None: those are placed
+        # by load alone; settings.placement_locality turns locality off for all).
         self.environments = environments
         self.bus = bus
         self.settings = settings
@@ -89,10 +90,12 @@ class Placer:
         ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(
             [n for n in nodes if n.node_id not in busy], spec, self.settings.placement_strategy,
             self.settings.placement_measured_memory_reserve_mb)
-        if not held and len(ranked) > 1 and self.environments is not None:
+        if not held and len(ranked) > 1 and self.settings.placement_locality:
             ranked = await self._by_locality(ranked, record)
         if not held and len(ranked) > 1:
-            ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant), self.settings.placement_locality_slack)
+            digests = record.image.digests if record.image is not None else None
+            ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant, digests),
+                                  self.settings.placement_locality_slack)
         for node in ranked:
             got = await self.store.reserve(node.node_id, sandbox_id, spec, timeout,
                                            memory_mb=node.reserved_memory_mb(spec))
@@ -118,7 +121,14 @@ class Placer:
         return PlaceOutcome.no_room
 
     async def _by_locality(self, ranked: list, record: SandboxRecord) -> list:
-        layers = await self.environments.sizes(record.tenant, record.spec)
+        if record.image is not None:  # pinned by the api: its layers, no question to image-service
+            layers = {layer.digest: layer.size for layer in record.image.layers}
+        else:
+            # Compatibility: records written before the api pinned images (and restored
+            # snapshots). Can go once every record has a pin: snapshots record their source's.
+            if self.environments is None:
+                return ranked
+            layers = await self.environments.sizes(record.tenant, record.spec)
         if sum(layers.values()) < max(1, self.settings.placement_locality_min_mb * 1024 * 1024):
             return ranked
         held = await self.store.held_layers([n.node_id for n in ranked], list(layers))
