@@ -66,7 +66,7 @@ class _Entry:
     tenant: str = ""
     kind: str = "container"
     # The environment's layers as the api resolved them for this create (its record's pinned
-    # image): what it starts on. None: not pinned, the name is resolved here (catalog).
+    # image): what it starts on, and part of its warm pool shape. None: no environment.
     pinned: tuple[EnvironmentLayer, ...] | None = None
     # What it holds (acquired), released when it ends.
     layers: Sequence[EnvironmentLayer] = ()
@@ -264,6 +264,8 @@ class SandboxManager:
         self._creating += 1
         self._quiet.clear()
         try:
+            if entry.pinned is None and spec.environment:
+                entry.pinned = await self._resolve_unpinned(entry)
             if self.pool is not None and self._room() < 0 and not self.pool.has_ready(spec, entry.tenant,
                                                                                        entry.pinned):
                 # The pool held the node's last slot and none of this shape: one gives way.
@@ -305,12 +307,9 @@ class SandboxManager:
             return False
         while (ahead := self.pool.take(entry.spec, entry.tenant, entry.pinned)) is not None:
             try:
-                # The pooled one must run on the layers this create starts on: the pinned ones
-                # (its shape names their digests), else the environment's now (cached).
-                wanted = entry.pinned
-                if wanted is None:  # compatibility: records without a pin (see _acquire)
-                    wanted = await self.layers.resolve_environment(entry.spec.environment, entry.tenant)
-                if [layer.digest for layer in wanted] != [layer.digest for layer in ahead.entry.layers]:
+                # It must run on the layers this create starts on (its shape names their digests;
+                # checked again: the pool's layers are what it holds, the shape what it was asked).
+                if [layer.digest for layer in entry.pinned or ()] != [layer.digest for layer in ahead.entry.layers]:
                     raise NotFound("its environment has other layers now")
                 await backend.claim(ahead.runtime_id, sandbox_id, entry.spec)
             except (NodeAgentError, OSError) as exc:
@@ -347,6 +346,17 @@ class SandboxManager:
         """The name its cgroup has (its id, unless it came from the warm pool)."""
         return self._backend_of(sandbox_id).runtime_id(sandbox_id)
 
+    async def _resolve_unpinned(self, entry: _Entry) -> tuple[EnvironmentLayer, ...]:
+        """The environment's layers now, for a create whose record has no pinned image: it is
+        pinned here, and starts (or is claimed from the warm pool) like a pinned one.
+        Compatibility only: records written before the api pinned images, restored snapshots,
+        jobs queued again from SQL after Redis lost them; it can go (and the catalog's
+        environment cache with it, but for fncall) once snapshot and job rows keep their pin."""
+        try:
+            return await self.layers.resolve_environment(entry.spec.environment, entry.tenant)
+        except ImageUnavailable as exc:
+            raise StartFailed(exc.message, FailureReason.image_unavailable) from exc
+
     async def _acquire(self, entry: _Entry) -> RootFs:
         """Layers (top first, in the form the sandbox's backend wants) and the boot disk."""
         spec = entry.spec
@@ -354,13 +364,8 @@ class SandboxManager:
         boot_disk = None
         try:
             if spec.environment:
-                layers = entry.pinned
-                if layers is None:
-                    # Compatibility: records without a pinned image (written before the api
-                    # pinned them, restored snapshots, jobs queued again from SQL after Redis
-                    # lost them). Can go once snapshots and job rows carry their pin.
-                    layers = await self.layers.resolve_environment(spec.environment, entry.tenant)
-                elif not layers:
+                layers = entry.pinned  # (create and the warm pool pin every entry of an environment)
+                if not layers:
                     raise ImageUnavailable(f"environment {spec.environment!r} has no layers")
                 if entry.layer_format is LayerFormat.mounts:
                     acquired = await self.layers.acquire(layers)

@@ -9,12 +9,12 @@ What is pooled: container sandboxes of an environment with network "none", witho
 snapshot or a disk image. Their *shape* is every field of the spec that reaches the container
 when it starts (tenant, environment, limits, env, run_as) and the layers it is mounted from
 (the digests of the create's pinned image, ``SandboxRecord.image``); not its lifetime, labels
-or workdir, which the claim sets. A shape is filled on the very layers pinned by the create that
-asked for it, so the node resolves no name for its pool, and a create whose environment was
-re-pointed since (another pin) is a different shape: the scheduler, which computes the same
-key from the record's pin, never counts the old shape's containers for it. A shape a create asked for is kept at ``size`` ready
-sandboxes for ``idle_s`` after the last such create, then drained; at most ``MAX_SHAPES``
-shapes are kept (the least recently asked for goes first).
+or workdir, which the claim sets. A shape is filled on the very layers pinned by the create
+that asked for it, so the pool resolves no name, and a create whose environment was re-pointed
+since (another pin) is another shape: the scheduler, which computes the same key from the
+record's pin, does not count the old shape's containers for it. A shape a create asked for is
+kept at ``size`` ready sandboxes for ``idle_s`` after the last such create, then drained; at
+most ``MAX_SHAPES`` shapes are kept (the least recently asked for goes first).
 
 Refills start one sandbox at a time, only while no create is being started on the node
 (``quiet``), and, while a shape still has sandboxes ready, only once no create has asked for it
@@ -27,7 +27,7 @@ ids and cgroup, is handed to one create only, and at the claim takes the create'
 its hostname), spec, lifetime and owner record; it was started with the create's env, limits
 and user. It keeps the crun id it was started under (``runtime_id``, also its cgroup's and
 directory's name). Its layers were acquired when it was started; the claim checks that they
-are the ones the create starts on (its pin; for a record without one, the environment's now).
+are the ones the create starts on (its pin).
 
 Each pooled sandbox has a record on the node's disk (``records``: tenant, template spec,
 layers; owners.py's format, in a directory of its own, so that nothing registers it as a
@@ -75,6 +75,7 @@ class Ahead:
 
 
 def _shape_key(spec: SandboxSpec, tenant: str, layers: Sequence[EnvironmentLayer] | None) -> str | None:
+    """warm_pool_shape with the layers' digests (the scheduler computes it from the record's pin)."""
     return warm_pool_shape(spec, tenant, None if layers is None else [layer.digest for layer in layers])
 
 
@@ -82,8 +83,7 @@ def _shape_key(spec: SandboxSpec, tenant: str, layers: Sequence[EnvironmentLayer
 class _Shape:
     spec: SandboxSpec  # the template it is started with
     tenant: str
-    # The pinned layers it is started on (None: a shape of records without a pin, whose
-    # environment the manager resolves at each start).
+    # The pinned layers it is started on.
     layers: tuple[EnvironmentLayer, ...] | None
     asked_at: float
     ready: deque[Ahead] = field(default_factory=deque)

@@ -90,11 +90,11 @@ class Placer:
         ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(
             [n for n in nodes if n.node_id not in busy], spec, self.settings.placement_strategy,
             self.settings.placement_measured_memory_reserve_mb)
-        if not held and len(ranked) > 1 and self.settings.placement_locality:
-            ranked = await self._by_locality(ranked, record)
         if not held and len(ranked) > 1:
-            digests = record.image.digests if record.image is not None else None
-            ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant, digests),
+            layers = await self._layers(record)
+            if layers and self.settings.placement_locality:
+                ranked = await self._by_locality(ranked, layers)
+            ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant, None if layers is None else list(layers)),
                                   self.settings.placement_locality_slack)
         for node in ranked:
             got = await self.store.reserve(node.node_id, sandbox_id, spec, timeout,
@@ -120,15 +120,19 @@ class Placer:
             await self.store.set_waiting_reason(sandbox_id, reason)
         return PlaceOutcome.no_room
 
-    async def _by_locality(self, ranked: list, record: SandboxRecord) -> list:
-        if record.image is not None:  # pinned by the api: its layers, no question to image-service
-            layers = {layer.digest: layer.size for layer in record.image.layers}
-        else:
-            # Compatibility: records written before the api pinned images (and restored
-            # snapshots). Can go once every record has a pin: snapshots record their source's.
-            if self.environments is None:
-                return ranked
-            layers = await self.environments.sizes(record.tenant, record.spec)
+    async def _layers(self, record: SandboxRecord) -> dict[str, int] | None:
+        """digest -> size of the layers it starts on, base first (None: unknown). The api's pin:
+        no question to image-service."""
+        if record.image is not None:
+            return {layer.digest: layer.size for layer in record.image.layers}
+        # Compatibility: records without a pin (written before the api pinned images, restored
+        # snapshots, jobs queued again from SQL after Redis lost them); can go once snapshot
+        # and job rows keep their pin.
+        if self.environments is None:
+            return None
+        return await self.environments.sizes(record.tenant, record.spec) or None
+
+    async def _by_locality(self, ranked: list, layers: dict[str, int]) -> list:
         if sum(layers.values()) < max(1, self.settings.placement_locality_min_mb * 1024 * 1024):
             return ranked
         held = await self.store.held_layers([n.node_id for n in ranked], list(layers))
