@@ -34,8 +34,8 @@ class Placer:
     def __init__(self, store: StateStore, bus: EventBus, settings: SchedulerSettings,
                  environments: EnvironmentLayers | None = None):
         self.store = store
-        # The layers of records without a pinned image, for locality (None: those are placed
-        # by load alone; settings.placement_locality turns locality off for all).
+        # Image locality (None: placement by load alone); it asks image-service only for the
+        # layers of records without a pinned image.
         self.environments = environments
         self.bus = bus
         self.settings = settings
@@ -92,7 +92,7 @@ class Placer:
             self.settings.placement_measured_memory_reserve_mb)
         if not held and len(ranked) > 1:
             layers = await self._layers(record)
-            if layers and self.settings.placement_locality:
+            if layers and self.environments is not None:  # (None: locality off)
                 ranked = await self._by_locality(ranked, layers)
             ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant, None if layers is None else list(layers)),
                                   self.settings.placement_locality_slack)
