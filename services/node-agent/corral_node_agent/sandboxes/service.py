@@ -365,8 +365,8 @@ class SandboxManager:
         try:
             if spec.environment:
                 layers = entry.pinned  # (create and the warm pool pin every entry of an environment)
-                if not layers:
-                    raise ImageUnavailable(f"environment {spec.environment!r} has no layers")
+                if layers is None:
+                    raise ImageUnavailable(f"environment {spec.environment!r} was not resolved")
                 if entry.layer_format is LayerFormat.mounts:
                     acquired = await self.layers.acquire(layers)
                 else:
