@@ -94,7 +94,9 @@ class Placer:
             layers = await self._layers(record)
             if layers and self.environments is not None:  # (None: locality off)
                 ranked = await self._by_locality(ranked, layers)
-            ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant, None if layers is None else list(layers)),
+            # (the node keys its pool by every layer, in mount order: a digest may repeat)
+            digests = record.image.digests if record.image is not None else list(layers) if layers else None
+            ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant, digests),
                                   self.settings.placement_locality_slack)
         for node in ranked:
             got = await self.store.reserve(node.node_id, sandbox_id, spec, timeout,
