@@ -15,6 +15,7 @@ from uuid import uuid4
 
 from pydantic import BaseModel, Field
 
+from corral_common.contracts.images import ResolvedImage
 from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
 
 EXCHANGE = "corral"
@@ -56,6 +57,8 @@ class SandboxRequested(Event):
     spec: SandboxSpec
     # Only this node may take it (a restored snapshot lives on one node's disk).
     node_id: str | None = None
+    # Its environment as the api resolved it (the record's ``image``; None: not pinned).
+    image: ResolvedImage | None = None
 
 
 class SandboxPlace(Event):

@@ -1,7 +1,8 @@
 """Jobs: many sandboxes of one spec, queued durably in Redis and admitted by fair share.
 
 Keys:
-    job:<id>            hash: tenant, count, weight, priority, spec, labels, created_at,
+    job:<id>            hash: tenant, count, weight, priority, spec, image (its environment as
+                        the api resolved it, written on every record), labels, created_at,
                         submitted (records created so far), admitted (placed on a node)
     job:<id>:pending    zset: sandbox ids not admitted yet, scored by submission order
     jobs:active         set: jobs with pending sandboxes
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from corral_common.contracts.images import ResolvedImage
 from corral_common.redis_client import connect
 from corral_common.sandboxes import SandboxSpec
 
@@ -96,6 +98,7 @@ class JobRecord:
     pending: int
     deleted: bool
     vstart: float = 0.0
+    image: ResolvedImage | None = None
 
     @classmethod
     def from_hash(cls, data: dict[str, str], pending: int) -> "JobRecord":
@@ -104,7 +107,8 @@ class JobRecord:
                    labels=json.loads(data.get("labels") or "{}"), created_at=float(data["created_at"]),
                    submitted=int(data.get("submitted") or 0), admitted=int(data.get("admitted") or 0),
                    dropped=int(data.get("dropped") or 0), pending=pending, deleted=data.get("deleted") == "1",
-                   vstart=float(data.get("vstart") or 0))
+                   vstart=float(data.get("vstart") or 0),
+                   image=ResolvedImage.model_validate_json(data["image"]) if data.get("image") else None)
 
 
 def sandbox_id_for(job_id: str, index: int) -> str:
@@ -127,7 +131,7 @@ class JobStore:
 
     async def create_job(self, job_id: str, tenant: str, spec: SandboxSpec, count: int, *, weight: float = 1.0,
                          priority: int = 0, labels: dict[str, str] | None = None,
-                         created_at: float | None = None) -> None:
+                         created_at: float | None = None, image: ResolvedImage | None = None) -> None:
         if not 1 <= count <= MAX_JOB_SANDBOXES:
             raise ValueError(f"count must be 1..{MAX_JOB_SANDBOXES}")
         # A job joins at the current virtual time (the least pass among active jobs), so it
@@ -136,6 +140,8 @@ class JobStore:
         mapping = {"vstart": repr(vstart), "id": job_id, "tenant": tenant, "count": count, "weight": repr(float(weight)),
                    "priority": priority, "spec": spec.model_dump_json(), "labels": json.dumps(labels or {}),
                    "created_at": repr(time.time() if created_at is None else created_at), "submitted": 0, "admitted": 0, "dropped": 0}
+        if image is not None:
+            mapping["image"] = image.model_dump_json()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"job:{job_id}", mapping=mapping)
             pipe.sadd(f"jobs:tenant:{tenant}", job_id)
@@ -150,12 +156,14 @@ class JobStore:
         return min(passes, default=0.0)
 
     async def enqueue(self, job_id: str, tenant: str, spec: SandboxSpec, start: int, stop: int,
-                      skip: frozenset[str] = frozenset()) -> list[str]:
+                      skip: frozenset[str] = frozenset(), image: ResolvedImage | None = None) -> list[str]:
         """Create the records of sandboxes [start, stop) and queue them, in one pipeline.
         Those in ``skip`` (ended already: a job queued again after Redis lost it) are only
-        counted as the job's."""
+        counted as the job's. ``image``: the job's pin, written on each record."""
         now = repr(time.time())
-        spec_json = spec.model_dump_json()
+        fields = {"tenant": tenant, "spec": spec.model_dump_json(), "job_id": job_id}
+        if image is not None:
+            fields["image"] = image.model_dump_json()
         ids = [sandbox_id_for(job_id, i) for i in range(start, stop)]
         async with self.redis.pipeline(transaction=True) as pipe:
             for i, sid in zip(range(start, stop), ids, strict=True):
@@ -165,8 +173,7 @@ class JobStore:
                 # HSETNX on state: a re-run never resets a record that already moved on.
                 pipe.hsetnx(f"sb:{sid}", "state", "pending")
                 pipe.hsetnx(f"sb:{sid}", "created_at", now)  # and never moves its creation
-                pipe.hset(f"sb:{sid}", mapping={"id": sid, "tenant": tenant, "spec": spec_json, "job_id": job_id,
-                                                 "updated_at": now})
+                pipe.hset(f"sb:{sid}", mapping={"id": sid, **fields, "updated_at": now})
                 pipe.sadd(f"sb:tenant:{tenant}", sid)
                 pipe.sadd(f"job:{job_id}:all", sid)
                 pipe.zadd(f"job:{job_id}:pending", {sid: i}, nx=True)

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Literal
 
@@ -195,13 +196,17 @@ class Usage(BaseModel):
 WARM_POOL_CLAIM_FIELDS = frozenset({"timeout_s", "labels", "workdir"})
 
 
-def warm_pool_shape(spec: SandboxSpec, tenant: str) -> str | None:
+def warm_pool_shape(spec: SandboxSpec, tenant: str, layers: Sequence[str] | None = None) -> str | None:
     """What a node's warm pool keeps containers of (node-agent sandboxes/warm_pool.py), as the
-    node advertises it and the scheduler looks for it: a digest of the tenant and every field of
-    the spec that reaches a container when it starts. None: never pooled (not a container of an
-    environment without network, or restored from a snapshot, or booted from a disk image)."""
+    node advertises it and the scheduler looks for it: a digest of the tenant, every field of
+    the spec that reaches a container when it starts and the layer digests it is mounted from
+    (``layers``: the create's pinned image, ``ResolvedImage.digests``; None: a record without a
+    pin, whose node resolves the name). None: never pooled (not a container of an environment
+    without network, or restored from a snapshot, or booted from a disk image)."""
     if not (spec.backend == "container" and spec.environment and spec.network == "none"
             and spec.from_snapshot is None and spec.disk_image is None):
         return None
-    shape = json.dumps([tenant, spec.model_dump(mode="json", exclude=set(WARM_POOL_CLAIM_FIELDS))], sort_keys=True)
-    return hashlib.sha256(shape.encode()).hexdigest()[:16]
+    parts: list = [tenant, spec.model_dump(mode="json", exclude=set(WARM_POOL_CLAIM_FIELDS))]
+    if layers is not None:
+        parts.append(list(layers))
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, cast
 
 import redis.asyncio as aioredis
 
+from corral_common.contracts.images import ResolvedImage
 from corral_common.quota_ledger import COUNT_ENTRY_LUA, ledger_keys
 from corral_common.redis_client import connect
 from corral_common.sandboxes import (
@@ -230,6 +231,10 @@ class SandboxRecord:
     required_node: str | None = None
     # The job it belongs to (jobs.enqueue writes it).
     job_id: str | None = None
+    # Its environment as the api resolved it at create (layers, owner, config): what the
+    # scheduler places it by and the node starts it on. None: nothing to resolve (a disk
+    # image alone), a restored snapshot, or a record from before pins (the node resolves the name).
+    image: ResolvedImage | None = None
 
     @property
     def why(self) -> str:
@@ -259,6 +264,7 @@ class SandboxRecord:
             runtime=json.loads(data["runtime"]) if data.get("runtime") else {},
             required_node=data.get("required_node") or None,
             job_id=data.get("job_id") or None,
+            image=ResolvedImage.model_validate_json(data["image"]) if data.get("image") else None,
         )
 
     def to_hash(self) -> dict[str, str]:
@@ -270,7 +276,8 @@ class SandboxRecord:
                     "ended_at": None if self.ended_at is None else repr(self.ended_at),
                     "usage": self.usage.model_dump_json() if self.usage else None,
                     "runtime": json.dumps(self.runtime, sort_keys=True) if self.runtime else None,
-                    "delete_requested": "1" if self.delete_requested else None}
+                    "delete_requested": "1" if self.delete_requested else None,
+                    "image": self.image.model_dump_json() if self.image else None}
         return data | {k: v for k, v in optional.items() if v}
 
 
@@ -399,7 +406,7 @@ class StateStore:
     # --- sandboxes -------------------------------------------------------------------
 
     async def create_sandbox(self, sandbox_id: str, tenant: str, spec: SandboxSpec, *,
-                             required_node: str | None = None) -> SandboxRecord:
+                             required_node: str | None = None, image: ResolvedImage | None = None) -> SandboxRecord:
         now = time.time()
         mapping = {
             "id": sandbox_id, "tenant": tenant, "state": SandboxState.pending.value,
@@ -407,6 +414,8 @@ class StateStore:
         }
         if required_node:
             mapping["required_node"] = required_node
+        if image is not None:
+            mapping["image"] = image.model_dump_json()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(_sandbox_key(sandbox_id), mapping=cast(RedisMapping, mapping))
             pipe.sadd(f"sb:tenant:{tenant}", sandbox_id)

@@ -91,3 +91,28 @@ async def _live(store, n):
 async def _held(store, nodes, digest):
     held = await store.held_layers(nodes, [digest])
     return {node for node, layers in held.items() if layers.get(digest)} or None
+
+
+class AskedNothing:
+    """The placer's image-service lookups, counted: a pinned record must need none."""
+
+    def __init__(self, environments) -> None:
+        self.environments, self.asked = environments, []
+
+    async def sizes(self, tenant, spec):
+        self.asked.append(spec.environment)
+        return await self.environments.sizes(tenant, spec)
+
+
+async def test_a_pinned_sandbox_is_placed_by_its_pin_without_asking_image_service(plane):
+    http, scheduler, store, digest, (node_a, node_b) = plane
+    await until(lambda: _live(store, 2), timeout_s=30, what="both nodes live")
+    first = await create(http)
+    assert first["node_id"] == node_a
+    await until(lambda: _held(store, [node_a, node_b], digest), timeout_s=30, what="node a to report it")
+    spy = scheduler.state.placer.environments = AskedNothing(scheduler.state.placer.environments)
+    second = await create(http)
+    record = await store.get_sandbox(second["id"])
+    assert [layer.digest for layer in record.image.layers] == [digest]  # the api's pin
+    assert second["node_id"] == node_a  # by locality (by load alone: b)...
+    assert spy.asked == []  # ...read from the pin, not image-service

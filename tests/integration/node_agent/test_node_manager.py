@@ -201,3 +201,62 @@ async def test_a_full_node_refuses_a_create_and_leaves_nothing_of_it(node, state
     await manager.create("full-2", spec)  # room again: it starts
     assert manager.is_live("full-2")
     await manager.delete("full-2")
+
+
+@pytest_asyncio.fixture
+async def repointed(state_dir, node_id, work_dir):
+    """A node whose image-service says environment "busybox" is version 2 now, while a
+    sandbox's record pins version 1 (the api resolved it before the environment was re-pointed)."""
+    import shutil
+    import subprocess
+
+    from corral_common.contracts.images import EnvironmentLayer, ResolvedImage
+    from tests.integration.node_agent.conftest import build_busybox_rootfs
+
+    blobs, layers = {}, {}
+    for version in ("1", "2"):
+        root, image = f"{state_dir}-v{version}-root", f"{state_dir}-v{version}.erofs"
+        build_busybox_rootfs(root)
+        with open(f"{root}/version", "w") as fh:  # noqa: ASYNC230 - test setup
+            fh.write(f"v{version}\n")
+        subprocess.run(["mkfs.erofs", "-zlz4hc", image, root], check=True, capture_output=True)
+        shutil.rmtree(root)
+        with open(image, "rb") as fh:  # noqa: ASYNC230 - test setup
+            blob = fh.read()
+        digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+        blobs[digest] = blob
+        layers[version] = EnvironmentLayer(kind="base", name="busybox", version=version, digest=digest, size=len(blob))
+    hits: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hits.append(request.url.path)
+        if request.url.path == "/v1/environments/busybox":  # re-pointed: version 2
+            return httpx.Response(200, json={"name": "busybox", "layers": [layers["2"].model_dump()]})
+        digest = request.url.path.removeprefix("/v1/blobs/")
+        if digest in blobs:
+            return httpx.Response(200, content=blobs[digest])
+        return httpx.Response(404, json={"error": {"code": "not_found"}})
+
+    settings = NodeAgentSettings(node_id=f"{node_id}-pin", state_dir=state_dir, image_service_url="http://image-service")
+    manager = SandboxManager(ContainerBackend(settings),
+                             LayerCache(settings.layers(), transport=httpx.MockTransport(handler)))
+    await manager.start()
+    yield manager, ResolvedImage(name="busybox", layers=(layers["1"],)), hits
+    await manager.close()
+
+
+async def test_a_pinned_sandbox_starts_on_its_pin_without_asking_for_the_environment(repointed):
+    from corral_common.exec import ExecRequest
+
+    manager, pin, hits = repointed
+    spec = SandboxSpec(environment="busybox", memory_mb=64, disk_mb=32)
+    await manager.create("pinned", spec, image=pin)
+    assert not [h for h in hits if h.startswith("/v1/environments/")]  # the catalog was not consulted
+    out = await manager.exec("pinned", ExecRequest(cmd="cat /version", timeout_s=10))
+    assert out.stdout == "v1\n"  # the layers the api resolved, not what the name points at now
+    # A record without a pin (compatibility) still resolves the name on the node.
+    await manager.create("unpinned", spec)
+    assert [h for h in hits if h.startswith("/v1/environments/")] == ["/v1/environments/busybox"]
+    assert (await manager.exec("unpinned", ExecRequest(cmd="cat /version", timeout_s=10))).stdout == "v2\n"
+    await manager.delete("pinned")
+    await manager.delete("unpinned")

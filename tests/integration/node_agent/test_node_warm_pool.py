@@ -10,9 +10,10 @@ import pytest
 import pytest_asyncio
 
 from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.sandboxes import FailureReason, SandboxSpec
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_node_agent.errors import StartFailed
 from corral_node_agent.layers import LayerCache
 from corral_node_agent.memory.accounting import MemoryAccounting
 from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
@@ -192,3 +193,37 @@ async def test_pooled_sandboxes_hold_no_slot_a_create_of_another_shape_needs(poo
     # a slot freed by a delete goes back to the pool at once (not at its next periodic look)
     await manager.delete("other")
     await until(lambda: manager.pool.ready_count() == 1, 30, "the freed slot refilled")
+
+
+async def test_pinned_creates_are_served_from_the_pool_of_their_pin_and_nothing_is_resolved(state_dir, node_id,
+                                                                                             erofs_image):
+    from corral_common.contracts.images import EnvironmentLayer, ResolvedImage
+
+    with open(erofs_image, "rb") as fh:  # noqa: ASYNC230 - test setup
+        blob = fh.read()
+    hits: list[str] = []
+    settings = NodeAgentSettings(node_id=f"{node_id}-wpin", state_dir=state_dir, image_service_url="http://image-service")
+    manager = SandboxManager(ContainerBackend(settings), LayerCache(settings.layers(), transport=image_service(blob, hits)),
+                             owners=OwnerRecords(f"{settings.state_dir}/owners"), warm_pool_size=2)
+    await manager.start()
+    try:
+        digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+        pin = ResolvedImage(name="busybox", layers=(EnvironmentLayer(kind="base", name="busybox", version="1",
+                                                                     digest=digest, size=len(blob)),))
+        await manager.create("first", SandboxSpec(**SHAPE), owner("first"), image=pin)
+        await warm(manager)
+        await manager.create("claims", SandboxSpec(**SHAPE), owner("claims"), image=pin)
+        assert "warm_pool" in manager.runtime("claims")
+        assert (await sh(manager, "claims", "hostname")) == "claims\n"
+        # Neither the creates nor the pool's starts ahead asked what "busybox" is.
+        assert not [h for h in hits if h.startswith("/v1/environments/")]
+        # A create pinned to other layers (the environment re-pointed) is not served the pooled
+        # one (its start on that unknown layer fails, as a start on any missing layer does).
+        other = ResolvedImage(name="busybox", layers=(EnvironmentLayer(kind="base", name="busybox", version="2",
+                                                                       digest="sha256:" + "0" * 64, size=1),))
+        with pytest.raises(StartFailed) as failed:
+            await manager.create("other", SandboxSpec(**SHAPE), owner("other"), image=other)
+        assert failed.value.reason == FailureReason.image_unavailable
+        assert manager.pool.hits == 1 and manager.pool.ready_count() >= 1
+    finally:
+        await manager.close()

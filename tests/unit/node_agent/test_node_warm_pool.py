@@ -46,7 +46,7 @@ class Harness:
         self.quiet = asyncio.Event()
         self.quiet.set()
         self.slots = slots  # the node's max_sandboxes, nothing else running
-        self.pool = WarmPool(self.backend, size=size, idle_s=idle_s, new_entry=lambda spec, tenant: object(),
+        self.pool = WarmPool(self.backend, size=size, idle_s=idle_s, new_entry=lambda spec, tenant, layers: object(),
                              acquire=self._acquire, release=self._release, quiet=self.quiet.wait,
                              room=lambda: self.slots - self.pool.count(), clock=self.clock)
 
@@ -199,3 +199,26 @@ async def test_a_pooled_sandbox_that_ends_is_forgotten_and_replaced():
     assert len(h.backend.started) == 2 and h.pool.ready_count() == 1
     await h.pool.close()
     assert h.backend.stopped == [h.backend.started[1]]
+
+
+async def test_a_shape_is_its_pinned_layers_and_is_filled_on_them():
+    """Each create's pinned layers are part of its shape: a create pinned to other layers (its
+    environment re-pointed) is another shape, and each shape is started ahead on its own pin."""
+    from corral_common.contracts.images import EnvironmentLayer
+
+    def pin(version: str) -> tuple[EnvironmentLayer, ...]:
+        return (EnvironmentLayer(kind="base", name="busybox", version=version, digest="sha256:" + version * 64,
+                                 size=1),)
+
+    h = Harness(size=1)
+    entries: list[tuple] = []
+    h.pool._new_entry = lambda spec, tenant, layers: entries.append(layers) or object()
+    h.pool.start()
+    assert h.pool.take(SPEC, "acme", pin("1")) is None
+    await h.after_burst()
+    assert entries == [pin("1")]  # started on the pin of the create that asked for the shape
+    assert h.pool.take(SPEC, "acme", pin("2")) is None  # re-pointed: not the v1 container
+    assert not h.pool.has_ready(SPEC, "acme", pin("2")) and h.pool.has_ready(SPEC, "acme", pin("1"))
+    await h.after_burst()
+    assert entries == [pin("1"), pin("2")]
+    assert h.pool.take(SPEC, "acme", pin("1")) is not None and h.pool.take(SPEC, "acme", pin("2")) is not None

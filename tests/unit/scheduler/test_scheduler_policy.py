@@ -236,3 +236,14 @@ def test_a_warm_pool_shape_ignores_what_a_claim_sets():
     assert warm_pool_shape(spec, "t") != warm_pool_shape(spec.model_copy(update={"env": {"A": "1"}}), "t")
     assert warm_pool_shape(spec.model_copy(update={"network": {"allow": ["pypi.org"]}}), "t") is None
     assert warm_pool_shape(spec.model_copy(update={"environment": ""}), "t") is None
+
+
+def test_a_warm_pool_shape_names_the_pinned_layers():
+    """The node keys its pool by the layers a shape runs on, the scheduler by the record's pin:
+    the same digests give the same key, a re-pointed environment (other digests) another one."""
+    spec = SandboxSpec(environment="e", backend="container")
+    v1, v2 = ["sha256:" + "1" * 64, "sha256:" + "b" * 64], ["sha256:" + "1" * 64, "sha256:" + "c" * 64]
+    assert warm_pool_shape(spec, "t", v1) == warm_pool_shape(spec, "t", tuple(v1))
+    assert len({warm_pool_shape(spec, "t", v1), warm_pool_shape(spec, "t", v2), warm_pool_shape(spec, "t")}) == 3
+    assert warm_pool_shape(spec, "t", v1) != warm_pool_shape(spec, "t", list(reversed(v1)))  # mount order counts
+    assert warm_pool_shape(spec.model_copy(update={"environment": ""}), "t", v1) is None

@@ -61,6 +61,32 @@ class Environment(_Reply):
     config: dict[str, Any] | None = None
 
 
+class ResolvedImage(BaseModel):
+    """An environment as the api resolved it for one create: what the sandbox is validated
+    against, placed by (layer locality, warm pool shape) and started on, whatever the name
+    points at later. Written by the api only, from image-service's answer for the sandbox's
+    tenant, onto the record and ``sandbox.requested`` (never a field of a request body); the
+    scheduler and the node read it instead of resolving the name again (E2B pins a build id
+    the same way)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    # Mount order, base first (Environment.layers).
+    layers: tuple[EnvironmentLayer, ...]
+    owner: str = ""
+    config: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, environment: Environment) -> "ResolvedImage":
+        return cls(name=environment.name, layers=environment.layers, owner=environment.owner,
+                   config=environment.config)
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        return tuple(layer.digest for layer in self.layers)
+
+
 class DiskImage(_Reply):
     name: str
     version: str

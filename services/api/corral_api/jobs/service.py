@@ -67,7 +67,8 @@ class JobService:
         if self.sandboxes.network is not None:
             await self.sandboxes.network.require(spec.network, loc=("body", "spec", "network"), backend=spec.backend,
                                                  guest_kit=not spec.disk_image)
-        spec = await self.sandboxes.environments.require_spec(spec, loc=("body", "spec"), tenant=tenant)
+        # Resolved once for the whole job: every sandbox of it carries this pin.
+        spec, image = await self.sandboxes.environments.require_spec(spec, loc=("body", "spec"), tenant=tenant)
         job_id = f"job-{secrets.token_hex(6)}"
         labels = {**spec.labels, **body.labels, "job": job_id}
         try:  # each label set passed alone; together (plus job=<id>) they must still make a valid spec
@@ -85,7 +86,8 @@ class JobService:
                     id=job_id, tenant=tenant, count=body.count, weight=body.weight, priority=body.priority,
                     spec=spec.model_dump(mode="json"), labels=body.labels, created_at=created_at))
             await self.jobs.create_job(job_id, tenant, spec, body.count, weight=body.weight,
-                                       priority=body.priority, labels=body.labels, created_at=created_at)
+                                       priority=body.priority, labels=body.labels, created_at=created_at,
+                                       image=image)
         except BaseException:
             if self.quotas is not None:
                 await self.quotas.drop(tenant, job_id)
@@ -112,7 +114,8 @@ class JobService:
                 if job is None or job.deleted or job.submitted >= job.count:
                     break
                 stop = min(job.count, job.submitted + CHUNK)
-                await self.jobs.enqueue(job_id, job.tenant, job.spec, job.submitted, stop, skip=ended)
+                await self.jobs.enqueue(job_id, job.tenant, job.spec, job.submitted, stop, skip=ended,
+                                        image=job.image)
             await self.redis.srem("jobs:submitting", job_id)
         except Exception:
             log.exception("job.submit_failed", job_id=job_id)  # the next api start resumes it
@@ -243,6 +246,8 @@ class JobService:
 
     async def _requeue(self, row: JobRow) -> None:
         spec = SandboxSpec.model_validate(row.spec)
+        # Not pinned: the SQL row keeps the spec only, so these sandboxes' nodes resolve the
+        # environment (catalog compatibility branch) until the row records the pin too.
         await self.jobs.create_job(row.id, row.tenant, spec, row.count, weight=row.weight, priority=row.priority,
                                    labels=row.labels, created_at=row.created_at)
         ended = await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{row.id}-")

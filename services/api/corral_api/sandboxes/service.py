@@ -23,6 +23,7 @@ from corral_common.contracts.images import (
     ImageNotFound,
     ImageServiceClient,
     ImageServiceError,
+    ResolvedImage,
 )
 from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested, SandboxStop, node_routing_key
@@ -80,14 +81,17 @@ class EnvironmentCatalog:
                         [*loc, "disk_image"], "unknown_disk_image")
 
     async def require_spec(self, spec: SandboxSpec, loc: Sequence[str] = ("body",),
-                           tenant: str = "") -> SandboxSpec:
+                           tenant: str = "") -> tuple[SandboxSpec, ResolvedImage | None]:
         """Both of a spec's names, where given; returns the spec with its environment's image
-        config applied as defaults (image env under the caller's, its cwd and user unless given)."""
+        config applied as defaults (image env under the caller's, its cwd and user unless given)
+        and the environment as resolved for ``tenant``: the pin its sandboxes are placed by and
+        started on (None: no environment)."""
         if spec.disk_image:
             await self.require_disk_image(spec.disk_image, loc)
-        if spec.environment:
-            return with_image_defaults(spec, (await self.require(spec.environment, loc, tenant)).config)
-        return spec
+        if not spec.environment:
+            return spec, None
+        image = ResolvedImage.of(await self.require(spec.environment, loc, tenant))
+        return with_image_defaults(spec, image.config), image
 
     @staticmethod
     async def _ask(answer: Awaitable[T], unknown: str, loc: list[str], code: str) -> T:
@@ -134,20 +138,25 @@ class SandboxService:
         if self.network is not None:
             await self.network.require(spec.network, backend=spec.backend,
                                        guest_kit=not (spec.disk_image or spec.from_snapshot))
+        # Resolved once, here: the record and the request carry the pin. A restore is not
+        # pinned (its node resolves the environment, as before pins): the snapshot does not
+        # record the layers it was taken on yet.
+        image = None
         if not restoring:
-            spec = await self.environments.require_spec(spec, tenant=tenant)
+            spec, image = await self.environments.require_spec(spec, tenant=tenant)
         sandbox_id = f"sb-{secrets.token_hex(8)}"
         if self.quotas is not None:  # 429 quota_exceeded, and nothing made
             await self.quotas.admit_sandbox(tenant, sandbox_id, spec)
         try:
-            record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node)
+            record = await self.store.create_sandbox(sandbox_id, tenant, spec, required_node=required_node,
+                                                     image=image)
         except BaseException:
             if self.quotas is not None:
                 await self.quotas.drop(tenant, sandbox_id)
             raise
         try:
-            await self.bus.publish(SANDBOX_REQUESTED_KEY, SandboxRequested(sandbox_id=sandbox_id, tenant=tenant,
-                                                                           spec=spec, node_id=required_node))
+            await self.bus.publish(SANDBOX_REQUESTED_KEY, SandboxRequested(
+                sandbox_id=sandbox_id, tenant=tenant, spec=spec, node_id=required_node, image=image))
         except Exception as exc:
             # Nothing runs it: fail the record (a scheduler that got a copy whose confirm was
             # lost finds it failed and skips it; its reservation, if it made one, goes too).

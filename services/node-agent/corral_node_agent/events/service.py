@@ -82,7 +82,9 @@ class NodeEvents:
         started, outcome = time.perf_counter(), "failed"
         try:
             # Who owns it is kept on this node's disk too, for a Redis that loses its data.
-            await self.manager.create(sandbox_id, event.spec, owner=OwnerRecord.of(record, event.spec, time.time()))
+            # On the layers the api pinned (record.image; None: a record without a pin).
+            await self.manager.create(sandbox_id, event.spec, owner=OwnerRecord.of(record, event.spec, time.time()),
+                                      image=record.image)
             outcome = "started"
         except StartFailed as exc:
             log.warning("sandbox.start_failed", sandbox_id=sandbox_id, reason=exc.reason.value, error=exc.message)

@@ -1,5 +1,12 @@
 """The node's questions to image-service: the layers of an environment, the record of a disk
-image. Asked through the shared client; its failures become ``ImageUnavailable``."""
+image. Asked through the shared client; its failures become ``ImageUnavailable``.
+
+A sandbox's environment is resolved once, by the api, into the pin its record carries
+(``SandboxRecord.image``): the node starts pinned sandboxes on those layers and asks nothing
+here. ``environment`` serves what has no pin: compatibility for records written before pins,
+restored snapshots and jobs queued again from SQL after Redis lost them (removable once
+snapshot and job rows keep their pin), and the node's own fncall workers.
+"""
 
 from corral_common.contracts.images import (
     DiskImage,

@@ -28,7 +28,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from corral_common.contracts.images import EnvironmentLayer
+from corral_common.contracts.images import EnvironmentLayer, ResolvedImage
 from corral_common.contracts.memory import BalloonState, SandboxActivity
 from corral_common.display import InputEvent
 from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
@@ -65,6 +65,10 @@ class _Entry:
     # Whose environment names the spec's (a tenant's own shadow the shared catalogue's).
     tenant: str = ""
     kind: str = "container"
+    # The environment's layers as the api resolved them for this create (its record's pinned
+    # image): what it starts on, and part of its warm pool shape. None: no environment.
+    pinned: tuple[EnvironmentLayer, ...] | None = None
+    # What it holds (acquired), released when it ends.
     layers: Sequence[EnvironmentLayer] = ()
     # How the layers were acquired: release the same way.
     layer_format: LayerFormat = LayerFormat.mounts
@@ -105,8 +109,8 @@ class SandboxManager:
         self.pool: WarmPool | None = None
         if warm_pool_size > 0 and Capability.warm_pool in self.backend.capabilities:
             self.pool = WarmPool(self.backend, size=warm_pool_size, idle_s=warm_pool_idle_s,
-                                 new_entry=lambda spec, tenant: _Entry(spec=spec, tenant=tenant,
-                                                                       layer_format=self.backend.layer_format),
+                                 new_entry=lambda spec, tenant, pinned: _Entry(
+                                     spec=spec, tenant=tenant, pinned=pinned, layer_format=self.backend.layer_format),
                                  acquire=self._acquire, release=self._release, quiet=self._until_quiet,
                                  room=self._room,
                                  records=OwnerRecords(f"{owners.directory}/pooled") if owners is not None else None)
@@ -235,8 +239,10 @@ class SandboxManager:
 
     # ---- lifecycle ----------------------------------------------------------------------
 
-    async def create(self, sandbox_id: str, spec: SandboxSpec, owner: OwnerRecord | None = None) -> None:
-        """Start a sandbox; ``owner`` is recorded on the node's disk before it runs."""
+    async def create(self, sandbox_id: str, spec: SandboxSpec, owner: OwnerRecord | None = None,
+                     image: ResolvedImage | None = None) -> None:
+        """Start a sandbox; ``owner`` is recorded on the node's disk before it runs; ``image``:
+        its environment as the api resolved it (the record's pin), which it starts on."""
         existing = self._entries.get(sandbox_id)
         if existing is not None:
             # Redelivered create (at-least-once events): wait for the first one's outcome.
@@ -252,12 +258,16 @@ class SandboxManager:
             # The scheduler only sends a kind a node advertises; this is a stale placement.
             raise StartFailed(f"this node has no {spec.backend} backend")
         entry = _Entry(spec=spec, tenant=owner.tenant if owner is not None else "", kind=spec.backend,
+                       pinned=image.layers if image is not None and spec.environment else None,
                        layer_format=backend.layer_format)
         self._entries[sandbox_id] = entry
         self._creating += 1
         self._quiet.clear()
         try:
-            if self.pool is not None and self._room() < 0 and not self.pool.has_ready(spec, entry.tenant):
+            if entry.pinned is None and spec.environment:
+                entry.pinned = await self._resolve_unpinned(entry)
+            if self.pool is not None and self._room() < 0 and not self.pool.has_ready(spec, entry.tenant,
+                                                                                       entry.pinned):
                 # The pool held the node's last slot and none of this shape: one gives way.
                 await self.pool.make_room()
             if owner is not None and self.owners is not None:
@@ -295,11 +305,11 @@ class SandboxManager:
         (False: start it as usual)."""
         if self.pool is None or backend is not self.backend:
             return False
-        while (ahead := self.pool.take(entry.spec, entry.tenant)) is not None:
+        while (ahead := self.pool.take(entry.spec, entry.tenant, entry.pinned)) is not None:
             try:
-                # The environment's layers now (cached), which the pooled one must still have.
-                current = await self.layers.resolve_environment(entry.spec.environment, entry.tenant)
-                if [layer.digest for layer in current] != [layer.digest for layer in ahead.entry.layers]:
+                # It must run on the layers this create starts on (its shape names their digests;
+                # checked again: the pool's layers are what it holds, the shape what it was asked).
+                if [layer.digest for layer in entry.pinned or ()] != [layer.digest for layer in ahead.entry.layers]:
                     raise NotFound("its environment has other layers now")
                 await backend.claim(ahead.runtime_id, sandbox_id, entry.spec)
             except (NodeAgentError, OSError) as exc:
@@ -336,6 +346,17 @@ class SandboxManager:
         """The name its cgroup has (its id, unless it came from the warm pool)."""
         return self._backend_of(sandbox_id).runtime_id(sandbox_id)
 
+    async def _resolve_unpinned(self, entry: _Entry) -> tuple[EnvironmentLayer, ...]:
+        """The environment's layers now, for a create whose record has no pinned image: it is
+        pinned here, and starts (or is claimed from the warm pool) like a pinned one.
+        Compatibility only: records written before the api pinned images, restored snapshots,
+        jobs queued again from SQL after Redis lost them; it can go (and the catalog's
+        environment cache with it, but for fncall) once snapshot and job rows keep their pin."""
+        try:
+            return await self.layers.resolve_environment(entry.spec.environment, entry.tenant)
+        except ImageUnavailable as exc:
+            raise StartFailed(exc.message, FailureReason.image_unavailable) from exc
+
     async def _acquire(self, entry: _Entry) -> RootFs:
         """Layers (top first, in the form the sandbox's backend wants) and the boot disk."""
         spec = entry.spec
@@ -343,7 +364,9 @@ class SandboxManager:
         boot_disk = None
         try:
             if spec.environment:
-                layers = await self.layers.resolve_environment(spec.environment, entry.tenant)
+                layers = entry.pinned  # (create and the warm pool pin every entry of an environment)
+                if layers is None:
+                    raise ImageUnavailable(f"environment {spec.environment!r} was not resolved")
                 if entry.layer_format is LayerFormat.mounts:
                     acquired = await self.layers.acquire(layers)
                 else:

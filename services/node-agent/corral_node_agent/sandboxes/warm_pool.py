@@ -7,10 +7,14 @@ the same with pods.
 
 What is pooled: container sandboxes of an environment with network "none", without a
 snapshot or a disk image. Their *shape* is every field of the spec that reaches the container
-when it starts (tenant, environment, limits, env, run_as); not its lifetime, labels or
-workdir, which the claim sets. A shape a create asked for is kept at ``size`` ready
-sandboxes for ``idle_s`` after the last such create, then drained; at most ``MAX_SHAPES``
-shapes are kept (the least recently asked for goes first).
+when it starts (tenant, environment, limits, env, run_as) and the layers it is mounted from
+(the digests of the create's pinned image, ``SandboxRecord.image``); not its lifetime, labels
+or workdir, which the claim sets. A shape is filled on the very layers pinned by the create
+that asked for it, so the pool resolves no name, and a create whose environment was re-pointed
+since (another pin) is another shape: the scheduler, which computes the same key from the
+record's pin, does not count the old shape's containers for it. A shape a create asked for is
+kept at ``size`` ready sandboxes for ``idle_s`` after the last such create, then drained; at
+most ``MAX_SHAPES`` shapes are kept (the least recently asked for goes first).
 
 Refills start one sandbox at a time, only while no create is being started on the node
 (``quiet``), and, while a shape still has sandboxes ready, only once no create has asked for it
@@ -23,7 +27,7 @@ ids and cgroup, is handed to one create only, and at the claim takes the create'
 its hostname), spec, lifetime and owner record; it was started with the create's env, limits
 and user. It keeps the crun id it was started under (``runtime_id``, also its cgroup's and
 directory's name). Its layers were acquired when it was started; the claim checks that they
-are still the environment's (one re-pointed since is not served from the pool).
+are the ones the create starts on (its pin).
 
 Each pooled sandbox has a record on the node's disk (``records``: tenant, template spec,
 layers; owners.py's format, in a directory of its own, so that nothing registers it as a
@@ -35,10 +39,11 @@ import asyncio
 import secrets
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral_common.contracts.images import EnvironmentLayer
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec, warm_pool_shape
 from corral_node_agent.backends.base import SandboxBackend
@@ -69,10 +74,17 @@ class Ahead:
     entry: Any  # sandboxes.service._Entry
 
 
+def _shape_key(spec: SandboxSpec, tenant: str, layers: Sequence[EnvironmentLayer] | None) -> str | None:
+    """warm_pool_shape with the layers' digests (the scheduler computes it from the record's pin)."""
+    return warm_pool_shape(spec, tenant, None if layers is None else [layer.digest for layer in layers])
+
+
 @dataclass
 class _Shape:
     spec: SandboxSpec  # the template it is started with
     tenant: str
+    # The pinned layers it is started on.
+    layers: tuple[EnvironmentLayer, ...] | None
     asked_at: float
     ready: deque[Ahead] = field(default_factory=deque)
     starting: int = 0
@@ -81,7 +93,7 @@ class _Shape:
 
 class WarmPool:
     def __init__(self, backend: SandboxBackend, *, size: int, idle_s: float,
-                 new_entry: Callable[[SandboxSpec, str], Any],
+                 new_entry: Callable[[SandboxSpec, str, tuple[EnvironmentLayer, ...] | None], Any],
                  acquire: Callable[[Any], Awaitable[RootFs]], release: Callable[[Any], Awaitable[None]],
                  quiet: Callable[[], Awaitable[None]], room: Callable[[], int] = lambda: 1 << 30,
                  records: OwnerRecords | None = None, clock: Callable[[], float] = time.monotonic) -> None:
@@ -98,12 +110,13 @@ class WarmPool:
 
     # ---- the create path ------------------------------------------------------------------
 
-    def take(self, spec: SandboxSpec, tenant: str) -> Ahead | None:
-        """A ready sandbox of this create's shape (None: none ready; the pool fills it later)."""
-        key = warm_pool_shape(spec, tenant)
+    def take(self, spec: SandboxSpec, tenant: str, layers: tuple[EnvironmentLayer, ...] | None = None) -> Ahead | None:
+        """A ready sandbox of this create's shape (``layers``: its pinned ones; None: none
+        ready, the pool fills it later)."""
+        key = _shape_key(spec, tenant, layers)
         if key is None:
             return None
-        shape = self._shape(key, spec, tenant)
+        shape = self._shape(key, spec, tenant, layers)
         shape.asked_at = self.clock()
         self._shapes.move_to_end(key)
         ahead = shape.ready.popleft() if shape.ready else None
@@ -114,16 +127,16 @@ class WarmPool:
         self._wake_up()
         return ahead
 
-    def _shape(self, key: str, spec: SandboxSpec, tenant: str) -> _Shape:
+    def _shape(self, key: str, spec: SandboxSpec, tenant: str, layers: tuple[EnvironmentLayer, ...] | None) -> _Shape:
         shape = self._shapes.get(key)
         if shape is None:
             # (WARM_POOL_CLAIM_FIELDS: what the claim sets)
             template = spec.model_copy(update={"timeout_s": AHEAD_TIMEOUT_S, "labels": {}, "workdir": None})
-            shape = self._shapes[key] = _Shape(spec=template, tenant=tenant, asked_at=self.clock())
+            shape = self._shapes[key] = _Shape(spec=template, tenant=tenant, layers=layers, asked_at=self.clock())
         return shape
 
-    def has_ready(self, spec: SandboxSpec, tenant: str) -> bool:
-        key = warm_pool_shape(spec, tenant)
+    def has_ready(self, spec: SandboxSpec, tenant: str, layers: tuple[EnvironmentLayer, ...] | None = None) -> bool:
+        key = _shape_key(spec, tenant, layers)
         return key is not None and key in self._shapes and bool(self._shapes[key].ready)
 
     def owns(self, runtime_id: str) -> bool:
@@ -254,7 +267,7 @@ class WarmPool:
 
     async def _start_one(self, key: str, shape: _Shape) -> None:
         runtime_id = f"wp-{secrets.token_hex(8)}"
-        entry = self._new_entry(shape.spec, shape.tenant)
+        entry = self._new_entry(shape.spec, shape.tenant, shape.layers)
         shape.starting += 1
         started = False
         try:
@@ -284,11 +297,12 @@ class WarmPool:
     def adopt(self, runtime_id: str, record: OwnerRecord, entry: Any) -> bool:
         """Take back a sandbox a previous agent run started ahead (``record``: what it wrote
         for it; ``entry`` holds its layers again). False: not poolable now (the caller stops
-        it): its shape is no longer one, or the pool holds its size of that shape already."""
-        key = warm_pool_shape(record.spec, record.tenant)
+        it): its shape is no longer one, or the pool holds its size of that shape already.
+        Its shape is that of creates pinned to the layers it runs on."""
+        key = _shape_key(record.spec, record.tenant, record.layers)
         if key is None:
             return False
-        shape = self._shape(key, record.spec, record.tenant)
+        shape = self._shape(key, record.spec, record.tenant, record.layers)
         if len(shape.ready) >= self.size:
             return False
         shape.ready.append(Ahead(runtime_id, entry))

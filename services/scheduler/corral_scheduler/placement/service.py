@@ -34,7 +34,8 @@ class Placer:
     def __init__(self, store: StateStore, bus: EventBus, settings: SchedulerSettings,
                  environments: EnvironmentLayers | None = None):
         self.store = store
-        # Image locality (None: placement by load alone).
+        # Image locality (None: placement by load alone); it asks image-service only for the
+        # layers of records without a pinned image.
         self.environments = environments
         self.bus = bus
         self.settings = settings
@@ -89,10 +90,14 @@ class Placer:
         ranked = [n for n in nodes if n.node_id == held] if held else rank_nodes(
             [n for n in nodes if n.node_id not in busy], spec, self.settings.placement_strategy,
             self.settings.placement_measured_memory_reserve_mb)
-        if not held and len(ranked) > 1 and self.environments is not None:
-            ranked = await self._by_locality(ranked, record)
         if not held and len(ranked) > 1:
-            ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant), self.settings.placement_locality_slack)
+            layers = await self._layers(record)
+            if layers and self.environments is not None:  # (None: locality off)
+                ranked = await self._by_locality(ranked, layers)
+            # (the node keys its pool by every layer, in mount order: a digest may repeat)
+            digests = record.image.digests if record.image is not None else list(layers) if layers else None
+            ranked = by_warm_pool(ranked, warm_pool_shape(spec, record.tenant, digests),
+                                  self.settings.placement_locality_slack)
         for node in ranked:
             got = await self.store.reserve(node.node_id, sandbox_id, spec, timeout,
                                            memory_mb=node.reserved_memory_mb(spec))
@@ -117,8 +122,19 @@ class Placer:
             await self.store.set_waiting_reason(sandbox_id, reason)
         return PlaceOutcome.no_room
 
-    async def _by_locality(self, ranked: list, record: SandboxRecord) -> list:
-        layers = await self.environments.sizes(record.tenant, record.spec)
+    async def _layers(self, record: SandboxRecord) -> dict[str, int] | None:
+        """digest -> size of the layers it starts on, base first (None: unknown). The api's pin:
+        no question to image-service."""
+        if record.image is not None:
+            return {layer.digest: layer.size for layer in record.image.layers}
+        # Compatibility: records without a pin (written before the api pinned images, restored
+        # snapshots, jobs queued again from SQL after Redis lost them); can go once snapshot
+        # and job rows keep their pin.
+        if self.environments is None:
+            return None
+        return await self.environments.sizes(record.tenant, record.spec) or None
+
+    async def _by_locality(self, ranked: list, layers: dict[str, int]) -> list:
         if sum(layers.values()) < max(1, self.settings.placement_locality_min_mb * 1024 * 1024):
             return ranked
         held = await self.store.held_layers([n.node_id for n in ranked], list(layers))
