@@ -45,12 +45,22 @@ def browser(tmp_path):
 
 
 def wait(driver, condition, timeout: float = WAIT_S):
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
+
+    def polled(d):
+        try:
+            return condition(d)
+        except WebDriverException as exc:
+            # Chromium's word for an element the last re-render replaced, when it comes as an
+            # inspector error rather than a stale reference: look again at the next poll.
+            if "does not belong to the document" in str(exc):
+                return False
+            raise
 
     # The pages re-render their live parts every 2 s: an element found a moment ago may be gone.
     return WebDriverWait(driver, timeout, poll_frequency=0.2,
-                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(condition)
+                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(polled)
 
 
 def shot(driver, name: str) -> None:

@@ -320,9 +320,9 @@ async def test_a_job_and_a_rollout_in_flight_finish_after_redis_lost_everything(
     started: list[str] = []  # every start of a sandbox on the node
     create = p.manager.create
 
-    async def counted_create(sandbox_id, spec, owner=None):
+    async def counted_create(sandbox_id, spec, owner=None, **kwargs):
         started.append(sandbox_id)
-        return await create(sandbox_id, spec, owner)
+        return await create(sandbox_id, spec, owner, **kwargs)
 
     p.manager.create = counted_create
     try:

@@ -248,7 +248,9 @@ async def test_guest_panic_and_hang_are_reported_and_the_node_stays_healthy(work
 
         # A guest whose userspace stops: the agent (PID 1) is moved into a cgroup that is then
         # frozen, so the VM runs on but nothing answers — a hung guest, from the host's view.
-        freeze = ("mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && mkdir /sys/fs/cgroup/hung && "
+        # (The guest agent mounts cgroup2 itself, for its commands' memory cgroup.)
+        freeze = ("mkdir -p /sys/fs/cgroup && { grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || "
+                  "mount -t cgroup2 none /sys/fs/cgroup; } && mkdir /sys/fs/cgroup/hung && "
                   "echo 1 > /sys/fs/cgroup/hung/cgroup.procs && "
                   "setsid sh -c 'sleep 0.5; echo 1 > /sys/fs/cgroup/hung/cgroup.freeze' </dev/null >/dev/null 2>&1 &")
         res = await backend.exec(hangs, ExecRequest(cmd=freeze, user="root"))

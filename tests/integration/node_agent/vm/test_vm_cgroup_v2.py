@@ -94,7 +94,7 @@ async def test_the_v2_driver_on_a_guest_kernels_unified_hierarchy(work_dir, gues
         await backend.write_file(sid, "/opt/corral/cgroup_v2_guest.py",
                                  (Path(__file__).parent / "cgroup_v2_guest.py").read_bytes())
         res = await backend.exec(sid, ExecRequest(
-            cmd="mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && exec python3 /opt/corral/cgroup_v2_guest.py",
+            cmd="mkdir -p /sys/fs/cgroup && { grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup; } && exec python3 /opt/corral/cgroup_v2_guest.py",
             env={"LD_LIBRARY_PATH": LIBDIR, "PYTHONHOME": "/usr", "PYTHONPATH": "/opt/corral", "PYTHONDONTWRITEBYTECODE": "1"},
             user="root", timeout_s=900))
         assert res.exit_code == 0, res.stdout + res.stderr
