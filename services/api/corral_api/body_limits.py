@@ -20,6 +20,7 @@ uvicorn discards the rest of the body once the answer is complete, so the client
 sending gets the 413, not a reset.
 """
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -121,3 +122,14 @@ def _content_length(scope: Scope) -> int | None:
         if name == b"content-length":
             return int(value) if value.isdigit() else None
     return None
+
+
+async def capped(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """Passes a body the route transforms (an E2B upload it gunzips) through, failing once what
+    comes out grows past ``limit`` bytes: the raw stream was counted above, its expansion is not."""
+    seen = 0
+    async for chunk in stream:
+        seen += len(chunk)
+        if seen > limit:
+            raise PayloadTooLarge(f"upload exceeds {limit} bytes", loc=["body"])
+        yield chunk

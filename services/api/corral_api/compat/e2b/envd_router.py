@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from corral_api.body_limits import body_limit
+from corral_api.body_limits import body_limit, capped
 from corral_api.compat.e2b import connect
 from corral_api.compat.e2b.connect import ConnectError
 from corral_api.compat.e2b.envd import (
@@ -27,7 +27,6 @@ from corral_api.compat.e2b.ingress import PREFIX
 from corral_api.compat.e2b.processes import UNLIMITED_S
 from corral_api.limits import WS_TRY_AGAIN_LATER
 from corral_api.multipart import multipart_parts
-from corral_api.sandboxes.node_client import capped
 from corral_api.sandboxes.router import ingress_response
 from corral_common.errors import CorralError, NotFound, TooManyRequests
 from corral_common.ws_relay import relay
