@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -268,6 +269,23 @@ def test_metrics_root_home_and_unknown_routes_in_e2b_shape(e2b_env, corral):
         # Corral's own routes keep Corral's shape.
         own = httpx.get(api + "/v1/nope", headers={"Authorization": f"Bearer {e2b_env['api_key']}"}, timeout=10)
         assert own.status_code == 404 and own.json()["error"]["code"] == "not_found"
+
+        # Bad input to the new routes is a 4xx in each surface's shape; another tenant sees nothing.
+        metrics_url = f"{api}/sandboxes/{sbx.sandbox_id}/metrics"
+        for query in ("start=abc", "start=-1", "end=99999999999999999999", "start=%00"):
+            bad = httpx.get(f"{metrics_url}?{query}", headers=headers, timeout=10)
+            body = bad.json()
+            assert bad.status_code in (400, 422) and body["code"] == bad.status_code and body["message"], (query, body)
+        other = {"X-API-Key": OTHER_TENANT_KEY}
+        assert httpx.get(metrics_url, headers=other, timeout=10).json()["code"] == 404
+        mine = {"Authorization": f"Bearer {e2b_env['api_key']}"}
+        theirs = {"Authorization": f"Bearer {OTHER_TENANT_KEY}"}
+        usage_url = f"{api}/v1/sandboxes/{sbx.sandbox_id}/usage"
+        assert httpx.get(usage_url, headers=mine, timeout=10).json()["disk_used_bytes"] >= 3_000_000
+        assert httpx.get(usage_url, headers=theirs, timeout=10).status_code == 404
+        for sandbox_id in ("sb-\x01", "sb-\ud800", "sb-" + "x" * 5000):  # (".." is resolved by the client)
+            weird = httpx.get(f"{api}/v1/sandboxes/{quote(sandbox_id, safe='', errors='surrogatepass')}/usage", headers=mine, timeout=10)
+            assert 400 <= weird.status_code < 500 and "error" in weird.json(), (sandbox_id, weird.text)
     finally:
         sbx.kill()
 

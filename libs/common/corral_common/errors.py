@@ -10,6 +10,7 @@ path is a 204 with it), text a JSON body cannot carry and unexpected exceptions 
 ``internal_error``), the last two through ``corral_common.guards``.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -128,7 +129,14 @@ def error_body(code: str, message: str, details: list[dict[str, Any]] | None = N
     return {"error": {"code": code, "message": message, "details": details or []}}
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def refusal_body(_: Any, error: CorralError) -> Response:
+    """The platform's answer to a request refused before routing (corral_common.guards)."""
+    return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.response_headers() or None)
+
+
+def install_error_handlers(app: FastAPI, refusal: Callable[[Any, CorralError], Response] = refusal_body) -> None:
+    """``refusal(scope, error)``: how a request refused before any route sees it is answered
+    (a service that speaks another error shape on some paths passes its own)."""
     @app.exception_handler(CorralError)
     async def _corral_error(_: Request, exc: CorralError) -> JSONResponse:
         return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.response_headers())
@@ -151,7 +159,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     from corral_common.guards import RequestGuard  # it builds on this module
 
-    app.add_middleware(RequestGuard)
+    app.add_middleware(RequestGuard, refusal=refusal)
 
 
 async def http_error_response(request: Request, exc: StarletteHTTPException) -> Response:

@@ -17,14 +17,15 @@
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral_common.errors import Unprocessable, error_body
+from corral_common.errors import CorralError, Unprocessable, error_body, refusal_body
 from corral_common.inputs import INVALID_TEXT
 from corral_common.logging import get_logger
 
@@ -118,15 +119,16 @@ def nul_in_url(scope: Scope) -> InvalidText | None:
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, refusal: Callable[[Scope, CorralError], Response] = refusal_body):
         self.app = app
+        self.refusal = refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if refused := nul_in_url(scope):
-            await JSONResponse(refused.to_body(), status_code=refused.status_code)(scope, receive, send)
+            await self.refusal(scope, refused)(scope, receive, send)
             return
         if _is_json(scope):
             receive = _checked(receive)

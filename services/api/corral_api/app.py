@@ -19,7 +19,7 @@ from corral_api.body_limits import BodyLimitMiddleware
 from corral_api.commits.router import router as commits_router
 from corral_api.commits.service import CommitService
 from corral_api.compat.e2b.envd_router import router as e2b_envd_router
-from corral_api.compat.e2b.errors import unknown_route_response
+from corral_api.compat.e2b.errors import refused_response, unknown_route_response
 from corral_api.compat.e2b.ingress import E2bPortRouting
 from corral_api.compat.e2b.interpreter import Interpreter
 from corral_api.compat.e2b.interpreter_router import router as e2b_interpreter_router
@@ -181,7 +181,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         description="One API in front of isolated sandboxes for training and evaluating AI agents.",
         lifespan=lifespan,
     )
-    install_error_handlers(app)
+    install_error_handlers(app, refusal=refused_response)
     app.add_exception_handler(StarletteHTTPException, unknown_route_response)  # type: ignore[arg-type]
     app.add_middleware(TenantConcurrencyMiddleware)
     app.add_middleware(E2bPortRouting)

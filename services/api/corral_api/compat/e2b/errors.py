@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from corral_common.errors import CorralError, http_error_response
+from corral_common.errors import CorralError, http_error_response, refusal_body
 from corral_common.logging import get_logger
 
 log = get_logger(__name__)
@@ -61,6 +61,14 @@ def is_e2b_request(request: Request) -> bool:
     if "e2b-sandbox-id" in request.headers:
         return True
     return request.url.path.split("/", 2)[1] in CONTROL_PLANE_ROOTS
+
+
+def refused_response(scope: Any, error: CorralError) -> Response:
+    """A request refused before routing (a NUL in its URL: corral_common.guards), in E2B's shape
+    for an E2B client."""
+    if is_e2b_request(Request(scope)):
+        return error_response(error.status_code, error.message, error.response_headers() or None)
+    return refusal_body(scope, error)
 
 
 async def unknown_route_response(request: Request, exc: StarletteHTTPException) -> Response:
