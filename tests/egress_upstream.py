@@ -54,6 +54,10 @@ class Upstream:
 def make_upstream(octet: int) -> Upstream:
     """198.18.<octet>.1 in a fresh namespace, the node's end 198.18.<octet>.2 (RFC 2544
     benchmarking range: never a real destination)."""
+    taken = subprocess.run(["ip", "-4", "-o", "addr", "show", "to", f"198.18.{octet}.0/30"],
+                           capture_output=True, text=True, check=True).stdout
+    if taken.strip():  # a second upstream on the subnet would take the route from the first
+        raise RuntimeError(f"198.18.{octet}.0/30 is in use already (another test's upstream?): {taken.strip()}")
     tag = uuid.uuid4().hex[:6]
     netns, host_if = f"c14up-{tag}", f"c14h{tag}"
     _ip("netns", "add", netns)

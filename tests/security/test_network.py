@@ -11,7 +11,7 @@ import urllib.parse
 import pytest
 
 from tests.egress_upstream import make_upstream
-from tests.live_platform import EGRESS_UPSTREAM_OCTET
+from tests.live_platform import SECURITY_UPSTREAM_OCTET
 from tests.security.harness import host_ip
 
 PROXY_PORT = 3128  # the node's egress proxy (CORRAL_NODE_EGRESS_PROXY_PORT, its default on the platform)
@@ -47,7 +47,7 @@ def answered(attack, sandbox, host: str, port: int) -> str:
 
 @pytest.fixture(scope="module")
 def outside():
-    up = make_upstream(EGRESS_UPSTREAM_OCTET)
+    up = make_upstream(SECURITY_UPSTREAM_OCTET)
     try:
         yield up
     finally:
