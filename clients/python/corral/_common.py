@@ -36,16 +36,18 @@ def create_body(environment: str | None = None, *, backend: str | None = None, i
                 timeout_s: int | None = None, pids_limit: int | None = None,
                 env: dict[str, str] | None = None, labels: dict[str, str] | None = None,
                 network: str | dict[str, Any] | None = None, workdir: str | None = None,
-                run_as: str | None = None) -> SandboxCreate:
+                run_as: str | None = None, requests: dict[str, Any] | None = None) -> SandboxCreate:
     """Only what the caller gave is sent; the api fills in its defaults. That matters for
     ``from_snapshot``: a restored sandbox takes its kind, image, cpu and memory from the
     snapshot, and a field sent with another value is refused. ``network``: "none" (the
     default) or an allowlist, e.g. ``{"presets": ["pypi"], "allow": ["git.example.org:443"]}``
-    (docs/network.md)."""
+    (docs/network.md). ``cpu``, ``memory_mb``, ``disk_mb`` and ``pids_limit`` are limits;
+    ``requests`` (``{"cpu", "memory_mb", "disk_mb", "pids"}``, each optional) is what placement
+    counts, by default what an idle sandbox uses."""
     fields = {"environment": environment, "backend": backend, "isolation": isolation, "display": display,
               "disk_image": disk_image, "from_snapshot": from_snapshot, "cpu": cpu, "memory_mb": memory_mb,
               "disk_mb": disk_mb, "timeout_s": timeout_s, "pids_limit": pids_limit, "env": env, "labels": labels,
-              "network": network, "workdir": workdir, "run_as": run_as}
+              "network": network, "workdir": workdir, "run_as": run_as, "requests": requests}
     return SandboxCreate.from_dict({k: v for k, v in fields.items() if v is not None})
 
 

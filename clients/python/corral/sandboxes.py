@@ -206,7 +206,9 @@ class _SandboxesOps(Flavored):
         spec: backend ("auto" | "container" | "microvm" | "vm"), isolation ("container" | "vm"),
         display (a screen: picks vm), disk_image (boot a disk image instead of an environment),
         from_snapshot (restore a snapshot id; kind, image, cpu and memory come from it), cpu,
-        memory_mb, disk_mb, timeout_s, pids_limit, env, labels, workdir (default cwd of execs),
+        memory_mb, disk_mb, timeout_s, pids_limit (these four are limits), requests (what placement
+        counts: {"cpu", "memory_mb", "disk_mb", "pids"}, by default an idle sandbox's use), env, labels,
+        workdir (default cwd of execs),
         run_as ("uid[:gid]" of execs as "user"); an imported environment supplies env, workdir
         and run_as from its image config.
         """

@@ -3,10 +3,12 @@
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from corral_common.inputs import env_names
 from corral_common.network import Network
@@ -69,23 +71,61 @@ DEFAULT_VM_MEMORY_OVERHEAD_MB = 128
 
 
 def reserved_memory_mb(backend: str, memory_mb: int, vm_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB) -> int:
-    """Host memory a sandbox takes from its node: the scheduler reserves this much and the
-    node-agent counts it as used, so both agree on how full a node is."""
+    """Host memory a sandbox's memory request (``memory_mb``) takes from its node: the
+    scheduler reserves this much and the node-agent counts it as used, so both agree on how
+    full a node is."""
     return memory_mb + (vm_overhead_mb if backend in VM_BACKENDS else 0)
 
 
 # A VM's cgroup holds QEMU, whose own threads (I/O workers, vCPUs, RCU...) count against
 # its pids limit; the guest's processes do not (they are the guest kernel's).
 VM_PIDS_LIMIT = 512
-# The smallest pids_limit a sandbox may ask for: a node whose pids claim is P never holds more
-# than P // MIN_PIDS_LIMIT sandboxes, whatever their kind.
+# The smallest pids_limit a sandbox may ask for.
 MIN_PIDS_LIMIT = 8
+# The smallest pids request (Requests.pids): a node whose pids claim is P never holds more than
+# P // MIN_PIDS_REQUEST sandboxes, whatever their kind.
+MIN_PIDS_REQUEST = 1
 
 
-def reserved_pids(backend: str, pids_limit: int) -> int:
-    """Host tasks (processes + threads) a sandbox may take from its node's pids cap: the
-    scheduler reserves this much, so the sandboxes of a node never add up past its cap."""
+def pids_max(backend: str, pids_limit: int) -> int:
+    """Host tasks (processes + threads) a sandbox may hold: its cgroup's pids.max. What it
+    reserves on its node is its pids request; the node's own pids cap is the backstop."""
     return VM_PIDS_LIMIT if backend in VM_BACKENDS else pids_limit
+
+
+class Requests(BaseModel):
+    """What placement counts for a sandbox (Kubernetes' requests): the scheduler reserves these
+    on a node, and the node's measured use keeps it honest (docs/architecture.md, "Capacity").
+    The spec's cpu, memory_mb, disk_mb and pids_limit are its limits, which the node enforces;
+    a request is at most its limit. Unset, each is the default for the sandbox's kind
+    (``default_requests``), never above the limit."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt request is refused, not ignored
+
+    cpu: float | None = Field(None, gt=0, le=64, description="CPU cores placement counts (default: 0.001)")
+    memory_mb: int | None = Field(None, ge=1, le=262144,
+                                  description="MiB placement counts (default: 2 for containers, memory_mb for VMs)")
+    disk_mb: int | None = Field(None, ge=1, le=1048576, description="MiB of disk placement counts (default: 4)")
+    pids: int | None = Field(None, ge=1, le=65536, description="Tasks placement counts (default: 2; 32 for VMs)")
+
+
+# What an idle sandbox of each kind really uses, measured on the reference host
+# (docs/benchmarks.md: bench/density.py, 1.61 MiB of host memory and one task per idle
+# container; QEMU's threads for a VM, whose guest RAM is touched at boot): the requests a
+# sandbox gets when it names none. Its limits are what bound it when it wakes; a node's measured
+# working set, its cgroup caps and its pids backstop are what keep the node safe then.
+CONTAINER_REQUESTS = {"cpu": 0.001, "memory_mb": 2, "disk_mb": 4, "pids": 2}
+VM_REQUESTS = {"cpu": 0.001, "disk_mb": 4, "pids": 32}  # memory: the guest's RAM (memory_mb)
+
+
+def default_requests(backend: str, *, cpu: float, memory_mb: int, disk_mb: int, pids_limit: int) -> dict:
+    """The requests of a sandbox that names none: its kind's idle use, capped by its limits."""
+    limits = {"cpu": cpu, "memory_mb": memory_mb, "disk_mb": disk_mb, "pids": pids_max(backend, pids_limit)}
+    if backend in VM_BACKENDS:
+        defaults = {**VM_REQUESTS, "memory_mb": memory_mb}
+    else:
+        defaults = CONTAINER_REQUESTS
+    return {name: min(value, limits[name]) for name, value in defaults.items()}
 
 
 def resolve_backend(backend: str, *, isolation: str = "container", display: bool = False,
@@ -148,6 +188,11 @@ class SandboxSpec(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     network: Network = Field(
         "none", description="'none' (no network device at all) or an allowlist: docs/network.md")
+    requests: Requests = Field(
+        default_factory=Requests,
+        description="What placement counts (cpu, memory_mb, disk_mb, pids); cpu, memory_mb, disk_mb and pids_limit "
+                    "above are the limits. Each unset request is its kind's idle use, at most its limit; a request "
+                    "above its limit is refused (docs/architecture.md, \"Capacity\")")
 
     @model_validator(mode="after")
     def _resolve(self) -> "SandboxSpec":
@@ -158,7 +203,16 @@ class SandboxSpec(BaseModel):
         # What the kind gives, not only what was asked: a `vm` (display, disk_image or an
         # explicit backend) is a hardware boundary though isolation was left at its default.
         self.isolation = "vm" if self.backend in VM_BACKENDS else "container"
+        self.requests = resolve_requests(self)
         return self
+
+    @property
+    def reservation(self) -> "Reservation":
+        """What placement counts for it: its requests, every one set."""
+        r = self.requests
+        if r.cpu is None or r.memory_mb is None or r.disk_mb is None or r.pids is None:
+            r = resolve_requests(self)  # built without validation (model_construct)
+        return Reservation(cpu=r.cpu, memory_mb=r.memory_mb, disk_mb=r.disk_mb, pids=r.pids)  # type: ignore[arg-type]
 
     @field_validator("env")
     @classmethod
@@ -169,6 +223,40 @@ class SandboxSpec(BaseModel):
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         return check_labels(value)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A sandbox's resolved requests: what the scheduler reserves on a node and the node counts."""
+
+    cpu: float
+    memory_mb: int
+    disk_mb: int
+    pids: int
+
+
+_LIMIT_OF_REQUEST = {"cpu": "cpu", "memory_mb": "memory_mb", "disk_mb": "disk_mb", "pids": "pids_limit"}
+
+
+def resolve_requests(spec: "SandboxSpec") -> Requests:
+    """Every request of ``spec`` set: the ones it names (each at most its limit, else a
+    ValueError naming both fields) and its kind's defaults for the rest."""
+    given = spec.requests
+    defaults = default_requests(spec.backend, cpu=spec.cpu, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb,
+                                pids_limit=spec.pids_limit)
+    resolved = {}
+    for name, limit_field in _LIMIT_OF_REQUEST.items():
+        value = getattr(given, name)
+        # A VM's host tasks are QEMU's: its cgroup's cap is VM_PIDS_LIMIT, whatever the guest's.
+        limit = pids_max(spec.backend, spec.pids_limit) if name == "pids" else getattr(spec, limit_field)
+        if value is not None and value > limit:  # named where it is: 422 at body.requests.<name>
+            raise ValidationError.from_exception_data("SandboxSpec", [InitErrorDetails(
+                type=PydanticCustomError("request_above_limit", "requests.{name}={value} is above its limit "
+                                         "{limit_field}={limit}",
+                                         {"name": name, "value": value, "limit_field": limit_field, "limit": limit}),
+                loc=("requests", name), input=value)])
+        resolved[name] = defaults[name] if value is None else value
+    return Requests(**resolved)
 
 
 class Usage(BaseModel):

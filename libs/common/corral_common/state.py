@@ -26,7 +26,6 @@ from corral_common.sandboxes import (
     SandboxState,
     Usage,
     reserved_memory_mb,
-    reserved_pids,
 )
 
 # The store's client decodes every reply (redis_client.connect, decode_responses=True), but
@@ -209,6 +208,7 @@ def _sandbox_key(sandbox_id: str) -> str:
     return f"sb:{sandbox_id}"
 
 
+
 @dataclass
 class SandboxRecord:
     id: str
@@ -319,11 +319,12 @@ class NodeInfo:
     warm: dict[str, int] = field(default_factory=dict)
 
     def reserved_memory_mb(self, spec: SandboxSpec) -> int:
-        """What a sandbox of this spec takes from this node's memory."""
-        return reserved_memory_mb(spec.backend, spec.memory_mb, self.vm_memory_overhead_mb)
+        """What a sandbox of this spec takes from this node's memory: its request (and a VM's
+        overhead)."""
+        return reserved_memory_mb(spec.backend, spec.reservation.memory_mb, self.vm_memory_overhead_mb)
 
     def reserved_pids(self, spec: SandboxSpec) -> int:
-        return reserved_pids(spec.backend, spec.pids_limit)
+        return spec.reservation.pids
 
     @property
     def free_pids(self) -> int | None:
@@ -617,13 +618,14 @@ class StateStore:
     async def reserve(self, node_id: str, sandbox_id: str, spec: SandboxSpec, timeout_s: float, *,
                       memory_mb: int | None = None) -> str | None:
         """Atomically take capacity on a node; idempotent per sandbox. Returns the node holding it.
-        ``memory_mb`` is what the sandbox costs the host (NodeInfo.reserved_memory_mb), by
-        default the spec's memory; its pids are ``reserved_pids`` and its disk ``disk_mb`` (each counted where the node
-        advertises it)."""
+        What it takes is the spec's requests: ``memory_mb`` is what the sandbox costs the host
+        (NodeInfo.reserved_memory_mb), by default its memory request; its pids and disk are its
+        requests too (each counted where the node advertises it)."""
+        requests = spec.reservation
         value = await self._reserve(
             keys=[f"node:{node_id}", f"node:{node_id}:used", f"resv:{sandbox_id}", f"sb:node:{node_id}"],
-            args=[cpu_milli(spec.cpu), spec.memory_mb if memory_mb is None else memory_mb, sandbox_id, node_id,
-                  repr(time.time()), timeout_s, reserved_pids(spec.backend, spec.pids_limit), spec.disk_mb],
+            args=[cpu_milli(requests.cpu), requests.memory_mb if memory_mb is None else memory_mb, sandbox_id, node_id,
+                  repr(time.time()), timeout_s, requests.pids, requests.disk_mb],
         )
         return value.split("|", 1)[0] if value else None
 
@@ -639,9 +641,11 @@ class StateStore:
         A record written again is counted in its tenant's quota ledger (quota_ledger.py)."""
         assert record.node_id, "a restored sandbox runs on a node"
         spec, node = record.spec, record.node_id
-        argv: list[str | int] = [record.id, node, cpu_milli(spec.cpu), spec.memory_mb if memory_mb is None else memory_mb,
-                                 reserved_pids(spec.backend, spec.pids_limit), spec.disk_mb,
-                                 cpu_milli(spec.cpu), spec.memory_mb, spec.disk_mb, repr(time.time())]
+        requests = spec.reservation
+        # The node's reservation counts requests; the tenant's quota ledger counts limits.
+        argv: list[str | int] = [record.id, node, cpu_milli(requests.cpu),
+                                 requests.memory_mb if memory_mb is None else memory_mb, requests.pids,
+                                 requests.disk_mb, cpu_milli(spec.cpu), spec.memory_mb, spec.disk_mb, repr(time.time())]
         for key, value in record.to_hash().items():
             argv += [key, value]
         outcome, _ = await self._restore(keys=[_sandbox_key(record.id), f"node:{node}:used", f"resv:{record.id}",

@@ -107,7 +107,7 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Host-wide registry (flock'd files on tmpfs) where the agents sharing a host claim their share.
     capacity_registry_dir: str = "/run/corral/capacity"
     # Sandboxes this node runs at once. 0: no count of its own beyond what its resources hold,
-    # i.e. its pids claim // 8 (the smallest pids_limit a sandbox may reserve), at most the user
+    # i.e. its pids claim // 1 (the smallest pids request a sandbox may make), at most the user
     # namespace id ranges it can hand out; the scheduler's reservations of cpu, memory, pids and
     # disk are what fill a node (docs/architecture.md, "Capacity").
     max_sandboxes: int = Field(0, ge=0)

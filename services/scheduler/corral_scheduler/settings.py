@@ -30,12 +30,12 @@ class SchedulerSettings(PrefixedServiceSettings):
     # image on the first node that ran it (the spread strategy would no longer spread).
     placement_locality_min_mb: int = Field(64, ge=0)
     # Admission on measured use (0: off). The node's advertised memory (its claim x
-    # CORRAL_NODE_MEMORY_OVERCOMMIT) caps what is reserved. With this set, a node also takes a
-    # sandbox only while its measured working set (heartbeat) + the sandbox's reservation + this
-    # safety reserve stay within its physical claim (the node cgroup's limit). This makes an
-    # overcommit ratio above 1 safe to use: reservations may exceed the claim, real use may not
-    # come near it.
-    placement_measured_memory_reserve_mb: int = Field(0, ge=0)
+    # CORRAL_NODE_MEMORY_OVERCOMMIT) caps what the sandboxes' memory requests reserve. A node also
+    # takes a sandbox only while its measured working set (heartbeat) + the sandbox's request +
+    # this safety reserve stay within its physical claim (the node cgroup's limit): requests are
+    # what idle sandboxes use, so real use, not the sum of requests, is what must not come near
+    # the claim (docs/architecture.md, "Capacity").
+    placement_measured_memory_reserve_mb: int = Field(512, ge=0)
     # How often a request that found no room looks again, and how many wait at once.
     placement_retry_s: float = Field(0.2, validation_alias=AliasChoices(
         "CORRAL_SCHEDULER_PLACEMENT_RETRY_S", "CORRAL_PLACEMENT_RETRY_S"))

@@ -2,6 +2,7 @@
 
 import pytest
 
+from corral_common.sandboxes import MIN_PIDS_REQUEST
 from corral_node_agent.capacity.resources import (
     Host,
     Resources,
@@ -87,10 +88,12 @@ def test_fncall_workers_tasks_are_kept_out_of_the_sandboxes_share():
 
 def test_sandbox_count_follows_the_pids_claim_unless_set():
     """No count cap of the agent's own (it was 1,000): what its pids hold at the smallest
-    pids_limit, bounded by the user namespace ranges it can hand out; an explicit setting wins."""
+    pids request (MIN_PIDS_REQUEST), bounded by the user namespace ranges it can hand out; an
+    explicit setting wins."""
     claim = Resources(2, 10_000, 120_000)
-    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1).max_sandboxes == 15_000
-    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, fncall_pids=20_000).max_sandboxes == 12_500
+    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1).max_sandboxes == 120_000 // MIN_PIDS_REQUEST
+    assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1,
+                         fncall_pids=20_000).max_sandboxes == 100_000 // MIN_PIDS_REQUEST
     assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, id_ranges=9000).max_sandboxes == 9000
     assert node_capacity(claim, cpu_overcommit=8, memory_overcommit=1, max_sandboxes=7).max_sandboxes == 7
 

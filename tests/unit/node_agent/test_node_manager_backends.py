@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.sandboxes import CONTAINER_REQUESTS, SandboxSpec
 from corral_node_agent.backends.base import Capability, ExitReason
 from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs
@@ -102,8 +102,9 @@ async def test_each_kind_gets_its_backend_and_its_layer_format(node):
     assert started(backends["vm"]) == {"v1": RootFs(["/files/top.erofs", "/files/base.erofs"])}
     assert layers.held == {"mounts": 1, "files": 1, "dax_files": 1, "disk": 0}
     assert manager.kinds() == ["container", "microvm", "vm"]
-    # VMs cost their guest memory plus the node's overhead; containers just their limit.
-    assert manager.used_capacity()["memory_mb"] == 256 + (256 + 100) + (512 + 100)
+    # VMs cost their guest memory plus the node's overhead; containers their memory request
+    # (by default an idle container's use, not the 256 MiB limit).
+    assert manager.used_capacity()["memory_mb"] == CONTAINER_REQUESTS["memory_mb"] + (256 + 100) + (512 + 100)
     assert manager.runtime("m1") == {"backend": "microvm", "accelerator": "tcg", "machine": "microvm"}
     assert manager.runtime("c1") == {"backend": "container"}
 

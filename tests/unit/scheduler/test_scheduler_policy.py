@@ -1,4 +1,4 @@
-from corral_common.sandboxes import SandboxSpec, warm_pool_shape
+from corral_common.sandboxes import Requests, SandboxSpec, pids_max, warm_pool_shape
 from corral_common.state import NodeInfo
 from corral_scheduler.placement.policy import (
     by_warm_pool,
@@ -17,7 +17,14 @@ def node(node_id, cpu=4000, mem=4096, maxsb=100, used_cpu=0, used_mem=0, used_sb
                     heartbeat_at=0.0, used_cpu_milli=used_cpu, used_memory_mb=used_mem, used_sandboxes=used_sb)
 
 
-SPEC = SandboxSpec(environment="e", cpu=1, memory_mb=1024)
+def guaranteed(**fields) -> SandboxSpec:
+    """A spec whose requests are its limits (Kubernetes' Guaranteed): what it reserves is what it may use."""
+    spec = SandboxSpec(environment="e", **fields)
+    return SandboxSpec(environment="e", **fields, requests=Requests(
+        cpu=spec.cpu, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, pids=pids_max(spec.backend, spec.pids_limit)))
+
+
+SPEC = guaranteed(cpu=1, memory_mb=1024)
 
 
 def test_fits_checks_every_resource():
@@ -72,9 +79,9 @@ def test_only_nodes_advertising_the_backend_are_candidates():
 
 
 def test_vm_memory_includes_the_nodes_overhead():
-    microvm = SandboxSpec(environment="e", backend="microvm", memory_mb=1000)
+    microvm = guaranteed(backend="microvm", memory_mb=1000)
     assert vm_node("a", overhead=100).reserved_memory_mb(microvm) == 1100
-    assert vm_node("a").reserved_memory_mb(SandboxSpec(environment="e", memory_mb=1000)) == 1000  # container
+    assert vm_node("a").reserved_memory_mb(guaranteed(memory_mb=1000)) == 1000  # container
     assert fits(vm_node("a", overhead=100, used_mem=2996), microvm)  # 4096 - 2996 = 1100
     assert not fits(vm_node("a", overhead=100, used_mem=2997), microvm)
     assert not could_ever_fit(vm_node("a", mem=1099, overhead=100), microvm)
@@ -91,7 +98,7 @@ def pids_node(node_id, pids, used_pids=0, **kw):
 
 
 def test_pids_are_a_capacity_like_memory():
-    spec = SandboxSpec(environment="e", cpu=1, memory_mb=64, pids_limit=512)
+    spec = guaranteed(cpu=1, memory_mb=64, pids_limit=512)
     assert fits(pids_node("a", 1024, used_pids=512), spec)
     assert not fits(pids_node("a", 1024, used_pids=513), spec)
     assert could_ever_fit(pids_node("a", 1024, used_pids=1024), spec)  # waits for room
@@ -102,18 +109,20 @@ def test_pids_are_a_capacity_like_memory():
 
 
 def test_a_vm_reserves_its_qemus_tasks_not_the_guests_pids_limit():
-    from corral_common.sandboxes import VM_PIDS_LIMIT
+    from corral_common.sandboxes import VM_PIDS_LIMIT, VM_REQUESTS
 
     microvm = SandboxSpec(environment="e", backend="microvm", memory_mb=256, pids_limit=8)
     n = vm_node("a")
-    n.pids = VM_PIDS_LIMIT
-    assert n.reserved_pids(microvm) == VM_PIDS_LIMIT and fits(n, microvm)
-    n.pids = VM_PIDS_LIMIT - 1
+    n.pids = VM_REQUESTS["pids"]
+    assert n.reserved_pids(microvm) == VM_REQUESTS["pids"] and fits(n, microvm)  # QEMU's, not the guest's 8
+    n.pids = VM_REQUESTS["pids"] - 1
     assert not could_ever_fit(n, microvm)
+    # Its request may go up to QEMU's cap, whatever the guest's pids_limit.
+    assert guaranteed(backend="microvm", memory_mb=256, pids_limit=8).reservation.pids == VM_PIDS_LIMIT
 
 
 def test_pids_count_in_the_load_spread_ranks_by():
-    spec = SandboxSpec(environment="e", cpu=1, memory_mb=64, pids_limit=64)
+    spec = guaranteed(cpu=1, memory_mb=64, pids_limit=64)
     forky, quiet = pids_node("a", 1000, used_pids=900), pids_node("b", 1000, used_pids=100, used_mem=1024)
     assert [n.node_id for n in rank_nodes([forky, quiet], spec)] == ["b", "a"]
 
@@ -125,7 +134,7 @@ def disk_node(node_id, disk, used_disk=0):
 
 
 def test_disk_is_a_resource_like_the_others():
-    spec = SandboxSpec(environment="e", cpu=1, memory_mb=256, disk_mb=4096)
+    spec = guaranteed(cpu=1, memory_mb=256, disk_mb=4096)
     assert fits(disk_node("a", 8192, used_disk=4096), spec)
     assert not fits(disk_node("a", 8192, used_disk=4097), spec)
     assert could_ever_fit(disk_node("a", 8192, used_disk=8192), spec)
@@ -185,7 +194,7 @@ def test_waiting_reason_names_what_each_node_lacks():
 
 
 def test_never_fits_reason_names_what_each_node_lacks_even_when_empty():
-    big = SandboxSpec(environment="e", cpu=8, memory_mb=8192)
+    big = guaranteed(cpu=8, memory_mb=8192)
     assert too_small(node("a"), SPEC) == [] and could_ever_fit(node("a"), SPEC)
     assert too_small(node("a", used_mem=4096), SPEC) == []  # full now is not too small
     assert too_small(node("a"), big) == ["cpu (4 < 8)", "memory (4096 MB < 8192 MB)"]

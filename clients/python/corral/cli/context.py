@@ -67,6 +67,14 @@ def plain(value: Any) -> Any:
 PIPED_WIDTH = 10_000
 
 
+def resource_requests(cpu: float | None, memory_mb: int | None, disk_mb: int | None,
+                      pids: int | None) -> dict[str, Any] | None:
+    """The spec's ``requests`` from the --*-request options (None: the api's defaults)."""
+    given = {k: v for k, v in {"cpu": cpu, "memory_mb": memory_mb, "disk_mb": disk_mb, "pids": pids}.items()
+             if v is not None}
+    return given or None
+
+
 def stdout_console() -> Console:
     console = Console(soft_wrap=True)
     if not console.is_terminal:

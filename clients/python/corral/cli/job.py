@@ -7,7 +7,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from corral.cli.context import EXIT_CHECK, get_state, pairs
+from corral.cli.context import EXIT_CHECK, get_state, pairs, resource_requests
 from corral.cli.render import age, counts_text
 
 app = typer.Typer(no_args_is_help=True)
@@ -84,14 +84,23 @@ def create(ctx: typer.Context, environment: Annotated[str, typer.Argument(help="
            backend: Annotated[str | None, typer.Option()] = None,
            cpu: Annotated[float | None, typer.Option()] = None,
            memory_mb: Annotated[int | None, typer.Option()] = None,
+           disk_mb: Annotated[int | None, typer.Option()] = None,
            timeout_s: Annotated[int | None, typer.Option(help="each sandbox's lifetime in seconds")] = None,
+           pids_limit: Annotated[int | None, typer.Option(help="limit: tasks at once")] = None,
+           cpu_request: Annotated[float | None, typer.Option(help="cores placement counts (default: idle use)")] = None,
+           memory_request_mb: Annotated[int | None, typer.Option(help="MiB placement counts")] = None,
+           disk_request_mb: Annotated[int | None, typer.Option(help="MiB of disk placement counts")] = None,
+           pids_request: Annotated[int | None, typer.Option(help="tasks placement counts")] = None,
+
            wait: Annotated[bool, typer.Option(help="follow its progress until every sandbox ended")] = True,
            until: Annotated[str, typer.Option(help="with --wait: ended | running")] = "ended",
            timeout: Annotated[float, typer.Option(help="seconds to follow it")] = 3600.0) -> None:
     """Queue COUNT sandboxes of one spec; with --wait (default) a live bar per state."""
     state = get_state(ctx)
     _check_until(until)
-    spec = {k: v for k, v in {"backend": backend, "cpu": cpu, "memory_mb": memory_mb, "timeout_s": timeout_s}.items()
+    requests = resource_requests(cpu_request, memory_request_mb, disk_request_mb, pids_request)
+    spec = {k: v for k, v in {"backend": backend, "cpu": cpu, "memory_mb": memory_mb, "disk_mb": disk_mb,
+                              "timeout_s": timeout_s, "pids_limit": pids_limit, "requests": requests}.items()
             if v is not None}
     with state.client() as corral:
         job = corral.jobs.create(environment, count=count, weight=weight, priority=priority,

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from corral.cli import shell
-from corral.cli.context import EXIT_USAGE, fail, get_state, pairs, plain
+from corral.cli.context import EXIT_USAGE, fail, get_state, pairs, plain, resource_requests
 from corral.cli.render import age, labels_text
 from corral.errors import CorralError
 
@@ -67,14 +67,22 @@ def create(ctx: typer.Context,
            memory_mb: Annotated[int | None, typer.Option()] = None,
            disk_mb: Annotated[int | None, typer.Option()] = None,
            timeout_s: Annotated[int | None, typer.Option(help="lifetime in seconds")] = None,
+           pids_limit: Annotated[int | None, typer.Option(help="limit: tasks at once")] = None,
+           cpu_request: Annotated[float | None, typer.Option(help="cores placement counts (default: idle use)")] = None,
+           memory_request_mb: Annotated[int | None, typer.Option(help="MiB placement counts")] = None,
+           disk_request_mb: Annotated[int | None, typer.Option(help="MiB of disk placement counts")] = None,
+           pids_request: Annotated[int | None, typer.Option(help="tasks placement counts")] = None,
            label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE (repeatable)")] = None,
            env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable)")] = None,
            workdir: Annotated[str | None, typer.Option()] = None,
            wait: Annotated[bool, typer.Option(help="return once it runs (or failed)")] = True,
            wait_timeout: Annotated[float, typer.Option(help="seconds to wait for it to run")] = 120.0) -> None:
-    """Create a sandbox; prints its id (with --json: the sandbox)."""
+    """Create a sandbox; prints its id (with --json: the sandbox). --cpu, --memory-mb, --disk-mb and
+    --pids-limit are its limits; the --*-request options what placement counts."""
     state = get_state(ctx)
     spec = {"backend": backend, "cpu": cpu, "memory_mb": memory_mb, "disk_mb": disk_mb, "timeout_s": timeout_s,
+            "pids_limit": pids_limit,
+            "requests": resource_requests(cpu_request, memory_request_mb, disk_request_mb, pids_request),
             "labels": pairs(label, "--label") or None, "env": pairs(env, "--env") or None, "workdir": workdir}
     with state.client() as corral:
         sb = corral.sandboxes.create(environment, wait=wait, wait_timeout=wait_timeout,

@@ -69,6 +69,7 @@ from .network_policy import NetworkPolicy
 from .node import Node
 from .node_list import NodeList
 from .quotas import Quotas
+from .requests import Requests
 from .rollout import Rollout
 from .rollout_create import RolloutCreate
 from .rollout_create_metadata import RolloutCreateMetadata
@@ -195,6 +196,7 @@ __all__ = (
     "Node",
     "NodeList",
     "Quotas",
+    "Requests",
     "Rollout",
     "RolloutCreate",
     "RolloutCreateMetadata",

@@ -19,6 +19,7 @@ from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
     from ..models.network_policy import NetworkPolicy
+    from ..models.requests import Requests
     from ..models.sandbox_labels import SandboxLabels
     from ..models.sandbox_runtime import SandboxRuntime
     from ..models.usage import Usage
@@ -50,7 +51,9 @@ class Sandbox:
         labels (SandboxLabels | Unset):
         network (Literal['none'] | NetworkPolicy | Unset):  Default: 'none'.
         node_id (None | str | Unset):
+        pids_limit (int | None | Unset):
         reason (None | str | Unset):
+        requests (None | Requests | Unset):
         runtime (SandboxRuntime | Unset):
         started_at (datetime.datetime | None | Unset):
         usage (None | Unset | Usage):
@@ -74,7 +77,9 @@ class Sandbox:
     labels: SandboxLabels | Unset = UNSET
     network: Literal["none"] | NetworkPolicy | Unset = "none"
     node_id: None | str | Unset = UNSET
+    pids_limit: int | None | Unset = UNSET
     reason: None | str | Unset = UNSET
+    requests: None | Requests | Unset = UNSET
     runtime: SandboxRuntime | Unset = UNSET
     started_at: datetime.datetime | None | Unset = UNSET
     usage: None | Unset | Usage = UNSET
@@ -82,6 +87,7 @@ class Sandbox:
 
     def to_dict(self) -> dict[str, Any]:
         from ..models.network_policy import NetworkPolicy
+        from ..models.requests import Requests
         from ..models.usage import Usage
 
         backend = self.backend
@@ -150,11 +156,25 @@ class Sandbox:
         else:
             node_id = self.node_id
 
+        pids_limit: int | None | Unset
+        if isinstance(self.pids_limit, Unset):
+            pids_limit = UNSET
+        else:
+            pids_limit = self.pids_limit
+
         reason: None | str | Unset
         if isinstance(self.reason, Unset):
             reason = UNSET
         else:
             reason = self.reason
+
+        requests: dict[str, Any] | None | Unset
+        if isinstance(self.requests, Unset):
+            requests = UNSET
+        elif isinstance(self.requests, Requests):
+            requests = self.requests.to_dict()
+        else:
+            requests = self.requests
 
         runtime: dict[str, Any] | Unset = UNSET
         if not isinstance(self.runtime, Unset):
@@ -209,8 +229,12 @@ class Sandbox:
             field_dict["network"] = network
         if node_id is not UNSET:
             field_dict["node_id"] = node_id
+        if pids_limit is not UNSET:
+            field_dict["pids_limit"] = pids_limit
         if reason is not UNSET:
             field_dict["reason"] = reason
+        if requests is not UNSET:
+            field_dict["requests"] = requests
         if runtime is not UNSET:
             field_dict["runtime"] = runtime
         if started_at is not UNSET:
@@ -223,6 +247,7 @@ class Sandbox:
     @classmethod
     def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
         from ..models.network_policy import NetworkPolicy
+        from ..models.requests import Requests
         from ..models.sandbox_labels import SandboxLabels
         from ..models.sandbox_runtime import SandboxRuntime
         from ..models.usage import Usage
@@ -330,6 +355,15 @@ class Sandbox:
 
         node_id = _parse_node_id(d.pop("node_id", UNSET))
 
+        def _parse_pids_limit(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        pids_limit = _parse_pids_limit(d.pop("pids_limit", UNSET))
+
         def _parse_reason(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -338,6 +372,23 @@ class Sandbox:
             return cast(None | str | Unset, data)
 
         reason = _parse_reason(d.pop("reason", UNSET))
+
+        def _parse_requests(data: object) -> None | Requests | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                requests_type_0 = Requests.from_dict(data)
+
+                return requests_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(None | Requests | Unset, data)
+
+        requests = _parse_requests(d.pop("requests", UNSET))
 
         _runtime = d.pop("runtime", UNSET)
         runtime: SandboxRuntime | Unset
@@ -399,7 +450,9 @@ class Sandbox:
             labels=labels,
             network=network,
             node_id=node_id,
+            pids_limit=pids_limit,
             reason=reason,
+            requests=requests,
             runtime=runtime,
             started_at=started_at,
             usage=usage,

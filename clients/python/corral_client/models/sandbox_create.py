@@ -19,6 +19,7 @@ from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
     from ..models.network_policy import NetworkPolicy
+    from ..models.requests import Requests
     from ..models.sandbox_create_env import SandboxCreateEnv
     from ..models.sandbox_create_labels import SandboxCreateLabels
 
@@ -53,6 +54,12 @@ class SandboxCreate:
             network (Literal['none'] | NetworkPolicy | Unset): 'none' (no network device at all) or an allowlist:
                 docs/network.md Default: 'none'.
             pids_limit (int | Unset):  Default: 512.
+            requests (Requests | Unset): What placement counts for a sandbox (Kubernetes' requests): the scheduler reserves
+                these
+                on a node, and the node's measured use keeps it honest (docs/architecture.md, "Capacity").
+                The spec's cpu, memory_mb, disk_mb and pids_limit are its limits, which the node enforces;
+                a request is at most its limit. Unset, each is the default for the sandbox's kind
+                (``default_requests``), never above the limit.
             run_as (None | str | Unset): uid[:gid] that execs as 'user' run as (containers with a user namespace)
             timeout_s (int | Unset): Wall-clock lifetime; the sandbox is ended after it Default: 3600.
             workdir (None | str | Unset): Default working dir of execs
@@ -71,6 +78,7 @@ class SandboxCreate:
     memory_mb: int | Unset = 256
     network: Literal["none"] | NetworkPolicy | Unset = "none"
     pids_limit: int | Unset = 512
+    requests: Requests | Unset = UNSET
     run_as: None | str | Unset = UNSET
     timeout_s: int | Unset = 3600
     workdir: None | str | Unset = UNSET
@@ -127,6 +135,10 @@ class SandboxCreate:
 
         pids_limit = self.pids_limit
 
+        requests: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.requests, Unset):
+            requests = self.requests.to_dict()
+
         run_as: None | str | Unset
         if isinstance(self.run_as, Unset):
             run_as = UNSET
@@ -170,6 +182,8 @@ class SandboxCreate:
             field_dict["network"] = network
         if pids_limit is not UNSET:
             field_dict["pids_limit"] = pids_limit
+        if requests is not UNSET:
+            field_dict["requests"] = requests
         if run_as is not UNSET:
             field_dict["run_as"] = run_as
         if timeout_s is not UNSET:
@@ -182,6 +196,7 @@ class SandboxCreate:
     @classmethod
     def from_dict(cls, src_dict: Mapping[str, Any]) -> Self:
         from ..models.network_policy import NetworkPolicy
+        from ..models.requests import Requests
         from ..models.sandbox_create_env import SandboxCreateEnv
         from ..models.sandbox_create_labels import SandboxCreateLabels
 
@@ -264,6 +279,13 @@ class SandboxCreate:
 
         pids_limit = d.pop("pids_limit", UNSET)
 
+        _requests = d.pop("requests", UNSET)
+        requests: Requests | Unset
+        if isinstance(_requests, Unset):
+            requests = UNSET
+        else:
+            requests = Requests.from_dict(_requests)
+
         def _parse_run_as(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -298,6 +320,7 @@ class SandboxCreate:
             memory_mb=memory_mb,
             network=network,
             pids_limit=pids_limit,
+            requests=requests,
             run_as=run_as,
             timeout_s=timeout_s,
             workdir=workdir,

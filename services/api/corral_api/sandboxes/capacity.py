@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from corral_common.errors import Unprocessable
-from corral_common.sandboxes import SandboxSpec, reserved_pids
+from corral_common.sandboxes import SandboxSpec, pids_max, reserved_memory_mb
 from corral_common.state import NodeInfo, StateStore, cpu_milli
 
 
@@ -47,26 +47,28 @@ class NodeCeilings:
 
     async def require(self, spec: SandboxSpec, loc: Sequence[str] = ("body",)) -> None:
         """Raise a 422 naming the field (cpu, memory_mb, pids_limit, disk_mb) that no live node
-        that runs ``spec``'s kind could ever hold."""
+        that runs ``spec``'s kind could ever hold. These are the limits: a request is at most its
+        limit (SandboxSpec), so one that passes here fits an empty node too."""
         if self.max_disk_mb and spec.disk_mb > self.max_disk_mb:
             raise Unprocessable(f"disk_mb={spec.disk_mb} is over this deployment's maximum of {self.max_disk_mb}",
                                 loc=[*loc, "disk_mb"], code="disk_too_large")
         nodes, kind = await self._live(), spec.backend
         # A VM takes QEMU's overhead beyond its guest RAM and QEMU's threads instead of the
         # guest's pids: compare what the node would reserve, in the units the caller gave.
-        overhead = max((n.reserved_memory_mb(spec) - spec.memory_mb for n in nodes if kind in n.backends), default=0)
+        overhead = max((reserved_memory_mb(kind, 0, n.vm_memory_overhead_mb) for n in nodes if kind in n.backends),
+                       default=0)
         most_cpu = _largest(nodes, kind, lambda n: n.cpu_milli)
         if most_cpu is not None and cpu_milli(spec.cpu) > most_cpu:
             raise Unprocessable(f"cpu={spec.cpu} is more than any {kind} node has (at most {most_cpu / 1000:g})",
                                 loc=[*loc, "cpu"], code="exceeds_node_capacity", extra={"max_cpu": most_cpu / 1000})
-        most_memory = _largest(nodes, kind, lambda n: n.memory_mb - (n.reserved_memory_mb(spec) - spec.memory_mb))
+        most_memory = _largest(nodes, kind, lambda n: n.memory_mb - reserved_memory_mb(kind, 0, n.vm_memory_overhead_mb))
         if most_memory is not None and spec.memory_mb > most_memory:
             raise Unprocessable(f"memory_mb={spec.memory_mb} is more than any {kind} node has (at most {most_memory}"
                                 + (f", after {overhead} MiB of VM overhead)" if overhead else ")"),
                                 loc=[*loc, "memory_mb"], code="exceeds_node_capacity",
                                 extra={"max_memory_mb": most_memory})
         most_pids = _largest(nodes, kind, lambda n: n.pids)
-        need = reserved_pids(kind, spec.pids_limit)
+        need = pids_max(kind, spec.pids_limit)
         if most_pids is not None and need > most_pids:
             message = (f"pids_limit {need} is more than any node allows (at most {most_pids})"
                        if need == spec.pids_limit

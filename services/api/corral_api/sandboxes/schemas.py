@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_valid
 from corral_common.events import NetworkDenial
 from corral_common.inputs import process_env, valid_disk_image, valid_id, valid_name
 from corral_common.network import Network
-from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
+from corral_common.sandboxes import Requests, SandboxSpec, SandboxState, Usage
 from corral_common.state import SandboxRecord
 
 
@@ -64,9 +64,13 @@ class Sandbox(BaseModel):
     # machine, image_transport (virtio-pmem+dax | virtio-blk)...
     runtime: dict[str, str] = Field(default_factory=dict)
     node_id: str | None = None
+    # Its limits (what the node enforces) and its requests (what placement counted). The two
+    # newer fields are optional in the schema so that an SDK reads an older api's replies too.
     cpu: float
     memory_mb: int
     disk_mb: int
+    pids_limit: int | None = None
+    requests: Requests | None = None
     timeout_s: int
     labels: dict[str, str] = Field(default_factory=dict)
     network: Network = "none"
@@ -86,7 +90,8 @@ class Sandbox(BaseModel):
             backend="container" if spec.backend == "auto" else spec.backend, isolation=spec.isolation,
             display=spec.display, disk_image=spec.disk_image, from_snapshot=spec.from_snapshot,
             runtime=record.runtime, node_id=record.node_id,
-            cpu=spec.cpu, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, timeout_s=spec.timeout_s,
+            cpu=spec.cpu, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, pids_limit=spec.pids_limit,
+            requests=Requests(**vars(spec.reservation)), timeout_s=spec.timeout_s,
             labels=spec.labels, network=spec.network, created_at=ts(record.created_at), started_at=ts(record.started_at),
             ended_at=ts(record.ended_at), usage=record.usage,
         )

@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import dataclass, fields
 
-from corral_common.sandboxes import MIN_PIDS_LIMIT
+from corral_common.sandboxes import MIN_PIDS_REQUEST
 
 MIB = 1024 * 1024
 # The system reserve where none is configured: a tenth of the host, at least this much.
@@ -123,7 +123,7 @@ class NodeCapacity:
     cpu: float
     memory_mb: int
     pids: int  # what its sandboxes may reserve together: the pids cap less its fncall workers'
-    # How many sandboxes it runs at once (the setting, or what its pids hold at the smallest pids_limit).
+    # How many sandboxes it runs at once (the setting, or what its pids hold at the smallest pids request).
     max_sandboxes: int = 0
 
     @property
@@ -138,13 +138,13 @@ class NodeCapacity:
 def node_capacity(claim: Resources, *, cpu_overcommit: float, memory_overcommit: float,
                   fncall_pids: int = 0, max_sandboxes: int = 0, id_ranges: int | None = None,
                   open_files_room: int | None = None) -> NodeCapacity:
-    """``max_sandboxes`` 0: derived from the pids (``MIN_PIDS_LIMIT`` each), at most
+    """``max_sandboxes`` 0: derived from the pids (``MIN_PIDS_REQUEST`` each), at most
     ``id_ranges`` (the user namespace ranges the node can hand out; None: no such bound).
     Set or derived, at most ``open_files_room`` (the sandboxes the agent's descriptor limit
     holds: past it every start fails EMFILE, where "node is full" says what is wrong)."""
     pids = max(0, claim.pids - fncall_pids)
     if not max_sandboxes:
-        max_sandboxes = pids // MIN_PIDS_LIMIT
+        max_sandboxes = pids // MIN_PIDS_REQUEST
         if id_ranges is not None:
             max_sandboxes = min(max_sandboxes, id_ranges)
     if open_files_room is not None:

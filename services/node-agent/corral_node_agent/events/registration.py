@@ -83,7 +83,8 @@ class NodeRegistration:
         record = owner.record(self.node_id, state, self.manager.runtime(sandbox_id), time.time())
         spec = record.spec
         outcome = await self.store.restore_sandbox(
-            record, memory_mb=reserved_memory_mb(spec.backend, spec.memory_mb, self.manager.vm_memory_overhead_mb))
+            record, memory_mb=reserved_memory_mb(spec.backend, spec.reservation.memory_mb,
+                                               self.manager.vm_memory_overhead_mb))
         REGISTERED.labels(self.node_id, outcome.value).inc()
         if outcome in _STOP:
             log.warning("sandbox.stopped_on_register", sandbox_id=sandbox_id, outcome=outcome.value)

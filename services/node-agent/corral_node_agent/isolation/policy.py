@@ -13,7 +13,7 @@ same for every kind sharing the host kernel, so it is no part of the policy: pro
 
 from dataclasses import dataclass
 
-from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, reserved_memory_mb, reserved_pids
+from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, pids_max, reserved_memory_mb
 from corral_common.sandboxes import VM_PIDS_LIMIT as VM_PIDS_LIMIT  # QEMU's threads (re-exported)
 from corral_node_agent.isolation.network import NO_EGRESS, Egress, egress_for
 from corral_node_agent.isolation.quota import MIB, DiskQuota, disk_quota
@@ -52,7 +52,7 @@ def policy_for(spec: SandboxSpec, settings: NodeAgentSettings, ids: IdRange | No
         syscalls=NO_FILTER if vm else CONTAINER_DEFAULT,
         disk=disk_quota(spec),
         egress=egress_for(spec),
-        limits=Limits(memory_bytes=memory_mb * MIB, pids=reserved_pids(spec.backend, spec.pids_limit), cpu=spec.cpu),
+        limits=Limits(memory_bytes=memory_mb * MIB, pids=pids_max(spec.backend, spec.pids_limit), cpu=spec.cpu),
     )
 
 

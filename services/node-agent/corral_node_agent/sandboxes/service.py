@@ -501,10 +501,12 @@ class SandboxManager:
 
     def used_capacity(self) -> dict[str, float]:
         specs = [e.spec for e in self._entries.values()]
-        memory = sum(reserved_memory_mb(s.backend, s.memory_mb, self.vm_memory_overhead_mb) for s in specs)
+        # What their requests reserve (the scheduler counts the same), not their limits.
+        held = [e.spec.reservation for e in self._entries.values()]
+        memory = sum(reserved_memory_mb(s.backend, s.reservation.memory_mb, self.vm_memory_overhead_mb) for s in specs)
         pooled_disk_mb = self.pool.disk_mb() if self.pool is not None else 0
-        return {"sandboxes": len(specs), "cpu": sum(s.cpu for s in specs),
-                "memory_mb": memory, "disk_mb": sum(s.disk_mb for s in specs) + pooled_disk_mb}
+        return {"sandboxes": len(specs), "cpu": sum(r.cpu for r in held),
+                "memory_mb": memory, "disk_mb": sum(r.disk_mb for r in held) + pooled_disk_mb}
 
     def usage(self, sandbox_id: str) -> Usage:
         self._require(sandbox_id)

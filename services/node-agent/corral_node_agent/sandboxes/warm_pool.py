@@ -200,7 +200,7 @@ class WarmPool:
 
     def disk_mb(self) -> int:
         """What the pooled sandboxes' disks claim (they are counted as used: the node's disk)."""
-        return sum(len(s.ready) * s.spec.disk_mb for s in self._shapes.values())
+        return sum(len(s.ready) * s.spec.reservation.disk_mb for s in self._shapes.values())
 
     # ---- filling ----------------------------------------------------------------------------
 

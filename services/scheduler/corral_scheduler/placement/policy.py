@@ -1,4 +1,5 @@
-"""Where a sandbox may go, best first. Pure functions: the placement unit tests live on these."""
+"""Where a sandbox may go, best first. Pure functions: the placement unit tests live on these.
+What a sandbox takes from a node is its requests (``SandboxSpec.reservation``), not its limits."""
 
 from collections.abc import Collection, Mapping, Sequence
 
@@ -12,12 +13,12 @@ def runs_backend(node: NodeInfo, spec: SandboxSpec) -> bool:
 
 
 def holds_disk(disk_mb: int | None, spec: SandboxSpec) -> bool:
-    """The sandbox's disk fits in disk_mb (None: a node that does not advertise disk)."""
-    return disk_mb is None or disk_mb >= spec.disk_mb
+    """The sandbox's disk request fits in disk_mb (None: a node that does not advertise disk)."""
+    return disk_mb is None or disk_mb >= spec.reservation.disk_mb
 
 
 def fits(node: NodeInfo, spec: SandboxSpec) -> bool:
-    return (runs_backend(node, spec) and node.free_cpu_milli >= cpu_milli(spec.cpu)
+    return (runs_backend(node, spec) and node.free_cpu_milli >= cpu_milli(spec.reservation.cpu)
             and node.free_memory_mb >= node.reserved_memory_mb(spec) and node.free_sandboxes >= 1
             and (node.free_pids is None or node.free_pids >= node.reserved_pids(spec))
             and holds_disk(node.free_disk_mb, spec))
@@ -38,7 +39,7 @@ def measured_room(node: NodeInfo, spec: SandboxSpec, reserve_mb: int) -> bool:
 
 def could_ever_fit(node: NodeInfo, spec: SandboxSpec) -> bool:
     """True if the node is big enough when empty; false means waiting will never help."""
-    return (runs_backend(node, spec) and node.cpu_milli >= cpu_milli(spec.cpu)
+    return (runs_backend(node, spec) and node.cpu_milli >= cpu_milli(spec.reservation.cpu)
             and node.memory_mb >= node.reserved_memory_mb(spec) and node.max_sandboxes >= 1
             and (node.pids is None or node.pids >= node.reserved_pids(spec))
             and holds_disk(node.disk_mb, spec))
@@ -51,14 +52,14 @@ def too_small(node: NodeInfo, spec: SandboxSpec) -> list[str]:
         out.append(f"backend {spec.backend} (runs {', '.join(sorted(node.backends)) or 'none'})")
     if node.max_sandboxes < 1:
         out.append("sandbox slots (0)")
-    if node.cpu_milli < cpu_milli(spec.cpu):
-        out.append(f"cpu ({node.cpu_milli / 1000:g} < {spec.cpu:g})")
+    if node.cpu_milli < cpu_milli(spec.reservation.cpu):
+        out.append(f"cpu ({node.cpu_milli / 1000:g} < {spec.reservation.cpu:g})")
     if node.memory_mb < node.reserved_memory_mb(spec):
         out.append(f"memory ({node.memory_mb} MB < {node.reserved_memory_mb(spec)} MB)")
     if node.pids is not None and node.pids < node.reserved_pids(spec):
         out.append(f"pids ({node.pids} < {node.reserved_pids(spec)})")
     if not holds_disk(node.disk_mb, spec):
-        out.append(f"disk ({node.disk_mb} MB < {spec.disk_mb} MB)")
+        out.append(f"disk ({node.disk_mb} MB < {spec.reservation.disk_mb} MB)")
     return out
 
 
@@ -77,7 +78,7 @@ def short_of(node: NodeInfo, spec: SandboxSpec) -> list[str]:
         out.append(f"backend {spec.backend}")
     if node.free_sandboxes < 1:
         out.append(f"sandbox slots ({node.used_sandboxes}/{node.max_sandboxes})")
-    if node.free_cpu_milli < cpu_milli(spec.cpu):
+    if node.free_cpu_milli < cpu_milli(spec.reservation.cpu):
         out.append("cpu")
     if node.free_memory_mb < node.reserved_memory_mb(spec):
         out.append("memory")

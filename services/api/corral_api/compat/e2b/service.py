@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from corral_api.compat.e2b.errors import E2bError
 from corral_api.compat.e2b.repository import E2bRecord, E2bRepository
 from corral_api.compat.e2b.schemas import NewSandbox
-from corral_api.compat.e2b.templates import TemplateResolver
+from corral_api.compat.e2b.templates import TemplateResolver, requests_from_metadata
 from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.schemas import SandboxCreate
 from corral_api.sandboxes.service import SandboxService
@@ -70,7 +70,8 @@ class E2bSandboxes:
                 "timeout_s": self.settings.e2b_max_timeout_s, "labels": {"e2b.template": body.template_id[:256]},
                 **({"cpu": body.cpu_count} if body.cpu_count else {}),
                 **({"memory_mb": body.memory_mb} if body.memory_mb else {}),
-                **({"disk_mb": body.disk_size_mb} if body.disk_size_mb else {})})
+                **({"disk_mb": body.disk_size_mb} if body.disk_size_mb else {}),
+                **({"requests": asked} if (asked := requests_from_metadata(body.metadata)) else {})})
         except (ValueError, ValidationError) as exc:
             raise E2bError(400, f"invalid sandbox request: {exc}") from None
         record = await self.sandboxes.create(tenant, spec)

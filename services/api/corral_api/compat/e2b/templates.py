@@ -47,3 +47,15 @@ class TemplateResolver:
                 raise ValueError(f"metadata {self.isolation_key!r} must be 'container' or 'vm', not {isolation!r}")
             choice = Choice(choice.environment, isolation)  # type: ignore[arg-type]
         return choice
+
+
+# Metadata keys an E2B client sets to give its sandbox's requests (what placement counts; the
+# SDK's cpuCount/memoryMB are its limits): corral.requests.cpu, .memory_mb, .disk_mb, .pids.
+REQUESTS_METADATA_PREFIX = "corral.requests."
+
+
+def requests_from_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    """The ``requests`` of the spec, as the metadata gives them (validated with the spec: a bad
+    value or an unknown name is refused there, naming it)."""
+    return {key.removeprefix(REQUESTS_METADATA_PREFIX): value for key, value in metadata.items()
+            if key.startswith(REQUESTS_METADATA_PREFIX)}
