@@ -22,13 +22,14 @@ from corral_common.settings import PrefixedServiceSettings
 from corral_node_agent.fncall.settings import FncallNodeSettings
 
 
-def _default_disk_capacity_mb(state_dir: str) -> int:
-    """90% of what the filesystem holding state_dir (or its nearest existing parent) has free."""
+def _default_disk_capacity_mb(state_dir: str, share: float) -> int:
+    """``share`` of 90% of what the filesystem holding state_dir (or its nearest existing
+    parent) has free: agents sharing a host split its disk as they split cpu and memory."""
     path = os.path.abspath(state_dir)
     while not os.path.exists(path):
         path = os.path.dirname(path)
     st = os.statvfs(path)
-    return int(st.f_bavail * st.f_frsize * 0.9) // (1024 * 1024)
+    return int(st.f_bavail * st.f_frsize * 0.9 * share) // (1024 * 1024)
 
 
 class LayerSettings(BaseModel):
@@ -118,12 +119,19 @@ class NodeAgentSettings(PrefixedServiceSettings):
     sandbox_user: str = "1000:1000"
     max_upload_bytes: int = 1024 * 1024 * 1024
     # Sandboxes' disks (disk_mb each: an ext4 image per sandbox under state_dir, see
-    # isolation/quota.py): what the node advertises and the scheduler fills. 0: 90% of what
-    # the state dir's filesystem has free when the agent starts.
+    # isolation/quota.py): what the node advertises and the scheduler fills with the sandboxes'
+    # disk requests. 0: host_share of 90% of what the state dir's filesystem has free when the
+    # agent starts.
     disk_capacity_mb: int = 0
-    # Reserve each sandbox's disk on the host when it is created (fallocate, no I/O), so the
-    # host cannot run out of room under a sandbox that stays within its disk_mb.
-    disk_preallocate: bool = True
+    # The watermark (capacity/disk.py): MiB kept free on the state dir's filesystem. Below it
+    # the node advertises no disk room and new sandboxes wait. Unset: 5% of the filesystem,
+    # at least 1024 MiB.
+    disk_free_reserve_mb: int | None = Field(None, ge=0)
+    # Reserve each sandbox's whole disk_mb on the host when it is created (fallocate, no I/O),
+    # so the host cannot run out of room under a sandbox that stays within its disk_mb. Off
+    # (the default), disks are thin: they take host space as they are written, the node's
+    # disk requests and its watermark are what keep the host's filesystem from filling.
+    disk_preallocate: bool = False
     # Containers: disks kept ready (made and mounted ahead, by a thread of their own) for
     # each of the two sizes most recently asked for, up to 4 GiB, so a create only moves one
     # into place. 0: every create makes its disk (~4 ms).
@@ -196,7 +204,7 @@ class NodeAgentSettings(PrefixedServiceSettings):
         if not self.state_dir:
             self.state_dir = f"/var/lib/corral/{self.node_id}"
         if self.disk_capacity_mb <= 0:
-            self.disk_capacity_mb = _default_disk_capacity_mb(self.state_dir)
+            self.disk_capacity_mb = _default_disk_capacity_mb(self.state_dir, self.host_share)
         if self.advertise_url:
             parts = urlsplit(self.advertise_url)
             if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:

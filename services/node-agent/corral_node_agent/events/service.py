@@ -17,6 +17,7 @@ from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState
 from corral_common.state import StateStore
 from corral_node_agent import metrics
 from corral_node_agent.backends.base import ExitReason
+from corral_node_agent.capacity import disk
 from corral_node_agent.capacity.resources import NodeCapacity
 from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
 from corral_node_agent.events.pulse import LoopWatch
@@ -35,6 +36,7 @@ class NodeEvents:
                  capacity: NodeCapacity):
         self.settings = settings
         self.capacity = capacity  # what the heartbeat advertises (capacity.claim)
+        self._disk_reserve_mb = settings.disk_free_reserve_mb  # the watermark (unset: derived at the first beat)
         self.node_id = settings.node_id
         self.store = store
         self.bus = bus
@@ -251,7 +253,7 @@ class NodeEvents:
         await self.store.heartbeat(self.node_id, s.url, cap.cpu, cap.memory_mb, s.max_sandboxes or cap.max_sandboxes,
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
-                                   disk_mb=s.disk_capacity_mb,
+                                   disk_mb=await self._disk_mb(),
                                    memory=_measured_memory(self.manager, cap.claim.memory_mb),
                                    warm=self.manager.pool.ready_by_shape() if self.manager.pool is not None else None)
         gap = self.liveness.beat()
@@ -259,6 +261,14 @@ class NodeEvents:
             # Without the liveness pulse a beat this late (past the timeout) lost the node.
             log.warning("node.heartbeat_late", node_id=self.node_id, since_previous_s=round(gap, 1),
                         loop_lag_s=round(self.liveness.lag_s(), 1), heartbeat_timeout_s=s.heartbeat_timeout_s)
+
+    async def _disk_mb(self) -> int:
+        """The disk the node advertises: its capacity, cut to what is left above the watermark."""
+        s = self.settings
+        if self._disk_reserve_mb is None:
+            self._disk_reserve_mb = await asyncio.to_thread(disk.default_free_reserve_mb, s.state_dir)
+        room = await asyncio.to_thread(disk.room_mb, s.state_dir, self._disk_reserve_mb)
+        return disk.advertised_disk_mb(s.disk_capacity_mb, int(self.manager.used_capacity()["disk_mb"]), room)
 
     async def _report_layers(self) -> None:
         """Which layers it holds, for placement by locality (best effort: never fails a heartbeat)."""
