@@ -8,7 +8,7 @@ Without --url/--api-key it brings its own platform up (scripts/corral_platform.p
 dir, non-default ports) and tears it down at the end. Must run as root (the raw floor runs
 crun directly, in a private mount namespace with the cgroup2 mount hidden).
 
-Phases (environment "busybox", memory_mb=64, pids_limit=64, disk_mb=64):
+Phases (environment "busybox", the default spec unless --memory-mb/--cpu/--pids-limit/--disk-mb):
   corral serial      N x [create(wait=True) -> exec(["true"]) -> delete(wait=True)], one at a time
   corral concurrent  N creates with C in flight (wall time -> creations/s), then the first exec of
                      each with C in flight, then the deletes with C in flight
@@ -254,8 +254,8 @@ async def pools_full(node_urls: list[str], size: int, timeout_s: float = 300.0) 
             await asyncio.sleep(0.5)
 
 
-async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb: int, serial_n: int,
-                        cpu: float, pids_limit: int, disk_mb: int, node_urls: list[str] | None = None,
+async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb: int | None, serial_n: int,
+                        cpu: float | None, pids_limit: int | None, disk_mb: int | None, node_urls: list[str] | None = None,
                         warm_pool: int = 0, state: str | None = None) -> dict:
     """With ``warm_pool`` (and the nodes' urls), each timed phase starts once every node's pool is full
     (the fill is not timed: a warm pool is what a node has ready before a burst). With our platform's
@@ -263,7 +263,8 @@ async def corral_phases(url: str, key: str, n: int, concurrency: int, memory_mb:
     from corral import AsyncCorral
 
     res: dict = {}
-    size = {"memory_mb": memory_mb, "cpu": cpu, "pids_limit": pids_limit, "disk_mb": disk_mb}
+    size = {k: v for k, v in {"memory_mb": memory_mb, "cpu": cpu, "pids_limit": pids_limit, "disk_mb": disk_mb}.items()
+            if v is not None}  # unset: the api's defaults (limits; placement counts the default requests)
     async with AsyncCorral(url, key) as corral:
         # warm-up: connection, environment cache, layer mount on the nodes (and their warm pools' shape)
         warm = await corral.sandboxes.create_many("busybox", 8, concurrency=8, **size)
@@ -453,14 +454,12 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8, help="creates in flight in the concurrent phase")
     ap.add_argument("--serial-n", type=int, default=None, help="sandboxes in the serial phase (default: --n)")
     ap.add_argument("--nodes", type=int, default=2)
-    ap.add_argument("--memory-mb", type=int, default=64)
-    ap.add_argument("--cpu", type=float, default=0.1,
-                    help="cpu per sandbox; small so N sandboxes alive at once fit the nodes' (overcommitted) cpu")
-    ap.add_argument("--pids-limit", type=int, default=64,
-                    help="pids_limit per sandbox; small so N sandboxes alive at once fit the nodes' pids caps")
-    ap.add_argument("--disk-mb", type=int, default=64,
-                    help="disk_mb per sandbox; small so N sandboxes alive at once fit the nodes' disk (the default "
-                         "1024 claims 100 GiB for --n 100, more than a node's share of this host's free disk)")
+    # Unset: the default spec. Placement counts requests (by default an idle sandbox's use),
+    # so N default sandboxes alive at once fit the nodes.
+    ap.add_argument("--memory-mb", type=int, default=None, help="memory limit per sandbox (default: the api's)")
+    ap.add_argument("--cpu", type=float, default=None, help="cpu limit per sandbox (default: the api's)")
+    ap.add_argument("--pids-limit", type=int, default=None, help="pids_limit per sandbox (default: the api's)")
+    ap.add_argument("--disk-mb", type=int, default=None, help="disk_mb per sandbox (default: the api's)")
     ap.add_argument("--warm-pool", type=int, default=0, metavar="N",
                     help="our platform's node-agents keep N containers of the bench's shape started ahead "
                          "(CORRAL_NODE_WARM_POOL_SIZE; 0: none, every create starts its own)")

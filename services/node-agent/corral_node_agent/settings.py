@@ -136,13 +136,16 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # each of the two sizes most recently asked for, up to 4 GiB, so a create only moves one
     # into place. 0: every create makes its disk (~4 ms).
     disk_pool: int = 2
-    # Containers started ahead per shape a create asked for (sandboxes/warm_pool.py): a create
-    # of that shape then claims one instead of starting it. 0: none (every create starts its
-    # own). Each costs what an idle sandbox costs, its disk_mb counts as used, and it holds
-    # one of the node's max_sandboxes until a create of another shape needs the slot.
+    # Warm pools (sandboxes/warm_pool.py): containers started ahead per shape creates ask for,
+    # so a create of that shape claims one instead of starting it. Each costs what an idle
+    # sandbox costs (its requests count as used) and holds one of the node's max_sandboxes until
+    # a create needs the slot. How many a shape gets follows its demand: its creates in the last
+    # minute less one, up to warm_pool_max (0: no demand-driven pool) ...
+    warm_pool_max: int = Field(16, ge=0, le=4096)
+    # ... and never fewer than warm_pool_size once asked for (a fixed floor; 0: none).
     warm_pool_size: int = Field(0, ge=0, le=4096)
-    # A shape nobody asked for this long is drained.
-    warm_pool_idle_s: float = Field(600.0, gt=0)
+    # A shape nobody asked for this long is drained to zero.
+    warm_pool_idle_s: float = Field(120.0, gt=0)
     # Image layers: "lazy" mounts each layer from a FUSE file whose chunks are fetched on
     # first read; "eager" downloads the whole blob before the sandbox starts.
     layer_mode: Literal["lazy", "eager"] = "lazy"

@@ -10,7 +10,13 @@ import pytest
 from corral_common.sandboxes import SandboxSpec
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.errors import StartFailed
-from corral_node_agent.sandboxes.warm_pool import MAX_SHAPES, REFILL_SETTLE_S, RETRY_AFTER_S, WarmPool
+from corral_node_agent.sandboxes.warm_pool import (
+    DEMAND_WINDOW_S,
+    MAX_SHAPES,
+    REFILL_SETTLE_S,
+    RETRY_AFTER_S,
+    WarmPool,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -40,13 +46,14 @@ class Backend:
 
 
 class Harness:
-    def __init__(self, size: int = 2, idle_s: float = 600.0, slots: int = 1 << 30) -> None:
+    def __init__(self, size: int = 2, idle_s: float = 600.0, slots: int = 1 << 30, max_size: int = 0) -> None:
         self.clock, self.backend = Clock(), Backend()
         self.acquired = self.released = 0
         self.quiet = asyncio.Event()
         self.quiet.set()
         self.slots = slots  # the node's max_sandboxes, nothing else running
-        self.pool = WarmPool(self.backend, size=size, idle_s=idle_s, new_entry=lambda spec, tenant, layers: object(),
+        self.pool = WarmPool(self.backend, size=size, idle_s=idle_s, max_size=max_size,
+                             new_entry=lambda spec, tenant, layers: object(),
                              acquire=self._acquire, release=self._release, quiet=self.quiet.wait,
                              room=lambda: self.slots - self.pool.count(), clock=self.clock)
 
@@ -222,3 +229,32 @@ async def test_a_shape_is_its_pinned_layers_and_is_filled_on_them():
     await h.after_burst()
     assert entries == [pin("1"), pin("2")]
     assert h.pool.take(SPEC, "acme", pin("1")) is not None and h.pool.take(SPEC, "acme", pin("2")) is not None
+
+
+async def test_by_default_a_shape_gets_what_its_demand_asks_up_to_the_cap_and_none_when_idle():
+    """The shipped default (no fixed size, a demand cap): a one-off shape gets nothing, a
+    stream grows its pool up to the cap, a quiet minute shrinks the target, idle_s drains it."""
+    h = Harness(size=0, max_size=3, idle_s=120.0)
+    h.pool.start()
+    assert h.pool.take(SPEC, "acme") is None
+    await h.after_burst()
+    assert h.pool.ready_count() == 0 and h.backend.started == []  # asked once: nothing started ahead
+    h.pool.take(SPEC, "acme")
+    await h.after_burst()
+    assert h.pool.ready_count() == 1  # asked twice in a minute: one kept ready
+    for _ in range(10):  # a burst: each takes what is ready, the rest start their own
+        h.pool.take(SPEC, "acme")
+    await h.after_burst()
+    assert h.pool.ready_count() == 3  # grown to the cap, not to the burst's size
+    # Demand gone: past the window the target falls to 0 (nothing more is started) ...
+    h.clock.now += DEMAND_WINDOW_S + 1
+    started = len(h.backend.started)
+    h.pool.take(SPEC, "acme")  # one create takes one; a lone ask wants none back
+    await h.after_burst()
+    assert len(h.backend.started) == started and h.pool.ready_count() == 2
+    # ... and idle_s after the last create the shape is drained to zero.
+    h.clock.now += 121
+    h.pool._wake_up()
+    await h.settle()
+    assert h.pool.ready_count() == 0 and len(h.backend.stopped) == 2
+    await h.pool.close()

@@ -82,7 +82,8 @@ class SandboxManager:
     def __init__(self, backends: SandboxBackend | dict[str, SandboxBackend], layers: LayerCache, *,
                  max_sandboxes: int = 0, vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB,
                  owners: OwnerRecords | None = None, uploads: LayerUploads | None = None,
-                 memory: MemoryAccounting | None = None, warm_pool_size: int = 0, warm_pool_idle_s: float = 600.0):
+                 memory: MemoryAccounting | None = None, warm_pool_size: int = 0, warm_pool_idle_s: float = 600.0,
+                 warm_pool_max: int = 0):
         self.backends = backends if isinstance(backends, dict) else {"container": backends}
         # Where commits go (image-service); None: this manager cannot commit.
         self.uploads = uploads
@@ -107,8 +108,8 @@ class SandboxManager:
         self._quiet = asyncio.Event()
         self._quiet.set()
         self.pool: WarmPool | None = None
-        if warm_pool_size > 0 and Capability.warm_pool in self.backend.capabilities:
-            self.pool = WarmPool(self.backend, size=warm_pool_size, idle_s=warm_pool_idle_s,
+        if max(warm_pool_size, warm_pool_max) > 0 and Capability.warm_pool in self.backend.capabilities:
+            self.pool = WarmPool(self.backend, size=warm_pool_size, idle_s=warm_pool_idle_s, max_size=warm_pool_max,
                                  new_entry=lambda spec, tenant, pinned: _Entry(
                                      spec=spec, tenant=tenant, pinned=pinned, layer_format=self.backend.layer_format),
                                  acquire=self._acquire, release=self._release, quiet=self._until_quiet,
@@ -677,4 +678,5 @@ def build_manager(settings: NodeAgentSettings, backends: SandboxBackend | None =
                           owners=OwnerRecords(f"{settings.state_dir}/owners"),
                           uploads=LayerUploads(settings.image_service_url, settings.internal_token,
                                                f"{settings.state_dir}/commits"), memory=memory,
-                          warm_pool_size=settings.warm_pool_size, warm_pool_idle_s=settings.warm_pool_idle_s)
+                          warm_pool_size=settings.warm_pool_size, warm_pool_idle_s=settings.warm_pool_idle_s,
+                          warm_pool_max=settings.warm_pool_max)

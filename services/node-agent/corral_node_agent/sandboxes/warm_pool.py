@@ -12,9 +12,15 @@ when it starts (tenant, environment, limits, env, run_as) and the layers it is m
 or workdir, which the claim sets. A shape is filled on the very layers pinned by the create
 that asked for it, so the pool resolves no name, and a create whose environment was re-pointed
 since (another pin) is another shape: the scheduler, which computes the same key from the
-record's pin, does not count the old shape's containers for it. A shape a create asked for is
-kept at ``size`` ready sandboxes for ``idle_s`` after the last such create, then drained; at
-most ``MAX_SHAPES`` shapes are kept (the least recently asked for goes first).
+record's pin, does not count the old shape's containers for it.
+
+How many of a shape are kept ready follows its demand (``_Shape.target``): the creates that
+asked for it in the last ``DEMAND_WINDOW_S``, less one, at most ``max_size``, and never fewer
+than ``size`` (an operator's fixed floor, 0 by default). A shape asked for once (a one-off
+sandbox) gets none; a stream or a burst grows its pool up to ``max_size``; ``idle_s`` after the
+last create of a shape it is drained to zero. At most ``MAX_SHAPES`` shapes are kept (the least
+recently asked for goes first), so the pool holds at most ``max(size, max_size) x MAX_SHAPES``
+idle sandboxes (each costing its requests), and never a create's place (``room``).
 
 Refills start one sandbox at a time, only while no create is being started on the node
 (``quiet``), and, while a shape still has sandboxes ready, only once no create has asked for it
@@ -63,6 +69,8 @@ RETRY_AFTER_S = 30.0
 # creations/s on 2 cores (docs/benchmarks.md "Warm pool"). A shape with sandboxes ready is
 # refilled once it has not been asked for this long.
 REFILL_SETTLE_S = 0.5
+# The window a shape's demand is counted over (see the module's docstring).
+DEMAND_WINDOW_S = 60.0
 
 
 @dataclass
@@ -89,10 +97,23 @@ class _Shape:
     ready: deque[Ahead] = field(default_factory=deque)
     starting: int = 0
     failed_at: float = -RETRY_AFTER_S
+    asks: deque[float] = field(default_factory=deque)  # when creates asked for it (at most cap + 1 kept)
+
+    def asked(self, now: float, cap: int) -> None:
+        self.asked_at = now
+        self.asks.append(now)
+        while self.asks and (now - self.asks[0] > DEMAND_WINDOW_S or len(self.asks) > cap + 1):
+            self.asks.popleft()
+
+    def target(self, now: float, floor: int, cap: int) -> int:
+        """How many of it to keep ready: its creates in the last DEMAND_WINDOW_S less one, at
+        most ``cap``, at least ``floor``."""
+        recent = sum(1 for t in self.asks if now - t <= DEMAND_WINDOW_S)
+        return max(floor, min(cap, recent - 1))
 
 
 class WarmPool:
-    def __init__(self, backend: SandboxBackend, *, size: int, idle_s: float,
+    def __init__(self, backend: SandboxBackend, *, size: int, idle_s: float, max_size: int = 0,
                  new_entry: Callable[[SandboxSpec, str, tuple[EnvironmentLayer, ...] | None], Any],
                  acquire: Callable[[Any], Awaitable[RootFs]], release: Callable[[Any], Awaitable[None]],
                  quiet: Callable[[], Awaitable[None]], room: Callable[[], int] = lambda: 1 << 30,
@@ -100,6 +121,7 @@ class WarmPool:
         # ``room``: how many more sandboxes, pooled ones included, the node may run (its
         # max_sandboxes less what it runs): a pooled sandbox never takes a create's place.
         self.backend, self.size, self.idle_s, self.clock, self._room = backend, size, idle_s, clock, room
+        self.max_size = max_size  # what demand may grow a shape to (size: what it always gets)
         self._new_entry, self._acquire, self._release, self._quiet = new_entry, acquire, release, quiet
         self.records = records  # None: a restarted agent deletes the pooled sandboxes
         self._shapes: OrderedDict[str, _Shape] = OrderedDict()
@@ -117,7 +139,7 @@ class WarmPool:
         if key is None:
             return None
         shape = self._shape(key, spec, tenant, layers)
-        shape.asked_at = self.clock()
+        shape.asked(self.clock(), max(self.size, self.max_size))
         self._shapes.move_to_end(key)
         ahead = shape.ready.popleft() if shape.ready else None
         if ahead is not None:
@@ -222,7 +244,8 @@ class WarmPool:
         now = self.clock()
         for key, shape in self._shapes.items():
             if now - shape.asked_at < self.idle_s and now - shape.failed_at >= RETRY_AFTER_S \
-                    and len(shape.ready) + shape.starting < self.size and not self._settling(shape, now):
+                    and len(shape.ready) + shape.starting < shape.target(now, self.size, self.max_size) \
+                    and not self._settling(shape, now):
                 return key
         return None
 
@@ -303,7 +326,7 @@ class WarmPool:
         if key is None:
             return False
         shape = self._shape(key, record.spec, record.tenant, record.layers)
-        if len(shape.ready) >= self.size:
+        if len(shape.ready) >= max(self.size, self.max_size):
             return False
         shape.ready.append(Ahead(runtime_id, entry))
         self._by_runtime[runtime_id] = key
