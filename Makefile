@@ -15,7 +15,7 @@ APT_PACKAGES := python3 python3-venv python3-dev gcc redis-server rabbitmq-serve
 	debootstrap iproute2 postgresql docker-compose bubblewrap python3-seccomp fuse3 libfuse3-dev pkg-config \
 	qemu-system-x86 qemu-utils kmod cpio lz4 libjansson-dev e2fsprogs nftables libnftables1 zstd skopeo umoci docker-registry \
 	chromium chromium-driver
-PACKAGES := -e libs/common -e services/api -e services/scheduler -e services/node-agent \
+PACKAGES := -e libs/common -e libs/host -e services/api -e services/scheduler -e services/node-agent \
 	-e services/image-service -e services/memory-manager -e clients/python
 PYTEST_ARGS ?= -q -n 2 --dist loadgroup
 

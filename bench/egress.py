@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from upper_disk import busybox_layer, p50  # noqa: E402  (also puts the services on sys.path)
 
-from corral_node_agent import host  # noqa: E402
+from corral_host import mounts, namespaces  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -154,13 +154,13 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (crun, mounts, namespaces)")
-    host.enter_private_mount_namespace()
+    namespaces.enter_private_mount_namespace()
     work = tempfile.mkdtemp(prefix="corral-bench-egress-")
     try:
         res = {"create": asyncio.run(creates(work, busybox_layer(work), args.rounds, args.gap)),
                "proxy": asyncio.run(proxy(work, args.download_mb, args.requests))}
     finally:
-        host.umount_tree(work)
+        mounts.umount_tree(work)
         shutil.rmtree(work, ignore_errors=True)
     c = res["create"]
     print(f"create p50: none {c['none']['create_p50_ms']} ms, allowlist {c['allowlist']['create_p50_ms']} ms "

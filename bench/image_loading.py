@@ -524,7 +524,7 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (mounts)")
-    from corral_node_agent.host import enter_private_mount_namespace
+    from corral_host.namespaces import enter_private_mount_namespace
 
     enter_private_mount_namespace()  # single-threaded still; our mounts vanish with us
     out = asyncio.run(main_async(args))

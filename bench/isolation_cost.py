@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from upper_disk import TmpfsUpper, busybox_layer, p50  # noqa: E402  (also puts the services on sys.path)
 
-from corral_node_agent import host  # noqa: E402
+from corral_host import mounts, namespaces  # noqa: E402
 
 ARMS = ("none", "+seccomp", "+disk", "+userns")
 RAW_CGROUP = "/corral-bench-iso"
@@ -39,10 +39,10 @@ def raw_bundle(work: str, layer: str, name: str) -> str:
     bundle = f"{work}/raw/{name}"
     for sub in ("upper", "rootfs"):
         os.makedirs(f"{bundle}/{sub}")
-    host.mount_tmpfs(f"{bundle}/upper", 64, 0o755)
+    mounts.mount_tmpfs(f"{bundle}/upper", 64, 0o755)
     os.makedirs(f"{bundle}/upper/u")
     os.makedirs(f"{bundle}/upper/w")
-    host.mount_overlay([layer], f"{bundle}/upper/u", f"{bundle}/upper/w", f"{bundle}/rootfs")
+    mounts.mount_overlay([layer], f"{bundle}/upper/u", f"{bundle}/upper/w", f"{bundle}/rootfs")
     config = {
         "ociVersion": "1.0.0",
         "process": {"args": ["/bin/sleep", "3600"], "cwd": "/", "user": {"uid": 1000, "gid": 1000},
@@ -115,7 +115,7 @@ async def run(work: str, layer: str, rounds: int, gap: float) -> dict:
             await crun("exec", sid, "/bin/true")
             t2 = time.perf_counter()
             await crun("delete", "--force", sid)
-            host.umount_tree(bundle)
+            mounts.umount_tree(bundle)
             shutil.rmtree(bundle, ignore_errors=True)
         else:
             backend = backends[arm]
@@ -140,7 +140,7 @@ async def run(work: str, layer: str, rounds: int, gap: float) -> dict:
             await asyncio.sleep(gap)
     for backend in backends.values():
         await backend.close()
-    from corral_node_agent.cgroups.detect import cgroup_driver
+    from corral_host.cgroups.detect import cgroup_driver
 
     cgroup_driver().cgroup(RAW_CGROUP).remove()
     return {arm: {"create_p50_ms": round(p50(create[arm]), 2), "exec_p50_ms": round(p50(execs[arm]), 2)}
@@ -156,13 +156,13 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (crun, mounts)")
-    host.enter_private_mount_namespace()
+    namespaces.enter_private_mount_namespace()
     work = tempfile.mkdtemp(prefix="corral-bench-iso-")
     CRUN_ROOT = f"{work}/crun-raw"
     try:
         res = asyncio.run(run(work, busybox_layer(work), args.rounds, args.gap))
     finally:
-        host.umount_tree(work)
+        mounts.umount_tree(work)
         shutil.rmtree(work, ignore_errors=True)
     none, raw = res["none"]["create_p50_ms"], res["raw"]["create_p50_ms"]
     print(f"{args.rounds} rounds, gap {args.gap}s")

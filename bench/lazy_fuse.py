@@ -146,9 +146,9 @@ def serve_floor(mnt: str, data: bytes, phase) -> dict:
 
 
 def child(impl: str, mb: int, which: str, seed: int) -> None:
-    from corral_node_agent import host
+    from corral_host import namespaces
 
-    host.private_mount_namespace()  # single-threaded still; the mount vanishes with us
+    namespaces.private_mount_namespace()  # single-threaded still; the mount vanishes with us
     data = os.urandom(mb << 20)  # content is irrelevant: the FUSE side is measured
     phase = (lambda p: sequential(p, len(data), seed)) if which == "seq" else (lambda p: random_reads(p, len(data), seed))
     with tempfile.TemporaryDirectory(prefix="corral-bench-fuse-") as mnt:

@@ -267,6 +267,8 @@ def node_agent_transport(vm_backend):
 async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: str, zram_device: str | None) -> dict:
     from corral_common.exec import ExecRequest
     from corral_common.sandboxes import SandboxSpec
+    from corral_host.cgroups.detect import cgroup_driver
+    from corral_host.cgroups.node import sandbox_cgroup_path
     from corral_memory_manager import metrics
     from corral_memory_manager.balloons.ksm import KsmPolicy
     from corral_memory_manager.balloons.policy import BalloonPolicy
@@ -276,8 +278,6 @@ async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: s
     from corral_memory_manager.reclaim.policy import ReclaimPolicy
     from corral_memory_manager.reclaim.service import ReclaimService
     from corral_node_agent.backends.types import RootFs
-    from corral_node_agent.cgroups.detect import cgroup_driver
-    from corral_node_agent.cgroups.node import sandbox_cgroup_path
     from corral_node_agent.sandboxes.activity import ActivityTracker
 
     tag = cfg.name.replace("+", "p")
@@ -474,7 +474,7 @@ def _ksm(knob: str) -> int:
 def prepare_images(work: str, deps_mb: int) -> tuple[dict, dict]:
     """The one image three ways: lz4hc EROFS file (virtio-blk) and its mount (containers), and
     the node's DAX variant (virtio-pmem)."""
-    from corral_node_agent import host
+    from corral_host import mounts
     from corral_node_agent.layers.dax import build_dax_image
 
     # QEMU runs as a dropped uid and opens the layer files: the path to them must be searchable.
@@ -493,7 +493,7 @@ def prepare_images(work: str, deps_mb: int) -> tuple[dict, dict]:
     sizes = {k: round(os.path.getsize(images[k]) / MIB, 1) for k in ("blk", "dax")}
     shutil.rmtree(tree)
     os.mkdir(images["mount"])
-    host.mount_erofs(images["containers"], images["mount"])
+    mounts.mount_erofs(images["containers"], images["mount"])
     return images, sizes
 
 
@@ -509,14 +509,14 @@ def evict_page_cache(path: str) -> None:
 
 
 async def main_async(args) -> list[dict]:
+    from corral_host import mounts
+    from corral_host.cgroups import node as node_cgroup
+    from corral_host.cgroups.detect import cgroup_driver
     from corral_memory_manager.reclaim.zram import ensure_zram_swap, remove_zram
-    from corral_node_agent import host
     from corral_node_agent.backends.container import ContainerBackend
     from corral_node_agent.backends.types import LayerFormat
     from corral_node_agent.backends.vm import guestkit
     from corral_node_agent.backends.vm.backend import FullVmBackend
-    from corral_node_agent.cgroups import node as node_cgroup
-    from corral_node_agent.cgroups.detect import cgroup_driver
     from corral_node_agent.settings import NodeAgentSettings
 
     class BlkVmBackend(FullVmBackend):
@@ -561,7 +561,7 @@ async def main_async(args) -> list[dict]:
         for backend in backends.values():
             await backend.close()
         node_cgroup.release(driver, node_id)
-        host.umount_tree(work)
+        mounts.umount_tree(work)
         shutil.rmtree(work, ignore_errors=True)
     return results
 
@@ -603,9 +603,9 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root")
-    from corral_node_agent import host
+    from corral_host import namespaces
 
-    host.enter_private_mount_namespace()  # single-threaded still: crun needs the hybrid layout hidden
+    namespaces.enter_private_mount_namespace()  # single-threaded still: crun needs the hybrid layout hidden
     results = asyncio.run(main_async(args))
     print_table(results)
     if args.json:

@@ -93,7 +93,7 @@ def _libc_mount():
 
 def floor_worker(n: int, concurrency: int, work: str) -> dict:
     """Runs inside `unshare -m` with /sys/fs/cgroup/unified unmounted; prints JSON."""
-    from corral_node_agent.cgroups.detect import cgroup_driver
+    from corral_host.cgroups.detect import cgroup_driver
 
     crun = shutil.which("crun") or "crun"
     w = Path(work)

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 for sub in ("libs/common", "services/node-agent", "services/image-service"):
     sys.path.insert(0, str(ROOT / sub))
 
-from corral_node_agent import host  # noqa: E402
+from corral_host import mounts, namespaces  # noqa: E402
 
 KINDS = ("tmpfs", "pool", "made")
 
@@ -36,7 +36,7 @@ class TmpfsUpper:
     """The upper as it was: a tmpfs of disk_mb mounted by the agent."""
 
     def mount(self, image, target, quota):
-        host.mount_tmpfs(target, quota.size_mb, 0o755)
+        mounts.mount_tmpfs(target, quota.size_mb, 0o755)
 
         class Nothing:
             def to_json(self):
@@ -61,7 +61,7 @@ def busybox_layer(work: str) -> str:
     build_busybox(f"{work}/root")
     subprocess.run(["mkfs.erofs", "-zlz4hc", f"{work}/base.erofs", f"{work}/root"], check=True, capture_output=True)
     os.mkdir(f"{work}/base")
-    host.mount_erofs(f"{work}/base.erofs", f"{work}/base")
+    mounts.mount_erofs(f"{work}/base.erofs", f"{work}/base")
     return f"{work}/base"
 
 
@@ -126,12 +126,12 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (crun, mounts)")
-    host.enter_private_mount_namespace()
+    namespaces.enter_private_mount_namespace()
     work = tempfile.mkdtemp(prefix="corral-bench-disk-")
     try:
         asyncio.run(run(work, busybox_layer(work), args.rounds, args.disk_mb, args.gap))
     finally:
-        host.umount_tree(work)
+        mounts.umount_tree(work)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -22,10 +22,10 @@ def container_skip_reason() -> str:
     missing = [t for t in ("crun", "mkfs.erofs", "busybox") if shutil.which(t) is None]
     if missing:
         return f"missing tools: {', '.join(missing)}"
-    from corral_node_agent import host
+    from corral_host import namespaces
 
     try:
-        host.enter_private_mount_namespace()
+        namespaces.enter_private_mount_namespace()
     except OSError as exc:
         return f"cannot enter a private mount namespace: {exc}"
     return ""

@@ -26,9 +26,9 @@ def contract_dir():
     path = tempfile.mkdtemp(prefix=f"corral-contract-{uuid.uuid4().hex[:8]}-")
     yield path
     if not CONTAINER_SKIP:
-        from corral_node_agent import host
+        from corral_host import mounts
 
-        host.umount_tree(path)
+        mounts.umount_tree(path)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -51,10 +51,10 @@ def busybox_mount(contract_dir, busybox_erofs) -> str:
     """The same layer mounted, as containers take it."""
     if CONTAINER_SKIP:
         pytest.skip(CONTAINER_SKIP)
-    from corral_node_agent import host
+    from corral_host import mounts
 
     mnt = f"{contract_dir}/busybox-mnt"
     os.mkdir(mnt)
-    host.mount_erofs(busybox_erofs, mnt)
+    mounts.mount_erofs(busybox_erofs, mnt)
     yield mnt
-    host.umount(mnt)
+    mounts.umount(mnt)

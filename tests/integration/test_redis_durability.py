@@ -187,9 +187,9 @@ async def platform(redis_server, amqp_url):
         images.should_exit = True
         await images_task
         await redis.aclose()
-        from corral_node_agent import host
+        from corral_host import mounts
 
-        host.umount_tree(work)
+        mounts.umount_tree(work)
         shutil.rmtree(work, ignore_errors=True)
 
 

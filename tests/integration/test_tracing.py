@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 if os.geteuid() == 0 and shutil.which("crun"):
-    from corral_node_agent.host import enter_private_mount_namespace
+    from corral_host.namespaces import enter_private_mount_namespace
 
     enter_private_mount_namespace()  # at import: unshare needs a single-threaded process
 

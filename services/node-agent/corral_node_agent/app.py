@@ -13,11 +13,11 @@ from corral_common.logging import configure_logging
 from corral_common.metrics import install_metrics, on_state
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_host.cgroups import node as node_cgroup
+from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent import capacity as node_capacity
 from corral_node_agent import metrics
 from corral_node_agent.backends.base import SandboxBackend
-from corral_node_agent.cgroups import node as node_cgroup
-from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.events.pulse import LivenessPulse
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     from corral_common.serving import serve
-    from corral_node_agent.host import enter_private_mount_namespace, raise_open_files_limit
+    from corral_host.namespaces import enter_private_mount_namespace
+    from corral_node_agent.capacity.open_files import raise_open_files_limit
 
     args = sys.argv[1:] if argv is None else argv
     # Must run while the process is still single-threaded (before uvicorn and the loop).

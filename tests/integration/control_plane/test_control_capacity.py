@@ -13,11 +13,11 @@ import pytest
 
 from corral_common.sandboxes import SandboxSpec
 from corral_common.state import StateStore
+from corral_host.cgroups.detect import cgroup_driver
+from corral_host.cgroups.node import node_cgroup_path
 from corral_node_agent import capacity
 from corral_node_agent.capacity.registry import HostRegistry
 from corral_node_agent.capacity.resources import Host, Resources, host_budget, total
-from corral_node_agent.cgroups.detect import cgroup_driver
-from corral_node_agent.cgroups.node import node_cgroup_path
 from corral_node_agent.settings import NodeAgentSettings
 
 HOST = Host(cpus=2.0, memory_mb=24105, tasks=32768)  # the machine of findings 3 and 4

@@ -147,8 +147,8 @@ def test_workers_of_a_dead_agent_below_its_node_cgroup_are_removed_with_their_pr
     import subprocess
     import uuid
 
-    from corral_node_agent.cgroups.detect import cgroup_driver
-    from corral_node_agent.cgroups.node import fncall_cgroup_path, node_cgroup_path
+    from corral_host.cgroups.detect import cgroup_driver
+    from corral_host.cgroups.node import fncall_cgroup_path, node_cgroup_path
     from corral_node_agent.fncall.service import CGROUP_FILE, OWNER_FILE, remove_stale_instances
 
     finished = subprocess.Popen(["true"])

@@ -51,11 +51,11 @@ SESSION = uuid.uuid4().hex[:8]
 def work_dir():
     if SKIP_REASON:
         pytest.skip(SKIP_REASON)
-    from corral_node_agent import host
+    from corral_host import mounts
 
     path = tempfile.mkdtemp(prefix=f"corral-node-itest-{SESSION}-")
     yield path
-    host.umount_tree(path)
+    mounts.umount_tree(path)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -70,7 +70,7 @@ async def layer_caches(state_dir):
     test's state dir (lazy, 1 GiB chunk cache, 5 s fetch deadline, no prefetch unless told),
     like one run of an agent. Every cache made is closed after the test, newest first (as
     agents run one after another), and nothing may stay mounted under the state dir."""
-    from corral_node_agent import host
+    from corral_host import mounts
     from corral_node_agent.layers import LayerCache
     from corral_node_agent.settings import LayerSettings
 
@@ -86,7 +86,7 @@ async def layer_caches(state_dir):
     servers = {cache.lazy.server.pid for cache in made} - {None}
     for cache in reversed(made):
         await cache.aclose()
-    assert [m for m in host.mountpoints() if m.startswith(state_dir)] == []
+    assert [m for m in mounts.mountpoints() if m.startswith(state_dir)] == []
     # A lazy-layer server exits by itself once no agent is connected and nothing is mounted.
     lingering = []
     for pid in servers:
@@ -116,10 +116,10 @@ def erofs_image(work_dir) -> str:
 
 @pytest.fixture(scope="session")
 def base_layer(erofs_image, work_dir):
-    from corral_node_agent import host
+    from corral_host import mounts
 
     mnt = f"{work_dir}/base-mnt"
     os.mkdir(mnt)
-    host.mount_erofs(erofs_image, mnt)
+    mounts.mount_erofs(erofs_image, mnt)
     yield mnt
-    host.umount(mnt)
+    mounts.umount(mnt)

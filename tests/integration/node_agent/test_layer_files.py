@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from corral_common.contracts.images import EnvironmentLayer
+from corral_host import mounts
 from corral_image_service.builders import build_busybox
-from corral_node_agent import host
 from corral_node_agent.errors import DiskImageNotFound, ImageUnavailable
 from corral_node_agent.layers.dax import DAX_ALIGN, sidecar_path
 
@@ -221,14 +221,14 @@ async def test_dax_variant_is_an_uncompressed_padded_copy_built_once(images, new
     # Same tree, same content, ownership, modes, xattrs and hard links as the layer.
     (src_mnt,) = await cache.acquire([base])
     dax_mnt = tempfile.mkdtemp(prefix="dax-mnt-", dir=work_dir)
-    host.mount_erofs(path, dax_mnt)
+    mounts.mount_erofs(path, dax_mnt)
     try:
         src_facts, dax_facts = await asyncio.to_thread(_tree_facts, src_mnt), _tree_facts(dax_mnt)
         assert dax_facts == src_facts
         assert src_facts["opt/data/owned"][1:3] == (1234, 5678)
         assert dict(src_facts["opt/data/suid"][6])["security.capability"]
     finally:
-        host.umount(dax_mnt)
+        mounts.umount(dax_mnt)
         await cache.release([base])
 
     for _ in range(4):

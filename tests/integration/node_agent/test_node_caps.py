@@ -11,10 +11,10 @@ import pytest_asyncio
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
+from corral_host.cgroups import node as node_cgroup
+from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.backends.types import RootFs
-from corral_node_agent.cgroups import node as node_cgroup
-from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.settings import NodeAgentSettings
 from tests.polling import until
 

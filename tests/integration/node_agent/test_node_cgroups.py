@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_host.cgroups.detect import cgroup_driver
 
 
 @pytest.fixture

@@ -16,12 +16,13 @@ import pytest_asyncio
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent import host, loopdev
+from corral_host import loopdev, mounts
+from corral_host.cgroups.mounts import cgroup_mounts
+from corral_host.cgroups.v1 import V1Driver
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.container import ContainerBackend, oci
 from corral_node_agent.backends.types import RootFs
-from corral_node_agent.cgroups.mounts import cgroup_mounts
-from corral_node_agent.cgroups.v1 import V1Driver
+from corral_node_agent.capacity import open_files
 from corral_node_agent.errors import BadInput, Conflict, NotFound, StartFailed, TooLarge
 from corral_node_agent.settings import NodeAgentSettings
 from tests.integration.node_agent.sandbox_paths import root_of
@@ -121,7 +122,7 @@ async def test_an_image_without_a_shell_starts(backend, work_dir, tmp_path):
     image, mnt = tmp_path / "noshell.erofs", tmp_path / "noshell"
     subprocess.run(["mkfs.erofs", str(image), str(root)], check=True, capture_output=True)
     mnt.mkdir()
-    host.mount_erofs(str(image), str(mnt))
+    mounts.mount_erofs(str(image), str(mnt))
     try:
         sid = "t-" + uuid.uuid4().hex[:10]
         await backend.start(sid, SandboxSpec(environment="noshell", memory_mb=64, disk_mb=16, pids_limit=16),
@@ -131,7 +132,7 @@ async def test_an_image_without_a_shell_starts(backend, work_dir, tmp_path):
         assert (await backend.exec(sid, run(["/opt/busybox", "test", "-e", "/bin/sh"]))).exit_code == 1
         await backend.stop(sid)
     finally:
-        host.umount(str(mnt))
+        mounts.umount(str(mnt))
 
 
 async def test_yes_is_capped_and_quick(backend, base_layer):
@@ -309,10 +310,10 @@ async def test_stop_leaves_nothing(backend, base_layer):
     image = f"{bundle}/upper.img"
     # Running: its disk is bound to a loop device and mounted only in the container's namespace.
     assert loopdev.devices_backed_by(image)
-    assert not any(m.startswith(bundle) for m in host.mountpoints())
+    assert not any(m.startswith(bundle) for m in mounts.mountpoints())
     usage = await backend.stop(sid)
     assert usage.wall_time_s > 0 and usage.peak_memory_bytes > 0
-    assert not any(m.startswith(bundle) for m in host.mountpoints())
+    assert not any(m.startswith(bundle) for m in mounts.mountpoints())
     # Released everywhere: the loop device let go of the (deleted) image.
     await until(lambda: not loopdev.devices_backed_by(image), timeout_s=10, what="the disk's loop device to clear")
     assert not os.path.exists(bundle)
@@ -327,7 +328,7 @@ async def test_stop_leaves_nothing(backend, base_layer):
 
 async def test_a_running_sandbox_holds_at_most_its_share_of_the_agents_descriptors(backend, base_layer):
     # RLIMIT_NOFILE bounds a node's sandboxes at (limit - reserve) / FDS_PER_SANDBOX
-    # (host.py): what a sandbox keeps open after its start, its execs, file calls and memory
+    # (capacity/open_files.py): what a sandbox keeps open after its start, its execs, file calls and memory
     # samples must stay within that, or a dense node fails starts with EMFILE.
     from corral_node_agent.memory.accounting import MemoryAccounting
 
@@ -343,7 +344,7 @@ async def test_a_running_sandbox_holds_at_most_its_share_of_the_agents_descripto
     accounting.sample(sids)
     accounting.sample(sids)
     held = len(os.listdir("/proc/self/fd")) - before
-    assert held <= len(sids) * host.FDS_PER_SANDBOX, (held, sorted(os.listdir("/proc/self/fd")))
+    assert held <= len(sids) * open_files.FDS_PER_SANDBOX, (held, sorted(os.listdir("/proc/self/fd")))
     for sid in sids:
         accounting.forget(sid)
         await backend.stop(sid)
@@ -426,7 +427,7 @@ async def test_running_sandboxes_are_mounted_nowhere_in_the_agents_namespace(bac
     # Every crun run copies the agent's mount namespace: mounts kept there per sandbox would
     # make each create slower the more the node runs. Files and commit still reach them.
     sids = [await started(backend, base_layer) for _ in range(3)]
-    assert not [m for m in host.mountpoints() if m.startswith(backend.sandboxes_dir)]
+    assert not [m for m in mounts.mountpoints() if m.startswith(backend.sandboxes_dir)]
     for i, sid in enumerate(sids):
         await backend.write_file(sid, "/home/user/mine.txt", f"sandbox {i}\n".encode())
         await backend.exec(sid, run("mkdir -p /home/user/made && echo inside > /home/user/made/f"))
@@ -467,7 +468,7 @@ async def test_cleanup_orphans(backend, base_layer):
     again = ContainerBackend(backend.settings)
     await again.cleanup_orphans()
     assert os.listdir(again.sandboxes_dir) == []
-    assert not any(m.startswith(again.sandboxes_dir) for m in host.mountpoints())
+    assert not any(m.startswith(again.sandboxes_dir) for m in mounts.mountpoints())
     # The first backend may already have seen its container die (pidfd) and cleaned up.
     backend._sandboxes.pop(sid, None)
 

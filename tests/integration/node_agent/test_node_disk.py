@@ -18,7 +18,7 @@ from fastapi import FastAPI
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent import host, loopdev
+from corral_host import loopdev, mounts
 from corral_node_agent.backends.container import ContainerBackend, bundle
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.errors import DiskFull
@@ -167,7 +167,7 @@ async def test_the_disk_goes_with_the_sandbox(backend, base_layer):
     await backend.exec(sid, sh("dd if=/dev/zero of=/home/user/f bs=1M count=40"))
     await backend.stop(sid)
     assert not os.path.exists(directory)
-    assert not any(m.startswith(directory) for m in host.mountpoints())
+    assert not any(m.startswith(directory) for m in mounts.mountpoints())
     await disk_gone(image)
     # Cleared itself: free, or already reused for another image (the pool refills meanwhile).
     assert (loopdev.backing_file(device) or "").removesuffix(" (deleted)") != image
@@ -176,20 +176,20 @@ async def test_the_disk_goes_with_the_sandbox(backend, base_layer):
 PREVIOUS_AGENT = """
 import asyncio, sys
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent import host
+from corral_host import loopdev, mounts, namespaces
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.settings import NodeAgentSettings
 
 async def main(state_dir, node_id, sid, erofs):
     backend = ContainerBackend(NodeAgentSettings(node_id=node_id, state_dir=state_dir))
-    host.mount_erofs(erofs, state_dir + "/base")
+    mounts.mount_erofs(erofs, state_dir + "/base")
     await backend.start(sid, SandboxSpec(environment="busybox", memory_mb=64, disk_mb=32), RootFs([state_dir + "/base"]))
     await backend.write_file(sid, "/home/user/before.bin", b"x" * (8 << 20))
     print("READY", flush=True)
     await asyncio.sleep(3600)
 
-host.enter_private_mount_namespace()
+namespaces.enter_private_mount_namespace()
 asyncio.run(main(*sys.argv[1:]))
 """
 
@@ -254,7 +254,7 @@ def test_a_disk_has_disk_mb_free_and_its_size_is_formatted_once(state_dir, size_
         st = os.statvfs(f"{state_dir}/a")
         assert size_mb * MIB <= st.f_bavail * st.f_frsize <= size_mb * MIB + TOLERANCE
     finally:
-        host.umount(f"{state_dir}/a")
+        mounts.umount(f"{state_dir}/a")
     (template,) = os.listdir(disks.templates)
     made = os.stat(f"{disks.templates}/{template}").st_ino
     disks.make(f"{state_dir}/b.img", DiskQuota(size_mb * MIB))
@@ -272,7 +272,7 @@ def test_discard_shuts_down_only_the_disk_it_is_given(state_dir):
         os.makedirs(f"{state_dir}/{name}")
     disks.mount(f"{state_dir}/mine.img", f"{state_dir}/mine", DiskQuota(16 * MIB))
     disks.mount(f"{state_dir}/other.img", f"{state_dir}/other", DiskQuota(16 * MIB))
-    host.mount_tmpfs(f"{state_dir}/tmp", 16)
+    mounts.mount_tmpfs(f"{state_dir}/tmp", 16)
     try:
         disks.discard(f"{state_dir}/other", f"{state_dir}/mine.img")  # not its disk
         disks.discard(f"{state_dir}/tmp", f"{state_dir}/mine.img")  # not a disk
@@ -285,7 +285,7 @@ def test_discard_shuts_down_only_the_disk_it_is_given(state_dir):
                 fh.write(b"shut down")
     finally:
         for name in ("mine", "other", "tmp"):
-            host.umount(f"{state_dir}/{name}")
+            mounts.umount(f"{state_dir}/{name}")
 
 
 async def test_disks_are_kept_ready_for_recent_sizes_and_removed_with_the_backend(state_dir, node_id, base_layer):
@@ -299,7 +299,7 @@ async def test_disks_are_kept_ready_for_recent_sizes_and_removed_with_the_backen
             return [d.image for d in pool._ready.get(size_mb, [])]
 
     def staged_mounts() -> list[str]:
-        return [m for m in host.mountpoints() if m.startswith(pool.directory)]
+        return [m for m in mounts.mountpoints() if m.startswith(pool.directory)]
 
     first = await started(backend, base_layer, disk_mb=40)  # made on the spot; 40 MiB is kept ready from now on
     await until(lambda: len(ready(40)) == 2, timeout_s=30, what="two ready 40 MiB disks")
@@ -320,7 +320,7 @@ async def test_disks_are_kept_ready_for_recent_sizes_and_removed_with_the_backen
     assert len(staged_mounts()) >= 2
     await backend.close()
     assert staged_mounts() == [] and not os.path.exists(pool.directory)
-    assert not [m for m in host.mountpoints() if m.startswith(state_dir)]
+    assert not [m for m in mounts.mountpoints() if m.startswith(state_dir)]
 
 
 def test_a_new_agent_run_removes_the_ready_disks_a_previous_one_left(state_dir, node_id):

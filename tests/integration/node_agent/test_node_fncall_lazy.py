@@ -21,8 +21,8 @@ import pytest
 
 from corral_api.fncall.rpc import FncallRpc
 from corral_common.contracts.fncall import FncallJob
-from corral_node_agent.cgroups.detect import cgroup_driver
-from corral_node_agent.cgroups.node import node_cgroup_path
+from corral_host.cgroups.detect import cgroup_driver
+from corral_host.cgroups.node import node_cgroup_path
 from corral_node_agent.fncall.service import FncallPools
 from corral_node_agent.fncall.settings import FncallNodeSettings
 from tests.integration.node_agent.fake_image_service import FakeImageService

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral_node_agent import host
+from corral_host.mounts import bind_mount, mountpoints, umount
 from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.layers import mounts
 from tests.integration.node_agent.fake_image_service import CHUNK, FakeImageService, ServedLayer
@@ -86,7 +86,7 @@ def fake(image_service):
 
 
 def _mounts_under(path: str) -> list[str]:
-    return [m for m in host.mountpoints() if m.startswith(path)]
+    return [m for m in mountpoints() if m.startswith(path)]
 
 
 @pytest.fixture
@@ -393,11 +393,11 @@ def _sandbox_view(mnt: str, tmp_path) -> Iterator[str]:
     """A sandbox's own copy of a layer mount (a container's mount namespace holds one)."""
     view = f"{tmp_path}/sandbox-view"
     os.mkdir(view)
-    host.bind_mount(mnt, view)
+    bind_mount(mnt, view)
     try:
         yield view
     finally:
-        host.umount(view)
+        umount(view)
 
 
 async def test_an_agent_restart_keeps_serving_the_layer_and_reuses_its_server(fake, new_cache, state_dir, tmp_path):
@@ -406,7 +406,7 @@ async def test_an_agent_restart_keeps_serving_the_layer_and_reuses_its_server(fa
     crashed = new_cache()
     [mnt] = await crashed.acquire([ws])  # never released: the agent dies with it mounted
     pid = crashed.lazy.server.pid
-    assert not any(m.startswith(f"{state_dir}/layers/lazy") for m in host.mountpoints()), \
+    assert not any(m.startswith(f"{state_dir}/layers/lazy") for m in mountpoints()), \
         "the FUSE mount lives in the server's namespace, not the agent's"
     with _sandbox_view(mnt, tmp_path) as sandbox:
         assert await asyncio.to_thread(_read, f"{sandbox}/{_file(1)}") == _read(f"{ws_tree}/{_file(1)}")

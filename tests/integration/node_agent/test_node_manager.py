@@ -14,7 +14,7 @@ import pytest_asyncio
 from fastapi import FastAPI
 
 from corral_common.sandboxes import FailureReason, SandboxSpec
-from corral_node_agent import host
+from corral_host import mounts
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.errors import StartFailed
 from corral_node_agent.http_errors import install_node_error_handlers
@@ -119,10 +119,10 @@ async def test_create_exec_files_delete(node):
     assert manager.count() == 0
     # The unused layer stays mounted for the next sandbox (a cache) until the agent closes.
     assert manager.layers.refcount("sha256:" + digest_hex) == 0
-    assert [m for m in host.mountpoints() if m.startswith(manager.layers.root)] == [
+    assert [m for m in mounts.mountpoints() if m.startswith(manager.layers.root)] == [
         manager.layers.mounts.path("sha256:" + digest_hex)]
     await manager.close()
-    assert not any(m.startswith(manager.layers.root) for m in host.mountpoints())
+    assert not any(m.startswith(manager.layers.root) for m in mounts.mountpoints())
 
 
 async def test_unknown_environment_is_image_unavailable(node):
@@ -149,13 +149,13 @@ async def test_exit_listener(node):
     await asyncio.wait_for(ended.wait(), 10)
     assert seen == [("m4", "timeout")]
     assert manager.count() == 0
-    assert not any(m.startswith(f"{manager.backend.sandboxes_dir}/m4") for m in host.mountpoints())
+    assert not any(m.startswith(f"{manager.backend.sandboxes_dir}/m4") for m in mounts.mountpoints())
 
 
 async def test_usage_carries_the_sandboxs_measured_memory_and_a_container_has_no_balloon(node, node_id):
     """The manager's accounting (one sample per pass, as the agent's loop runs it) ends up in the
     Usage that delete returns; a container answers the balloon route with a JSON 409."""
-    from corral_node_agent.cgroups.detect import cgroup_driver
+    from corral_host.cgroups.detect import cgroup_driver
     from corral_node_agent.memory.accounting import MemoryAccounting
 
     manager, client, _ = node
@@ -178,7 +178,7 @@ async def test_usage_carries_the_sandboxs_measured_memory_and_a_container_has_no
 async def test_a_full_node_refuses_a_create_and_leaves_nothing_of_it(node, state_dir):
     """The agent's own count cap (it agrees with what the scheduler was told, so this is the
     backstop for a placement that raced): a clear refusal before anything is made."""
-    from corral_node_agent.cgroups.node import sandbox_cgroup_path
+    from corral_host.cgroups.node import sandbox_cgroup_path
     from corral_node_agent.errors import Unavailable
 
     manager, _client, _hits = node
@@ -195,7 +195,7 @@ async def test_a_full_node_refuses_a_create_and_leaves_nothing_of_it(node, state
     assert not os.path.exists(f"{state_dir}/owners/full-2.json")
     cgroup = sandbox_cgroup_path(manager.backend.settings.node_id, "full-2").lstrip("/")
     assert not [h for h in ("memory", "pids", "cpu,cpuacct") if os.path.exists(f"/sys/fs/cgroup/{h}/{cgroup}")]
-    assert not [m for m in host.mountpoints() if "full-2" in m]
+    assert not [m for m in mounts.mountpoints() if "full-2" in m]
     assert {d: manager.layers.refcount("sha256:" + d) for d in os.listdir(manager.layers.mounts.dir)} == layer_refs
     await manager.delete("full-1")
     await manager.create("full-2", spec)  # room again: it starts

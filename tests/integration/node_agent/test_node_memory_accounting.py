@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from corral_common.sandboxes import Usage
-from corral_node_agent.cgroups.detect import cgroup_driver
-from corral_node_agent.cgroups.node import node_cgroup_path, sandbox_cgroup_path
+from corral_host.cgroups.detect import cgroup_driver
+from corral_host.cgroups.node import node_cgroup_path, sandbox_cgroup_path
 from corral_node_agent.memory.accounting import MIB, MemoryAccounting
 
 ALLOC_MIB = 96

@@ -11,8 +11,8 @@ import pytest_asyncio
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import FailureReason, SandboxSpec
+from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.backends.container import ContainerBackend
-from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import StartFailed
 from corral_node_agent.layers import LayerCache
 from corral_node_agent.memory.accounting import MemoryAccounting

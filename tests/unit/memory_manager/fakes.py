@@ -1,6 +1,6 @@
 """Stand-in cgroups for the reclaim loop's unit tests: cpu time grows at a set rate on a fake clock."""
 
-from corral_node_agent.cgroups.base import MemoryReading
+from corral_host.cgroups.base import MemoryReading
 
 MIB = 1 << 20
 

@@ -115,7 +115,7 @@ def test_the_agent_raises_its_descriptor_limit_and_knows_what_it_holds():
 
     code = (
         "import os, resource\n"
-        "from corral_node_agent.host import raise_open_files_limit, sandboxes_open_files_allow, FDS_PER_SANDBOX\n"
+        "from corral_node_agent.capacity.open_files import raise_open_files_limit, sandboxes_open_files_allow, FDS_PER_SANDBOX\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
         "new = raise_open_files_limit()\n"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from corral_node_agent.cgroups import v2
-from corral_node_agent.cgroups.detect import cgroup_driver
-from corral_node_agent.cgroups.files import ControlFiles, flat_keyed
-from corral_node_agent.cgroups.v2 import AGENT_LEAF, V2Driver, own_cgroup, render_cpu_max
+from corral_host.cgroups import v2
+from corral_host.cgroups.detect import cgroup_driver
+from corral_host.cgroups.files import ControlFiles, flat_keyed
+from corral_host.cgroups.v2 import AGENT_LEAF, V2Driver, own_cgroup, render_cpu_max
 
 MIB = 1 << 20
 
@@ -288,7 +288,7 @@ def test_v2_memory_reading_is_current_less_inactive_file(tmp_path):
 
 
 def test_v1_memory_reading_is_usage_less_total_inactive_file(tmp_path):
-    from corral_node_agent.cgroups.v1 import V1Driver
+    from corral_host.cgroups.v1 import V1Driver
 
     mem = tmp_path / "memory"
     leaf = mem / "corral/n1/sb-1"
@@ -303,7 +303,7 @@ def test_v1_memory_reading_is_usage_less_total_inactive_file(tmp_path):
 
 
 def test_keyed_value_finds_one_key_without_confusing_prefixes():
-    from corral_node_agent.cgroups.files import keyed_value
+    from corral_host.cgroups.files import keyed_value
 
     text = "inactive_file 5\ntotal_inactive_file 7\nswap 1\ntotal_swap 9"
     assert keyed_value(text, "inactive_file") == 5

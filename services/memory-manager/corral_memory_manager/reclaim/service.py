@@ -22,6 +22,9 @@ from corral_common.contracts.memory import SandboxActivity
 from corral_common.errors import CorralError
 from corral_common.logging import get_logger
 from corral_common.pacing import duty_capped_delay
+from corral_host.cgroups.base import Cgroup, CgroupDriver
+from corral_host.cgroups.detect import cgroup_driver
+from corral_host.cgroups.node import node_cgroup_path, sandbox_cgroup_path
 from corral_memory_manager import metrics
 from corral_memory_manager.reclaim import pageout
 from corral_memory_manager.reclaim.idleness import VM_KINDS, IdleRule, IdleWatch, observe
@@ -33,9 +36,6 @@ from corral_memory_manager.reclaim.pressure import (
     read_host_pressure,
     under_pressure,
 )
-from corral_node_agent.cgroups.base import Cgroup, CgroupDriver
-from corral_node_agent.cgroups.detect import cgroup_driver
-from corral_node_agent.cgroups.node import node_cgroup_path, sandbox_cgroup_path
 
 log = get_logger(__name__)
 

@@ -7,6 +7,10 @@ settings.
 """
 
 from corral_common.logging import get_logger
+from corral_host.cgroups import node as node_cgroup
+from corral_host.cgroups.base import CgroupDriver
+from corral_host.cgroups.detect import cgroup_driver
+from corral_node_agent.capacity.open_files import sandboxes_open_files_allow
 from corral_node_agent.capacity.registry import Claim, HostRegistry, agent_key
 from corral_node_agent.capacity.resources import (
     Host,
@@ -17,11 +21,7 @@ from corral_node_agent.capacity.resources import (
     read_host,
     wanted,
 )
-from corral_node_agent.cgroups import node as node_cgroup
-from corral_node_agent.cgroups.base import CgroupDriver
-from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.fncall.service import worker_tasks
-from corral_node_agent.host import sandboxes_open_files_allow
 from corral_node_agent.isolation.userns import id_range_count
 from corral_node_agent.settings import NodeAgentSettings
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral_common.contracts.fncall import CaseResult, CompileResult, FncallJob, FncallResult, Verdict, safe_relpath
-from corral_node_agent.cgroups.base import Cgroup, RunStats
-from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_host.cgroups.base import Cgroup, RunStats
+from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS, Runtime
 from corral_node_agent.isolation import procfs

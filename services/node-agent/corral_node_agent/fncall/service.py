@@ -18,9 +18,9 @@ from aio_pika.abc import AbstractRobustConnection
 
 from corral_common.amqp import PUBLISH_TIMEOUT_S, connect
 from corral_common.logging import get_logger
-from corral_node_agent import host
-from corral_node_agent.cgroups.detect import cgroup_driver
-from corral_node_agent.cgroups.node import fncall_cgroup_path
+from corral_host import mounts
+from corral_host.cgroups.detect import cgroup_driver
+from corral_host.cgroups.node import fncall_cgroup_path
 from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.fncall.executor import ExecutorConfig, check_host
 from corral_node_agent.fncall.pool import RuntimePool
@@ -173,8 +173,8 @@ class FncallPools:
         # namespace, so nothing shows on the host).
         root = RUNTIME_ROOT_DIR / self.instance
         root.mkdir(mode=0o755, parents=True, exist_ok=True)
-        if not host.is_mountpoint(str(root)):
-            host.bind_mount(mount, str(root))
+        if not mounts.is_mountpoint(str(root)):
+            mounts.bind_mount(mount, str(root))
         return root, ""
 
     async def _mount_root_when_ready(self) -> Path:
@@ -192,7 +192,7 @@ class FncallPools:
             await asyncio.sleep(self.settings.rootfs_poll_s)
 
     async def _drop_root(self) -> None:
-        host.umount(str(RUNTIME_ROOT_DIR / self.instance))
+        mounts.umount(str(RUNTIME_ROOT_DIR / self.instance))
         held, self._held_layers = self._held_layers, []
         if held:
             await self.layers.release(held)

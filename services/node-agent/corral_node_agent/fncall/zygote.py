@@ -35,7 +35,7 @@ from pathlib import Path
 
 from corral_common.contracts.fncall import FncallJob, FncallResult, Verdict, safe_relpath
 from corral_common.logging import get_logger
-from corral_node_agent.cgroups.detect import cgroup_driver
+from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import RuntimeFailure
 from corral_node_agent.fncall.executor import (
     FILE_SIZE_LIMIT,

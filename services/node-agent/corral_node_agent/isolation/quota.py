@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent import host, loopdev
+from corral_host import files, loopdev, mounts
 from corral_node_agent.errors import RuntimeFailure, Unavailable
 
 log = get_logger(__name__)
@@ -136,7 +136,7 @@ class UpperDisks:
             if self.preallocate:
                 fd = os.open(image, os.O_RDWR | os.O_CLOEXEC)
                 try:
-                    host.fallocate(fd, size)
+                    files.fallocate(fd, size)
                 except OSError as exc:
                     if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                         raise
@@ -259,14 +259,14 @@ class UpperDisks:
         try:
             device, fd = loopdev.attach(image, direct_io=False)
             try:
-                host.mount_ext4(device, probe, MOUNT_OPTIONS, readonly=True)
+                mounts.mount_ext4(device, probe, MOUNT_OPTIONS, readonly=True)
             finally:
                 os.close(fd)
             try:
                 st = os.statvfs(probe)
                 return st.f_bavail * st.f_frsize
             finally:
-                host.umount(probe)
+                mounts.umount(probe)
         finally:
             os.rmdir(probe)
 
@@ -320,7 +320,7 @@ class _Pool:
             return None
         try:
             os.rename(disk.image, image)
-            host.move_mount(_mountpoint(disk), target)
+            mounts.move_mount(_mountpoint(disk), target)
         except OSError as exc:  # image in another filesystem than the pool (EXDEV): not reusable
             log.warning("disk.pool_take_failed", error=str(exc))
             if os.path.exists(image):
@@ -399,7 +399,7 @@ class _Pool:
         mountpoint = _mountpoint(disk)
         UpperDisks.discard(mountpoint, disk.image)
         try:
-            host.umount(mountpoint)
+            mounts.umount(mountpoint)
             os.rmdir(mountpoint)
         except OSError:
             pass
@@ -416,7 +416,7 @@ def _attach_and_mount(image: str, target: str) -> None:
         # Device nodes open: the sandbox's /dev lives here (backends/container/bundle.py). A
         # sandbox cannot make device nodes (no CAP_MKNOD; the devices cgroup allows only its
         # own few), and its overlay root, which covers this disk's upper/, never was nodev.
-        host.mount_ext4(device, target, MOUNT_OPTIONS, devices=True)
+        mounts.mount_ext4(device, target, MOUNT_OPTIONS, devices=True)
     finally:
         os.close(fd)
 

@@ -13,7 +13,7 @@ import os
 
 from corral_common.contracts.images import digest_hex
 from corral_common.logging import get_logger
-from corral_node_agent import host
+from corral_host import mounts
 from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.layers.lazy.loader import LazyLoader
 from corral_node_agent.layers.store import BlobStore
@@ -56,13 +56,13 @@ class LayerMounts:
                         self._dead.discard(d)
                         mnt = self.path(d)
                         os.makedirs(mnt, exist_ok=True)
-                        if not host.is_mountpoint(mnt):
+                        if not mounts.is_mountpoint(mnt):
                             src = self.store.source_path(d)
                             if src == self.lazy.path(d):
                                 # Reads go through our FUSE workers: keep them off the loop.
                                 await asyncio.to_thread(self.lazy.mount, d, mnt)
                             else:
-                                host.mount_erofs(src, mnt)
+                                mounts.mount_erofs(src, mnt)
                     self._refs[d] = self._refs.get(d, 0) + 1
                     taken.append(d)
             except OSError as exc:
@@ -101,7 +101,7 @@ class LayerMounts:
             return
         mnt = self.path(digest)
         try:
-            host.umount(mnt)
+            mounts.umount(mnt)
             os.rmdir(mnt)
         except OSError:
             log.exception("layer.umount_failed", digest=digest)
@@ -115,7 +115,7 @@ class LayerMounts:
     def detach(self, digest: str) -> None:
         """Unmount a layer whatever holds it (its lazy file went away)."""
         try:
-            host.umount(self.path(digest))
+            mounts.umount(self.path(digest))
         except OSError:
             log.exception("layer.detach_failed", digest=digest)
 
@@ -123,7 +123,7 @@ class LayerMounts:
         """Drop the mounts a previous run left (refs start at zero)."""
         for name in os.listdir(self.dir):
             path = f"{self.dir}/{name}"
-            host.umount_tree(path)
+            mounts.umount_tree(path)
             try:
                 os.rmdir(path)
             except OSError:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from corral_common.logging import get_logger
 from corral_common.pacing import duty_capped_delay
 from corral_common.sandboxes import Usage
-from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, MemoryReading
-from corral_node_agent.cgroups.node import node_cgroup_path, sandbox_cgroup_path
+from corral_host.cgroups.base import Cgroup, CgroupDriver, MemoryReading
+from corral_host.cgroups.node import node_cgroup_path, sandbox_cgroup_path
 from corral_node_agent.memory import metrics
 
 log = get_logger(__name__)

@@ -50,8 +50,9 @@ from prometheus_client import Counter
 
 from corral_common.logging import get_logger
 from corral_common.network import NetworkPolicy, expand, parse_forbidden
+from corral_host import netns
 from corral_node_agent.errors import BadInput, StartFailed, Unavailable
-from corral_node_agent.network import netns, nft, shaping
+from corral_node_agent.network import nft, shaping
 from corral_node_agent.settings import NodeAgentSettings
 
 log = get_logger(__name__)

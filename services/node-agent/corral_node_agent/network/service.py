@@ -28,7 +28,7 @@ import dns.asyncresolver
 from pyroute2 import IPRoute
 
 from corral_common.network import ALWAYS_FORBIDDEN, parse_forbidden
-from corral_node_agent.network import netns
+from corral_host import netns
 from corral_node_agent.network.dns import DnsProtocol
 from corral_node_agent.network.proxy import EgressProxy
 from corral_node_agent.network.rules import SandboxRules

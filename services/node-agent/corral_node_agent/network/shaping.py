@@ -8,7 +8,7 @@ tc police / matchall / fq_codel (HOST-NOTES): tbf is what works, and held a 10 M
 
 import contextlib
 
-from corral_node_agent.network import netns
+from corral_host import netns
 
 
 def _tbf(ipr, index: int, mbit: int | None) -> None:

@@ -42,9 +42,9 @@ from corral_common.sandboxes import (
     Usage,
     reserved_memory_mb,
 )
+from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, SandboxBackend
 from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs
-from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import ImageUnavailable, NodeAgentError, NotFound, StartFailed, Unavailable, Unsupported
 from corral_node_agent.layers.cache import LayerCache
 from corral_node_agent.memory.accounting import MemoryAccounting

@@ -1,5 +1,5 @@
 """Runs inside the microVM of test_vm_cgroup_v2.py, as root, with a copy of the real
-corral_node_agent.cgroups package: drives the v2 driver against the guest kernel's cgroup2
+corral_host.cgroups package: drives the v2 driver against the guest kernel's cgroup2
 hierarchy (mounted at /sys/fs/cgroup by the test, nothing else using it) and prints what it saw
 as one JSON object for the test to assert on. Standard library only (the guest has no more)."""
 
@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from corral_node_agent.cgroups.detect import cgroup_driver
-from corral_node_agent.cgroups.files import flat_keyed
+from corral_host.cgroups.detect import cgroup_driver
+from corral_host.cgroups.files import flat_keyed
 
 MIB = 1 << 20
 ROOT = Path("/sys/fs/cgroup")

@@ -39,8 +39,8 @@ def _prune_node_cgroups():
     """The tests stop their VMs but not their backends: the node cgroups a backend's close
     would prune (empty /corral/vmtest-* parents) go here, as close() does."""
     yield
-    from corral_node_agent.cgroups import node as node_cgroup
-    from corral_node_agent.cgroups.detect import cgroup_driver
+    from corral_host.cgroups import node as node_cgroup
+    from corral_host.cgroups.detect import cgroup_driver
 
     driver = cgroup_driver()
     while _NODES:

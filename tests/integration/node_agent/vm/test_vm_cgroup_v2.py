@@ -21,9 +21,9 @@ import pytest
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
+from corral_host.cgroups import node as node_cgroup
+from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.backends.types import RootFs
-from corral_node_agent.cgroups import node as node_cgroup
-from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.settings import NodeAgentSettings
 
 pytestmark = [pytest.mark.xdist_group("vm")]
@@ -32,8 +32,8 @@ if shutil.which("qemu-system-x86_64") is None:
     pytest.skip("VM tests need qemu-system-x86_64 (apt install qemu-system-x86)", allow_module_level=True)
 
 MIB = 1 << 20
-PACKAGE = Path(__file__).resolve().parents[4] / "services/node-agent/corral_node_agent"
-GUEST_FILES = ["host.py", *(f"cgroups/{m}.py" for m in ("__init__", "base", "detect", "files", "mounts", "v1", "v2"))]
+PACKAGE = Path(__file__).resolve().parents[4] / "libs/host/corral_host"
+GUEST_FILES = ["mounts.py", *(f"cgroups/{m}.py" for m in ("__init__", "base", "detect", "files", "mounts", "v1", "v2"))]
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 STDLIB_SKIP = shutil.ignore_patterns("test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3",
                                      "site-packages", "dist-packages", "config-*", "pydoc_data", "distutils")
@@ -86,11 +86,11 @@ async def test_the_v2_driver_on_a_guest_kernels_unified_hierarchy(work_dir, gues
     await backend.start(sid, SandboxSpec(environment="busybox", backend="microvm", memory_mb=256),
                         RootFs([python_layer, layers["blk"]]))
     try:
-        res = await backend.exec(sid, ExecRequest(cmd="mkdir -p /opt/corral/corral_node_agent/cgroups", user="root"))
+        res = await backend.exec(sid, ExecRequest(cmd="mkdir -p /opt/corral/corral_host/cgroups", user="root"))
         assert res.exit_code == 0, res.stderr
-        await backend.write_file(sid, "/opt/corral/corral_node_agent/__init__.py", b"")
+        await backend.write_file(sid, "/opt/corral/corral_host/__init__.py", b"")
         for name in GUEST_FILES:
-            await backend.write_file(sid, f"/opt/corral/corral_node_agent/{name}", (PACKAGE / name).read_bytes())
+            await backend.write_file(sid, f"/opt/corral/corral_host/{name}", (PACKAGE / name).read_bytes())
         await backend.write_file(sid, "/opt/corral/cgroup_v2_guest.py",
                                  (Path(__file__).parent / "cgroup_v2_guest.py").read_bytes())
         res = await backend.exec(sid, ExecRequest(

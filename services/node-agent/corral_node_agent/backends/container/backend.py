@@ -9,7 +9,7 @@ in the agent's namespace, crun copies them into the container's, and then the ag
 a descriptor of each (bundle.detach). Each ``crun run`` copies the agent's mount namespace, so
 mounts kept there would make every create slower the more sandboxes the node runs.
 
-The agent must run in its own mount namespace (host.enter_private_mount_namespace): crun
+The agent must run in its own mount namespace (corral_host.namespaces.enter_private_mount_namespace): crun
 needs a hybrid host's cgroup2 mount hidden, and these mounts must not leak onto the host.
 
 Each sandbox has a user namespace of its own (isolation/userns.py): its host id range is
@@ -36,7 +36,10 @@ from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import SandboxSpec, Usage
-from corral_node_agent import host
+from corral_host import mounts, netns, uts
+from corral_host.cgroups import node as node_cgroup
+from corral_host.cgroups.base import Cgroup, CgroupDriver, RunStats
+from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.container import bundle, files, oci
 from corral_node_agent.backends.container import exec as container_exec
@@ -44,9 +47,6 @@ from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunE
 from corral_node_agent.backends.container.diff import write_diff_tar
 from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.types import RootFs
-from corral_node_agent.cgroups import node as node_cgroup
-from corral_node_agent.cgroups.base import Cgroup, CgroupDriver, RunStats
-from corral_node_agent.cgroups.detect import cgroup_driver
 from corral_node_agent.errors import (
     AlreadyExists,
     BadInput,
@@ -58,7 +58,6 @@ from corral_node_agent.errors import (
     StartFailed,
     Unsupported,
 )
-from corral_node_agent.isolation import netns, uts
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
 from corral_node_agent.isolation.quota import UpperDisks
 from corral_node_agent.isolation.seccomp import SyscallFilter
@@ -496,7 +495,7 @@ class ContainerBackend(SandboxBackend):
         else:  # it failed before it ran: its mounts are still in our namespace
             self.disks.discard(bundle.upper_dir(sb.dir), bundle.disk_image(sb.dir))
         try:
-            host.umount_tree(sb.dir)
+            mounts.umount_tree(sb.dir)
         except OSError:
             log.exception("sandbox.umount_failed", sandbox_id=sb.id)
         bundle.delete(sb.dir)
@@ -533,9 +532,9 @@ class ContainerBackend(SandboxBackend):
             if name in ours:
                 # Adopted: its mounts live on in the container's own namespace only; the
                 # (dead) previous agent's copies are not in ours, but a crashed cleanup's are.
-                host.umount_tree(path)
+                mounts.umount_tree(path)
                 continue
-            host.umount_tree(path)
+            mounts.umount_tree(path)
             shutil.rmtree(path, ignore_errors=True)
             self._cgroup(name).remove()
         # The uid ranges of the sandboxes just deleted (their claims name their directories).

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral_common.sandboxes import SandboxSpec
-from corral_node_agent import host, mount_api
+from corral_host import mount_api, mounts
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.paths import HOME
 from corral_node_agent.isolation.quota import DiskQuota, UpperDisk, UpperDisks
@@ -83,7 +83,7 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
     ``sandbox_id``: as write_meta."""
     if os.path.exists(directory):
         # Leftover from a crashed attempt with the same id: never reuse its state.
-        host.umount_tree(directory)
+        mounts.umount_tree(directory)
         shutil.rmtree(directory)
     root_uid, root_gid = identity.host_root
     os.mkdir(directory, 0o710)
@@ -96,7 +96,7 @@ def create(directory: str, spec: SandboxSpec, lower_dirs: list[str], config: dic
     disk = disks.mount(disk_image(directory), upper, quota)
     populate_disk(upper, identity)
     if identity.ids is None:
-        host.mount_overlay(lower_dirs, f"{upper}/upper", f"{upper}/work", rootfs)
+        mounts.mount_overlay(lower_dirs, f"{upper}/upper", f"{upper}/work", rootfs)
     else:
         if userns_fd is None:
             raise ValueError("a user namespace sandbox needs the namespace's fd")
@@ -165,8 +165,8 @@ def detach(directory: str) -> DetachedRoot:
         raise
     detached = DetachedRoot(root_fd, disk_fd)
     try:
-        host.detach(f"{directory}/rootfs")
-        host.detach(upper_dir(directory))
+        mounts.detach(f"{directory}/rootfs")
+        mounts.detach(upper_dir(directory))
     except BaseException:
         detached.close()
         raise
@@ -236,5 +236,5 @@ def read_init_pid(directory: str) -> int:
 
 def delete(directory: str) -> None:
     """rm -rf the bundle, but only ever a tree with nothing mounted below it."""
-    if not any(m.startswith(directory + "/") or m == directory for m in host.mountpoints()):
+    if not any(m.startswith(directory + "/") or m == directory for m in mounts.mountpoints()):
         shutil.rmtree(directory, ignore_errors=True)

@@ -15,13 +15,13 @@ holds nothing of any sandbox:
   ``/init``. Copied when the agent mounts these (an upgraded host binary is taken by the
   next agent; running sandboxes keep the copy they started with).
 - ``sysfs``: a read-only sysfs mounted in a network namespace of its own that holds only a
-  ``lo`` (up, as in a sandbox's own: isolation/netns.py), kept alive as the file ``netns`` (a sysfs alone does not: the namespace
+  ``lo`` (up, as in a sandbox's own: corral_host/netns.py), kept alive as the file ``netns`` (a sysfs alone does not: the namespace
   would end, and its ``lo`` with it, once the thread that made it ends): /sys as a sandbox without a network sees it anyway, for the sandboxes
   whose own namespace is just that (egress "none"). A sysfs mount in a sandbox's fresh
   namespace would be a superblock per sandbox (sysfs has one per network namespace). A
   sandbox with an allowlist keeps a sysfs of its own: its interfaces are real.
 
-They live in the agent's private mount namespace (host.enter_private_mount_namespace), so
+They live in the agent's private mount namespace (corral_host.namespaces.enter_private_mount_namespace), so
 they go with the agent; running containers keep their binds (their own namespaces hold
 them), and a restarted agent mounts a fresh pair.
 """
@@ -30,10 +30,9 @@ import os
 import threading
 from dataclasses import dataclass
 
-from corral_node_agent import host
+from corral_host import mounts, netns
+from corral_host.netns import loopback_up_here
 from corral_node_agent.isolation import procfs
-from corral_node_agent.isolation.netns import loopback_up_here
-from corral_node_agent.network import netns
 
 
 @dataclass(frozen=True)
@@ -49,16 +48,16 @@ class SharedMounts:
         """Mount them under ``directory`` (made if missing; what a previous agent left mounted
         there in this namespace is taken down first)."""
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        host.umount_tree(directory)
+        mounts.umount_tree(directory)
         shared = cls(empty=f"{directory}/empty", init=f"{directory}/init/init", sysfs=f"{directory}/sysfs",
                      netns=f"{directory}/netns", masked_dirs=procfs.masked_directories())
         for path in (shared.empty, os.path.dirname(shared.init), shared.sysfs):
             os.makedirs(path, mode=0o555, exist_ok=True)
-        host.mount_empty_readonly(shared.empty)
+        mounts.mount_empty_readonly(shared.empty)
         try:
-            host.mount_copy_readonly(init_binary, os.path.dirname(shared.init), os.path.basename(shared.init))
+            mounts.mount_copy_readonly(init_binary, os.path.dirname(shared.init), os.path.basename(shared.init))
             _in_blank_network_namespace(lambda: (netns.bind(shared.netns), loopback_up_here(),
-                                                 host.mount_sysfs(shared.sysfs)))
+                                                 mounts.mount_sysfs(shared.sysfs)))
         except BaseException:
             shared.unmount()
             raise
@@ -66,7 +65,7 @@ class SharedMounts:
 
     def unmount(self) -> None:
         for path in (self.empty, os.path.dirname(self.init), self.sysfs):
-            host.umount(path)
+            mounts.umount(path)
         netns.unbind(self.netns)
 
 

@@ -33,6 +33,10 @@ from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import SandboxSpec, Usage
+from corral_host.cgroups import node as node_cgroup
+from corral_host.cgroups.base import Cgroup
+from corral_host.cgroups.detect import cgroup_driver
+from corral_host.cgroups.node import sandbox_cgroup_path
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.types import ImageTransport, LayerFormat, RootFs
 from corral_node_agent.backends.vm import keyboard
@@ -49,10 +53,6 @@ from corral_node_agent.backends.vm.qemu import (
     detect_accelerator,
     guest_lowers,
 )
-from corral_node_agent.cgroups import node as node_cgroup
-from corral_node_agent.cgroups.base import Cgroup
-from corral_node_agent.cgroups.detect import cgroup_driver
-from corral_node_agent.cgroups.node import sandbox_cgroup_path
 from corral_node_agent.errors import (
     AlreadyExists,
     BadInput,

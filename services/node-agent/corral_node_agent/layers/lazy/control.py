@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral_common.logging import get_logger
-from corral_node_agent import host
+from corral_host import namespaces
 from corral_node_agent.layers.lazy.server import LOG, SOCKET
 
 log = get_logger(__name__)
@@ -78,7 +78,7 @@ class LayerServerClient:
         return self.pid
 
     def _spawn(self) -> None:
-        ns = host.original_mount_namespace()
+        ns = namespaces.original_mount_namespace()
         args = [sys.executable, "-m", "corral_node_agent.layers.lazy.server", self.root]
         if ns is not None:
             args += ["--namespace-fd", str(ns)]

@@ -30,7 +30,7 @@ from corral_common.contracts.images import (
     digest_hex,
 )
 from corral_common.logging import get_logger
-from corral_node_agent import host
+from corral_host import mounts
 from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.layers.lazy.chunks import ChunkIndex, ChunkStats
 from corral_node_agent.layers.lazy.control import LayerServerClient
@@ -172,12 +172,12 @@ class LazyLoader:
         a sandbox (overlay mount, /home), sometimes from its event loop: fetched here, in
         a worker thread, those lookups never wait on the network.
         """
-        host.mount_erofs(self.path(digest), mnt)
+        mounts.mount_erofs(self.path(digest), mnt)
         try:
             for name in os.listdir(mnt):
                 os.lstat(f"{mnt}/{name}")
         except OSError:
-            host.umount(mnt)
+            mounts.umount(mnt)
             raise
         if self.settings.prefetch:
             self.server.request("fill", digest=digest, wait=False)
@@ -220,7 +220,7 @@ class LazyLoader:
         """Drop a FUSE mount an in-process filesystem of an older agent left in our namespace
         (the server's own lives in its namespace, not here)."""
         if os.path.isdir(self.dir):
-            host.umount_tree(self.dir)
+            mounts.umount_tree(self.dir)
 
     def stop(self) -> None:
         """Let go of the server (blocking, idempotent): it serves on what is still mounted."""

@@ -44,7 +44,7 @@ from typing import Any
 
 from corral_common.contracts.images import INTERNAL_TOKEN_HEADER
 from corral_common.logging import configure_logging, get_logger
-from corral_node_agent import host
+from corral_host import namespaces
 from corral_node_agent.layers.lazy.chunks import ChunkCache, ChunkIndex, ChunkUnavailable
 from corral_node_agent.layers.lazy.fetch import ChunkClient
 from corral_node_agent.layers.lazy.lazyfs import LayerFile, LazyFS
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(f"lazy-server:{config.get('node_id', '')}", config.get("log_level", "info"),
                       bool(config.get("log_json", False)))
     try:
-        host.private_mount_namespace(args.namespace_fd)
+        namespaces.private_mount_namespace(args.namespace_fd)
         if args.namespace_fd is not None:
             os.close(args.namespace_fd)
         lock_fd = _lock(root)

@@ -20,8 +20,8 @@ import shutil
 from pathlib import Path
 from typing import Self
 
-from corral_node_agent import host
-from corral_node_agent.cgroups.base import (
+from corral_host import mounts
+from corral_host.cgroups.base import (
     CPU_PERIOD_US,
     Cgroup,
     CgroupDriver,
@@ -30,8 +30,8 @@ from corral_node_agent.cgroups.base import (
     cpu_burst_us,
     cpu_quota_us,
 )
-from corral_node_agent.cgroups.files import ControlFiles, keyed_value
-from corral_node_agent.cgroups.mounts import MOUNTINFO, cgroup_mounts
+from corral_host.cgroups.files import ControlFiles, keyed_value
+from corral_host.cgroups.mounts import CGROUP_UNIFIED, MOUNTINFO, cgroup_mounts
 
 CONTROLLERS = ("memory", "pids", "cpuacct")  # what the node needs to create, cap and join
 _READ = ("memory", "pids", "cpuacct", "cpu", "freezer")  # what it reads or writes
@@ -59,8 +59,8 @@ class V1Driver(CgroupDriver):
         # into the now-plain tmpfs directory /sys/fs/cgroup/unified<path>. That tmpfs is the
         # host's, so the litter would outlive us: it is removed like a cgroup.
         self.stray_root: str | None = None
-        if os.path.isdir(host.CGROUP_UNIFIED) and not host.is_mountpoint(host.CGROUP_UNIFIED):
-            self.stray_root = host.CGROUP_UNIFIED
+        if os.path.isdir(CGROUP_UNIFIED) and not mounts.is_mountpoint(CGROUP_UNIFIED):
+            self.stray_root = CGROUP_UNIFIED
         memory = self.mounts.get("memory")
         self.swap_limit = memory is not None and os.path.exists(f"{memory}/memory.memsw.limit_in_bytes")
 

@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 
 MOUNTINFO = "/proc/self/mountinfo"
+# Where a hybrid host (systemd's controllers on v1) mounts its empty cgroup2.
+CGROUP_UNIFIED = "/sys/fs/cgroup/unified"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 ``pread``/``pwrite``: a fncall run touches ~15 control files, and opening a kernfs file costs
 more than the read or write (2.5 µs kept vs 11 µs open-read-close for memory.usage_in_bytes).
 ``keep=False`` (one cgroup per sandbox): opened for each read or write, because descriptors a
-node keeps per sandbox bound how many sandboxes its RLIMIT_NOFILE holds (host.FDS_PER_SANDBOX),
+node keeps per sandbox bound how many sandboxes its RLIMIT_NOFILE holds (the node-agent's capacity/open_files.py),
 and at 10,000 sandboxes the difference is ~0.1 s of cpu per memory sampling pass. ``fd()``
 always keeps (v2's memory.peak, once reset, reads per open file: only the descriptor the reset
 was written through sees it). A limit is only written when it differs

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from corral_node_agent.cgroups.base import (
+from corral_host.cgroups.base import (
     CPU_PERIOD_US,
     Cgroup,
     CgroupDriver,
@@ -49,8 +49,8 @@ from corral_node_agent.cgroups.base import (
     cpu_burst_us,
     cpu_quota_us,
 )
-from corral_node_agent.cgroups.files import ControlFiles, flat_keyed, keyed_value
-from corral_node_agent.cgroups.mounts import MOUNTINFO, CgroupMount, cgroup_mounts
+from corral_host.cgroups.files import ControlFiles, flat_keyed, keyed_value
+from corral_host.cgroups.mounts import MOUNTINFO, CgroupMount, cgroup_mounts
 
 SELF_CGROUP = "/proc/self/cgroup"
 CGROUP_ROOT = "/sys/fs/cgroup"  # where crun looks for the hierarchy (and the mount preferred here)

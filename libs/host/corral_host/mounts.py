@@ -1,4 +1,4 @@
-"""Host-level primitives: the agent's private mount namespace and mount(2) via ctypes.
+"""mount(2) and umount2(2) via ctypes, and what this process's mount namespace holds.
 
 The `mount` binary is avoided on purpose: for a file source it silently sets up a loop
 device, while the kernel mounts EROFS straight from a file in well under a millisecond.
@@ -10,7 +10,6 @@ import errno
 import os
 import shutil
 
-CLONE_NEWNS = 0x00020000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -22,15 +21,9 @@ MS_REC = 16384
 MS_SLAVE = 1 << 19
 MNT_DETACH = 2
 
-CGROUP_UNIFIED = "/sys/fs/cgroup/unified"
-
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-_libc.unshare.argtypes = [ctypes.c_int]
-_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
-_original_namespace: int | None = None
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
 def _raise(path: str, what: str) -> None:
@@ -65,93 +58,10 @@ def is_mountpoint(path: str) -> bool:
     return os.path.abspath(path) in mountpoints()
 
 
-# Descriptors the agent holds per running container: its detached disk and root, and its init's
-# pidfd (tests/integration/node_agent/test_node_container.py counts them). The density run of
-# 2026-12-03 found 5 (the memory sampler kept two counter files open per sandbox: now opened per
-# read, cgroups/files.py).
-FDS_PER_SANDBOX = 3
-# Descriptors the agent needs besides its sandboxes' (sockets, logs, execs in flight, fncall);
-# a quarter of a small limit.
-FDS_RESERVED = 4096
-# How far a root agent raises its hard limit (the kernel's fs.nr_open bounds it too).
-OPEN_FILES_TARGET = 1 << 20
-
-
-def raise_open_files_limit() -> int:
-    """RLIMIT_NOFILE up as far as this process may; returns the new soft limit. The agent
-    keeps FDS_PER_SANDBOX descriptors per sandbox: a soft limit of 1024 (systemd's default)
-    would end a node at a few hundred, and a shell's hard limit (20,000 on these machines)
-    ended the density run at 4,009 per node with EMFILE on every start after. As root
-    (CAP_SYS_RESOURCE) the hard limit goes up to fs.nr_open too; otherwise soft = hard."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        candidates = [(max(soft, OPEN_FILES_TARGET), hard)]
-    else:
-        try:
-            with open("/proc/sys/fs/nr_open") as fh:
-                ceiling = int(fh.read())
-        except (OSError, ValueError):
-            ceiling = hard
-        raised = max(hard, min(OPEN_FILES_TARGET, ceiling))
-        candidates = [(raised, raised), (hard, hard)]  # the first needs CAP_SYS_RESOURCE
-    for new_soft, new_hard in candidates:
-        if new_soft <= soft:
-            break
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, new_hard))
-            return new_soft
-        except (ValueError, OSError):
-            continue
-    return soft
-
-
-def sandboxes_open_files_allow() -> int:
-    """How many sandboxes this process's RLIMIT_NOFILE leaves room for."""
-    import resource
-
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
-        return 1 << 30
-    return max(1, (soft - min(FDS_RESERVED, soft // 4)) // FDS_PER_SANDBOX)
-
-
-def enter_private_mount_namespace() -> None:
-    """Give this process its own mount namespace, shaped the way crun needs it.
-
-    Must run while the process is single-threaded (unshare(CLONE_NEWNS) fails with EINVAL
-    otherwise): call it first thing in main, or at test-session import time.
-
-    - rslave: host mounts still propagate in, but our sandbox/layer mounts never leak out,
-      and they all vanish with the process (no stale mounts on the host after a crash).
-    - crun 1.8 refuses the hybrid cgroup layout; hiding the cgroup2 mount at
-      /sys/fs/cgroup/unified makes it a plain v1 host for crun.
-    """
-    global _original_namespace
-    if _original_namespace is None:
-        # Kept for the processes that must outlive us without pinning our namespace (the
-        # lazy-layer server: ``layers.lazy.server``).
-        _original_namespace = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-    private_mount_namespace()
-    if is_mountpoint(CGROUP_UNIFIED):
-        umount(CGROUP_UNIFIED, lazy=True)
-
-
-def private_mount_namespace(parent_fd: int | None = None) -> None:
-    """Move this (single-threaded) process into a new mount namespace, rslave: copied from
-    the namespace ``parent_fd`` names (else from the current one)."""
-    if parent_fd is not None and _libc.setns(parent_fd, CLONE_NEWNS) != 0:
-        _raise("/", "setns(CLONE_NEWNS)")
-    if _libc.unshare(CLONE_NEWNS) != 0:
-        _raise("/", "unshare(CLONE_NEWNS)")
-    _mount(None, "/", None, MS_REC | MS_SLAVE, None)
-
-
-def original_mount_namespace() -> int | None:
-    """A descriptor of the mount namespace this process started in, before
-    ``enter_private_mount_namespace`` (None: it never left it)."""
-    return _original_namespace
+def make_rslave(target: str) -> None:
+    """Mounts at and below ``target`` receive the mount events of the namespace this one was
+    copied from, and send none back (MS_REC | MS_SLAVE)."""
+    _mount(None, os.path.abspath(target), None, MS_REC | MS_SLAVE, None)
 
 
 def mount_erofs(image: str, target: str) -> None:
@@ -223,14 +133,6 @@ def mount_ext4(device: str, target: str, options: str = "", *, readonly: bool = 
     and nodev unless ``devices`` (device nodes on it open)."""
     flags = MS_NOSUID | (0 if devices else MS_NODEV) | (MS_RDONLY if readonly else 0)
     _mount(device, os.path.abspath(target), "ext4", flags, options or None)
-
-
-def fallocate(fd: int, length: int) -> None:
-    """Reserve length bytes for the file (fallocate(2) mode 0: unwritten extents, reading as
-    zeros). Unlike posix_fallocate it never falls back to writing zeros: EOPNOTSUPP instead."""
-    if _libc.fallocate(fd, 0, ctypes.c_int64(0), ctypes.c_int64(length)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"fallocate: {os.strerror(err)}")
 
 
 def umount(target: str, lazy: bool = True) -> bool:

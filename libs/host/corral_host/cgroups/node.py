@@ -14,7 +14,7 @@ re-adopted (a graceful stop with nothing left running removes it, and so does
 """
 
 from corral_common.logging import get_logger
-from corral_node_agent.cgroups.base import Cgroup, CgroupDriver
+from corral_host.cgroups.base import Cgroup, CgroupDriver
 
 log = get_logger(__name__)
 

@@ -2,7 +2,7 @@
 
 v1 where a v1 hierarchy of a controller the node uses is mounted: a v1 host, or a hybrid one
 (systemd's controllers on v1, an empty cgroup2 at /sys/fs/cgroup/unified, which the agent's
-private mount namespace hides for crun: see host.enter_private_mount_namespace). v2 where the
+private mount namespace hides for crun: see namespaces.enter_private_mount_namespace). v2 where the
 unified hierarchy is mounted and no such v1 hierarchy is: current distributions, Kubernetes
 nodes, a guest that mounts cgroup2 at /sys/fs/cgroup.
 
@@ -10,10 +10,10 @@ Not cached: what is mounted depends on the mount namespace, which the agent may 
 an import (callers keep the driver they got as long as they need it).
 """
 
-from corral_node_agent.cgroups.base import CgroupDriver
-from corral_node_agent.cgroups.mounts import MOUNTINFO, cgroup_mounts
-from corral_node_agent.cgroups.v1 import CONTROLLERS, V1Driver
-from corral_node_agent.cgroups.v2 import V2Driver
+from corral_host.cgroups.base import CgroupDriver
+from corral_host.cgroups.mounts import MOUNTINFO, cgroup_mounts
+from corral_host.cgroups.v1 import CONTROLLERS, V1Driver
+from corral_host.cgroups.v2 import V2Driver
 
 
 def cgroup_driver(mountinfo: str = MOUNTINFO) -> CgroupDriver:

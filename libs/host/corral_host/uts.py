@@ -7,7 +7,7 @@ the sandbox's processes lack CAP_SYS_ADMIN: only the node can change it.
 
 import socket
 
-from corral_node_agent.isolation.namespaces import CLONE_NEWUTS, run_in
+from corral_host.namespaces import CLONE_NEWUTS, run_in
 
 
 def set_hostname(pid: int, name: str) -> None:
