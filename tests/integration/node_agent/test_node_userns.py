@@ -16,9 +16,9 @@ import pytest_asyncio
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
 from corral_host import loopdev, mounts
+from corral_host.userns import RANGE_SIZE, IdRange
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.backends.types import RootFs
-from corral_node_agent.isolation.userns import RANGE_SIZE, IdRange
 from corral_node_agent.settings import NodeAgentSettings
 from tests.integration.node_agent.sandbox_paths import disk_of, root_of
 from tests.polling import until

@@ -14,8 +14,8 @@ from corral_node_agent.backends.vm.backend import MicroVmBackend
 from corral_node_agent.fncall.executor import ExecutorConfig, Worker
 from corral_node_agent.isolation.policy import VM_PIDS_LIMIT, fncall_run_policy, policy_for
 from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT, NO_FILTER
-from corral_node_agent.isolation.userns import VmUidPool
 from corral_node_agent.settings import NodeAgentSettings
+from corral_node_agent.uids import VmUidPool
 from tests.unit.node_agent import oci_config
 
 INIT = ["/dev/init", "-P"]

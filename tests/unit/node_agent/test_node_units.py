@@ -19,8 +19,8 @@ from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.errors import BadInput, Conflict, EnvironmentNotFound, ImageUnavailable, NotFound, StartFailed
 from corral_node_agent.http_errors import http_error
+from corral_node_agent.isolation.identity import container_identity
 from corral_node_agent.isolation.policy import policy_for
-from corral_node_agent.isolation.userns import container_identity
 from corral_node_agent.layers import LayerCache
 from corral_node_agent.output import CappedPipe, OutputEncoder, encode_output
 from corral_node_agent.sandboxes.service import SandboxManager

@@ -1,4 +1,4 @@
-"""Container uid ranges (isolation/userns.py): what each sandbox maps to on the host, how the
+"""Container uid ranges (uids.py, corral_host/userns.py): what each sandbox maps to on the host, how the
 node hands ranges out and takes them back, and how config.json renders the mapping."""
 
 import os
@@ -7,17 +7,11 @@ import time
 import pytest
 
 from corral_common.sandboxes import SandboxSpec
+from corral_host.userns import RANGE_SIZE, IdRange
 from corral_node_agent.errors import Unavailable
 from corral_node_agent.isolation.policy import policy_for
-from corral_node_agent.isolation.userns import (
-    CLAIM_GRACE_S,
-    DERIVED_FIRST,
-    DERIVED_RANGES,
-    RANGE_SIZE,
-    IdRange,
-    UidRanges,
-)
 from corral_node_agent.settings import NodeAgentSettings
+from corral_node_agent.uids import CLAIM_GRACE_S, DERIVED_FIRST, DERIVED_RANGES, UidRanges
 from tests.unit.node_agent import oci_config
 
 
@@ -152,7 +146,7 @@ def test_settings_that_cannot_work_are_refused(tmp_path):
 
 
 def test_range_count_bounds_the_sandboxes_a_node_may_run(tmp_path):
-    from corral_node_agent.isolation.userns import DERIVED_RANGES, id_range_count
+    from corral_node_agent.uids import DERIVED_RANGES, id_range_count
 
     assert id_range_count(_settings(tmp_path)) == DERIVED_RANGES
     assert id_range_count(_settings(tmp_path, container_uid_base=-1)) is None

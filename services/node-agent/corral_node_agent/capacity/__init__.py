@@ -22,8 +22,8 @@ from corral_node_agent.capacity.resources import (
     wanted,
 )
 from corral_node_agent.fncall.service import worker_tasks
-from corral_node_agent.isolation.userns import id_range_count
 from corral_node_agent.settings import NodeAgentSettings
+from corral_node_agent.uids import id_range_count
 
 __all__ = ["Claim", "NodeCapacity", "Resources", "claim"]
 

@@ -37,8 +37,8 @@ from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS, Runtime
 from corral_node_agent.isolation import procfs
+from corral_node_agent.isolation.identity import FNCALL_IDENTITY
 from corral_node_agent.isolation.policy import SandboxPolicy, fncall_run_policy
-from corral_node_agent.isolation.userns import FNCALL_IDENTITY
 from corral_node_agent.output import CappedPipe
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"

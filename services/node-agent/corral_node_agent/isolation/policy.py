@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, pids_max, reserved_memory_mb
 from corral_common.sandboxes import VM_PIDS_LIMIT as VM_PIDS_LIMIT  # QEMU's threads (re-exported)
+from corral_host.userns import IdRange
+from corral_node_agent.isolation.identity import FNCALL_IDENTITY, VM_IDENTITY, Identity, container_identity
 from corral_node_agent.isolation.network import NO_EGRESS, Egress, egress_for
 from corral_node_agent.isolation.quota import MIB, DiskQuota, disk_quota
 from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT, NO_FILTER, SyscallFilter
-from corral_node_agent.isolation.userns import FNCALL_IDENTITY, VM_IDENTITY, Identity, IdRange, container_identity
 from corral_node_agent.settings import NodeAgentSettings
 
 # Every fncall run's syscall profile (compiled once per node: SyscallFilter.to_bpf).
@@ -43,7 +44,7 @@ class SandboxPolicy:
 
 def policy_for(spec: SandboxSpec, settings: NodeAgentSettings, ids: IdRange | None = None) -> SandboxPolicy:
     """A container's or a VM's policy (``spec.backend`` is resolved: container/microvm/vm);
-    ``ids``: a container's user namespace range (isolation/userns.py; None: none)."""
+    ``ids``: a container's user namespace range (corral_host/userns.py; None: none)."""
     vm = spec.backend in VM_BACKENDS
     memory_mb = reserved_memory_mb(spec.backend, spec.memory_mb, settings.vm_memory_overhead_mb)
     return SandboxPolicy(

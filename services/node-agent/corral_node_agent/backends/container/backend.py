@@ -12,7 +12,7 @@ mounts kept there would make every create slower the more sandboxes the node run
 The agent must run in its own mount namespace (corral_host.namespaces.enter_private_mount_namespace): crun
 needs a hybrid host's cgroup2 mount hidden, and these mounts must not leak onto the host.
 
-Each sandbox has a user namespace of its own (isolation/userns.py): its host id range is
+Each sandbox has a user namespace of its own (corral_host/userns.py): its host id range is
 taken from the node's `UidRanges` before the bundle is built, written into sandbox.json,
 claimed again by a restarted agent that adopts the sandbox, and released when the sandbox
 is deleted. crun's container process is root of that namespace, an unprivileged host uid:
@@ -40,6 +40,7 @@ from corral_host import mounts, netns, uts
 from corral_host.cgroups import node as node_cgroup
 from corral_host.cgroups.base import Cgroup, CgroupDriver, RunStats
 from corral_host.cgroups.detect import cgroup_driver
+from corral_host.userns import UserNamespace
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.container import bundle, files, oci
 from corral_node_agent.backends.container import exec as container_exec
@@ -61,9 +62,9 @@ from corral_node_agent.errors import (
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
 from corral_node_agent.isolation.quota import UpperDisks
 from corral_node_agent.isolation.seccomp import SyscallFilter
-from corral_node_agent.isolation.userns import UidRanges, UserNamespace
 from corral_node_agent.network.egress import Slot, node_egress
 from corral_node_agent.settings import NodeAgentSettings
+from corral_node_agent.uids import UidRanges
 
 log = get_logger(__name__)
 SANDBOX_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")

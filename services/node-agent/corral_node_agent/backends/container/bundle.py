@@ -37,10 +37,11 @@ from typing import Any
 
 from corral_common.sandboxes import SandboxSpec
 from corral_host import mount_api, mounts
+from corral_host.userns import IdRange
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.paths import HOME
+from corral_node_agent.isolation.identity import Identity
 from corral_node_agent.isolation.quota import DiskQuota, UpperDisk, UpperDisks
-from corral_node_agent.isolation.userns import Identity, IdRange
 
 META = "sandbox.json"
 

@@ -18,7 +18,7 @@ from corral_common.exec import ExecChunk, ExecRequest, ExecResult, OutputEncodin
 from corral_node_agent.backends.commands import checked_argv
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.container.crun import Crun
-from corral_node_agent.isolation.userns import Identity
+from corral_node_agent.isolation.identity import Identity
 from corral_node_agent.output import CappedPipe
 
 # After the command exits, how long to keep draining output a background child may still

@@ -11,8 +11,8 @@ from typing import Any
 from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.paths import HOME, ROOT_HOME
 from corral_node_agent.isolation import procfs
+from corral_node_agent.isolation.identity import Identity
 from corral_node_agent.isolation.policy import SandboxPolicy
-from corral_node_agent.isolation.userns import Identity
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -101,7 +101,7 @@ def build_config(
     A runtime that ignored the annotation would run the sandbox unfiltered: the backend checks
     that crun holds the program after the start (Crun.seccomp_program).
     ``userns_path``: the user namespace crun joins when the policy has one (a fresh one per
-    sandbox, isolation/userns.py `UserNamespace`); without it crun would make its own. ``cgroups_path``: the cgroup driver's
+    sandbox, corral_host/userns.py `UserNamespace`); without it crun would make its own. ``cgroups_path``: the cgroup driver's
     `Cgroup.runtime_path` (default: the node's tree at the hierarchy's root).
     ``netns_path``: an allowlist's network namespace, made by the node (network/egress.py),
     joined instead of a fresh empty one; ``resolv_conf`` is bound read-only over
@@ -149,7 +149,7 @@ def build_config(
         sysfs = {"destination": "/sys", "type": "sysfs", "source": "sysfs",
                  "options": ["nosuid", "noexec", "nodev", "ro"]}
     if ids is not None:
-        # A user namespace of its own (isolation/userns.py), the maps already written; crun
+        # A user namespace of its own (corral_host/userns.py), the maps already written; crun
         # still reads them (owners of /dev, /dev/shm...).
         linux["namespaces"].append({"type": "user", "path": userns_path} if userns_path else {"type": "user"})
         for key in ("uidMappings", "gidMappings"):

@@ -66,9 +66,9 @@ from corral_node_agent.errors import (
 )
 from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.quota import UpperDisks, disk_quota, sparse_copy
-from corral_node_agent.isolation.userns import VmUidPool
 from corral_node_agent.network.egress import Slot, node_egress
 from corral_node_agent.settings import NodeAgentSettings
+from corral_node_agent.uids import VmUidPool
 
 log = get_logger(__name__)
 

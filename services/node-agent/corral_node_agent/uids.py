@@ -1,30 +1,6 @@
-"""Who sandboxed code runs as, inside the sandbox and on the host.
-
-- containers: a user namespace of their own per sandbox. Each sandbox gets 65,536 host
-  uids/gids (`IdRange`, from the node's `UidRanges`) mapped to 0..65535 inside: root inside
-  is the range's base on the host, the sandbox user (``sandbox_user``, default 1000) is
-  base + 1000, and no two live sandboxes share a host id, so per-uid kernel state (user
-  keyrings, inotify instances, RLIMIT_NPROC, mqueue bytes) is per sandbox. An exec as
-  ``root`` is root of that namespace with `ROOT_CAPABILITIES`, which count only there.
-  ``container_uid_base: -1`` turns this off (every sandbox is host ``sandbox_user``, root is
-  host root: the old behaviour, kept for kernels without idmapped layers and for benchmarks).
-- fncall runs: uid/gid 1000 inside bwrap's user namespace, ``nobody`` (65534) on the host;
-- VMs: every QEMU drops to a host uid of its own (`VmUidPool`): a guest that escapes into
-  QEMU lands in an unprivileged user that is neither root nor another VM's.
-
-The namespace itself is made fresh for each sandbox (`UserNamespace`: a fork of a small
-helper process, userns_helper.py), owned by the range's root, and crun joins it. Not by crun (it would be owned by host root,
-and the kernel charges per-user counts such as inotify instances to the owner as well: all
-sandboxes and host root would share one budget of 128), and never reused (it holds the user
-keyrings).
-
-Files of the image keep their ids: the container backend mounts each layer as an idmapped
-clone through that namespace (mount_api.py), so a file owned by 0 on the image is owned by
-the range's base on the host and by root inside. The writable upper is not idmapped (an
-overlay over an idmapped upper fails: overlay makes its work dir as host root, EOVERFLOW)
-but a plain directory chowned to the range's root: overlay copies up as host root, keeping
-the idmapped owner. A host uid outside the range shows as 65534 inside and is out of reach
-of root's capabilities there.
+"""The host ids this node hands out to sandboxes: a range of 65,536 per container
+(`UidRanges`) and one uid per VM's QEMU (`VmUidPool`). Who runs as which id is decided in
+isolation/identity.py; the user namespace that maps a range is corral_host/userns.py.
 
 Ranges are claimed in a host-wide registry (``uid_registry_dir``, one file per range under a
 lock), so two agents on one host never hand out the same ids, whatever their node ids; the
@@ -36,27 +12,14 @@ directory is gone (or the host rebooted).
 
 import fcntl
 import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 import zlib
-from dataclasses import dataclass
-from pathlib import Path
 
+from corral_host.userns import RANGE_SIZE, IdRange
 from corral_node_agent.errors import Unavailable
 from corral_node_agent.settings import NodeAgentSettings
 
-# What a `user: root` exec gets in a container (docker-like, minus anything touching the
-# host); the sandbox user gets none.
-ROOT_CAPABILITIES = (
-    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
-    "CAP_SETGID", "CAP_SETUID", "CAP_NET_BIND_SERVICE",
-)
-NOBODY = 65534
 VM_UID_SLOTS = 10_000
-RANGE_SIZE = 65536
 # Derived container ranges: host ids [2^28, 2^31), far above VM uids (< 12,000,000) and the
 # usual /etc/subuid ranges, below 2^31 (tools that keep ids signed).
 DERIVED_FIRST = 1 << 28
@@ -69,63 +32,6 @@ CLAIM_GRACE_S = 60.0
 # acquire made each create O(sandboxes on the host) in syscalls, on the agent's event loop and
 # under the host-wide lock: at ~2,300 sandboxes per node a node-agent's heartbeat went 10 s late.
 FOREIGN_RECHECK_S = 30.0
-
-
-@dataclass(frozen=True)
-class IdRange:
-    """Host ids ``host_base .. host_base + size - 1``, seen inside as ``0 .. size - 1``."""
-
-    host_base: int
-    size: int = RANGE_SIZE
-
-    def host(self, inside: int) -> int:
-        return self.host_base + inside
-
-    def to_json(self) -> dict[str, int]:
-        return {"host_base": self.host_base, "size": self.size}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "IdRange":
-        return cls(host_base=int(data["host_base"]), size=int(data["size"]))
-
-
-@dataclass(frozen=True)
-class Identity:
-    uid: int  # the sandbox user, as the sandbox sees it
-    gid: int
-    # The same processes as the host sees them; None: a uid of its own per sandbox, from the
-    # node's pool (VMs: `VmUidPool`).
-    host_uid: int | None
-    host_gid: int | None
-    root_capabilities: tuple[str, ...] = ()  # what an exec as root keeps (containers)
-    # Containers: the user namespace's mapping (None: no user namespace, host ids as above).
-    ids: IdRange | None = None
-
-    @property
-    def host_root(self) -> tuple[int, int]:
-        """Root of the sandbox as the host sees it (host root without a user namespace)."""
-        return (self.ids.host_base,) * 2 if self.ids else (0, 0)
-
-
-FNCALL_IDENTITY = Identity(uid=1000, gid=1000, host_uid=NOBODY, host_gid=NOBODY)
-# The guest agent runs commands as 1000:1000 inside the guest (guest/agent.c).
-VM_IDENTITY = Identity(uid=1000, gid=1000, host_uid=None, host_gid=None)
-
-
-def container_identity(settings: NodeAgentSettings, ids: IdRange | None = None, run_as: str | None = None) -> Identity:
-    """The sandbox user: ``run_as`` ("uid[:gid]", an image's User) inside a user namespace of
-    its own, where any id of the range is only the range's; without one (host ids) always
-    the node's sandbox uid, never an id a caller picked (0 would be host root)."""
-    uid, gid = settings.sandbox_uid, settings.sandbox_gid
-    if ids is not None and run_as:
-        parts = [int(part) for part in run_as.split(":")]
-        if all(0 <= part < ids.size for part in parts):
-            uid = parts[0]
-            gid = parts[1] if len(parts) > 1 else parts[0]
-    if ids is None:
-        return Identity(uid=uid, gid=gid, host_uid=uid, host_gid=gid, root_capabilities=ROOT_CAPABILITIES)
-    return Identity(uid=uid, gid=gid, host_uid=ids.host(uid), host_gid=ids.host(gid),
-                    root_capabilities=ROOT_CAPABILITIES, ids=ids)
 
 
 def vm_uid_base(settings: NodeAgentSettings) -> int:
@@ -301,82 +207,3 @@ class UidRanges:
                     continue
 
 
-class UserNamespace:
-    """A fresh user namespace mapping 0..size-1 to a range, owned by the range's root: for
-    one sandbox's idmapped layers (`fd`) and for crun to join (`path`, valid until `close`).
-
-    A process of the helper (userns_helper.py) makes it as the range's root, and we (root
-    in the parent namespace) write its maps. The owner matters: the kernel charges a
-    namespace's per-user counts (inotify instances, user namespaces...) to its owner in the
-    parent namespace too, so a namespace made by host root would share host root's 128
-    inotify instances with every other sandbox and with the host. Never reused across
-    sandboxes: a namespace holds its user keyrings."""
-
-    def __init__(self, ids: IdRange):
-        self.fd = -1
-        pid = _HELPER.spawn(ids.host_base)
-        self._pidfd = os.pidfd_open(pid)
-        try:
-            for name in ("uid_map", "gid_map"):
-                with open(f"/proc/{pid}/{name}", "w") as fh:
-                    fh.write(f"0 {ids.host_base} {ids.size}\n")
-            self.path = f"/proc/{pid}/ns/user"
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Let it go: what joined it or was idmapped through it keeps it alive."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if self._pidfd >= 0:
-            try:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            os.close(self._pidfd)
-            self._pidfd = -1
-
-    def __enter__(self) -> "UserNamespace":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class _Helper:
-    """The agent's one userns_helper.py process, started on first use (and again if it died)."""
-
-    SOURCE = Path(__file__).with_name("userns_helper.py")
-
-    def __init__(self):
-        self._proc: subprocess.Popen | None = None
-        self._lock = threading.Lock()
-
-    def spawn(self, uid: int) -> int:
-        """The pid of a helper child that owns a fresh user namespace (no maps yet)."""
-        with self._lock:
-            for attempt in (1, 2):
-                if self._proc is None or self._proc.poll() is not None:
-                    self._proc = subprocess.Popen([sys.executable, "-S", str(self.SOURCE)], stdin=subprocess.PIPE,
-                                                  stdout=subprocess.PIPE, text=True, bufsize=1)
-                assert self._proc.stdin is not None and self._proc.stdout is not None
-                try:
-                    self._proc.stdin.write(f"{uid}\n")
-                    self._proc.stdin.flush()
-                    answer = self._proc.stdout.readline()
-                except BrokenPipeError:
-                    answer = ""
-                if answer:
-                    break
-                self._proc.kill()  # died or mute: a new one, once
-                self._proc.wait()
-            pid = int(answer or "-5")
-        if pid <= 0:
-            raise OSError(-pid, f"cannot make a user namespace owned by {uid}: {os.strerror(-pid)}")
-        return pid
-
-
-_HELPER = _Helper()

@@ -1,6 +1,6 @@
-"""Makes user namespaces for the node-agent, owned by a given host uid (isolation/userns.py).
+"""Makes user namespaces for the node-agent, owned by a given host uid (userns.py).
 
-Standalone on purpose: the agent runs this file as ``python -S userns_helper.py`` once and
+Standalone on purpose: the agent runs this file as ``python -S userns_main.py`` once and
 keeps it (never imported). It is a small single-threaded process, so forking it costs a
 fraction of a millisecond, where the agent itself (big, threaded) could only start a fresh
 ``setpriv ... unshare --user`` chain of programs: ~3 ms more per sandbox under load.
