@@ -1,4 +1,4 @@
-"""A container's disk_mb is a disk of its own (isolation/quota.py), with real crun and loop devices.
+"""A container's disk_mb is a disk of its own (disks/upper.py), with real crun and loop devices.
 
 Whoever writes into a sandbox, its processes or the root agent through the files API, fills
 that sandbox's disk and nothing else: ENOSPC at disk_mb from inside, a 507 JSON answer
@@ -245,7 +245,8 @@ async def test_cleanup_removes_the_disks_a_previous_agent_left(state_dir, node_i
 
 @pytest.mark.parametrize("size_mb", [16, 100, 1024])
 def test_a_disk_has_disk_mb_free_and_its_size_is_formatted_once(state_dir, size_mb):
-    from corral_node_agent.isolation.quota import TOLERANCE, DiskQuota, UpperDisks
+    from corral_node_agent.disks.upper import TOLERANCE, UpperDisks
+    from corral_node_agent.isolation.quota import DiskQuota
 
     disks = UpperDisks(f"{state_dir}/disks")
     os.makedirs(f"{state_dir}/a")
@@ -265,7 +266,8 @@ def test_a_disk_has_disk_mb_free_and_its_size_is_formatted_once(state_dir, size_
 def test_discard_shuts_down_only_the_disk_it_is_given(state_dir):
     """discard() stops writeback with an ext4 shutdown: it must hit the named disk's own
     filesystem and nothing else mounted (or not) at the path."""
-    from corral_node_agent.isolation.quota import DiskQuota, UpperDisks
+    from corral_node_agent.disks.upper import UpperDisks
+    from corral_node_agent.isolation.quota import DiskQuota
 
     disks = UpperDisks(f"{state_dir}/disks")
     for name in ("mine", "other", "tmp"):
@@ -289,7 +291,7 @@ def test_discard_shuts_down_only_the_disk_it_is_given(state_dir):
 
 
 async def test_disks_are_kept_ready_for_recent_sizes_and_removed_with_the_backend(state_dir, node_id, base_layer):
-    from corral_node_agent.isolation.quota import POOL_SIZES
+    from corral_node_agent.disks.upper import POOL_SIZES
 
     backend = ContainerBackend(_settings(state_dir, node_id, disk_pool=2))
     pool = backend.disks.pool
@@ -324,7 +326,7 @@ async def test_disks_are_kept_ready_for_recent_sizes_and_removed_with_the_backen
 
 
 def test_a_new_agent_run_removes_the_ready_disks_a_previous_one_left(state_dir, node_id):
-    from corral_node_agent.isolation.quota import UpperDisks
+    from corral_node_agent.disks.upper import UpperDisks
 
     pool_dir = f"{state_dir}/upper-disks/pool"
     os.makedirs(f"{pool_dir}/7")

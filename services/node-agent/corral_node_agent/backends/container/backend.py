@@ -48,6 +48,7 @@ from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunE
 from corral_node_agent.backends.container.diff import write_diff_tar
 from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.types import RootFs
+from corral_node_agent.disks.upper import UpperDisks
 from corral_node_agent.errors import (
     AlreadyExists,
     BadInput,
@@ -60,7 +61,6 @@ from corral_node_agent.errors import (
     Unsupported,
 )
 from corral_node_agent.isolation.policy import SandboxPolicy, policy_for
-from corral_node_agent.isolation.quota import UpperDisks
 from corral_node_agent.isolation.seccomp import SyscallFilter
 from corral_node_agent.network.egress import Slot, node_egress
 from corral_node_agent.settings import NodeAgentSettings

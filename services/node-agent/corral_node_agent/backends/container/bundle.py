@@ -8,7 +8,7 @@ no other host user can):
                     range + its sandbox id (the directory is named by its crun id, which
                     differs when it was started ahead for the warm pool): what a restarted
                     agent needs to re-adopt it (and to claim the same ids again)
-    upper.img       the sandbox's disk: an ext4 image of disk_mb (isolation/quota.py)
+    upper.img       the sandbox's disk: an ext4 image of disk_mb (disks/upper.py)
     upper/          upper.img mounted: upper/upper + upper/work for the overlay, and
                     upper/dev + upper/shm, the sandbox's /dev and /dev/shm (oci.py), so every
                     byte written into the sandbox lands on its own disk_mb; all four belong
@@ -40,8 +40,9 @@ from corral_host import mount_api, mounts
 from corral_host.userns import IdRange
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.paths import HOME
+from corral_node_agent.disks.upper import UpperDisk, UpperDisks
 from corral_node_agent.isolation.identity import Identity
-from corral_node_agent.isolation.quota import DiskQuota, UpperDisk, UpperDisks
+from corral_node_agent.isolation.quota import DiskQuota
 
 META = "sandbox.json"
 

@@ -53,6 +53,7 @@ from corral_node_agent.backends.vm.qemu import (
     detect_accelerator,
     guest_lowers,
 )
+from corral_node_agent.disks.upper import UpperDisks, sparse_copy
 from corral_node_agent.errors import (
     AlreadyExists,
     BadInput,
@@ -65,7 +66,7 @@ from corral_node_agent.errors import (
     Unsupported,
 )
 from corral_node_agent.isolation.policy import policy_for
-from corral_node_agent.isolation.quota import UpperDisks, disk_quota, sparse_copy
+from corral_node_agent.isolation.quota import disk_quota
 from corral_node_agent.network.egress import Slot, node_egress
 from corral_node_agent.settings import NodeAgentSettings
 from corral_node_agent.uids import VmUidPool

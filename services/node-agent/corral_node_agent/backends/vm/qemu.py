@@ -72,7 +72,7 @@ class MachineConfig:
     cmdline: str = ""
     agent_socket: str | None = None
     layers: list[LayerDisk] = field(default_factory=list)  # base first
-    # The sandbox's writable disk (an ext4 image of disk_mb, isolation/quota.py), a
+    # The sandbox's writable disk (an ext4 image of disk_mb, disks/upper.py), a
     # read-write virtio-blk disk with serial UPPER_SERIAL; None: the guest's upper is a tmpfs.
     upper_disk: str | None = None
     # ...or firmware boot of a whole disk (q35 only).
