@@ -171,7 +171,7 @@ def lazy_server_pid(platform, node_id: str) -> int:
             args = p.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"corral_node_agent.layers.lazy.server" in args and root.encode() in args:
+        if b"corral_node_agent.layers.lazy.server_main" in args and root.encode() in args:
             return int(p.parent.name)
     raise AssertionError(f"no lazy-layer server for {root}")
 

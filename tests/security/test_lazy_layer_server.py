@@ -1,6 +1,6 @@
 """The lazy-layer server a hostile tenant attacks: the root process on each node that serves
 every sandbox's lazily loaded image layers (FUSE) from the node-wide chunk cache, driven over a
-control socket in the node's state dir (``layers.lazy.server``). Reaching it would let a
+control socket in the node's state dir (``layers.lazy.server_main``). Reaching it would let a
 sandbox register any layer (another tenant's) or read the chunks of every tenant's images;
 starving it would stall every sandbox of the node."""
 

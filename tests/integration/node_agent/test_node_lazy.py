@@ -2,7 +2,7 @@
 
 image-service is a small HTTP server serving what its chunk store holds (built with the real
 chunking code), so the tests can count chunk requests and take the service down at will; the
-chunks are fetched by the lazy-layer server, a process of its own (``layers.lazy.server``).
+chunks are fetched by the lazy-layer server, a process of its own (``layers.lazy.server_main``).
 Needs root and /dev/fuse (the conftest enters a private mount namespace).
 """
 

@@ -7,7 +7,7 @@ import pytest
 
 from corral_node_agent.layers.lazy.chunks import ChunkIndex
 from corral_node_agent.layers.lazy.control import LayerServerClient, ServerUnavailable
-from corral_node_agent.layers.lazy.server import LayerServer
+from corral_node_agent.layers.lazy.server_main import LayerServer
 
 
 def test_the_server_counts_the_cached_chunks_of_each_layer(tmp_path):

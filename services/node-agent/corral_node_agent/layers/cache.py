@@ -5,7 +5,7 @@ Two modes (``CORRAL_NODE_LAYER_MODE``):
 - ``eager``: the whole blob is downloaded and sha256-checked before the first mount.
 - ``lazy`` (default): only the layer's chunk index is fetched before start (plus the chunk
   holding the EROFS superblock); the layer is a file of a FUSE filesystem run by the
-  lazy-layer server, a process of its own that outlives agent restarts (``lazy.server``),
+  lazy-layer server, a process of its own that outlives agent restarts (``lazy.server_main``),
   whose reads fetch missing chunks on demand into the node-wide
   chunk cache (``lazy.chunks``), and EROFS is mounted straight from that file. A blob
   image-service has no index for falls back to the eager path.

@@ -12,7 +12,7 @@ between them since nothing is shared):
     │  here, the same rules)   │       │ UDP 53 -> resolver, nothing   │  egress service (uid nobody),
     └──────────────────────────┘       │ routed, IPv6 dropped          │  forbidden targets refused
                                        │ listening sockets of the      ├─ ─ ─ ─ ─ ─ ─ ─ ─ ─ ─ ─ ─►
-                                       │ egress service (service.py)   │
+                                       │ egress service (egress_main)  │
                                        └───────────────────────────────┘
 
 - Both namespaces are made by the agent (host root): a sandbox's root is root only of its own
@@ -24,7 +24,7 @@ between them since nothing is shared):
   ~0.3 ms).
 - The egress namespace has no route anywhere and forwarding off: the only way out is the
   egress service, a process of its own whose listening sockets were made inside the egress
-  namespace and whose upstream connections are made in the node's (service.py).
+  namespace and whose upstream connections are made in the node's (egress_main.py).
 - Sandboxes with ``network: "none"`` get none of this: crun makes them an empty namespace
   (lo only) and VMs have no NIC. The egress namespace and the service are only started by
   the first sandbox with an allowlist.
@@ -182,7 +182,7 @@ class NodeEgress:
                   "hosts": self.settings.egress_hosts, "resolver": self.settings.egress_resolver,
                   "uid": self.settings.egress_uid, "max_connections_per_sandbox": self.settings.egress_max_connections}
         self._service = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "corral_node_agent.network.service", json.dumps(config),
+            sys.executable, "-m", "corral_node_agent.network.egress_main", json.dumps(config),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 20)
 
         ready = asyncio.get_running_loop().create_future()

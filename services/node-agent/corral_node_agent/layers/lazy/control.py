@@ -18,7 +18,7 @@ from typing import Any
 
 from corral_common.logging import get_logger
 from corral_host import namespaces
-from corral_node_agent.layers.lazy.server import LOG, SOCKET
+from corral_node_agent.layers.lazy.server_main import LOG, SOCKET
 
 log = get_logger(__name__)
 
@@ -79,7 +79,7 @@ class LayerServerClient:
 
     def _spawn(self) -> None:
         ns = namespaces.original_mount_namespace()
-        args = [sys.executable, "-m", "corral_node_agent.layers.lazy.server", self.root]
+        args = [sys.executable, "-m", "corral_node_agent.layers.lazy.server_main", self.root]
         if ns is not None:
             args += ["--namespace-fd", str(ns)]
         with open(f"{self.root}/{LOG}", "ab") as logf:

@@ -1,7 +1,7 @@
 """The node's egress service: the sandboxes' resolver (dns.py) and egress proxy (proxy.py)
 in one process of their own, started and fed by the node-agent (egress.py).
 
-    python -m corral_node_agent.network.service '<json config>'
+    python -m corral_node_agent.network.egress_main '<json config>'
 
 It binds its two sockets inside the egress namespace, steps back into the node's namespace
 (where its upstream connections are made), drops to an unprivileged uid and serves. A

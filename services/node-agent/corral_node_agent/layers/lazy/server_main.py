@@ -235,7 +235,7 @@ def _lock(root: str, timeout_s: float = 30.0) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="corral_node_agent.layers.lazy.server")
+    parser = argparse.ArgumentParser(prog="corral_node_agent.layers.lazy.server_main")
     parser.add_argument("root", help="the node-agent's layers directory")
     parser.add_argument("--namespace-fd", type=int, default=None,
                         help="mount namespace to make ours in (the one the agent started in)")
