@@ -18,7 +18,7 @@ no other host user can):
                     over /etc/resolv.conf: from its own disk, mountinfo shows it as
                     /resolv.conf, not as a path of the node's state dir
     rootfs/         overlay of the layer mounts (top first) + upper; with a user namespace
-                    each layer is an idmapped clone of the node's mount (mount_api.py), so
+                    each layer is an idmapped clone of the node's mount (corral_host/mount_api.py), so
                     image files owned by root are owned by the sandbox's root
                     (upper/ and rootfs/ are mounted only until crun has started the
                     container: see ``detach``)
