@@ -15,7 +15,8 @@ import pytest_asyncio
 
 from corral_common.exec import ExecRequest
 from corral_common.sandboxes import SandboxSpec
-from corral_host import loopdev, mounts
+from corral_host import loopdev
+from corral_host.mounts import mount_erofs, mountpoints, umount
 from corral_host.userns import RANGE_SIZE, IdRange
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.backends.types import RootFs
@@ -40,9 +41,9 @@ def probe_layer(work_dir):
     image, mnt = f"{work_dir}/probe.erofs", f"{work_dir}/probe-mnt"
     subprocess.run(["mkfs.erofs", image, root], check=True, capture_output=True)
     os.mkdir(mnt)
-    mounts.mount_erofs(image, mnt)
+    mount_erofs(image, mnt)
     yield mnt
-    mounts.umount(mnt)
+    umount(mnt)
 
 
 @pytest_asyncio.fixture
@@ -268,7 +269,7 @@ async def test_a_restarted_agent_readopts_with_the_same_ids(backend, layers):
 
 async def test_start_and_stop_leave_no_mount_and_no_claim(backend, layers):
     def mounts() -> list[str]:
-        return [m for m in mounts.mountpoints() if m.startswith(backend.sandboxes_dir + "/")]
+        return [m for m in mountpoints() if m.startswith(backend.sandboxes_dir + "/")]
 
     sids = [await started(backend, layers) for _ in range(3)]
     ranges = [ids_of(backend, sid) for sid in sids]
