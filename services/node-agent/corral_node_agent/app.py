@@ -130,12 +130,17 @@ def main(argv: list[str] | None = None) -> None:
 
     from corral_common.serving import serve
     from corral_host.namespaces import enter_private_mount_namespace
+    from corral_host.oom import set_oom_score_adj
     from corral_node_agent.capacity.open_files import raise_open_files_limit
+    from corral_node_agent.isolation.policy import AGENT_OOM_SCORE_ADJ
 
     args = sys.argv[1:] if argv is None else argv
     # Must run while the process is still single-threaded (before uvicorn and the loop).
     enter_private_mount_namespace()
     raise_open_files_limit()
+    # Last for the OOM killer, and so are QEMU and the helpers it starts (they inherit it);
+    # sandboxes' own processes get SANDBOX_OOM_SCORE_ADJ (first).
+    set_oom_score_adj(AGENT_OOM_SCORE_ADJ)
     settings = NodeAgentSettings()
     if args[:1] == ["cleanup"]:
         asyncio.run(cleanup(settings))

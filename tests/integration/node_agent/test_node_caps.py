@@ -111,3 +111,45 @@ async def test_the_nodes_memory_cap_is_a_backstop_below_the_sandboxes_limits(cap
     peak = int((group.dirs["memory"] / "memory.max_usage_in_bytes").read_text())
     assert peak <= 96 * MIB
     assert (await backend.exec(sid, ExecRequest(cmd="echo alive", timeout_s=10))).stdout == "alive\n"
+
+
+# Doubles a string to 128 MiB (192 MiB at the last step), then spins a core.
+HOG = "awk 'BEGIN { s = \"x\"; while (length(s) < 134217728) s = s s; while (1) {} }'"
+
+
+async def test_a_storm_of_default_sandboxes_waking_at_once_is_oom_killed_inside_the_node(capped, base_layer):
+    """The storm, scaled down: default sandboxes (limits 256 MiB and a core each, requests
+    2 MiB) on a node of 256 MiB all allocate toward their limits and spin at once. The node's
+    cgroup OOM-kills inside the node (its peak stays at its cap), the kernel takes the sandboxes'
+    hogs (SANDBOX_OOM_SCORE_ADJ), never their inits, and afterwards every sandbox answers."""
+    backend, group = capped(memory_mb=256, pids=512)
+    ids = []
+    for _ in range(4):
+        sid = "storm-" + uuid.uuid4().hex[:8]
+        await backend.start(sid, SandboxSpec(environment="busybox"), RootFs([base_layer]))  # the default spec
+        ids.append(sid)
+    results = await asyncio.gather(*(backend.exec(sid, ExecRequest(cmd=HOG, timeout_s=20)) for sid in ids))
+    codes = [r.exit_code for r in results]
+    assert codes.count(137) >= 1, codes  # OOM-killed (SIGKILL), not left to take the host's memory
+    peak = int((group.dirs["memory"] / "memory.max_usage_in_bytes").read_text())
+    assert peak <= 256 * MIB
+    for sid in ids:  # every sandbox is still there and answers
+        r = await backend.exec(sid, ExecRequest(cmd="echo alive", timeout_s=10))
+        assert r.stdout == "alive\n", (sid, r)
+    assert subprocess.run(["sh", "-c", "true & wait"], timeout=10).returncode == 0  # the host forks
+    for sid in ids:
+        await backend.stop(sid)
+
+
+async def test_a_sandbox_is_first_for_the_oom_killer_and_cannot_change_that(capped, base_layer):
+    from corral_node_agent.isolation.policy import SANDBOX_OOM_SCORE_ADJ
+
+    backend, _ = capped(memory_mb=512, pids=512)
+    sid = await start(backend, base_layer)
+    r = await backend.exec(sid, ExecRequest(cmd="cat /proc/self/oom_score_adj /proc/1/oom_score_adj", timeout_s=10))
+    assert r.stdout.split() == [str(SANDBOX_OOM_SCORE_ADJ)] * 2, r  # execs and its init
+    for user in ("user", "root"):  # root inside has no CAP_SYS_RESOURCE: it cannot lower it either
+        r = await backend.exec(sid, ExecRequest(cmd="echo -1000 > /proc/self/oom_score_adj && cat /proc/self/oom_score_adj",
+                                                user=user, timeout_s=10))
+        assert r.exit_code != 0, (user, r)
+    await backend.stop(sid)

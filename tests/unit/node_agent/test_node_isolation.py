@@ -25,7 +25,8 @@ DEFAULT_CONFIG = {
     "ociVersion": "1.0.0",
     "process": {"terminal": False, "user": {"uid": 1000, "gid": 1000, "additionalGids": [1000]}, "args": INIT,
                 "env": [PATH, "HOME=/home/user"], "cwd": "/home/user", "capabilities": NO_CAPS,
-                "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}], "noNewPrivileges": True},
+                "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}], "noNewPrivileges": True,
+                "oomScoreAdj": 1000},
     "root": {"path": "rootfs", "readonly": False},
     "hostname": "sb-1",
     "mounts": [
@@ -107,7 +108,8 @@ def test_exec_process_json(tmp_path):
                     "env": [PATH, "HOME=/home/user", "A=1", "B=2"], "cwd": "/home/user",
                     "capabilities": {"bounding": caps, "effective": caps, "permitted": caps, "inheritable": [],
                                      "ambient": caps},
-                    "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}], "noNewPrivileges": True}
+                    "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}], "noNewPrivileges": True,
+                "oomScoreAdj": 1000}
     user = oci.process_spec(["id"], identity, env=[], cwd="/tmp")
     assert user["user"] == {"uid": 1000, "gid": 1000, "additionalGids": [1000]} and user["capabilities"] == NO_CAPS
 

@@ -38,7 +38,7 @@ from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.runtimes import RUNTIME_SPECS, Runtime
 from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.identity import FNCALL_IDENTITY
-from corral_node_agent.isolation.policy import SandboxPolicy, fncall_run_policy
+from corral_node_agent.isolation.policy import SANDBOX_OOM_SCORE_ADJ, SandboxPolicy, fncall_run_policy
 from corral_node_agent.output import CappedPipe
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -54,9 +54,10 @@ LAUNCH = """
 n=$1; shift
 while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done
 ulimit -t "$1"; ulimit -f "$2"; ulimit -n "$3"; ulimit -c 0; ulimit -s "$4"
+echo %d > /proc/self/oom_score_adj || exit 125
 uid=$5; shift 5
 exec /usr/bin/setpriv --reuid="$uid" --regid="$uid" --clear-groups -- "$@"
-"""
+""" % SANDBOX_OOM_SCORE_ADJ
 
 
 @dataclass

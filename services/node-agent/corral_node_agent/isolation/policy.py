@@ -42,6 +42,16 @@ class SandboxPolicy:
     limits: Limits
 
 
+# Who the kernel's OOM killer takes when sandboxes that asked for little all wake at once
+# (docs/architecture.md, "Capacity"): every process a sandbox runs (a container's init and
+# execs, an fncall run) is first, the largest of them before the others (oom_badness is its
+# size plus this, equal for all); the node-agent and what it starts for itself (QEMU, crun,
+# mkfs) are last. Inside the node's cgroup its memory cap makes that OOM local to the node;
+# past it, the host's services are still behind every sandbox. A sandbox cannot lower its own
+# value (that needs CAP_SYS_RESOURCE, which it never has).
+SANDBOX_OOM_SCORE_ADJ = 1000
+AGENT_OOM_SCORE_ADJ = -900
+
 def policy_for(spec: SandboxSpec, settings: NodeAgentSettings, ids: IdRange | None = None) -> SandboxPolicy:
     """A container's or a VM's policy (``spec.backend`` is resolved: container/microvm/vm);
     ``ids``: a container's user namespace range (corral_host/userns.py; None: none)."""

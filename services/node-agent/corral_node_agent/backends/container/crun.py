@@ -12,7 +12,11 @@ from dataclasses import dataclass
 import psutil
 
 from corral_node_agent.errors import RuntimeFailure
+from corral_node_agent.isolation.policy import SANDBOX_OOM_SCORE_ADJ
 
+# An exec's processes are the OOM killer's first choice, as its init is (isolation/policy.py).
+# (choom is util-linux's, on every Debian/Ubuntu host and in deploy/Dockerfile's image.)
+EXEC_OOM_SCORE = ["choom", "-n", str(SANDBOX_OOM_SCORE_ADJ), "--"]
 
 class CrunError(RuntimeFailure):
     """A crun call that had to succeed failed (its output says why)."""
@@ -95,8 +99,10 @@ class Crun:
             return None
 
     def exec_argv(self, container_id: str, *, process_file: str, pid_file: str) -> list[str]:
-        """``crun exec`` of a process.json; the caller spawns it with its own stdio."""
-        return self.argv("exec", "--process", process_file, "--pid-file", pid_file, container_id)
+        """``crun exec`` of a process.json; the caller spawns it with its own stdio. Under
+        choom(1): crun applies the process's oomScoreAdj to a container's init but not to an
+        exec, which would keep the agent's (AGENT_OOM_SCORE_ADJ, last for the OOM killer)."""
+        return [*EXEC_OOM_SCORE, *self.argv("exec", "--process", process_file, "--pid-file", pid_file, container_id)]
 
     async def pause(self, container_id: str) -> None:
         await self._call("pause", container_id)

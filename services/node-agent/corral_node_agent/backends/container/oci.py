@@ -12,7 +12,7 @@ from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.paths import HOME, ROOT_HOME
 from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.identity import Identity
-from corral_node_agent.isolation.policy import SandboxPolicy
+from corral_node_agent.isolation.policy import SANDBOX_OOM_SCORE_ADJ, SandboxPolicy
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -52,6 +52,7 @@ def process_spec(
         "capabilities": _caps(identity.root_capabilities if root else ()),
         "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
         "noNewPrivileges": True,
+        "oomScoreAdj": SANDBOX_OOM_SCORE_ADJ,  # the OOM killer's first choice, not the node's services
     }
 
 
