@@ -202,7 +202,7 @@ async def test_a_redis_pool_with_no_free_connection_is_a_503_not_a_500(redis_url
     async with AsyncExitStack() as stack:
         plane = await start_plane(stack, tmp_path, redis_url, amqp_url, monkeypatch, redis_max_connections=2,
                                   redis_pool_timeout_s=0.3)
-        redis = plane.api.state.sandboxes.store.redis
+        redis = plane.api.state.services.store.redis
         async with httpx.AsyncClient(base_url=plane.urls["api"], timeout=30, headers=bearer("tenant-b")) as http:
             assert (await http.get("/v1/sandboxes")).status_code == 200
             # Both connections of the api's pool busy for 3 s (blocking pops on empty lists).

@@ -7,13 +7,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from corral_api import metrics
-from corral_api.admin.service import TenantQuotas
+from corral_api.quotas.service import TenantQuotas
 from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.network import NetworkRules
 from corral_api.sandboxes.repository import HistoryRepository
+from corral_api.sandboxes.restore import SnapshotLookup, restored_spec
 from corral_api.sandboxes.waiters import StateWaiters
-from corral_api.snapshots.repository import SnapshotRepository
-from corral_api.snapshots.restore import restored_spec
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
 from corral_common.contracts.images import (
@@ -105,7 +104,7 @@ class EnvironmentCatalog:
 
 class SandboxService:
     def __init__(self, store: StateStore, bus: EventBus, history: HistoryRepository, waiters: StateWaiters,
-                 environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotRepository | None = None,
+                 environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotLookup | None = None,
                  ceilings: NodeCeilings | None = None, network: NetworkRules | None = None,
                  quotas: TenantQuotas | None = None):
         self.store = store
