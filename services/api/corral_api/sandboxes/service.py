@@ -28,6 +28,7 @@ from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unproce
 from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested, SandboxStop, node_routing_key
 from corral_common.inputs import split_disk_image_ref
 from corral_common.logging import get_logger
+from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxSpec, SandboxState
 from corral_common.state import NodeInfo, SandboxRecord, StateStore
 
@@ -219,6 +220,15 @@ class SandboxService:
             await self.bus.publish(node_routing_key(record.node_id, "stop"),
                                    SandboxStop(sandbox_id=sandbox_id, node_id=record.node_id))
         return await self.get(tenant, sandbox_id)
+
+    async def require_network(self, network: NetworkPolicy, loc: Sequence[str] = ("body",)) -> None:
+        """New egress rules for a live sandbox, judged as at create (422)."""
+        if self.network is not None:
+            await self.network.require(network, loc=loc)
+
+    async def record_network(self, record: SandboxRecord, network: NetworkPolicy) -> None:
+        """The record keeps the egress rules its node applies now."""
+        await self.store.set_sandbox_spec(record.id, record.spec.model_copy(update={"network": network}))
 
     async def node_for(self, tenant: str, sandbox_id: str,
                        states: frozenset[SandboxState] = frozenset({SandboxState.running}),
