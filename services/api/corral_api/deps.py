@@ -30,11 +30,11 @@ class Container:
 
     def __post_init__(self) -> None:
         hints = get_type_hints(type(self))
-        self._index({hints[f.name]: getattr(self, f.name) for f in fields(cast(Any, self))})
+        self._index([(hints[f.name], getattr(self, f.name)) for f in fields(cast(Any, self))])
 
-    def _index(self, parts: Mapping[type, object]) -> None:
+    def _index(self, parts: Iterable[tuple[type, object]]) -> None:
         self._by_type = {}
-        for kind, value in parts.items():
+        for kind, value in parts:
             if not isinstance(kind, type):
                 raise TypeError(f"a container's part is declared by a class, not {kind!r}")
             if kind in self._by_type:
@@ -44,7 +44,7 @@ class Container:
     @classmethod
     def of(cls, parts: Mapping[type, object]) -> "Container":
         container = cls.__new__(cls)
-        Container._index(container, parts)
+        Container._index(container, parts.items())
         return container
 
     def get(self, kind: type[T]) -> T:
