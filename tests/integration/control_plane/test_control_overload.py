@@ -165,7 +165,7 @@ async def test_one_tenants_burst_of_1000_execs_leaves_another_tenant_untouched(p
 
     t0 = time.monotonic()
     burst = [asyncio.create_task(a_exec(burst_clients[i % len(burst_clients)], i)) for i in range(BURST)]
-    limiter = plane.api.state.tenant_limiter
+    limiter = plane.api.state.services.tenant_limiter
     await until(lambda: limiter.inflight("tenant-a") == TENANT_MAX_INFLIGHT, timeout_s=60,
                 what="tenant A's burst to hold every slot it may")
     started.set()
@@ -192,7 +192,7 @@ async def test_one_tenants_burst_of_1000_execs_leaves_another_tenant_untouched(p
     assert [r.status_code for r, _ in b_results] == [200] * len(b_results), [r.text for r, _ in b_results]
     admitted_done = [t for r, t in zip(a_results, a_done, strict=True) if r.status_code == 200]
     assert min(admitted_done) >= b_finished  # B was served in full while A held every slot it may
-    assert plane.api.state.tenant_limiter.inflight("tenant-a") == 0  # every slot came back
+    assert plane.api.state.services.tenant_limiter.inflight("tenant-a") == 0  # every slot came back
     b_latency = sorted(s for _, s in b_results)
     print(f"\nburst of {BURST}: {statuses} in {elapsed:.1f}s; tenant B {len(b_results)}x200, "
           f"latency p50 {b_latency[len(b_latency) // 2]:.2f}s max {b_latency[-1]:.2f}s")
@@ -232,7 +232,7 @@ async def test_a_runtime_token_counts_against_its_tenants_budget(plane):
         plane.backend.held = sandbox
         held = [asyncio.create_task(http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "true"},
                                               headers=bearer("tenant-a"))) for _ in range(TENANT_MAX_INFLIGHT)]
-        limiter = plane.api.state.tenant_limiter
+        limiter = plane.api.state.services.tenant_limiter
         await until(lambda: limiter.inflight("tenant-a") == TENANT_MAX_INFLIGHT, timeout_s=60,
                     what="tenant A's execs to hold every slot it may")
         refused = await http.get(f"/v1/sandboxes/{sandbox}/swerex/is_alive", headers=runtime)
