@@ -12,10 +12,11 @@ from fastapi.responses import StreamingResponse
 from corral_api.auth.dependencies import Tenant
 from corral_api.auth.service import ApiKeyService
 from corral_api.body_limits import body_limit
+from corral_api.dataplane.schemas import SandboxNetworkState
 from corral_api.dataplane.service import INGRESS_RESPONSE_DROPPED, SandboxDataPath
 from corral_api.deps import provide
 from corral_api.limits import api_key_of
-from corral_api.sandboxes.schemas import Sandbox, SandboxNetworkState
+from corral_api.sandboxes.schemas import Sandbox
 from corral_common.display import InputRequest
 from corral_common.errors import ERROR_RESPONSES, CorralError, ErrorResponse
 from corral_common.exec import ExecRequest, ExecResult, FileInfo
