@@ -15,9 +15,9 @@ import time
 import uuid
 from pathlib import Path
 
-from corral_api.admin.quotas import Demand, QuotaLedger
 from corral_api.auth.service import ApiKeyService
 from corral_api.db.engine import make_engine, migrate
+from corral_api.quotas.ledger import Demand, QuotaLedger
 from corral_common.state import StateStore
 
 

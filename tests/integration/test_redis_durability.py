@@ -93,8 +93,8 @@ class NodeAgent:
         if self.task is None:
             return
         if self.server.started and not keep_sandboxes:
-            for sandbox_id in self.app.state.manager.ids():
-                await self.app.state.manager.delete(sandbox_id)
+            for sandbox_id in self.app.state.services.manager.ids():
+                await self.app.state.services.manager.delete(sandbox_id)
         self.server.should_exit = True
         await self.task
         self.task = None
@@ -107,7 +107,7 @@ class Platform:
 
     @property
     def manager(self):
-        return self.node.app.state.manager
+        return self.node.app.state.services.manager
 
     async def create(self, **spec) -> dict:
         r = await self.api.post("/v1/sandboxes", params={"wait_for": "running", "timeout": 60},

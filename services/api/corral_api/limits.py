@@ -21,6 +21,7 @@ requests (close code 1013, try again later).
 """
 
 from collections import Counter
+from typing import Protocol
 
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.datastructures import Headers
@@ -28,6 +29,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from corral_api.deps import container_of
 from corral_common.errors import TooManyRequests
 
 # Where the middleware leaves (key, principal) for auth.dependencies.current_principal.
@@ -36,6 +38,18 @@ AUTHENTICATED_SCOPE_KEY = "corral.principal"
 TENANT_SLOT_SCOPE_KEY = "corral.tenant_slot"
 # WebSocket close code "try again later" (RFC 6455 registry).
 WS_TRY_AGAIN_LATER = 1013
+
+
+class Principal(Protocol):
+    @property
+    def tenant(self) -> str: ...
+
+
+class Authenticator(Protocol):
+    """Who an API key is (``corral_api.auth.service.ApiKeyService``, registered under this type
+    too: the middleware runs below the auth domain, which imports this module)."""
+
+    async def authenticate(self, key: str) -> Principal | None: ...
 
 
 class TenantLimiter:
@@ -102,21 +116,21 @@ def api_key_of(headers: Headers) -> str | None:
 
 
 class TenantConcurrencyMiddleware:
-    """Holds one of the tenant's slots (``app.state.tenant_limiter``) while its request or
-    WebSocket runs."""
+    """Holds one of the tenant's slots (the app's ``TenantLimiter``) while its request or
+    WebSocket runs; tenants are told by the app's ``Authenticator`` (its ``ApiKeyService``)."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        state = scope["app"].state if scope["type"] in ("http", "websocket") and "app" in scope else None
-        limiter: TenantLimiter | None = getattr(state, "tenant_limiter", None)
-        if limiter is None:
+        services = container_of(scope["app"]) if scope["type"] in ("http", "websocket") and "app" in scope else None
+        if services is None or not services.has(TenantLimiter):  # before the lifespan built them
             await self.app(scope, receive, send)
             return
+        limiter = services.get(TenantLimiter)
         key = api_key_of(Headers(scope=scope))
         try:
-            principal = await state.api_keys.authenticate(key) if key else None
+            principal = await services.get(Authenticator).authenticate(key) if key else None
             tenant = principal.tenant if principal else None
             if principal is not None:  # the route's auth takes it from here: one lookup per request
                 scope[AUTHENTICATED_SCOPE_KEY] = (key, principal)

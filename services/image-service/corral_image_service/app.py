@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from corral_common.errors import install_error_handlers
 from corral_common.internal import INTERNAL_ONLY
 from corral_common.logging import configure_logging, get_logger
-from corral_common.metrics import install_metrics, on_state
+from corral_common.metrics import install_metrics
 from corral_image_service.blobs.router import router as blobs_router
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.chunks.router import router as chunks_router
@@ -55,9 +55,8 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
         app.state.services = Services(
             settings=settings, engine=engine, store=store, chunks=chunks, layers=layers, environments=environments,
             disk_images=DiskImageService(engine, store, settings.qemu_img), build_limiter=build_limiter,
-            imports=imports,
+            imports=imports, storage_gauges=StorageGauges(engine),
         )
-        app.state.storage_gauges = StorageGauges(engine)
         log.info("image_service.ready", data_dir=settings.data_dir, db=engine.url.render_as_string(hide_password=True))
         try:
             yield
@@ -70,7 +69,13 @@ def create_app(settings: ImageServiceSettings | None = None) -> FastAPI:
                               "content-addressed blobs and their chunks.")
     app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
-    install_metrics(app, "image-service", collectors=[on_state(app, "storage_gauges")])
+
+    async def storage_gauges() -> None:  # read at each /metrics scrape, once the lifespan built them
+        services = getattr(app.state, "services", None)
+        if isinstance(services, Services):
+            await services.storage_gauges()
+
+    install_metrics(app, "image-service", collectors=[storage_gauges])
     # Reads too: layers, blobs and chunks are tenants' file systems.
     for router in (layers_router, usage_router, imports_router, environments_router, disk_images_router, blobs_router, chunks_router):
         app.include_router(router, dependencies=INTERNAL_ONLY)

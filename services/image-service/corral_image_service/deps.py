@@ -13,6 +13,7 @@ from corral_image_service.disk_images.service import DiskImageService
 from corral_image_service.environments.service import EnvironmentService
 from corral_image_service.imports.service import ImportService
 from corral_image_service.layers.service import LayerService
+from corral_image_service.metrics import StorageGauges
 from corral_image_service.settings import ImageServiceSettings
 
 
@@ -29,6 +30,7 @@ class Services:
     # uploads cannot starve the threadpool that also serves blob downloads.
     build_limiter: anyio.CapacityLimiter
     imports: ImportService
+    storage_gauges: StorageGauges
 
 
 async def get_services(request: Request) -> Services:

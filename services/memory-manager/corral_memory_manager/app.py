@@ -5,6 +5,8 @@ Host memory (meminfo, KSM, DAMON availability, swap/zram) and the KSM knobs; the
 guest stats, through the node-agent; KSM policy). What runs where: docs/memory.md.
 """
 
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
 
 from corral_common.errors import install_error_handlers
@@ -13,9 +15,8 @@ from corral_common.metrics import install_metrics
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_memory_manager.balloons.router import router as balloons_router
 from corral_memory_manager.host.router import router as host_router
-from corral_memory_manager.host.service import HostMemoryService
-from corral_memory_manager.reclaim.lifecycle import reclaim_lifespan
 from corral_memory_manager.reclaim.router import router as reclaim_router
+from corral_memory_manager.services import build_services
 from corral_memory_manager.settings import MemoryManagerSettings
 
 
@@ -24,12 +25,16 @@ def create_app(settings: MemoryManagerSettings | None = None) -> FastAPI:
     configure_logging(f"memory-manager:{settings.node_id}", settings.log_level, settings.log_json)
     setup_tracing("corral-memory-manager", settings.otel_exporter_otlp_endpoint)
 
-    app = FastAPI(title=f"Corral memory-manager {settings.node_id}", version="0.1.0",
-                  lifespan=lambda app: reclaim_lifespan(app, settings),
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        async with build_services(settings) as services:
+            app.state.services = services
+            yield
+
+    app = FastAPI(title=f"Corral memory-manager {settings.node_id}", version="0.1.0", lifespan=lifespan,
                   description="Per-node memory: meminfo, KSM, DAMON availability, swap and zram; "
                               "proactive reclaim of idle sandboxes.")
-    app.state.settings = settings
-    app.state.host = HostMemoryService(settings.node_id, settings.proc_root, settings.sys_root)
+    app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
     instrument_app(app)
     install_metrics(app, "memory-manager")

@@ -10,7 +10,7 @@ from corral_common.amqp import EventBus
 from corral_common.contracts.node import NodeHealth
 from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
 from corral_common.logging import configure_logging
-from corral_common.metrics import install_metrics, on_state
+from corral_common.metrics import install_metrics
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_host.cgroups import node as node_cgroup
@@ -18,9 +18,11 @@ from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent import capacity as node_capacity
 from corral_node_agent import metrics
 from corral_node_agent.backends.base import SandboxBackend
+from corral_node_agent.container import Services, services_of
 from corral_node_agent.events.pulse import LivenessPulse
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
+from corral_node_agent.fncall.service import FncallPools, instance_of
 from corral_node_agent.http_errors import install_node_error_handlers
 from corral_node_agent.memory.accounting import sample_memory_forever
 from corral_node_agent.sandboxes.router import activity_router, snapshots_router
@@ -55,19 +57,19 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             # Sandboxes a previous run of this agent left running are re-adopted, not killed
             # (after NodeEvents listens: one adopted only to be ended at once is reported).
             await manager.start(adopt=settings.adopt_on_start)
-            lazy = getattr(manager.layers, "lazy", None)
+            lazy = manager.layers.lazy
+            metrics.CHUNK_CACHES.watch(settings.node_id, lazy.stats)
             lazy_start = None
-            if lazy is not None:
-                metrics.CHUNK_CACHES.watch(settings.node_id, lazy.stats)
-                if settings.layer_mode == "lazy":
-                    # In the background: the heartbeat must not wait for a process to start.
-                    lazy_start = asyncio.create_task(lazy.start())
+            if settings.layer_mode == "lazy":
+                # In the background: the heartbeat must not wait for a process to start.
+                lazy_start = asyncio.create_task(lazy.start())
             # Every sandbox, VM and fncall worker of the node runs below its capped cgroup (after
             # start(), whose cleanup removes the empty cgroups a previous run left).
-            node_cgroup.cap(cgroup_driver(), settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
-            app.state.settings, app.state.manager, app.state.events = settings, manager, events
-            app.state.capacity = capacity
-            app.state.node_gauges = metrics.NodeGauges(settings.node_id, manager)
+            cgroups = cgroup_driver()
+            node_cgroup.cap(cgroups, settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
+            services = app.state.services = Services(settings=settings, manager=manager, events=events,
+                                                     capacity=capacity,
+                                                     gauges=metrics.NodeGauges(settings.node_id, manager))
             # Heartbeat before consuming so the scheduler sees us as soon as we take work.
             await events.heartbeat_once()
             await events.reconcile()
@@ -83,8 +85,17 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             pulse.start()
             memory_sampler = asyncio.create_task(sample_memory_forever(
                 manager, settings.memory_sample_interval_s, settings.memory_sample_max_duty))
+            # The fncall worker pools, on the same layers as the sandboxes.
+            pools = FncallPools(settings.node_id, settings.amqp_url, settings.fncall,
+                                instance=instance_of(settings.state_dir), layers=manager.layers,
+                                publish_timeout_s=settings.amqp_publish_timeout_s)
             try:
-                yield
+                await pools.start()
+                services.fncall = pools
+                try:
+                    yield
+                finally:
+                    await pools.close()
             finally:
                 pulse.stop()
                 heartbeat.cancel()
@@ -93,7 +104,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
                     lazy_start.cancel()
                 await bus.close()
                 await store.close()
-                node_cgroup.release(cgroup_driver(), settings.node_id)
+                node_cgroup.release(cgroups, settings.node_id)
         finally:
             claim.release()  # the claim file stays while sandboxes left to re-adopt run
 
@@ -101,7 +112,12 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
     app.state.settings = settings  # the internal token's check reads it
     install_node_error_handlers(app)
     instrument_app(app)
-    install_metrics(app, "node-agent", collectors=[on_state(app, "node_gauges")])
+
+    async def node_gauges() -> None:  # read at each /metrics scrape, once the lifespan built them
+        if (services := services_of(app)) is not None:
+            await services.gauges()
+
+    install_metrics(app, "node-agent", collectors=[node_gauges])
     app.include_router(sandboxes_router)
     app.include_router(snapshots_router)
     app.include_router(activity_router)
@@ -109,7 +125,8 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
 
     @app.get("/healthz")
     async def healthz() -> NodeHealth:
-        manager = getattr(app.state, "manager", None)
+        services = services_of(app)
+        manager = services.manager if services is not None else None
         return NodeHealth(status="ok", node_id=settings.node_id, sandboxes=manager.count() if manager else 0,
                           backends=manager.kinds() if manager else [])
 
@@ -118,7 +135,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
 
 async def cleanup(settings: NodeAgentSettings) -> None:
     """Remove every container, mount and cgroup a (stopped) agent with these settings left."""
-    from corral_node_agent.fncall.service import instance_of, remove_cgroups
+    from corral_node_agent.fncall.service import remove_cgroups
 
     remove_cgroups(node_cgroup.fncall_cgroup_path(settings.node_id, instance_of(settings.state_dir)))
     await build_manager(settings).start()  # the node's cgroup goes too, once empty

@@ -11,9 +11,10 @@ from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested
 from corral_common.internal import INTERNAL_ONLY
 from corral_common.jobs import JobStore
 from corral_common.logging import configure_logging
-from corral_common.metrics import install_metrics, on_state
+from corral_common.metrics import install_metrics
 from corral_common.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_scheduler.deps import Services, ServicesDep
 from corral_scheduler.jobs.service import JobAdmitter
 from corral_scheduler.metrics import SchedulerGauges
 from corral_scheduler.nodes.service import NodeReaper
@@ -44,8 +45,9 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
         jobs = JobStore(store.redis)
         admitter = JobAdmitter(jobs, placer, settings.placement_retry_s)
         admit_task = asyncio.create_task(admitter.run())
-        app.state.store, app.state.bus, app.state.admitter, app.state.placer = store, bus, admitter, placer
-        app.state.gauges = SchedulerGauges(store, jobs, placer, settings.heartbeat_timeout_s)
+        app.state.services = Services(
+            settings=settings, store=store, placer=placer, admitter=admitter,
+            gauges=SchedulerGauges(store, jobs, placer, settings.heartbeat_timeout_s))
         try:
             yield
         finally:
@@ -63,17 +65,23 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
     app.state.settings = settings  # the internal token's check reads it
     install_error_handlers(app)
     instrument_app(app)
-    install_metrics(app, "scheduler", collectors=[on_state(app, "gauges")])
+
+    async def gauges() -> None:  # read at each /metrics scrape, once the lifespan built them
+        services = getattr(app.state, "services", None)
+        if isinstance(services, Services):
+            await services.gauges()
+
+    install_metrics(app, "scheduler", collectors=[gauges])
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str | int]:
+    async def healthz(services: ServicesDep) -> dict[str, str | int]:
         # waiting: requests this replica holds until a node has room (RabbitMQ redelivers
         # them to another replica if this one dies).
-        return {"status": "ok", "waiting": app.state.placer.waiting}
+        return {"status": "ok", "waiting": services.placer.waiting}
 
     @app.get("/v1/nodes", dependencies=INTERNAL_ONLY)
-    async def nodes() -> list[dict]:
-        live = await app.state.store.live_nodes(settings.heartbeat_timeout_s)
+    async def nodes(services: ServicesDep) -> list[dict]:
+        live = await services.store.live_nodes(settings.heartbeat_timeout_s)
         return [vars(n) for n in live]
 
     return app

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from corral.errors import CorralError
-from corral_api.admin.quotas import Demand, QuotaLedger
 from corral_api.app import create_app as api_app
+from corral_api.quotas.ledger import Demand, QuotaLedger
 from corral_common.errors import TooManyRequests
 from corral_common.state import StateStore
 from tests.inprocess import serve
@@ -403,10 +403,10 @@ async def test_a_refused_create_first_reclaims_shares_whose_sandbox_is_gone(redi
     is given back when it would refuse a create; a share admitted just now never is."""
     import time
 
-    from corral_api.admin.repository import TenantRepository
-    from corral_api.admin.service import TenantQuotas
     from corral_api.auth.service import AuthVersion
     from corral_api.db.engine import make_engine, migrate
+    from corral_api.quotas.service import TenantQuotas
+    from corral_api.tenants.repository import TenantRepository
     from corral_common.sandboxes import SandboxSpec
 
     url = f"sqlite:///{tmp_path}/api.db"

@@ -206,7 +206,8 @@ def test_replicas_starting_together_migrate_one_database_once(request):
 def test_admin_keys_tenants_and_usage_totals(database_url):
     """Migration 0006 on both databases: keys with ids, roles and revocation; tenants with
     quotas; billing totals summed in SQL from the history rows."""
-    from corral_api.admin.repository import TenantRepository, UsageRepository
+    from corral_api.admin.repository import UsageRepository
+    from corral_api.tenants.repository import TenantRepository
 
     migrate(database_url)
     engine = make_engine(database_url)

@@ -211,7 +211,7 @@ async def api(redis_url, amqp_url, tmp_path):
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api",
                                      headers={"authorization": "Bearer cap-key-123456"}) as client:
-            yield client, app.state.sandboxes.store
+            yield client, app.state.services.store
 
 
 async def test_api_refuses_a_pids_limit_above_every_node_with_a_422_naming_it(api):

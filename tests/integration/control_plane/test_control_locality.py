@@ -79,7 +79,7 @@ async def test_a_sandbox_goes_where_its_layers_are(plane):
     # a is busier now (one sandbox), b empty: by load alone b; a holds every byte: a.
     second = await create(http)
     assert second["node_id"] == node_a
-    scheduler.state.placer.environments = None  # locality off: load decides
+    scheduler.state.services.placer.environments = None  # locality off: load decides
     third = await create(http)
     assert third["node_id"] == node_b
 
@@ -110,7 +110,7 @@ async def test_a_pinned_sandbox_is_placed_by_its_pin_without_asking_image_servic
     first = await create(http)
     assert first["node_id"] == node_a
     await until(lambda: _held(store, [node_a, node_b], digest), timeout_s=30, what="node a to report it")
-    spy = scheduler.state.placer.environments = AskedNothing(scheduler.state.placer.environments)
+    spy = scheduler.state.services.placer.environments = AskedNothing(scheduler.state.services.placer.environments)
     second = await create(http)
     record = await store.get_sandbox(second["id"])
     assert [layer.digest for layer in record.image.layers] == [digest]  # the api's pin

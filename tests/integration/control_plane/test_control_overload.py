@@ -165,7 +165,7 @@ async def test_one_tenants_burst_of_1000_execs_leaves_another_tenant_untouched(p
 
     t0 = time.monotonic()
     burst = [asyncio.create_task(a_exec(burst_clients[i % len(burst_clients)], i)) for i in range(BURST)]
-    limiter = plane.api.state.tenant_limiter
+    limiter = plane.api.state.services.tenant_limiter
     await until(lambda: limiter.inflight("tenant-a") == TENANT_MAX_INFLIGHT, timeout_s=60,
                 what="tenant A's burst to hold every slot it may")
     started.set()
@@ -192,7 +192,7 @@ async def test_one_tenants_burst_of_1000_execs_leaves_another_tenant_untouched(p
     assert [r.status_code for r, _ in b_results] == [200] * len(b_results), [r.text for r, _ in b_results]
     admitted_done = [t for r, t in zip(a_results, a_done, strict=True) if r.status_code == 200]
     assert min(admitted_done) >= b_finished  # B was served in full while A held every slot it may
-    assert plane.api.state.tenant_limiter.inflight("tenant-a") == 0  # every slot came back
+    assert plane.api.state.services.tenant_limiter.inflight("tenant-a") == 0  # every slot came back
     b_latency = sorted(s for _, s in b_results)
     print(f"\nburst of {BURST}: {statuses} in {elapsed:.1f}s; tenant B {len(b_results)}x200, "
           f"latency p50 {b_latency[len(b_latency) // 2]:.2f}s max {b_latency[-1]:.2f}s")
@@ -202,7 +202,7 @@ async def test_a_redis_pool_with_no_free_connection_is_a_503_not_a_500(redis_url
     async with AsyncExitStack() as stack:
         plane = await start_plane(stack, tmp_path, redis_url, amqp_url, monkeypatch, redis_max_connections=2,
                                   redis_pool_timeout_s=0.3)
-        redis = plane.api.state.sandboxes.store.redis
+        redis = plane.api.state.services.store.redis
         async with httpx.AsyncClient(base_url=plane.urls["api"], timeout=30, headers=bearer("tenant-b")) as http:
             assert (await http.get("/v1/sandboxes")).status_code == 200
             # Both connections of the api's pool busy for 3 s (blocking pops on empty lists).
@@ -232,7 +232,7 @@ async def test_a_runtime_token_counts_against_its_tenants_budget(plane):
         plane.backend.held = sandbox
         held = [asyncio.create_task(http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "true"},
                                               headers=bearer("tenant-a"))) for _ in range(TENANT_MAX_INFLIGHT)]
-        limiter = plane.api.state.tenant_limiter
+        limiter = plane.api.state.services.tenant_limiter
         await until(lambda: limiter.inflight("tenant-a") == TENANT_MAX_INFLIGHT, timeout_s=60,
                     what="tenant A's execs to hold every slot it may")
         refused = await http.get(f"/v1/sandboxes/{sandbox}/swerex/is_alive", headers=runtime)

@@ -20,6 +20,7 @@ from corral_common.errors import ServiceUnavailable
 from corral_common.state import StateStore
 from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.fncall.router import router as fncall_router
+from corral_node_agent.fncall.service import FncallPools, instance_of
 from corral_node_agent.settings import NodeAgentSettings
 from tests.inprocess import serve
 from tests.polling import until
@@ -43,15 +44,19 @@ async def test_a_call_while_a_node_warms_up_says_what_it_waits_for(redis_url, am
                                  fncall={"runtimes": "python", "rootfs_poll_s": 0.2})
     node = FastAPI()
     node.state.settings = settings
-    node.state.manager = SimpleNamespace(layers=JudgeNotThereYet())
+    # The node's pools as its composition root builds them (corral_node_agent.app), on the layer cache above.
+    pools = FncallPools(node_id, amqp_url, settings.fncall, instance=instance_of(settings.state_dir),
+                        layers=JudgeNotThereYet(), publish_timeout_s=settings.amqp_publish_timeout_s)
+    node.state.services = SimpleNamespace(fncall=pools)
     node.include_router(fncall_router)
     store = StateStore.from_url(redis_url)
     runtime = "python"
     rpc = await FncallRpc(amqp_url, (runtime,)).connect()
     nodes = NodeAgentClient(TOKEN)
     try:
+        await pools.start()
         async with serve(node) as url:
-            await until(lambda: "waiting for environment" in node.state.fncall.status_message, timeout_s=30,
+            await until(lambda: "waiting for environment" in pools.status_message, timeout_s=30,
                         what="the node's pools to wait for the judge")
             await store.redis.delete("nodes")  # only this node is live
             await store.heartbeat(node_id, url, 1, 1000, 10)
@@ -66,6 +71,7 @@ async def test_a_call_while_a_node_warms_up_says_what_it_waits_for(redis_url, am
             assert f"runtime {runtime!r} is warming up" in error.message
             assert f"{node_id}: waiting for environment 'judge'" in error.message, error.message
     finally:
+        await pools.close()
         await nodes.aclose()
         await rpc.close()
         await store.redis.delete(f"node:{node_id}")

@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 import uuid
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -113,7 +114,7 @@ async def node(state_dir, node_id, erofs_image):
     app = FastAPI()
     install_node_error_handlers(app)
     app.include_router(router)
-    app.state.manager, app.state.settings = manager, settings
+    app.state.services, app.state.settings = SimpleNamespace(manager=manager), settings
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://node",
                                headers={"X-Corral-Internal-Token": "s3cret"}, timeout=120)
     yield manager, client

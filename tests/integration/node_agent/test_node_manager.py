@@ -7,6 +7,7 @@ the whole create → exec/files → delete path runs, including download and sha
 import hashlib
 import json
 import os
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -55,7 +56,7 @@ async def node(state_dir, node_id, erofs_image):
     app = FastAPI()
     install_node_error_handlers(app)
     app.include_router(router)
-    app.state.manager = manager
+    app.state.services = SimpleNamespace(manager=manager)
     app.state.settings = settings
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://node",
                                headers={"X-Corral-Internal-Token": "s3cret"})

@@ -3,9 +3,9 @@ tests/integration/control_plane/test_control_admin.py)."""
 
 import pytest
 
-from corral_api.admin.quotas import UNLIMITED, Demand, fncall_burst, limits_argv, quota_exceeded, reported
 from corral_api.admin.schemas import KeyCreate, Quotas, TenantCreate, TenantUpdate
 from corral_api.auth.service import Principal, hash_key, new_key, parse_bootstrap_keys
+from corral_api.quotas.ledger import UNLIMITED, Demand, fncall_burst, limits_argv, quota_exceeded, reported
 
 
 def test_limits_are_in_the_ledgers_units_and_absent_or_null_is_unlimited():

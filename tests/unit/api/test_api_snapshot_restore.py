@@ -1,9 +1,9 @@
-"""A sandbox restored from a snapshot takes the machine's shape from it (corral_api.snapshots.restore)."""
+"""A sandbox restored from a snapshot takes the machine's shape from it (corral_api.sandboxes.restore)."""
 
 import pytest
 
+from corral_api.sandboxes.restore import restored_spec
 from corral_api.sandboxes.schemas import SandboxCreate
-from corral_api.snapshots.restore import restored_spec
 from corral_common.errors import Unprocessable
 from corral_common.sandboxes import SandboxSpec
 

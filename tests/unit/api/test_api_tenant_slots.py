@@ -12,8 +12,10 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from corral_api.auth.service import Principal
+from corral_api.deps import Container, service_of
 from corral_api.limits import (
     WS_TRY_AGAIN_LATER,
+    Authenticator,
     TenantConcurrencyMiddleware,
     TenantLimiter,
     claim_tenant_slot,
@@ -34,8 +36,7 @@ def app() -> FastAPI:
     app = FastAPI()
     install_error_handlers(app)
     app.add_middleware(TenantConcurrencyMiddleware)
-    app.state.tenant_limiter = TenantLimiter(1)
-    app.state.api_keys = Keys()
+    app.state.services = Container.of({TenantLimiter: TenantLimiter(1), Authenticator: Keys()})
 
     @app.websocket("/ws")
     async def held_open(websocket: WebSocket) -> None:
@@ -47,13 +48,13 @@ def app() -> FastAPI:
     async def by_token(tenant: str, request: Request) -> dict:
         claim_tenant_slot(request, tenant)  # as E2B's envd token or a SWE-ReX token names the tenant
         await asyncio.sleep(0)
-        return {"inflight": request.app.state.tenant_limiter.inflight(tenant)}
+        return {"inflight": service_of(request, TenantLimiter).inflight(tenant)}
 
     return app
 
 
 def test_an_open_websocket_holds_its_tenants_slot(app):
-    limiter = app.state.tenant_limiter
+    limiter = app.state.services.get(TenantLimiter)
     with TestClient(app) as client:
         with client.websocket_connect("/ws", headers={"x-api-key": "key-a"}):
             assert limiter.inflight("tenant-a") == 1

@@ -182,6 +182,7 @@ def test_the_sandbox_page_reads_and_polls_one_page_of_the_list():
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
+    from corral_api.deps import Container
     from corral_api.ui.router import current_session, install_dashboard
     from corral_api.ui.service import DashboardService
 
@@ -190,7 +191,8 @@ def test_the_sandbox_page_reads_and_polls_one_page_of_the_list():
     listing = PagedSandboxes(records)
     app = FastAPI()
     install_dashboard(app)
-    app.state.dashboard = DashboardService(SimpleNamespace(sandboxes=listing))
+    app.state.services = Container.of({DashboardService: DashboardService(
+        listing, store=None, heartbeat_timeout_s=0, jobs=None, rollouts=None, fncall=None, images=None)})
     app.dependency_overrides[current_session] = lambda: SimpleNamespace(tenant="t", csrf="tok")
     with TestClient(app) as http:
         page = http.get("/ui/sandboxes", params={"job": "j", "limit": 3})

@@ -83,7 +83,7 @@ def test_the_activity_route_needs_the_internal_token_and_lists_live_sandboxes():
     manager = SimpleNamespace(activity_snapshot=lambda: tracker.snapshot({"vm-1": "vm"}))
     app = FastAPI()
     app.state.settings = SimpleNamespace(internal_token="tok")
-    app.state.manager = manager
+    app.state.services = SimpleNamespace(manager=manager)
     install_error_handlers(app)
     app.include_router(activity_router)
     client = TestClient(app)

@@ -3,6 +3,7 @@ read: the same keys, in the same order, with nothing added (an older api or memo
 reads them unchanged). The app without its lifespan, on a stand-in manager."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -40,7 +41,7 @@ def node(tmp_path):
     from corral_node_agent.settings import NodeAgentSettings
 
     app = create_app(NodeAgentSettings(node_id="n1", state_dir=str(tmp_path), log_json=False))
-    app.state.manager, app.state.events = Manager(), Events()
+    app.state.services = SimpleNamespace(manager=Manager(), events=Events(), fncall=None)
     return TestClient(app)
 
 
@@ -69,7 +70,7 @@ def test_an_unattached_sandbox_has_empty_counters(node):
     async def empty(sandbox_id: str) -> dict:
         return {"counters": {}, "denied": []}
 
-    node.app.state.manager.network_state = empty
+    node.app.state.services.manager.network_state = empty
     assert node.get("/v1/sandboxes/sb-1/network").content == b'{"counters":{},"denied":[]}'
 
 
@@ -82,7 +83,7 @@ def test_fncall_pools_and_health(node):
                 {"runtime": "python", "size": 2, "busy": 1, "min": 1, "max": 8, "queue_depth": 0, "warm": True,
                  "calls_per_second": 0.5}]}
 
-    node.app.state.fncall = Pools()
+    node.app.state.services.fncall = Pools()
     assert node.get("/v1/fncall/pools").content == compact(Pools().status())
     assert node.get("/healthz").content == compact({"status": "ok", "node_id": "n1", "sandboxes": 2,
                                                     "backends": ["container", "microvm"]})

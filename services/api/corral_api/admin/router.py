@@ -3,7 +3,7 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from corral_api.admin.schemas import (
@@ -22,17 +22,14 @@ from corral_api.admin.schemas import (
 from corral_api.admin.service import AdminService
 from corral_api.auth.dependencies import Operator
 from corral_api.auth.dependencies import Tenant as CallerTenant
+from corral_api.deps import provide
 from corral_common.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERROR_RESPONSES)
 usage_router = APIRouter(tags=["admin"], responses=ERROR_RESPONSES)
 
 
-async def admin_service(request: Request) -> AdminService:
-    return request.app.state.admin
-
-
-Service = Annotated[AdminService, Depends(admin_service)]
+Service = Annotated[AdminService, Depends(provide(AdminService))]
 
 
 @router.get("/tenants", response_model=TenantList, operation_id="list_tenants")

@@ -6,7 +6,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from corral_api.auth.service import Principal
+from corral_api.auth.service import ApiKeyService, Principal
+from corral_api.deps import service_of
 from corral_api.limits import AUTHENTICATED_SCOPE_KEY
 from corral_common.errors import CorralError, Unauthorized
 
@@ -20,7 +21,7 @@ async def current_principal(request: Request,
         raise Unauthorized("missing API key (Authorization: Bearer <key>)", loc=["header", "authorization"])
     # Looked up a moment ago by limits.TenantConcurrencyMiddleware for this same request.
     known = request.scope.get(AUTHENTICATED_SCOPE_KEY)
-    principal = known[1] if known and known[0] == key else await request.app.state.api_keys.authenticate(key)
+    principal = known[1] if known and known[0] == key else await service_of(request, ApiKeyService).authenticate(key)
     if principal is None:
         raise Unauthorized("invalid API key", loc=["header", "authorization"])
     return principal

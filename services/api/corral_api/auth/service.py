@@ -28,8 +28,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from corral_api.admin.models import TenantRow
 from corral_api.auth.models import OPERATOR_ROLE, TENANT_ROLE, ApiKey
+from corral_api.tenants.models import TenantRow
 
 AUTH_VERSION_KEY = "auth:version"
 # A cached answer is also dropped after this long (a bound for rows changed in SQL by hand).

@@ -2,22 +2,19 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 
 from corral_api.auth.dependencies import Tenant
 from corral_api.commits.schemas import CommitRequest, CommitResult
 from corral_api.commits.service import CommitService
+from corral_api.deps import provide
 from corral_api.sandboxes.schemas import Sandbox, SandboxList
 from corral_common.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
 
 
-async def commits(request: Request) -> CommitService:
-    return request.app.state.commits
-
-
-Commits = Annotated[CommitService, Depends(commits)]
+Commits = Annotated[CommitService, Depends(provide(CommitService))]
 
 
 @router.post("/{sandbox_id}/commit", status_code=201, response_model=CommitResult, operation_id="commit_sandbox")

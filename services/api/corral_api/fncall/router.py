@@ -1,17 +1,16 @@
 """Public fncall endpoints: one call, batches, runtimes (their metrics are on the api's /metrics; SandboxFusion's
-/run_code is an adapter over them: corral_api.compat.sandboxfusion). The router's lifespan (nested in the app's) connects the RPC client and Redis;
-its settings are ``app.state.settings.fncall`` (the app factory's)."""
+/run_code is an adapter over them: corral_api.compat.sandboxfusion). ``FncallService`` is built with the app's other
+services (corral_api.services)."""
 
-from contextlib import asynccontextmanager
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 
 from corral_api.auth.dependencies import Tenant
 from corral_api.body_limits import body_limit
-from corral_api.fncall.rpc import FncallRpc
+from corral_api.deps import provide
 from corral_api.fncall.schemas import (
     MAX_BATCH_CALLS,
     Batch,
@@ -22,10 +21,8 @@ from corral_api.fncall.schemas import (
     RuntimeList,
 )
 from corral_api.fncall.service import FncallService
-from corral_api.fncall.warmup import FncallWarmup
-from corral_common.contracts.fncall import RUNTIMES
+from corral_api.quotas.service import TenantQuotas
 from corral_common.errors import ERROR_RESPONSES
-from corral_common.redis_client import connect
 
 
 class LimitedBodyRoute(APIRoute):
@@ -38,44 +35,25 @@ class LimitedBodyRoute(APIRoute):
         self.openapi_extra = body_limit(setting, self.openapi_extra)
 
 
-@asynccontextmanager
-async def lifespan(app: FastAPI):
-    settings = app.state.settings
-    rpc = await FncallRpc(settings.amqp_url, RUNTIMES, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
-    redis = connect(settings.redis_url, decode_responses=False, **settings.redis_pool())
-    warmup = FncallWarmup(app.state.sandboxes.store, app.state.node_client, settings.heartbeat_timeout_s)
-    app.state.fncall = FncallService(rpc, redis, settings.fncall, warmup)
-    app.state.fncall_gauges = app.state.fncall.refresh_gauges  # read at each /metrics scrape
-    try:
-        yield
-    finally:
-        await app.state.fncall.close()
-        await rpc.close()
-        await redis.aclose()
+router = APIRouter(route_class=LimitedBodyRoute)
 
 
-router = APIRouter(lifespan=lifespan, route_class=LimitedBodyRoute)
+Service = Annotated[FncallService, Depends(provide(FncallService))]
 
 
-async def fncall_service(request: Request) -> FncallService:
-    return request.app.state.fncall
+Quotas = Annotated[TenantQuotas, Depends(provide(TenantQuotas))]
 
 
-Service = Annotated[FncallService, Depends(fncall_service)]
-
-
-async def take_fncall_quota(request: Request, tenant: str, calls: int, loc: list) -> None:
+async def take_fncall_quota(quotas: TenantQuotas, tenant: str, calls: int, loc: list) -> None:
     """The tenant's max_fncall_per_s (a token bucket in Redis): 429 quota_exceeded past it."""
-    quotas = getattr(request.app.state, "quotas", None)
-    if quotas is not None:
-        await quotas.take_fncall(tenant, calls, loc)
+    await quotas.take_fncall(tenant, calls, loc)
 
 
 @router.post("/v1/fncall", response_model=FncallResponse, tags=["fncall"], operation_id="fncall",
              responses=ERROR_RESPONSES)
-async def fncall(request: Request, body: FncallRequest, tenant: Tenant, service: Service) -> FncallResponse:
+async def fncall(body: FncallRequest, tenant: Tenant, service: Service, quotas: Quotas) -> FncallResponse:
     """Run code statelessly: compile once, run every test case in a fresh isolated sandbox, judge."""
-    await take_fncall_quota(request, tenant, 1, ["body"])
+    await take_fncall_quota(quotas, tenant, 1, ["body"])
     return await service.call(body)
 
 
@@ -87,10 +65,10 @@ async def runtimes(tenant: Tenant, service: Service) -> RuntimeList:
 
 @router.post("/v1/fncall/batch", status_code=202, response_model=Batch, tags=["fncall"],
              operation_id="create_fncall_batch", responses=ERROR_RESPONSES)
-async def create_batch(request: Request, body: BatchRequest, tenant: Tenant, service: Service,
+async def create_batch(body: BatchRequest, tenant: Tenant, service: Service, quotas: Quotas,
                        response: Response) -> Batch:
     """Up to 10,000 calls. Answers at once with the batch id; page, wait for or stream the results."""
-    await take_fncall_quota(request, tenant, len(body.calls), ["body", "calls"])
+    await take_fncall_quota(quotas, tenant, len(body.calls), ["body", "calls"])
     batch = await service.create_batch(tenant, body.calls)
     response.headers["Location"] = f"/v1/fncall/batch/{batch.id}"
     return batch

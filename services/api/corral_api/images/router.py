@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from corral_api.auth.dependencies import Tenant
 from corral_api.body_limits import body_limit
+from corral_api.deps import provide
 from corral_api.images.schemas import Environment, EnvironmentCreate, ImageImport, Layer, LayerKind, StorageUsage
 from corral_api.images.service import ImageCatalogService
 from corral_common.errors import ERROR_RESPONSES, CorralError, ErrorResponse
@@ -24,11 +25,7 @@ Name = Annotated[str, Query(pattern=NAME_PATTERN)]
 Version = Annotated[str, Query(pattern=VERSION_PATTERN)]
 
 
-async def catalog(request: Request) -> ImageCatalogService:
-    return request.app.state.images
-
-
-Catalog = Annotated[ImageCatalogService, Depends(catalog)]
+Catalog = Annotated[ImageCatalogService, Depends(provide(ImageCatalogService))]
 
 
 def tar_body(request: Request) -> str:

@@ -2,9 +2,10 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from corral_api.auth.dependencies import Tenant
+from corral_api.deps import provide
 from corral_api.jobs.schemas import Job, JobCreate, JobList
 from corral_api.jobs.service import JobService
 from corral_common.errors import ERROR_RESPONSES
@@ -12,11 +13,7 @@ from corral_common.errors import ERROR_RESPONSES
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
 
-async def jobs(request: Request) -> JobService:
-    return request.app.state.jobs
-
-
-Service = Annotated[JobService, Depends(jobs)]
+Service = Annotated[JobService, Depends(provide(JobService))]
 
 
 @router.post("", status_code=202, response_model=Job, operation_id="create_job")

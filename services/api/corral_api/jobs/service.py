@@ -17,10 +17,10 @@ import secrets
 import time
 
 from corral_api import metrics
-from corral_api.admin.service import TenantQuotas
 from corral_api.jobs.models import JobRow
 from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.schemas import Job, JobCreate
+from corral_api.quotas.service import TenantQuotas
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import NotFound, Unprocessable
 from corral_common.jobs import JobRecord, JobStore
@@ -39,7 +39,7 @@ class JobService:
     def __init__(self, jobs: JobStore, sandboxes: SandboxService, rows: JobRepository | None = None,
                  quotas: TenantQuotas | None = None):
         self.jobs = jobs
-        # A job is admitted whole against its tenant's quotas (admin/quotas.py says why).
+        # A job is admitted whole against its tenant's quotas (quotas/ledger.py says why).
         self.quotas = quotas
         self.sandboxes = sandboxes
         self.rows = rows  # None: jobs live in Redis only (not queued again after a wipe)

@@ -2,10 +2,11 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from corral_api.auth.dependencies import Tenant
 from corral_api.body_limits import body_limit
+from corral_api.deps import provide
 from corral_api.rollouts.schemas import (
     Rollout,
     RolloutCreate,
@@ -21,11 +22,7 @@ from corral_common.errors import ERROR_RESPONSES
 router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"], responses=ERROR_RESPONSES)
 
 
-async def rollouts(request: Request) -> RolloutService:
-    return request.app.state.rollouts
-
-
-Service = Annotated[RolloutService, Depends(rollouts)]
+Service = Annotated[RolloutService, Depends(provide(RolloutService))]
 
 
 @router.post("", status_code=201, response_model=Rollout, operation_id="create_rollout")

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from corral_api.dataplane.service import SandboxDataPath
 from corral_api.rollouts.models import RolloutRow, RolloutStepRow
 from corral_api.rollouts.repository import RolloutRepository, now_dt
 from corral_api.rollouts.schemas import (
@@ -37,7 +38,6 @@ from corral_api.rollouts.schemas import (
     normalize_args,
     request_hash,
 )
-from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import Conflict, CorralError, NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
 from corral_common.exec import ExecRequest

@@ -3,7 +3,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
-from corral_common.events import NetworkDenial
 from corral_common.inputs import process_env, valid_disk_image, valid_id, valid_name
 from corral_common.network import Network
 from corral_common.sandboxes import Requests, SandboxSpec, SandboxState, Usage
@@ -100,15 +99,3 @@ class Sandbox(BaseModel):
 class SandboxList(BaseModel):
     items: list[Sandbox]
     next_after: str | None = Field(None, description="With limit: pass as after= for the next page (null: the last)")
-
-
-class NetworkCounters(BaseModel):
-    tx_bytes: int = 0
-    rx_bytes: int = 0
-    denied: int = 0
-
-
-class SandboxNetworkState(BaseModel):
-    network: Network
-    counters: NetworkCounters = Field(default_factory=NetworkCounters)
-    denied: list[NetworkDenial] = Field(default_factory=list, description="The latest refusals, oldest first")

@@ -7,13 +7,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from corral_api import metrics
-from corral_api.admin.service import TenantQuotas
+from corral_api.quotas.service import TenantQuotas
 from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.network import NetworkRules
 from corral_api.sandboxes.repository import HistoryRepository
+from corral_api.sandboxes.restore import SnapshotLookup, restored_spec
 from corral_api.sandboxes.waiters import StateWaiters
-from corral_api.snapshots.repository import SnapshotRepository
-from corral_api.snapshots.restore import restored_spec
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
 from corral_common.contracts.images import (
@@ -29,6 +28,7 @@ from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unproce
 from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested, SandboxStop, node_routing_key
 from corral_common.inputs import split_disk_image_ref
 from corral_common.logging import get_logger
+from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxSpec, SandboxState
 from corral_common.state import NodeInfo, SandboxRecord, StateStore
 
@@ -105,7 +105,7 @@ class EnvironmentCatalog:
 
 class SandboxService:
     def __init__(self, store: StateStore, bus: EventBus, history: HistoryRepository, waiters: StateWaiters,
-                 environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotRepository | None = None,
+                 environments: EnvironmentCatalog, max_wait_s: float, snapshots: SnapshotLookup | None = None,
                  ceilings: NodeCeilings | None = None, network: NetworkRules | None = None,
                  quotas: TenantQuotas | None = None):
         self.store = store
@@ -220,6 +220,15 @@ class SandboxService:
             await self.bus.publish(node_routing_key(record.node_id, "stop"),
                                    SandboxStop(sandbox_id=sandbox_id, node_id=record.node_id))
         return await self.get(tenant, sandbox_id)
+
+    async def require_network(self, network: NetworkPolicy, loc: Sequence[str] = ("body",)) -> None:
+        """New egress rules for a live sandbox, judged as at create (422)."""
+        if self.network is not None:
+            await self.network.require(network, loc=loc)
+
+    async def record_network(self, record: SandboxRecord, network: NetworkPolicy) -> None:
+        """The record keeps the egress rules its node applies now."""
+        await self.store.set_sandbox_spec(record.id, record.spec.model_copy(update={"network": network}))
 
     async def node_for(self, tenant: str, sandbox_id: str,
                        states: frozenset[SandboxState] = frozenset({SandboxState.running}),

@@ -1,23 +1,29 @@
-"""Public snapshot endpoints (tenant-scoped; another tenant's snapshot is a 404).
-Snapshots are taken with ``POST /v1/sandboxes/{id}/snapshot`` (sandboxes router)."""
+"""Public snapshot endpoints (tenant-scoped; another tenant's snapshot is a 404). Snapshots are
+taken with ``POST /v1/sandboxes/{id}/snapshot`` (``sandbox_router``: under the sandboxes' path and tag)."""
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Response
 
 from corral_api.auth.dependencies import Tenant
+from corral_api.deps import provide
 from corral_api.snapshots.schemas import Snapshot, SnapshotList
 from corral_api.snapshots.service import SnapshotService, to_schema
 from corral_common.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/snapshots", tags=["snapshots"], responses=ERROR_RESPONSES)
+sandbox_router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
+
+Snapshots = Annotated[SnapshotService, Depends(provide(SnapshotService))]
 
 
-async def snapshots(request: Request) -> SnapshotService:
-    return request.app.state.snapshots
-
-
-Snapshots = Annotated[SnapshotService, Depends(snapshots)]
+@sandbox_router.post("/{sandbox_id}/snapshot", status_code=201, response_model=Snapshot, operation_id="snapshot_sandbox")
+async def snapshot_sandbox(sandbox_id: str, tenant: Tenant, snapshots: Snapshots, response: Response) -> Snapshot:
+    """Save a running VM's memory and disk on its node's disk (it keeps running). Create a
+    sandbox with ``from_snapshot`` to restore it. Containers answer 409 ``unsupported_by_backend``."""
+    row = await snapshots.create(tenant, sandbox_id)
+    response.headers["Location"] = f"/v1/snapshots/{row.id}"
+    return to_schema(row)
 
 
 @router.get("", response_model=SnapshotList, operation_id="list_snapshots")

@@ -20,8 +20,12 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.templating import Jinja2Templates
 
-from corral_api.auth.service import hash_key
+from corral_api.auth.service import ApiKeyService, hash_key
+from corral_api.dataplane.service import SandboxDataPath
+from corral_api.deps import provide, service_of
+from corral_api.limits import TenantLimiter
 from corral_api.sandboxes.router import parse_labels
+from corral_api.sandboxes.service import SandboxService
 from corral_api.ui.security import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, csrf_token_matches, same_origin
 from corral_api.ui.service import (
     MAX_SANDBOX_PAGE_SIZE,
@@ -76,30 +80,19 @@ class CsrfRefused(CorralError):
 router = APIRouter(prefix="/ui", include_in_schema=False, route_class=UiRoute)
 
 
-def sessions(request: Request) -> UiSessions:
-    return request.app.state.ui_sessions
-
-
-def dashboard(request: Request) -> DashboardService:
-    return request.app.state.dashboard
-
-
 async def current_session(request: Request) -> AsyncIterator[UiSession]:
     """The request's session; while the request runs it holds one of the tenant's in-flight
     slots, as an API-key request does (TenantConcurrencyMiddleware): the dashboard is no way
     around ``tenant_max_inflight``."""
-    session = await sessions(request).get(request.cookies.get(COOKIE))
+    session = await service_of(request, UiSessions).get(request.cookies.get(COOKIE))
     if session is None:
         raise LoginRequired()
-    principal = await request.app.state.api_keys.authenticate_digest(session.key_hash)
+    principal = await service_of(request, ApiKeyService).authenticate_digest(session.key_hash)
     if principal is None or principal.tenant != session.tenant:
         # The key it logged in with was revoked (or its tenant disabled): the session ends too.
-        await sessions(request).delete(request.cookies.get(COOKIE))
+        await service_of(request, UiSessions).delete(request.cookies.get(COOKIE))
         raise LoginRequired()
-    limiter = getattr(request.app.state, "tenant_limiter", None)
-    if limiter is None:
-        yield session
-        return
+    limiter = service_of(request, TenantLimiter)
     if not limiter.try_acquire(session.tenant):
         raise TooManyRequests(f"tenant {session.tenant!r} already has {limiter.limit} requests in flight on this "
                               "api replica (tenant_max_inflight)", code="tenant_concurrency_limit")
@@ -128,7 +121,7 @@ async def checked_session(request: Request, session: UiSession = Depends(current
 
 Session = Annotated[UiSession, Depends(current_session)]
 Checked = Annotated[UiSession, Depends(checked_session)]
-Dashboard = Annotated[DashboardService, Depends(dashboard)]
+Dashboard = Annotated[DashboardService, Depends(provide(DashboardService))]
 
 
 def render(request: Request, page: str, fragment: str | None, session: UiSession | None, status_code: int = 200,
@@ -150,19 +143,19 @@ async def login(request: Request, api_key: Annotated[str, Form(max_length=512)] 
     # Login CSRF (a forged form logging the victim into the attacker's tenant): same origin only.
     if not same_origin(request.headers, own_origin(request)):
         raise CsrfRefused("cross-site login refused", loc=["header", "origin"])
-    principal = await request.app.state.api_keys.authenticate(api_key) if api_key else None
+    principal = await service_of(request, ApiKeyService).authenticate(api_key) if api_key else None
     if principal is None:
         return render(request, "login.html", None, None, status_code=401, error="invalid API key")
-    token, _ = await sessions(request).create(principal.tenant, hash_key(api_key))
+    token, _ = await service_of(request, UiSessions).create(principal.tenant, hash_key(api_key))
     response = RedirectResponse("/ui", status_code=303)
-    response.set_cookie(COOKIE, token, max_age=sessions(request).ttl_s, path="/ui", httponly=True,
+    response.set_cookie(COOKIE, token, max_age=service_of(request, UiSessions).ttl_s, path="/ui", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request, session: Checked) -> Response:
-    await sessions(request).delete(request.cookies.get(COOKIE))
+    await service_of(request, UiSessions).delete(request.cookies.get(COOKIE))
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict",
                            secure=request.url.scheme == "https")
@@ -221,7 +214,7 @@ async def screen_frame(request: Request, sandbox_id: str, session: Session, ui: 
 
 @router.get("/sandboxes/{sandbox_id}/screen")
 async def screen(request: Request, sandbox_id: str, session: Session) -> Response:
-    png = await request.app.state.data_path.screenshot(session.tenant, sandbox_id)
+    png = await service_of(request, SandboxDataPath).screenshot(session.tenant, sandbox_id)
     return Response(png, media_type="image/png")
 
 
@@ -239,7 +232,7 @@ async def send_input(request: Request, sandbox_id: str, session: Checked,
     except ValidationError as exc:
         first = exc.errors()[0]
         raise BadRequest(f"bad {kind} input: {first['msg']}", loc=["body", kind]) from None
-    sent = await request.app.state.data_path.send_input(session.tenant, sandbox_id, body)
+    sent = await service_of(request, SandboxDataPath).send_input(session.tenant, sandbox_id, body)
     return HTMLResponse(templates.get_template("_input_sent.html").render(sent=sent, kind=kind))
 
 
@@ -249,7 +242,7 @@ async def console_exec(request: Request, sandbox_id: str, session: Checked,
     """Run a shell command in the sandbox and show its output (as text: it is the sandbox's)."""
     body = ExecRequest(cmd=cmd, timeout_s=CONSOLE_TIMEOUT_S, output_limit=CONSOLE_OUTPUT_LIMIT)
     try:
-        result = await request.app.state.data_path.exec(session.tenant, sandbox_id, body)
+        result = await service_of(request, SandboxDataPath).exec(session.tenant, sandbox_id, body)
     except CorralError as exc:
         return render(request, "_exec_result.html", None, session, cmd=cmd, result=None, error=exc.message)
     return render(request, "_exec_result.html", None, session, cmd=cmd, result=result, error=None)
@@ -257,7 +250,7 @@ async def console_exec(request: Request, sandbox_id: str, session: Checked,
 
 @router.post("/sandboxes/{sandbox_id}/delete")
 async def delete_sandbox(request: Request, sandbox_id: str, session: Checked) -> Response:
-    await request.app.state.sandboxes.delete(session.tenant, sandbox_id)
+    await service_of(request, SandboxService).delete(session.tenant, sandbox_id)
     response = Response(status_code=204)
     response.headers["HX-Redirect"] = f"/ui/sandboxes/{sandbox_id}"
     return response
@@ -305,8 +298,8 @@ async def _login_required(request: Request, exc: LoginRequired) -> Response:
 
 
 def install_dashboard(app: FastAPI) -> None:
-    """Mount the dashboard on the api; its sessions and reads are wired in the app's lifespan
-    (``app.state.ui_sessions``, ``app.state.dashboard``)."""
+    """Mount the dashboard on the api; its sessions and reads (``UiSessions``, ``DashboardService``)
+    are the app's container's (corral_api.services)."""
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     app.add_exception_handler(LoginRequired, _login_required)

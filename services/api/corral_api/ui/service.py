@@ -10,11 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral_api.fncall import metrics as fncall_metrics
+from corral_api.fncall.service import FncallService
+from corral_api.images.service import ImageCatalogService
+from corral_api.jobs.service import JobService
+from corral_api.rollouts.service import RolloutService
+from corral_api.sandboxes.service import SandboxService
 from corral_common.contracts.fncall import RUNTIMES
 from corral_common.errors import CorralError
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
-from corral_common.state import NodeInfo, SandboxRecord
+from corral_common.state import NodeInfo, SandboxRecord, StateStore
 
 log = get_logger(__name__)
 
@@ -72,13 +77,17 @@ def timeline(record: SandboxRecord) -> list[tuple[float, str]]:
 
 
 class DashboardService:
-    def __init__(self, state: Any):
-        """``state`` is the app's ``app.state``: the services the REST routers use."""
-        self.app_state = state
+    """Over the services the REST routers use, each given by the composition root."""
 
-    @property
-    def _sandboxes(self):
-        return self.app_state.sandboxes
+    def __init__(self, sandboxes: SandboxService, *, store: StateStore, heartbeat_timeout_s: float,
+                 jobs: JobService, rollouts: RolloutService, fncall: FncallService, images: ImageCatalogService):
+        self._sandboxes = sandboxes
+        self._store = store
+        self._heartbeat_timeout_s = heartbeat_timeout_s
+        self._jobs = jobs
+        self._rollouts = rollouts
+        self._fncall = fncall
+        self._images = images
 
     async def sandboxes(self, tenant: str, flt: SandboxFilter | None = None) -> list[SandboxRecord]:
         flt = flt or SandboxFilter()
@@ -98,16 +107,13 @@ class DashboardService:
 
     async def nodes(self) -> list[NodeLoad]:
         """Live nodes (platform-wide: capacity is shared, no tenant's data is in it)."""
-        nodes = await self._sandboxes.store.live_nodes(self.app_state.settings.heartbeat_timeout_s)
+        nodes = await self._store.live_nodes(self._heartbeat_timeout_s)
         now = time.time()
         return [node_load(n, now) for n in sorted(nodes, key=lambda n: n.node_id)]
 
     async def fncall_queue_depths(self) -> dict[str, int]:
-        service = getattr(self.app_state, "fncall", None)
-        if service is None:
-            return {}
         try:
-            return await service.rpc.queue_depths()
+            return await self._fncall.rpc.queue_depths()
         except Exception:  # noqa: BLE001 - the broker's numbers are best effort on a page
             log.warning("ui.fncall_depths_unavailable")
             return {}
@@ -135,7 +141,7 @@ class DashboardService:
     async def jobs(self, tenant: str) -> list[Any]:
         """The tenant's jobs (its SQL rows of live jobs, and the jobs its sandboxes belong to),
         each as ``GET /v1/jobs/{id}`` answers it, newest first."""
-        service = self.app_state.jobs
+        service = self._jobs
         ids: set[str] = set()
         if service.rows is not None:
             ids.update(row.id for row in await asyncio.to_thread(service.rows.live) if row.tenant == tenant)
@@ -149,15 +155,15 @@ class DashboardService:
         return sorted(jobs, key=lambda j: j.created_at, reverse=True)[:MAX_JOBS_SHOWN]
 
     async def rollouts(self, tenant: str, job_id: str | None = None) -> list[Any]:
-        return await self.app_state.rollouts.list(tenant, job_id or None, None, MAX_ROLLOUTS_SHOWN)
+        return await self._rollouts.list(tenant, job_id or None, None, MAX_ROLLOUTS_SHOWN)
 
     async def rollout(self, tenant: str, rollout_id: str) -> Any:
-        return await self.app_state.rollouts.get(tenant, rollout_id)
+        return await self._rollouts.get(tenant, rollout_id)
 
     async def fncall(self) -> dict[str, Any]:
         """Calls/s, verdict mix and worker pools per runtime (platform-wide: the api's fncall
         counters carry no tenant)."""
-        service = getattr(self.app_state, "fncall", None)
+        service = self._fncall
         verdicts: dict[str, Counter] = {r: Counter() for r in RUNTIMES}
         for metric in fncall_metrics.CALLS.collect():
             for sample in metric.samples:
@@ -166,20 +172,18 @@ class DashboardService:
         depths = await self.fncall_queue_depths()
         rows = []
         for runtime in RUNTIMES:
-            workers = None
-            if service is not None:
-                try:
-                    workers = await service.rpc.consumers(runtime)
-                except Exception:  # noqa: BLE001 - best effort, as above
-                    workers = None
+            try:
+                workers = await service.rpc.consumers(runtime)
+            except Exception:  # noqa: BLE001 - best effort, as above
+                workers = None
             rows.append({"runtime": runtime,
-                         "calls_per_s": round(service.calls_per_second(runtime), 2) if service is not None else 0.0,
+                         "calls_per_s": round(service.calls_per_second(runtime), 2),
                          "verdicts": dict(sorted(verdicts[runtime].items())),
                          "queue_depth": depths.get(runtime), "workers": workers})
         return {"runtimes": rows}
 
     async def images(self, tenant: str) -> dict[str, Any]:
-        catalog = self.app_state.images
+        catalog = self._images
         layers, environments, usage = await asyncio.gather(
             catalog.list_layers(tenant, None), catalog.list_environments(tenant), catalog.usage(tenant))
         return {"layers": layers, "environments": environments, "usage": usage}

@@ -6,17 +6,18 @@ non-empty (401 otherwise): setting KSM changes the whole host.
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from corral_common.errors import ERROR_RESPONSES
 from corral_common.internal import require_internal_token
+from corral_memory_manager.deps import ServicesDep
 
 from .schemas import HostMemory, KsmState, KsmUpdate
 from .service import HostMemoryService
 
 
-async def get_host(request: Request) -> HostMemoryService:
-    return request.app.state.host
+async def get_host(services: ServicesDep) -> HostMemoryService:
+    return services.host
 
 
 HostDep = Annotated[HostMemoryService, Depends(get_host)]

@@ -1,37 +1,26 @@
-"""Node-agent endpoints of the fncall pools (status; their metrics are on the node's /metrics) and their lifespan.
+"""Node-agent endpoints of the fncall pools (status; their metrics are on the node's /metrics).
 
-Included by the node-agent app; the router's lifespan runs inside the app's, so
-``app.state.settings`` (node id, AMQP URL, the nested ``fncall`` settings) is there when the
-pools start.
+The pools are built and started with the node's other services (corral_node_agent.app) and
+are ``app.state.services.fncall`` (corral_node_agent.container) once started.
 """
 
-from contextlib import asynccontextmanager
-
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 
 from corral_common.contracts.node import FncallPoolsStatus
 from corral_common.internal import INTERNAL_ONLY
-from corral_node_agent.fncall.service import FncallPools, instance_of
+from corral_node_agent.fncall.service import FncallPools
+
+router = APIRouter()
 
 
-@asynccontextmanager
-async def lifespan(app: FastAPI):
-    settings = app.state.settings
-    pools = FncallPools(settings.node_id, settings.amqp_url, settings.fncall, instance=instance_of(settings.state_dir),
-                        layers=app.state.manager.layers, publish_timeout_s=settings.amqp_publish_timeout_s)
-    app.state.fncall = pools
-    await pools.start()
-    try:
-        yield
-    finally:
-        await pools.close()
-
-
-router = APIRouter(lifespan=lifespan)
+def started_pools(request: Request) -> FncallPools | None:
+    """The node's pools; None before they started (or before the app's lifespan built its services)."""
+    services = getattr(request.app.state, "services", None)
+    return services.fncall if services is not None else None
 
 
 # (exclude_none: before the pools start, the answer has no node_id)
 @router.get("/v1/fncall/pools", tags=["fncall"], dependencies=INTERNAL_ONLY, response_model_exclude_none=True)
 async def pools_status(request: Request) -> FncallPoolsStatus:
-    pools: FncallPools | None = getattr(request.app.state, "fncall", None)
+    pools = started_pools(request)
     return FncallPoolsStatus.model_validate(pools.status() if pools else {"status": "not started", "pools": []})

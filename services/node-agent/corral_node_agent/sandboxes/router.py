@@ -38,7 +38,7 @@ when the internal_token setting is non-empty (401 otherwise).
 
 import socket
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Protocol
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -69,6 +69,7 @@ from corral_common.contracts.node import (
 )
 from corral_common.errors import BadRequest
 from corral_common.internal import require_internal_token
+from corral_common.sandboxes import SandboxState
 from corral_common.ws_relay import relay
 from corral_node_agent import ports
 from corral_node_agent.errors import NodeAgentError
@@ -76,12 +77,29 @@ from corral_node_agent.errors import NodeAgentError
 from .service import SandboxManager
 
 
+class PauseControl(Protocol):
+    """Pause and resume go through the node's control loop (``events.service.NodeEvents``), which
+    keeps the record in step: this router takes it by this shape, not by importing the loop
+    (which imports this package)."""
+
+    async def pause(self, sandbox_id: str) -> SandboxState: ...
+
+    async def resume(self, sandbox_id: str) -> SandboxState: ...
+
+
+# The app's services (corral_node_agent.container.Services, which imports this package: read by
+# attribute, not imported).
 async def get_manager(request: HTTPConnection) -> SandboxManager:
-    return request.app.state.manager
+    return request.app.state.services.manager
+
+
+async def get_control(request: HTTPConnection) -> PauseControl:
+    return request.app.state.services.events
 
 
 
 Manager = Annotated[SandboxManager, Depends(get_manager)]
+Control = Annotated[PauseControl, Depends(get_control)]
 
 # An internal caller's own maintenance in a sandbox (the memory-manager's in-guest cache drop):
 # not counted as use, or it would make the idle sandbox it works on look busy (activity.py).
@@ -92,8 +110,8 @@ router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["sandbox data path
 
 
 @router.post("/pause", summary="Freeze the sandbox (running → paused)")
-async def pause(sandbox_id: str, request: Request) -> StateReply:
-    return StateReply(state=await request.app.state.events.pause(sandbox_id))
+async def pause(sandbox_id: str, control: Control) -> StateReply:
+    return StateReply(state=await control.pause(sandbox_id))
 
 
 @router.put("/network", summary="Replace the sandbox's egress rules (in force on return)")
@@ -124,8 +142,8 @@ async def set_balloon(sandbox_id: str, body: BalloonTarget, manager: Manager) ->
 
 
 @router.post("/resume", summary="Thaw the sandbox (paused → running)")
-async def resume(sandbox_id: str, request: Request) -> StateReply:
-    return StateReply(state=await request.app.state.events.resume(sandbox_id))
+async def resume(sandbox_id: str, control: Control) -> StateReply:
+    return StateReply(state=await control.resume(sandbox_id))
 
 
 @router.get("/screen", summary="The screen as a PNG", response_class=Response,

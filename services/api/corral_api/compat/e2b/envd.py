@@ -22,8 +22,10 @@ from corral_api.compat.e2b.connect import ConnectError
 from corral_api.compat.e2b.errors import E2bError, SandboxGone
 from corral_api.compat.e2b.processes import ProcessTable, RunningProcess, events
 from corral_api.compat.e2b.repository import E2bRecord, E2bRepository
+from corral_api.compat.e2b.service import E2bSandboxes
+from corral_api.dataplane.service import SandboxDataPath
+from corral_api.deps import service_of
 from corral_api.limits import claim_tenant_slot
-from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import CorralError, NotFound
 from corral_common.exec import ExecRequest, FileInfo
@@ -84,7 +86,7 @@ async def resolve(request: HTTPConnection, query_user: str | None = None, *, all
     """The sandbox of an envd call, from ``E2b-Sandbox-Id`` and its token. A sandbox that is
     not running (or not the token's) answers 502 "…was not found"."""
     sandbox_id = request.headers.get("e2b-sandbox-id", "")
-    repo: E2bRepository = request.app.state.e2b.repo
+    repo: E2bRepository = service_of(request, E2bSandboxes).repo
     token = request.headers.get("x-access-token", "")
     if not sandbox_id and 0 < len(token) <= 128:
         sandbox_id = await repo.sandbox_of_token(token) or ""
@@ -93,7 +95,7 @@ async def resolve(request: HTTPConnection, query_user: str | None = None, *, all
         log.info("e2b.envd_refused", sandbox_id=sandbox_id[:64], path=request.url.path,
                  why="unknown sandbox" if record is None else "token mismatch")
         raise SandboxGone(sandbox_id)
-    sandboxes: SandboxService = request.app.state.sandboxes
+    sandboxes: SandboxService = service_of(request, SandboxService)
     try:
         corral = await sandboxes.get(record.tenant, sandbox_id)
     except NotFound:

@@ -24,10 +24,13 @@ from corral_api.compat.e2b.envd import (
 )
 from corral_api.compat.e2b.errors import E2bError, E2bRoute
 from corral_api.compat.e2b.ingress import PREFIX
-from corral_api.compat.e2b.processes import UNLIMITED_S
+from corral_api.compat.e2b.processes import UNLIMITED_S, ProcessTable
+from corral_api.dataplane.router import ingress_response
+from corral_api.dataplane.service import SandboxDataPath
+from corral_api.deps import service_of
 from corral_api.limits import WS_TRY_AGAIN_LATER
 from corral_api.multipart import multipart_parts
-from corral_api.sandboxes.router import ingress_response
+from corral_api.settings import ApiSettings
 from corral_common.errors import CorralError, NotFound, TooManyRequests
 from corral_common.ws_relay import relay
 
@@ -38,7 +41,7 @@ Username = Annotated[str | None, Query(max_length=64)]
 
 
 def _services(request: Request) -> EnvdServices:
-    return EnvdServices(request.app.state.data_path, request.app.state.e2b_processes)
+    return EnvdServices(service_of(request, SandboxDataPath), service_of(request, ProcessTable))
 
 
 @router.get("/health", status_code=204)
@@ -57,7 +60,7 @@ def _file_error(exc: CorralError) -> E2bError:
 async def download(request: Request, path: FilePath = None, username: Username = None) -> Response:
     call = await resolve(request, username)
     target = call.path(path or "")
-    data = request.app.state.data_path
+    data = service_of(request, SandboxDataPath)
     try:
         info = await data.stat(call.tenant, call.sandbox_id, target)
         if info.type != "file":
@@ -110,7 +113,7 @@ async def upload(request: Request, path: FilePath = None, username: Username = N
             raise E2bError(400, "path: required for a raw (octet-stream) upload")
         body: AsyncIterator[bytes] = request.stream()
         if request.headers.get("content-encoding", "").lower() == "gzip":
-            body = capped(_gunzip(body), request.app.state.settings.max_upload_mb * 1024 * 1024)
+            body = capped(_gunzip(body), service_of(request, ApiSettings).max_upload_mb * 1024 * 1024)
         target = call.path(path)
         await _write(request, call, target, body)
         written.append(target)
@@ -119,7 +122,7 @@ async def upload(request: Request, path: FilePath = None, username: Username = N
 
 async def _write(request: Request, call: Envd, target: str, content: Any) -> None:
     try:
-        await request.app.state.data_path.write_file(call.tenant, call.sandbox_id, target, content)
+        await service_of(request, SandboxDataPath).write_file(call.tenant, call.sandbox_id, target, content)
     except CorralError as exc:
         raise _file_error(exc) from None
 
@@ -131,7 +134,7 @@ async def port_ingress(port: str, path: str, request: Request) -> StreamingRespo
     call = await resolve(request, allow_traffic=True)
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise E2bError(400, f"E2b-Sandbox-Port: {port!r} is not a port")
-    return ingress_response(*await request.app.state.data_path.port_request(call.tenant, call.sandbox_id, int(port),
+    return ingress_response(*await service_of(request, SandboxDataPath).port_request(call.tenant, call.sandbox_id, int(port),
                                                                              path, request))
 
 
@@ -151,7 +154,7 @@ async def port_ingress_ws(websocket: WebSocket, port: str, path: str) -> None:
         return
     protocols = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     try:
-        upstream = await websocket.app.state.data_path.port_websocket(call.tenant, call.sandbox_id, int(port), path,
+        upstream = await service_of(websocket, SandboxDataPath).port_websocket(call.tenant, call.sandbox_id, int(port), path,
                                                                        websocket.url.query, protocols)
     except CorralError as exc:
         await websocket.close(code=1011, reason=exc.message[:120])

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from corral_api.compat.e2b.envd import resolve
 from corral_api.compat.e2b.errors import E2bRoute
 from corral_api.compat.e2b.interpreter import Interpreter
+from corral_api.deps import service_of
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False, tags=["e2b code interpreter"])
 
@@ -31,14 +32,10 @@ class ContextBody(BaseModel):
     language: str | None = Field(None, max_length=32)
 
 
-def _interpreter(request: Request) -> Interpreter:
-    return request.app.state.e2b_interpreter
-
-
 @router.post("/execute")
 async def execute(body: ExecuteBody, request: Request) -> StreamingResponse:
     call = await resolve(request, allow_traffic=True)
-    interpreter = _interpreter(request)
+    interpreter = service_of(request, Interpreter)
     context = (interpreter.get(call.sandbox_id, body.context_id) if body.context_id
                else interpreter.default(call.sandbox_id, body.language))
     lines = await interpreter.execute(call.tenant, context, body.code, body.env_vars or {})
@@ -49,21 +46,21 @@ async def execute(body: ExecuteBody, request: Request) -> StreamingResponse:
 async def create_context(request: Request, body: ContextBody | None = None) -> JSONResponse:
     call = await resolve(request, allow_traffic=True)
     body = body or ContextBody()
-    context = _interpreter(request).create(call.sandbox_id, call.path(body.cwd) if body.cwd else None, body.language)
+    context = service_of(request, Interpreter).create(call.sandbox_id, call.path(body.cwd) if body.cwd else None, body.language)
     return JSONResponse(context.to_json())
 
 
 @router.get("/contexts")
 async def list_contexts(request: Request) -> JSONResponse:
     call = await resolve(request, allow_traffic=True)
-    contexts: list[dict[str, Any]] = [c.to_json() for c in _interpreter(request).list(call.sandbox_id)]
+    contexts: list[dict[str, Any]] = [c.to_json() for c in service_of(request, Interpreter).list(call.sandbox_id)]
     return JSONResponse(contexts)
 
 
 @router.post("/contexts/{context_id}/restart", status_code=204)
 async def restart_context(context_id: str, request: Request) -> Response:
     call = await resolve(request, allow_traffic=True)
-    interpreter = _interpreter(request)
+    interpreter = service_of(request, Interpreter)
     await interpreter.restart(interpreter.get(call.sandbox_id, context_id))
     return Response(status_code=204)
 
@@ -71,6 +68,6 @@ async def restart_context(context_id: str, request: Request) -> Response:
 @router.delete("/contexts/{context_id}", status_code=204)
 async def delete_context(context_id: str, request: Request) -> Response:
     call = await resolve(request, allow_traffic=True)
-    interpreter = _interpreter(request)
+    interpreter = service_of(request, Interpreter)
     await interpreter.delete(interpreter.get(call.sandbox_id, context_id))
     return Response(status_code=204)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral_api.compat.e2b.connect import ConnectError
-from corral_api.sandboxes.data_path import SandboxDataPath
+from corral_api.dataplane.service import SandboxDataPath
 from corral_common.exec import ExecChunk, ExecRequest
 from corral_common.logging import get_logger
 

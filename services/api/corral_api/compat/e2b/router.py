@@ -8,22 +8,19 @@ OpenAPI document: the schema is E2B's, and Corral's own SDK must not grow these 
 from typing import Annotated
 from urllib.parse import parse_qsl, unquote
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import JSONResponse
 
 from corral_api.auth.dependencies import Tenant
 from corral_api.compat.e2b.errors import E2bError, E2bRoute
 from corral_api.compat.e2b.schemas import ConnectBody, NewSandbox, TimeoutBody
 from corral_api.compat.e2b.service import E2bSandboxes
+from corral_api.deps import provide
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False, tags=["e2b"])
 
 
-async def e2b_sandboxes(request: Request) -> E2bSandboxes:
-    return request.app.state.e2b
-
-
-Service = Annotated[E2bSandboxes, Depends(e2b_sandboxes)]
+Service = Annotated[E2bSandboxes, Depends(provide(E2bSandboxes))]
 
 
 @router.post("/sandboxes", status_code=201)

@@ -20,7 +20,7 @@ from corral_api.compat.e2b.errors import E2bError
 from corral_api.compat.e2b.repository import E2bRecord, E2bRepository
 from corral_api.compat.e2b.schemas import NewSandbox
 from corral_api.compat.e2b.templates import TemplateResolver, requests_from_metadata
-from corral_api.sandboxes.data_path import SandboxDataPath
+from corral_api.dataplane.service import SandboxDataPath
 from corral_api.sandboxes.schemas import SandboxCreate
 from corral_api.sandboxes.service import SandboxService
 from corral_api.settings import ApiSettings

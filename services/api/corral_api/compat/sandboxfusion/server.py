@@ -10,35 +10,41 @@ has no other route: nothing else of the api is reachable without a key through i
 
 import asyncio
 import contextlib
+from typing import Annotated
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 
 from corral_api.body_limits import BodyLimitMiddleware
 from corral_api.compat.sandboxfusion.schemas import RunCodeRequest, RunCodeResponse
 from corral_api.compat.sandboxfusion.service import run_code
-from corral_api.fncall.router import LimitedBodyRoute, take_fncall_quota
+from corral_api.deps import Container, provide
+from corral_api.fncall.router import LimitedBodyRoute, Quotas, take_fncall_quota
+from corral_api.fncall.service import FncallService
 from corral_api.limits import TenantConcurrencyMiddleware, claim_tenant_slot
+from corral_api.settings import ApiSettings
 from corral_common.errors import install_error_handlers
 from corral_common.logging import get_logger
 
 log = get_logger(__name__)
 
 
-def create_app(main: FastAPI, tenant: str) -> FastAPI:
+def create_app(services: Container, settings: ApiSettings, tenant: str) -> FastAPI:
     app = FastAPI(title="Corral SandboxFusion", openapi_url=None, docs_url=None, redoc_url=None)
-    # The api's state (its fncall service, once started): the body limits read it per request.
-    app.state = main.state
+    # The api's services (its fncall service and the tenant's slots and quotas) and settings (the body limits').
+    app.state.services = services
+    app.state.settings = settings
     app.router.route_class = LimitedBodyRoute
     install_error_handlers(app)
     app.add_middleware(TenantConcurrencyMiddleware)  # the tenant's in-flight budget, as on the main port
     app.add_middleware(BodyLimitMiddleware)  # and its body limits
 
     @app.post("/run_code", response_model=RunCodeResponse)
-    async def run_code_route(body: RunCodeRequest, request: Request) -> RunCodeResponse:
+    async def run_code_route(body: RunCodeRequest, request: Request, quotas: Quotas,
+                             fncall: Annotated[FncallService, Depends(provide(FncallService))]) -> RunCodeResponse:
         claim_tenant_slot(request, tenant)
-        await take_fncall_quota(request, tenant, 1, ["body"])  # the tenant's max_fncall_per_s
-        response = await run_code(body, getattr(request.app.state, "fncall", None))
+        await take_fncall_quota(quotas, tenant, 1, ["body"])  # the tenant's max_fncall_per_s
+        response = await run_code(body, fncall)
         log.debug("sandboxfusion.run_code", tenant=tenant, language=body.language, status=response.status.value)
         return response
 
@@ -58,8 +64,8 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class SandboxFusionServer:
-    def __init__(self, main: FastAPI, *, host: str, port: int, tenant: str):
-        config = uvicorn.Config(create_app(main, tenant), host=host, port=port, lifespan="off", log_config=None,
+    def __init__(self, services: Container, settings: ApiSettings, *, host: str, port: int, tenant: str):
+        config = uvicorn.Config(create_app(services, settings, tenant), host=host, port=port, lifespan="off", log_config=None,
                                 access_log=False)
         self.server = _EmbeddedServer(config)
         self.task: asyncio.Task | None = None

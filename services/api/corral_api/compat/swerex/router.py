@@ -28,6 +28,7 @@ from corral_api.compat.swerex.schemas import (
     WriteFileRequest,
 )
 from corral_api.compat.swerex.service import SwerexError, SwerexService
+from corral_api.deps import provide
 from corral_api.limits import claim_tenant_slot
 from corral_api.multipart import multipart_parts
 from corral_api.rollouts.models import RolloutRow
@@ -38,11 +39,7 @@ PREFIX = "/v1/sandboxes/{sandbox_id}/swerex"
 _ACTION = TypeAdapter(Action)
 
 
-async def swerex_service(request: Request) -> SwerexService:
-    return request.app.state.swerex
-
-
-Service = Annotated[SwerexService, Depends(swerex_service)]
+Service = Annotated[SwerexService, Depends(provide(SwerexService))]
 
 
 async def runtime(sandbox_id: str, service: Service, request: Request,

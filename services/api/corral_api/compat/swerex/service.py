@@ -37,10 +37,10 @@ from corral_api.compat.swerex.schemas import (
     SwerexToken,
     WriteFileRequest,
 )
+from corral_api.dataplane.service import SandboxDataPath
 from corral_api.rollouts.models import RolloutRow
 from corral_api.rollouts.schemas import RolloutCreate, RolloutFinish
 from corral_api.rollouts.service import ExtraAction, RolloutService
-from corral_api.sandboxes.data_path import SandboxDataPath
 from corral_api.sandboxes.service import SandboxService
 from corral_common.errors import Conflict, CorralError, NotFound, PayloadTooLarge, Unauthorized, Unprocessable
 from corral_common.exec import ExecRequest, ExecResult

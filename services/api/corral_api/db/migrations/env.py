@@ -2,12 +2,12 @@ from alembic import context
 from sqlalchemy import engine_from_config, pool
 from sqlmodel import SQLModel
 
-import corral_api.admin.models  # noqa: F401
 import corral_api.auth.models  # noqa: F401  (registers tables)
 import corral_api.jobs.models  # noqa: F401
 import corral_api.rollouts.models  # noqa: F401
 import corral_api.sandboxes.models  # noqa: F401
 import corral_api.snapshots.models  # noqa: F401
+import corral_api.tenants.models  # noqa: F401
 from corral_common.migrations import serialize_migrations
 
 config = context.config

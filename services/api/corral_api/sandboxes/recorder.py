@@ -2,7 +2,7 @@
 
 import asyncio
 
-from corral_api.admin.service import TenantQuotas
+from corral_api.quotas.service import TenantQuotas
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.sandboxes import TERMINAL_STATES

@@ -94,10 +94,9 @@ class SandboxDataPath:
             raise Conflict(f"sandbox {sandbox_id} was created with network 'none' and has no network interface; "
                            "create it with an allowlist (even an empty one) to change its rules later",
                            loc=["path", "sandbox_id"], code="network_none")
-        if self.sandboxes.network is not None:
-            await self.sandboxes.network.require(network, loc=("body",))
+        await self.sandboxes.require_network(network, loc=("body",))
         await self.nodes.set_network(node.url, sandbox_id, network)
-        await self.sandboxes.store.set_sandbox_spec(sandbox_id, record.spec.model_copy(update={"network": network}))
+        await self.sandboxes.record_network(record, network)
         return await self.sandboxes.get(tenant, sandbox_id)
 
     async def network_state(self, tenant: str, sandbox_id: str) -> dict:

@@ -5,10 +5,31 @@ CPUs, disk), so those fields are copied from the snapshot. A request may repeat 
 asks for something else is refused (422, naming the field) rather than silently changed.
 """
 
-from typing import Any
+from typing import Any, Protocol
 
 from corral_common.errors import Unprocessable
 from corral_common.sandboxes import SandboxSpec
+
+
+class SavedSnapshot(Protocol):
+    """What a restore reads of a snapshot's record (corral_api.snapshots keeps them)."""
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def spec(self) -> dict[str, Any]: ...
+
+
+class SnapshotLookup(Protocol):
+    """Finds a snapshot's record by id (``SnapshotRepository``): the sandboxes domain reads
+    snapshots through this, so it does not depend on the snapshots domain that depends on it."""
+
+    def get(self, snapshot_id: str) -> SavedSnapshot | None: ...
+
 
 # Fields a restored sandbox inherits from its snapshot.
 INHERITED = ("backend", "environment", "disk_image", "display", "isolation", "memory_mb", "cpu", "disk_mb")
