@@ -133,6 +133,9 @@ def test_auth_and_tenant_isolation(platform, corral):
     ({"environment": "busybox", "memory_mb": 0}, "memory_mb"),
     ({"environment": "busybox", "timeout_s": -5}, "timeout_s"),
     ({"environment": "busybox", "network": "host"}, "network"),
+    ({"environment": "busybox", "requests": {"cpu": 2}}, "requests"),  # above its limit (cpu 1)
+    ({"environment": "busybox", "memory_mb": 64, "requests": {"memory_mb": 128}}, "requests"),
+    ({"environment": "busybox", "requests": {"gpu": 1}}, "requests"),
 ])
 def test_bad_create_requests_are_4xx_and_create_nothing(platform, body, field):
     headers = {"authorization": f"Bearer {platform['api_key']}"}
@@ -143,6 +146,27 @@ def test_bad_create_requests_are_4xx_and_create_nothing(platform, body, field):
     assert any(field in d["loc"] for d in error["details"]), error
     after = httpx.get(f"{platform['api']}/v1/sandboxes", headers=headers).json()["items"]
     assert len(after) == len(before)
+
+
+def test_requests_and_limits_are_both_recorded_and_placement_counts_the_requests(platform, corral):
+    """Forty default sandboxes at once on two nodes of one core (x16) each: by their limits (a
+    core each) 32 would fit; by their requests (an idle sandbox's use) all of them do."""
+    from corral_common.sandboxes import CONTAINER_REQUESTS
+
+    async def scenario():
+        async with AsyncCorral(platform["api"], platform["api_key"]) as aio:
+            sandboxes = await aio.sandboxes.create_many("busybox", 40, concurrency=8)
+            try:
+                assert all(sb.state == "running" for sb in sandboxes)
+                info = (await aio.sandboxes.get(sandboxes[0].id)).info.to_dict()
+                assert (info["cpu"], info["memory_mb"], info["disk_mb"], info["pids_limit"]) == (1.0, 256, 1024, 512)
+                assert info["requests"] == CONTAINER_REQUESTS
+            finally:
+                await asyncio.gather(*(sb.delete(wait=True) for sb in sandboxes))
+
+    asyncio.run(scenario())
+    with corral.sandboxes.create("busybox", memory_mb=64, requests={"cpu": 0.25, "memory_mb": 32}) as sb:
+        assert sb.info.to_dict()["requests"] == {**CONTAINER_REQUESTS, "cpu": 0.25, "memory_mb": 32}
 
 
 def test_bad_file_requests(platform, corral):

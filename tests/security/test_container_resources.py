@@ -201,13 +201,14 @@ def test_requests_no_node_can_hold_are_422(attack, lab, field, value):
 
 
 def test_two_sandboxes_cannot_overcommit_host_memory(attack, lab):
-    """Two sandboxes of 60% of this machine's RAM each: at most one may run (the two nodes on
-    this host must not each promise most of it)."""
+    """Two sandboxes that request 60% of this machine's RAM each: at most one may run (the two
+    nodes on this host must not each promise most of it). Requests are what is promised; a
+    limit alone is not (the node's cgroup caps what limits add up to)."""
     memory_mb = int(0.6 * host_memtotal_mb())
     ids = []
     try:
         for _ in range(2):
-            response = _create(lab, memory_mb=memory_mb)
+            response = _create(lab, memory_mb=memory_mb, requests={"memory_mb": memory_mb})
             assert response.status_code in (202, 422), response.text
             if response.status_code == 202:
                 ids.append(response.json()["id"])
