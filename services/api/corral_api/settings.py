@@ -86,7 +86,9 @@ class ApiSettings(PrefixedServiceSettings):
     # and gzip uploads; < 0.6.2: no file metadata, which this surface does not keep).
     e2b_envd_version: str = Field("0.5.8", description="envdVersion reported to the E2B SDK (gates its features)")
     # How long create waits for the sandbox to run before answering (E2B's create is synchronous).
-    e2b_create_wait_s: float = Field(120.0, gt=0, description="Longest an E2B create waits for the sandbox to run")
+    # Below the E2B SDK's own request timeout (60 s), so that a create no node has room for is
+    # answered (503, with the reason it waited) before the client gives up on it.
+    e2b_create_wait_s: float = Field(45.0, gt=0, description="Longest an E2B create waits for the sandbox to run")
     # SandboxFusion on a dedicated port (0: off): POST /run_code and GET /v1/ping at its root,
     # without credentials (SkyRL hard-codes http://{host}:8080/run_code), every call counted as
     # sandboxfusion_tenant's (required with a port). It listens on sandboxfusion_host: loopback

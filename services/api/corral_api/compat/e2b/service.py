@@ -81,9 +81,13 @@ class E2bSandboxes:
         await self.repo.put(e2b)
         record = await self.sandboxes.wait(tenant, record.id, SandboxState.running, self.settings.e2b_create_wait_s)
         if record.state is not SandboxState.running:
+            placed = record.state not in (SandboxState.pending, SandboxState.scheduled)
             if record.state not in (SandboxState.failed, SandboxState.terminated):
                 await self.sandboxes.delete(tenant, record.id)
             await self.repo.forget_deadline(record.id)
+            if not placed:  # no node had room in the wait: the platform is busy, try again later
+                raise E2bError(503, f"sandbox {record.id} could not be placed within "
+                                    f"{self.settings.e2b_create_wait_s:g} s: {record.state.value}{record.why}")
             raise E2bError(500, f"sandbox {record.id} did not start: {record.state.value}{record.why}")
         return self._sandbox(record, e2b)
 
