@@ -140,8 +140,10 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # so a create of that shape claims one instead of starting it. Each costs what an idle
     # sandbox costs (its requests count as used) and holds one of the node's max_sandboxes until
     # a create needs the slot. How many a shape gets follows its demand: its creates in the last
-    # minute less one, up to warm_pool_max (0: no demand-driven pool) ...
-    warm_pool_max: int = Field(16, ge=0, le=4096)
+    # minute less one, up to warm_pool_max (0: no demand-driven pool; not on by default yet: a
+    # claimed sandbox keeps its pooled crun id and cgroup name, which the test harnesses that
+    # find a sandbox's processes by its id do not know yet) ...
+    warm_pool_max: int = Field(0, ge=0, le=4096)
     # ... and never fewer than warm_pool_size once asked for (a fixed floor; 0: none).
     warm_pool_size: int = Field(0, ge=0, le=4096)
     # A shape nobody asked for this long is drained to zero.

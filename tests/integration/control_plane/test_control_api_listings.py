@@ -11,6 +11,7 @@ from corral_api.nodes.service import NodeService
 from corral_common.jobs import JobStore
 from corral_common.sandboxes import SandboxSpec
 from corral_common.state import StateStore
+from tests.specs import guaranteed
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ async def test_live_nodes_with_capacity_and_use_but_not_their_address(store):
     node_a, node_b = f"a-{uuid.uuid4().hex[:4]}", f"b-{uuid.uuid4().hex[:4]}"
     await store.heartbeat(node_a, "http://10.0.0.1:9000", 4, 8000, 20, disk_mb=50_000, pids=4096)
     await store.heartbeat(node_b, "http://10.0.0.2:9000", 2, 4000, 10, backends=("container", "vm"))
-    spec = SandboxSpec(environment="busybox", cpu=1.5, memory_mb=512, disk_mb=1024)
+    spec = guaranteed(environment="busybox", cpu=1.5, memory_mb=512, disk_mb=1024)  # what the node shows as used
     sandbox_id = f"sb-{uuid.uuid4().hex[:8]}"
     assert await store.reserve(node_a, sandbox_id, spec, timeout_s=60) == node_a
     nodes = await NodeService(store, heartbeat_timeout_s=30).live()

@@ -10,6 +10,7 @@ from prometheus_client import REGISTRY
 from corral_common.jobs import JobStore
 from corral_common.sandboxes import SandboxSpec, SandboxState
 from corral_common.state import StateStore
+from tests.specs import guaranteed
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ async def test_node_capacity_and_use(store):
 
     await store.heartbeat("n1", "http://n1", cpu_capacity=4, memory_mb=8192, max_sandboxes=10, disk_mb=20480)
     await store.heartbeat("n2", "http://n2", cpu_capacity=2, memory_mb=4096, max_sandboxes=5, disk_mb=10240)
-    spec = SandboxSpec(environment="e", cpu=1.5, memory_mb=512, disk_mb=2048)
+    spec = guaranteed(environment="e", cpu=1.5, memory_mb=512, disk_mb=2048)
     assert await store.reserve("n1", "sb-1", spec, 10)
     gauges = SchedulerGauges(store, JobStore(store.redis), SimpleNamespace(waiting=2), heartbeat_timeout_s=10)
     await gauges()

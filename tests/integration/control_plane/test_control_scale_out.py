@@ -21,10 +21,11 @@ from corral_common.sandboxes import SandboxState
 from corral_common.state import StateStore
 from tests.control_plane import FakeNode, Service, create_database, drop_database, free_port, register_environment
 from tests.polling import until
+from tests.specs import guaranteed_body
 
 TOKEN = "scale-out-internal-token"  # noqa: S105 - a test's own secret
 KEY = "scale-out-key-1234"
-SPEC = {"environment": "burst", "memory_mb": 64, "cpu": 0.25, "disk_mb": 64}
+SPEC = guaranteed_body(environment="burst", memory_mb=64, cpu=0.25, disk_mb=64)  # reserves what it may use
 SINGLES_BEFORE_KILL, SINGLES_AFTER_KILL, JOB_COUNT = 60, 40, 20
 ROOM_BEFORE, ROOM_AFTER = 5, 70  # sandboxes per node: full before the kill, room for all after
 

@@ -13,6 +13,7 @@ from corral_scheduler.nodes.service import NodeReaper
 from corral_scheduler.placement.outcomes import PlaceOutcome
 from corral_scheduler.placement.service import Placer
 from corral_scheduler.settings import SchedulerSettings
+from tests.specs import guaranteed
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ async def test_places_on_a_live_node_with_room(plane):
     await store.heartbeat(a, "http://a", 4, 1000, 10)
     await store.heartbeat(b, "http://b", 4, 1000, 10)
     places = await listen_places(bus, [a, b])
-    spec = SandboxSpec(environment="e", memory_mb=400, cpu=1)
+    spec = guaranteed(environment="e", memory_mb=400, cpu=1)
     events = [await request(store, spec) for _ in range(4)]
     for event in events:
         await placer.handle(event)
@@ -71,7 +72,7 @@ async def test_redelivered_request_is_placed_once(plane):
     store, bus, placer = plane
     node = f"n-{uuid.uuid4().hex[:4]}"
     await store.heartbeat(node, "http://n", 4, 1000, 10)
-    event = await request(store, SandboxSpec(environment="e", memory_mb=100))
+    event = await request(store, guaranteed(environment="e", memory_mb=100))
     await placer.handle(event)
     await placer.handle(event)
     assert (await store.get_node(node)).used_sandboxes == 1
@@ -87,7 +88,7 @@ async def test_two_schedulers_racing_on_one_sandbox_place_it_once_and_keep_its_r
     nodes = [f"n{i}-{uuid.uuid4().hex[:4]}" for i in range(2)]
     for node in nodes:
         await store.heartbeat(node, f"http://{node}", 64, 100_000, 100)
-    events = [await request(store, SandboxSpec(environment="e", memory_mb=100)) for _ in range(20)]
+    events = [await request(store, guaranteed(environment="e", memory_mb=100)) for _ in range(20)]
     for event in events:
         outcomes = await asyncio.gather(*(p.try_place(event.sandbox_id) for p in placers))
         assert sorted(outcomes) == [PlaceOutcome.already_placed, PlaceOutcome.placed]
@@ -105,7 +106,7 @@ async def test_two_schedulers_racing_on_one_sandbox_place_it_once_and_keep_its_r
 async def test_too_big_for_any_node_fails_unschedulable(plane):
     store, bus, placer = plane
     await store.heartbeat(f"n-{uuid.uuid4().hex[:4]}", "http://n", 4, 1000, 10)
-    event = await request(store, SandboxSpec(environment="e", memory_mb=4096))
+    event = await request(store, guaranteed(environment="e", memory_mb=4096))
     await placer.handle(event)
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "unschedulable"
@@ -119,7 +120,7 @@ async def test_disk_is_placed_where_there_is_room_for_it(plane):
     await store.heartbeat(small, "http://s", 64, 100_000, 100, disk_mb=2_000)
     await store.heartbeat(big, "http://b", 4, 1000, 10, disk_mb=50_000)  # fuller by cpu/memory shares
     places = await listen_places(bus, [small, big])
-    event = await request(store, SandboxSpec(environment="e", memory_mb=64, disk_mb=20_000))
+    event = await request(store, guaranteed(environment="e", memory_mb=64, disk_mb=20_000))
     await placer.handle(event)
     assert (await asyncio.wait_for(places.get(), 10)).node_id == big
     assert (await store.get_node(big)).used_disk_mb == 20_000
@@ -128,7 +129,7 @@ async def test_disk_is_placed_where_there_is_room_for_it(plane):
 async def test_a_disk_larger_than_any_node_fails_unschedulable(plane):
     store, bus, placer = plane
     await store.heartbeat(f"n-{uuid.uuid4().hex[:4]}", "http://n", 64, 100_000, 100, disk_mb=2_000)
-    event = await request(store, SandboxSpec(environment="e", memory_mb=64, disk_mb=4_000))
+    event = await request(store, guaranteed(environment="e", memory_mb=64, disk_mb=4_000))
     await placer.handle(event)
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "unschedulable"
@@ -139,7 +140,7 @@ async def test_deleted_before_placement_is_not_placed(plane):
     store, bus, placer = plane
     node = f"n-{uuid.uuid4().hex[:4]}"
     await store.heartbeat(node, "http://n", 4, 1000, 10)
-    event = await request(store, SandboxSpec(environment="e"))
+    event = await request(store, guaranteed(environment="e"))
     await store.mark_delete_requested(event.sandbox_id)
     await placer.handle(event)
     assert (await store.get_sandbox(event.sandbox_id)).state is SandboxState.terminated
@@ -150,7 +151,7 @@ async def test_lost_node_fails_its_sandboxes(plane):
     store, bus, placer = plane
     node = f"n-{uuid.uuid4().hex[:4]}"
     await store.heartbeat(node, "http://n", 4, 1000, 10)
-    event = await request(store, SandboxSpec(environment="e"))
+    event = await request(store, guaranteed(environment="e"))
     await placer.handle(event)
     failed: asyncio.Queue = asyncio.Queue()
 
@@ -187,9 +188,9 @@ async def test_a_silent_node_whose_port_still_accepts_is_spared_until_the_wedge_
     try:
         await store.heartbeat(stalled, f"http://127.0.0.1:{stalled_agent.getsockname()[1]}", 4, 1000, 10)
         await store.heartbeat(dead, f"http://127.0.0.1:{dead_port}", 4, 1000, 10)
-        event = await request(store, SandboxSpec(environment="e"))
+        event = await request(store, guaranteed(environment="e"))
         await placer.try_place(event.sandbox_id, stalled)
-        on_dead = await request(store, SandboxSpec(environment="e"))
+        on_dead = await request(store, guaranteed(environment="e"))
         await placer.try_place(on_dead.sandbox_id, dead)
         reaper = NodeReaper(store, bus, heartbeat_timeout_s=5, interval_s=1)
         silent_since = time.time() - 2 * 5  # two timeouts silent: past the timeout, within the budget
@@ -223,16 +224,16 @@ async def test_vm_goes_only_to_a_node_that_runs_vms_and_reserves_the_overhead(pl
     await store.heartbeat(vm_node, "http://v", 4, 1000, 10, backends=["container", "microvm", "vm"],
                           accelerator="tcg", vm_memory_overhead_mb=100)
     places = await listen_places(bus, [plain, vm_node])
-    event = await request(store, SandboxSpec(environment="e", isolation="vm", memory_mb=400))
+    event = await request(store, guaranteed(environment="e", isolation="vm", memory_mb=400))
     await placer.handle(event)
     assert (await asyncio.wait_for(places.get(), 10)).node_id == vm_node
     node = await store.get_node(vm_node)
     assert node.used_memory_mb == 500 and node.accelerator == "tcg" and "microvm" in node.backends
     # 500 MB left: a second 400 MB microVM needs 500 with its overhead and fits exactly; a
     # third waits for room rather than failing (the node could hold it when empty).
-    second = await request(store, SandboxSpec(environment="e", backend="microvm", memory_mb=400))
+    second = await request(store, guaranteed(environment="e", backend="microvm", memory_mb=400))
     await placer.handle(second)
-    third = await request(store, SandboxSpec(environment="e", backend="microvm", memory_mb=400))
+    third = await request(store, guaranteed(environment="e", backend="microvm", memory_mb=400))
     assert await placer.try_place(third.sandbox_id) is PlaceOutcome.no_room
     assert (await store.get_sandbox(third.sandbox_id)).state is SandboxState.pending
     await store.release(second.sandbox_id)
@@ -243,7 +244,7 @@ async def test_vm_goes_only_to_a_node_that_runs_vms_and_reserves_the_overhead(pl
 async def test_vm_with_no_vm_capable_node_is_unschedulable(plane):
     store, bus, placer = plane  # the redis_url fixture starts each test with no nodes
     await store.heartbeat(f"n-{uuid.uuid4().hex[:4]}", "http://n", 64, 100_000, 100)  # containers only
-    event = await request(store, SandboxSpec(environment="e", display=True))
+    event = await request(store, guaranteed(environment="e", display=True))
     await asyncio.wait_for(placer.handle(event), 10)
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "unschedulable"
@@ -257,7 +258,7 @@ async def test_required_node_is_honoured_and_its_loss_fails_the_request(plane):
     await store.heartbeat(home, "http://h", 4, 2000, 10, backends=kinds)
     await store.heartbeat(other, "http://o", 64, 100_000, 100, backends=kinds)  # emptier
     places = await listen_places(bus, [home, other])
-    spec = SandboxSpec(from_snapshot="snap-1", environment="e", backend="microvm", memory_mb=256)
+    spec = guaranteed(from_snapshot="snap-1", environment="e", backend="microvm", memory_mb=256)
     sandbox_id = f"sb-{uuid.uuid4().hex[:8]}"
     await store.create_sandbox(sandbox_id, "t1", spec, required_node=home)
     # The node comes from the record too (a job admitter re-reads records, not events).
@@ -280,7 +281,7 @@ async def test_the_scheduler_never_places_past_a_nodes_pids(plane):
     store, bus, placer = plane
     node = f"np-{uuid.uuid4().hex[:4]}"
     await store.heartbeat(node, "http://n", 64, 100_000, 100, pids=1000)
-    spec = SandboxSpec(environment="e", memory_mb=64, cpu=0.1, pids_limit=600)
+    spec = guaranteed(environment="e", memory_mb=64, cpu=0.1, pids_limit=600)
     first = await request(store, spec)
     await placer.handle(first)
     assert (await store.get_node(node)).used_pids == 600
@@ -297,7 +298,7 @@ async def test_a_pids_limit_no_node_allows_is_unschedulable_and_leaves_nothing(p
     store, bus, placer = plane
     node = f"np-{uuid.uuid4().hex[:4]}"
     await store.heartbeat(node, "http://n", 64, 100_000, 100, pids=1000)
-    event = await request(store, SandboxSpec(environment="e", pids_limit=1001))
+    event = await request(store, guaranteed(environment="e", pids_limit=1001))
     await asyncio.wait_for(placer.handle(event), 10)
     record = await store.get_sandbox(event.sandbox_id)
     assert record.state is SandboxState.failed and record.reason == "unschedulable"

@@ -4,8 +4,9 @@ import asyncio
 
 import pytest
 
-from corral_common.sandboxes import SandboxSpec, SandboxState
+from corral_common.sandboxes import SandboxState
 from corral_common.state import RestoreOutcome, SandboxRecord, StateStore
+from tests.specs import guaranteed
 
 
 @pytest.fixture
@@ -16,7 +17,7 @@ async def store(redis_url):
 
 
 async def test_transition_follows_the_state_machine(store):
-    await store.create_sandbox("sb-1", "t1", SandboxSpec(environment="e"))
+    await store.create_sandbox("sb-1", "t1", guaranteed(environment="e"))
     assert (await store.transition("sb-1", SandboxState.running)) == (False, SandboxState.pending)
     assert (await store.transition("sb-1", SandboxState.scheduled, node_id="n1")) == (True, SandboxState.pending)
     record = await store.get_sandbox("sb-1")
@@ -28,14 +29,14 @@ async def test_transition_follows_the_state_machine(store):
 
 
 async def test_concurrent_transitions_have_one_winner(store):
-    await store.create_sandbox("sb-2", "t1", SandboxSpec(environment="e"))
+    await store.create_sandbox("sb-2", "t1", guaranteed(environment="e"))
     results = await asyncio.gather(*(store.transition("sb-2", SandboxState.terminated, reason=f"r{i}") for i in range(20)))
     assert sum(changed for changed, _ in results) == 1
 
 
 async def test_reserve_never_overcommits(store):
     await store.heartbeat("n1", "http://n1", cpu_capacity=100, memory_mb=1000, max_sandboxes=100)
-    spec = SandboxSpec(environment="e", memory_mb=100, cpu=0.1)
+    spec = guaranteed(environment="e", memory_mb=100, cpu=0.1)
     got = await asyncio.gather(*(store.reserve("n1", f"sb-{i}", spec, 10) for i in range(25)))
     assert sum(1 for g in got if g) == 10  # 1000 MB / 100 MB
     node = await store.get_node("n1")
@@ -44,7 +45,7 @@ async def test_reserve_never_overcommits(store):
 
 async def test_reserve_is_idempotent_and_release_frees(store):
     await store.heartbeat("n1", "http://n1", cpu_capacity=1, memory_mb=1000, max_sandboxes=10)
-    spec = SandboxSpec(environment="e", memory_mb=600, cpu=0.5)
+    spec = guaranteed(environment="e", memory_mb=600, cpu=0.5)
     assert await store.reserve("n1", "sb-a", spec, 10) == "n1"
     assert await store.reserve("n1", "sb-a", spec, 10) == "n1"  # re-delivered request: same reservation
     assert (await store.get_node("n1")).used_memory_mb == 600
@@ -59,14 +60,14 @@ async def test_stale_node_takes_nothing(store):
     await store.heartbeat("n1", "http://n1", cpu_capacity=1, memory_mb=1000, max_sandboxes=10)
     await store.redis.hset("node:n1", "heartbeat_at", "0")
     await store.redis.zadd("nodes", {"n1": 0})
-    assert await store.reserve("n1", "sb-x", SandboxSpec(environment="e"), 10) is None
+    assert await store.reserve("n1", "sb-x", guaranteed(environment="e"), 10) is None
     assert await store.lost_nodes(10) == ["n1"]
     assert await store.live_nodes(10) == []
 
 
 async def test_list_and_tenant_index(store):
-    await store.create_sandbox("sb-1", "t1", SandboxSpec(environment="e", labels={"job": "a"}))
-    await store.create_sandbox("sb-2", "t2", SandboxSpec(environment="e"))
+    await store.create_sandbox("sb-1", "t1", guaranteed(environment="e", labels={"job": "a"}))
+    await store.create_sandbox("sb-2", "t2", guaranteed(environment="e"))
     assert [r.id for r in await store.list_sandboxes("t1")] == ["sb-1"]
     await store.redis.delete("sb:sb-1")  # expired
     assert await store.list_sandboxes("t1") == []
@@ -74,7 +75,7 @@ async def test_list_and_tenant_index(store):
 
 
 async def test_runtime_and_required_node_round_trip(store):
-    spec = SandboxSpec(environment="e", backend="microvm", from_snapshot="snap-1")
+    spec = guaranteed(environment="e", backend="microvm", from_snapshot="snap-1")
     await store.create_sandbox("sb-vm", "t1", spec, required_node="n7")
     await store.transition("sb-vm", SandboxState.scheduled, node_id="n7")
     await store.transition("sb-vm", SandboxState.starting)
@@ -90,7 +91,7 @@ async def test_vm_reservation_takes_the_overhead_and_gives_it_back(store):
                           backends=["container", "microvm", "vm"], accelerator="tcg", vm_memory_overhead_mb=150)
     node = await store.get_node("nv")
     assert node.backends == ("container", "microvm", "vm") and node.vm_memory_overhead_mb == 150
-    spec = SandboxSpec(environment="e", backend="microvm", memory_mb=300)
+    spec = guaranteed(environment="e", backend="microvm", memory_mb=300)
     assert await store.reserve("nv", "sb-v1", spec, 10, memory_mb=node.reserved_memory_mb(spec)) == "nv"
     assert (await store.get_node("nv")).used_memory_mb == 450
     assert await store.release("sb-v1")
@@ -108,7 +109,7 @@ async def test_a_heartbeat_carries_the_warm_pools_ready_counts_and_a_later_one_w
 
 async def test_reserve_counts_disk_against_what_the_node_advertises(store):
     await store.heartbeat("nd", "http://nd", cpu_capacity=100, memory_mb=100_000, max_sandboxes=100, disk_mb=10_000)
-    spec = SandboxSpec(environment="e", memory_mb=16, cpu=0.1, disk_mb=3_000)
+    spec = guaranteed(environment="e", memory_mb=16, cpu=0.1, disk_mb=3_000)
     got = await asyncio.gather(*(store.reserve("nd", f"sb-d{i}", spec, 10) for i in range(6)))
     assert sum(1 for g in got if g) == 3  # 10 000 MiB of disk / 3 000, with memory and cpu to spare
     node = await store.get_node("nd")
@@ -122,7 +123,7 @@ async def test_reserve_counts_disk_against_what_the_node_advertises(store):
 async def test_a_node_that_advertises_no_disk_is_not_limited_by_it(store):
     await store.heartbeat("nold", "http://nold", cpu_capacity=1, memory_mb=1000, max_sandboxes=10)
     assert (await store.get_node("nold")).disk_mb is None
-    assert await store.reserve("nold", "sb-old", SandboxSpec(environment="e", disk_mb=1_000_000), 10) == "nold"
+    assert await store.reserve("nold", "sb-old", guaranteed(environment="e", disk_mb=1_000_000), 10) == "nold"
     # A reservation made before disks were counted ("node|cpu|mem") is still released.
     await store.redis.set("resv:sb-older", "nold|100|64")
     for field, value in (("cpu_milli", 100), ("memory_mb", 64), ("sandboxes", 1)):
@@ -136,7 +137,7 @@ async def test_a_node_that_advertises_no_disk_is_not_limited_by_it(store):
 
 
 def _running(sandbox_id: str, node: str, **fields) -> SandboxRecord:
-    spec = SandboxSpec(environment="e", memory_mb=128, cpu=0.5, pids_limit=64, disk_mb=100, labels={"k": "v"})
+    spec = guaranteed(environment="e", memory_mb=128, cpu=0.5, pids_limit=64, disk_mb=100, labels={"k": "v"})
     return SandboxRecord(id=sandbox_id, tenant="t1", state=SandboxState.running, spec=spec, created_at=100.0,
                          updated_at=200.0, node_id=node, started_at=150.0, runtime={"backend": "container"}, **fields)
 
@@ -165,13 +166,13 @@ async def test_restore_writes_what_a_wiped_redis_lost_like_a_placement_had(store
 
 async def test_restore_never_overwrites_a_record_that_moved_on(store):
     await store.heartbeat("n1", "http://n1", cpu_capacity=4, memory_mb=1000, max_sandboxes=10)
-    await store.create_sandbox("sb-done", "t1", SandboxSpec(environment="e"))
+    await store.create_sandbox("sb-done", "t1", guaranteed(environment="e"))
     await store.transition("sb-done", SandboxState.terminated, reason="deleted")
     assert await store.restore_sandbox(_running("sb-done", "n1")) is RestoreOutcome.ended
     assert (await store.get_sandbox("sb-done")).state is SandboxState.terminated
     assert await store.redis.exists("resv:sb-done") == 0
     # Running on another node per its record: this copy is the one to stop.
-    await store.create_sandbox("sb-away", "t1", SandboxSpec(environment="e"))
+    await store.create_sandbox("sb-away", "t1", guaranteed(environment="e"))
     await store.transition("sb-away", SandboxState.scheduled, node_id="n2")
     assert await store.restore_sandbox(_running("sb-away", "n1")) is RestoreOutcome.elsewhere
     assert (await store.get_sandbox("sb-away")).node_id == "n2"
@@ -180,7 +181,7 @@ async def test_restore_never_overwrites_a_record_that_moved_on(store):
 async def test_restore_tells_a_record_not_yet_running_where_it_runs(store):
     """A job re-submitted after a wipe made a pending record of a sandbox a node still runs."""
     await store.heartbeat("n1", "http://n1", cpu_capacity=4, memory_mb=1000, max_sandboxes=10)
-    await store.create_sandbox("sb-p", "t1", SandboxSpec(environment="e", memory_mb=128))
+    await store.create_sandbox("sb-p", "t1", guaranteed(environment="e", memory_mb=128))
     assert await store.restore_sandbox(_running("sb-p", "n1")) is RestoreOutcome.updated
     got = await store.get_sandbox("sb-p")
     assert (got.state, got.node_id, got.runtime) == (SandboxState.running, "n1", {"backend": "container"})
@@ -215,7 +216,7 @@ async def test_listing_pages_in_id_order_with_a_filter_and_a_waiting_reason(stor
     tenant = f"pages-{uuid.uuid4().hex[:6]}"
     ids = [f"{tenant}-{i:03d}" for i in range(25)]
     for i, sid in enumerate(ids):
-        await store.create_sandbox(sid, tenant, SandboxSpec(environment="e", labels={"odd": str(i % 2)}))
+        await store.create_sandbox(sid, tenant, guaranteed(environment="e", labels={"odd": str(i % 2)}))
     odd = lambda r: r.spec.labels["odd"] == "1"  # noqa: E731
     seen, after = [], None
     while True:
@@ -239,7 +240,7 @@ async def test_listing_pages_in_id_order_with_a_filter_and_a_waiting_reason(stor
 async def test_placement_view_reads_what_the_separate_reads_do(store):
     """The scheduler's one-round-trip view equals get_sandbox + reservation_node + live_nodes,
     and leaves out a node whose heartbeat is stale."""
-    spec = SandboxSpec(environment="e", memory_mb=100, cpu=0.1)
+    spec = guaranteed(environment="e", memory_mb=100, cpu=0.1)
     await store.heartbeat("n1", "http://n1", cpu_capacity=2, memory_mb=1000, max_sandboxes=10)
     await store.heartbeat("n2", "http://n2", cpu_capacity=4, memory_mb=2000, max_sandboxes=20)
     await store.heartbeat("n3", "http://n3", cpu_capacity=4, memory_mb=2000, max_sandboxes=20)
