@@ -10,8 +10,9 @@ own Redis and RabbitMQ, a private capacity registry, --base-port 24400) and take
 end, also on Ctrl-C or a failure (``corral_platform.py down`` deletes whatever sandboxes are
 left). Root: the floor drives crun directly (bench/sandbox_lifecycle.py's floor).
 
-Sandboxes: busybox, idle init (``sleep``), memory_mb 16, cpu 0.01, disk_mb 16, pids_limit 8,
-timeout 1 h; the nodes advertise enough (memory overcommit, max sandboxes) for N of them.
+Sandboxes: busybox, idle init, the default spec (its limits: a core, 256 MiB, 1 GiB of disk, 512
+tasks; its requests what an idle sandbox uses), timeout 1 h; the nodes run with their default
+settings. --memory-mb/--cpu/--disk-mb/--pids-limit and the overcommit options set them instead.
 Timings come from the platform's own ``sandbox.scheduled`` / ``sandbox.running`` events (a
 private auto-delete queue on the topic exchange; each event carries its ``at``), so nothing is
 polled per sandbox:
@@ -38,7 +39,6 @@ import argparse
 import asyncio
 import collections
 import json
-import math
 import os
 import platform
 import re
@@ -149,8 +149,8 @@ class Burst:
         self.api = httpx.AsyncClient(base_url=plat.info["api"], timeout=httpx.Timeout(120, connect=5),
                                      headers={"authorization": f"Bearer {plat.info['api_key']}"},
                                      limits=httpx.Limits(max_connections=16))
-        self.spec = {"environment": "busybox", "memory_mb": args.memory_mb, "cpu": args.cpu,
-                     "disk_mb": args.disk_mb, "pids_limit": args.pids_limit, "timeout_s": 3600}
+        limits = {"memory_mb": args.memory_mb, "cpu": args.cpu, "disk_mb": args.disk_mb, "pids_limit": args.pids_limit}
+        self.spec = {"environment": "busybox", "timeout_s": 3600, **{k: v for k, v in limits.items() if v is not None}}
         # sandbox id -> state -> the event's time (epoch s), first one seen
         self.events: dict[str, dict[str, float]] = collections.defaultdict(dict)
         self.statuses: collections.Counter = collections.Counter()  # every answer the api gave us
@@ -475,13 +475,12 @@ def main() -> None:
     ap.add_argument("--grace", type=float, default=30, help="how long a host artifact may outlive its record (s)")
     ap.add_argument("--floor-n", type=int, default=300, help="raw crun containers of the floor")
     ap.add_argument("--floor-concurrency", type=int, default=8)
-    ap.add_argument("--memory-mb", type=int, default=16)
-    ap.add_argument("--cpu", type=float, default=0.01)
-    ap.add_argument("--disk-mb", type=int, default=16)
-    ap.add_argument("--pids-limit", type=int, default=8)
-    ap.add_argument("--cpu-overcommit", type=float, default=64, help="so N sandboxes of --cpu fit the nodes")
-    ap.add_argument("--memory-overcommit", type=float, default=None,
-                    help="the nodes' memory overcommit (default: enough for N of --memory-mb)")
+    ap.add_argument("--memory-mb", type=int, default=None, help="memory limit (default: the api's)")
+    ap.add_argument("--cpu", type=float, default=None, help="cpu limit (default: the api's)")
+    ap.add_argument("--disk-mb", type=int, default=None, help="disk limit (default: the api's)")
+    ap.add_argument("--pids-limit", type=int, default=None, help="pids limit (default: the api's)")
+    ap.add_argument("--cpu-overcommit", type=float, default=None, help="the nodes' cpu overcommit (default: theirs)")
+    ap.add_argument("--memory-overcommit", type=float, default=None, help="the nodes' memory overcommit (default: theirs)")
     ap.add_argument("--disk-preallocate", action="store_true",
                     help="let the nodes fallocate each sandbox's disk (N x disk_mb of real disk)")
     ap.add_argument("--warm-pool", type=int, default=0, metavar="N",
@@ -501,15 +500,13 @@ def main() -> None:
         raise SystemExit("run as root: the platform runs real containers and the floor drives crun")
     args.signal = "KILL"  # faults.Platform.stop: the agent's process group gets SIGKILL
 
-    per_node = math.ceil(args.n / args.nodes)
     host_mb = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal")) // 1024
-    overcommit = args.memory_overcommit or max(1.0, math.ceil(2 * per_node * args.memory_mb / (host_mb * 0.9 / args.nodes)))
-    # The nodes' own settings (corral_platform.py passes its environment on to them).
-    os.environ.update({"CORRAL_NODE_MEMORY_OVERCOMMIT": str(overcommit),
-                       "CORRAL_NODE_MAX_SANDBOXES": str(max(1000, per_node + 64)),
-                       "CORRAL_NODE_DISK_PREALLOCATE": "true" if args.disk_preallocate else "false",
-                       "CORRAL_NODE_WARM_POOL_SIZE": str(args.warm_pool),
-                       "CORRAL_LOG_LEVEL": args.log_level})
+    overcommit = args.memory_overcommit
+    # The nodes' own settings (corral_platform.py passes its environment on to them): their
+    # defaults, but for what the options set.
+    os.environ.update({"CORRAL_NODE_DISK_PREALLOCATE": "true" if args.disk_preallocate else "false",
+                       "CORRAL_NODE_WARM_POOL_SIZE": str(args.warm_pool), "CORRAL_LOG_LEVEL": args.log_level,
+                       **({"CORRAL_NODE_MEMORY_OVERCOMMIT": str(overcommit)} if overcommit else {})})
 
     tmp_root = tempfile.mkdtemp(prefix="corral-bench-burst-")
     os.chmod(tmp_root, 0o711)  # noqa: S103 - sandboxes' own uids reach their roots below it
@@ -521,7 +518,7 @@ def main() -> None:
         "host": {"nproc": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                  "mem_total_mb": host_mb},
         "params": {**{k: v for k, v in vars(args).items() if k not in ("json", "keep_state", "signal")},
-                   "node_memory_overcommit": overcommit, "node_max_sandboxes": max(1000, per_node + 64)},
+                   "node_memory_overcommit": overcommit},
     }
     # Ctrl-C and a plain kill both unwind through the finally below (platform down).
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

@@ -68,7 +68,8 @@ class Platform:
         cmd = [sys.executable, str(ROOT / "scripts/corral_platform.py"), "up", "--state-dir", str(self.state),
                "--nodes", str(self.args.nodes), "--base-port", str(self.args.base_port),
                "--redis-port", str(self.args.redis_port), "--amqp-port", str(self.args.amqp_port),
-               "--cpu-overcommit", str(self.args.cpu_overcommit), "--log-level", "WARNING"]
+               "--log-level", "WARNING",
+               *(["--cpu-overcommit", str(self.args.cpu_overcommit)] if self.args.cpu_overcommit else [])]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if out.returncode:
             logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in (self.state / "logs").glob("*.log"))
