@@ -68,7 +68,7 @@ class Exits:
 
 
 def _qemu_pids(directory: str) -> list[int]:
-    from corral_node_agent.backends.vm.backend import _qemu_pids_using
+    from corral_node_agent.backends.vm.adopt import qemu_pids_using as _qemu_pids_using
 
     return _qemu_pids_using(directory)
 
