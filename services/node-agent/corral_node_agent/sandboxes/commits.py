@@ -6,6 +6,7 @@ there; image-service's answer (201/200, or its 4xx: a taken name:version, the te
 storage quota) is handed back as it is.
 """
 
+import asyncio
 import contextlib
 import os
 import tempfile
@@ -17,6 +18,7 @@ import httpx
 
 from corral_common.errors import CorralError, raise_for_upstream
 from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_node_agent.backends.base import SandboxBackend
 
 
 class LayerUploads:
@@ -57,3 +59,14 @@ class LayerUploads:
                               status_code=502)
         raise_for_upstream(response, "image_error", "image-service error")
         return response.json(), response.status_code
+
+    async def commit(self, backend: SandboxBackend, sandbox_id: str, params: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The sandbox's writable layer, written by its backend into a spool file, uploaded as
+        a ``diff`` layer (``params``: name, version, owner, quota_bytes); the spool file goes
+        whatever happens. Returns image-service's layer and status."""
+        path = self.spool_path()
+        try:
+            await backend.commit_diff(sandbox_id, path)
+            return await self.upload_diff(path, params)
+        finally:
+            await asyncio.to_thread(os.unlink, path)

@@ -1,0 +1,128 @@
+"""The sandboxes a node-agent has, and the backend each one runs on: the registry every part
+of ``SandboxManager`` shares (operations.py asks backends through it, service.py adds and
+removes entries). Safe to read off the event loop where a method says so."""
+
+from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, Usage, reserved_memory_mb
+from corral_node_agent.backends.base import Capability, SandboxBackend
+from corral_node_agent.errors import NotFound
+from corral_node_agent.memory.accounting import MemoryAccounting
+from corral_node_agent.sandboxes.activity import ActivityTracker
+from corral_node_agent.sandboxes.entry import SandboxEntry
+from corral_node_agent.sandboxes.warm_pool import WarmPool
+
+
+class SandboxRegistry:
+    def __init__(self, backends: dict[str, SandboxBackend], *, max_sandboxes: int, vm_memory_overhead_mb: int,
+                 memory: MemoryAccounting | None):
+        self.backends = backends
+        # 0: no count of its own (the agent sets its capacity's: NodeCapacity.max_sandboxes).
+        self.max_sandboxes = max_sandboxes
+        self.vm_memory_overhead_mb = vm_memory_overhead_mb
+        # Working set and memory·time of every sandbox (None: no cgroups here, nothing sampled).
+        self.memory = memory
+        self._entries: dict[str, SandboxEntry] = {}
+        # Data-path use of each sandbox (GET /v1/activity: the memory-manager's idle rule).
+        self.activity = ActivityTracker()
+        self.pool: WarmPool | None = None
+
+    @property
+    def backend(self) -> SandboxBackend:
+        """The container backend (every node has one)."""
+        return self.backends["container"]
+
+    def kinds(self) -> list[str]:
+        """Sandbox kinds this node runs, as advertised in its heartbeat."""
+        return sorted(self.backends)
+
+    def accelerator(self) -> str:
+        """How this node's VMs run ("kvm" or "tcg"), empty without VM backends."""
+        for kind in sorted(VM_BACKENDS & set(self.backends)):
+            value = getattr(self.backends[kind], "accelerator", "")
+            if value:
+                return str(value)
+        return ""
+
+    def _backend_of(self, sandbox_id: str) -> SandboxBackend:
+        entry = self._entries.get(sandbox_id)
+        return self.backends.get(entry.kind, self.backend) if entry is not None else self.backend
+
+    # ---- inventory ----------------------------------------------------------------------
+
+    def count(self) -> int:
+        return len(self._entries)
+
+    def ids(self) -> list[str]:
+        return list(self._entries)
+
+    def live_ids(self) -> list[str]:
+        """The sandboxes that run (started, not ended). Safe off the event loop (the memory
+        sampler's thread): the entries, which change on the loop, are copied in one call
+        under the GIL, never iterated live (at 10,000 a pass lost that race)."""
+        return [sid for sid in list(self._entries) if self.is_live(sid)]
+
+    def inventory(self) -> list[tuple[str, str]]:
+        """(state, backend) of every sandbox here: starting (not up yet), running, paused, failed (start failed, not
+        removed yet)."""
+        out = []
+        for sid, entry in list(self._entries.items()):
+            if entry.error is not None:
+                state = "failed"
+            elif not entry.ready.is_set():
+                state = "starting"
+            else:
+                state = "paused" if self.is_paused(sid) else "running"
+            out.append((state, entry.kind))
+        return out
+
+    def is_live(self, sandbox_id: str) -> bool:
+        entry = self._entries.get(sandbox_id)
+        return entry is not None and entry.ready.is_set() and entry.error is None
+
+    def spec(self, sandbox_id: str) -> SandboxSpec:
+        return self._require(sandbox_id).spec
+
+    def runtime(self, sandbox_id: str) -> dict[str, str]:
+        """How the sandbox runs (its backend's describe(), taken after start)."""
+        entry = self._entries.get(sandbox_id)  # may have ended meanwhile: then nothing to say
+        return {"backend": entry.kind, **entry.runtime} if entry is not None else {}
+
+    def used_capacity(self) -> dict[str, float]:
+        specs = [e.spec for e in self._entries.values()]
+        # What their requests reserve (the scheduler counts the same), not their limits.
+        held = [e.spec.reservation for e in self._entries.values()]
+        memory = sum(reserved_memory_mb(s.backend, s.reservation.memory_mb, self.vm_memory_overhead_mb) for s in specs)
+        pooled_disk_mb = self.pool.disk_mb() if self.pool is not None else 0
+        return {"sandboxes": len(specs), "cpu": sum(r.cpu for r in held),
+                "memory_mb": memory, "disk_mb": sum(r.disk_mb for r in held) + pooled_disk_mb}
+
+    def usage(self, sandbox_id: str) -> Usage:
+        self._require(sandbox_id)
+        usage = self._backend_of(sandbox_id).usage(sandbox_id)
+        return self.memory.usage(sandbox_id, usage) if self.memory is not None else usage
+
+    def _require(self, sandbox_id: str) -> SandboxEntry:
+        entry = self._entries.get(sandbox_id)
+        if entry is None or not entry.ready.is_set():
+            raise NotFound(f"sandbox {sandbox_id} not found on this node", loc=["path", "sandbox_id"])
+        return entry
+
+    def _capable(self, sandbox_id: str, capability: Capability) -> SandboxBackend:
+        """The sandbox's backend, which must list capability (Unsupported otherwise)."""
+        self._require(sandbox_id)
+        backend = self._backend_of(sandbox_id)
+        if capability not in backend.capabilities:
+            raise backend.unsupported(capability)
+        return backend
+
+    def is_paused(self, sandbox_id: str) -> bool:
+        return self._backend_of(sandbox_id).is_paused(sandbox_id)
+
+    def runtime_id(self, sandbox_id: str) -> str:
+        """The name its cgroup has (its id, unless it came from the warm pool)."""
+        return self._backend_of(sandbox_id).runtime_id(sandbox_id)
+
+    def _room(self) -> int:
+        """Sandbox slots left on the node (max_sandboxes), pooled ones counted as taken."""
+        if not self.max_sandboxes:
+            return 1 << 30
+        return self.max_sandboxes - len(self._entries) - (self.pool.count() if self.pool is not None else 0)
