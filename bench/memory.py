@@ -531,7 +531,7 @@ async def main_async(args) -> list[dict]:
     node_cgroup.cap(driver, node_id, 16 << 30, 20000)
     settings = NodeAgentSettings(node_id=node_id, state_dir=f"{work}/state")
     if args.vms:
-        guestkit.build(settings.guestkit_dir)
+        guestkit.build(settings.vm.guestkit_dir)
     backends = {"container": ContainerBackend(settings)}
     if args.vms:
         backends["vm-pmem"] = FullVmBackend(settings)

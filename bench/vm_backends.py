@@ -321,7 +321,7 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("run as root")
     phases = set(args.phases.split(","))
-    kit = guestkit.build(NodeAgentSettings().guestkit_dir)
+    kit = guestkit.build(NodeAgentSettings().vm.guestkit_dir)
     workdir = tempfile.mkdtemp(prefix="corral-vmbench-")
     result: dict = {
         "benchmark": "vm_backends",

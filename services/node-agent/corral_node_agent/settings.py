@@ -6,20 +6,39 @@ accepted too). Settings shared by every service (``CORRAL_REDIS_URL``,
 ``CORRAL_IMAGE_SERVICE_URL``, ``CORRAL_INTERNAL_TOKEN``...) keep their ``CORRAL_`` names: one
 deployment-wide env block configures every service, so a node must not need them repeated
 under its own prefix (``CORRAL_NODE_REDIS_URL`` still wins when both are set).
+
+A package's own settings are a section of their own, nested here and handed to that package
+alone: ``vm`` (backends/vm/settings.py), ``egress`` (network/settings.py), ``warm_pool``
+(sandboxes/settings.py), ``isolation`` (isolation/settings.py). Their variables are
+``CORRAL_NODE_<SECTION>__<FIELD>``; the flat names of before (``CORRAL_NODE_VM_BOOT_TIMEOUT_S``)
+are still read, as are the flat keywords and attributes (section.py).
 """
 
+import json
 import os
-from typing import Literal
+import typing
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
-from pydantic_settings import (
-    SettingsConfigDict,
-)
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
-from corral_common.sandboxes import DEFAULT_VM_MEMORY_OVERHEAD_MB
 from corral_common.settings import PrefixedServiceSettings
+from corral_node_agent.backends.vm.settings import VmSettings
 from corral_node_agent.fncall.settings import FncallNodeSettings
+from corral_node_agent.isolation.settings import IsolationSettings
+from corral_node_agent.network.settings import EgressSettings
+from corral_node_agent.sandboxes.settings import WarmPoolSettings
+from corral_node_agent.section import NodeSection, flat_names
+
+# The nested sections (attribute -> model), each owned by its package.
+SECTIONS: dict[str, type[NodeSection]] = {"vm": VmSettings, "warm_pool": WarmPoolSettings,
+                                          "isolation": IsolationSettings, "egress": EgressSettings}
+FLAT_NAMES = flat_names(SECTIONS)
+# ...and the flat attributes (the keywords, and the properties that moved with their fields).
+FLAT_ATTRIBUTES = {**FLAT_NAMES, "sandbox_uid": ("isolation", "sandbox_uid"), "sandbox_gid": ("isolation", "sandbox_gid")}
 
 
 def _default_disk_capacity_mb(state_dir: str, share: float) -> int:
@@ -30,6 +49,40 @@ def _default_disk_capacity_mb(state_dir: str, share: float) -> int:
         path = os.path.dirname(path)
     st = os.statvfs(path)
     return int(st.f_bavail * st.f_frsize * 0.9 * share) // (1024 * 1024)
+
+
+class _SectionEnvSource(PydanticBaseSettingsSource):
+    """The sections' fields from the environment: each field's ``validation_alias`` choices in
+    order (CORRAL_NODE_<SECTION>__<FIELD>, then its flat name of before), case-insensitive as
+    pydantic-settings' own env source; JSON for dict and list fields, as that source decodes them."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # all the work is in __call__
+
+    def __call__(self) -> dict[str, Any]:
+        env = {key.lower(): value for key, value in os.environ.items()}
+        out: dict[str, Any] = {}
+        for section, model in SECTIONS.items():
+            values = {}
+            for name, field in model.model_fields.items():
+                choices = field.validation_alias.choices if isinstance(field.validation_alias, AliasChoices) else []
+                for choice in choices:
+                    raw = env.get(str(choice).lower())
+                    if raw is not None:
+                        values[name] = _decode(choice, field, raw)
+                        break
+            if values:
+                out[section] = values
+        return out
+
+
+def _decode(env_name: Any, field: FieldInfo, raw: str) -> Any:
+    if typing.get_origin(field.annotation) not in (dict, list):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise SettingsError(f'error parsing value for field "{env_name}" from source "_SectionEnvSource"') from exc
 
 
 class LayerSettings(BaseModel):
@@ -116,7 +169,6 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # delete them, as `python -m corral_node_agent cleanup` always does).
     adopt_on_start: bool = True
     output_limit_bytes: int = 1024 * 1024
-    sandbox_user: str = "1000:1000"
     max_upload_bytes: int = 1024 * 1024 * 1024
     # Sandboxes' disks (disk_mb each: an ext4 image per sandbox under state_dir, see
     # isolation/quota.py): what the node advertises and the scheduler fills with the sandboxes'
@@ -136,18 +188,6 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # each of the two sizes most recently asked for, up to 4 GiB, so a create only moves one
     # into place. 0: every create makes its disk (~4 ms).
     disk_pool: int = 2
-    # Warm pools (sandboxes/warm_pool.py): containers started ahead per shape creates ask for,
-    # so a create of that shape claims one instead of starting it. Each costs what an idle
-    # sandbox costs (its requests count as used) and holds one of the node's max_sandboxes until
-    # a create needs the slot. How many a shape gets follows its demand: its creates in the last
-    # minute less one, up to warm_pool_max (0: no demand-driven pool; not on by default yet: a
-    # claimed sandbox keeps its pooled crun id and cgroup name, which the test harnesses that
-    # find a sandbox's processes by its id do not know yet) ...
-    warm_pool_max: int = Field(0, ge=0, le=4096)
-    # ... and never fewer than warm_pool_size once asked for (a fixed floor; 0: none).
-    warm_pool_size: int = Field(0, ge=0, le=4096)
-    # A shape nobody asked for this long is drained to zero.
-    warm_pool_idle_s: float = Field(120.0, gt=0)
     # Image layers: "lazy" mounts each layer from a FUSE file whose chunks are fetched on
     # first read; "eager" downloads the whole blob before the sandbox starts.
     layer_mode: Literal["lazy", "eager"] = "lazy"
@@ -157,52 +197,47 @@ class NodeAgentSettings(PrefixedServiceSettings):
     layer_fetch_deadline_s: float = 15.0
     # Fetch all of a layer's chunks in the background once it is mounted.
     layer_prefetch: bool = False
-    # Virtual machines (microvm / vm backends).
-    qemu: str = "qemu-system-x86_64"
-    # Kernel + initramfs built by `python -m corral_node_agent guestkit build`.
-    guestkit_dir: str = "/var/cache/corral/guestkit"
-    # "auto" uses KVM only where it is real hardware virtualisation (not kvm_pvm), else TCG.
-    vm_accelerator: Literal["auto", "kvm", "tcg"] = "auto"
-    # Host memory a VM costs beyond its guest RAM (QEMU itself ~35 MiB, TCG's translation
-    # cache up to 64 MiB): a 256 MiB guest that fills its RAM peaked at 346 MiB under TCG.
-    vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB
-    # Boot to a guest agent that answers (TCG boots take ~2-3 s on an idle core).
-    vm_boot_timeout_s: float = 90.0
-    # A guest whose agent misses two pings in a row is ended as guest_unresponsive.
-    vm_watchdog_interval_s: float = 10.0
-    vm_watchdog_timeout_s: float = 20.0
-    # Each QEMU drops to its own uid/gid, vm_uid_base + a slot number (0 = derive a base from
-    # the node id, so two agents on one host do not share uids). -1 keeps QEMU as root.
-    vm_uid_base: int = 0
-    # Containers run in a user namespace of their own: 65,536 host uids/gids per sandbox, from
-    # container_uid_base + i * 65536 (0 = ranges in [2^28, 2^31), where this node starts
-    # looking derived from its node id). -1: no user namespace (every sandbox is host
-    # sandbox_user, root inside is host root).
-    container_uid_base: int = 0
-    # Host-wide registry of claimed uid ranges (one file per range), so agents sharing a host
-    # never hand out the same ids: every agent on the host must see the same directory.
-    uid_registry_dir: str = "/run/corral/uid-ranges"
-    # Egress (docs/network.md; the presets and the sandboxes' subnet are CORRAL_NETWORK_*). The
-    # egress proxy's port and the resolver's port inside the node's egress namespace (every TCP
-    # connection of a sandbox is redirected to the proxy, UDP 53 to the resolver).
-    egress_proxy_port: int = Field(3128, ge=1, le=65535)
-    egress_dns_port: int = Field(53, ge=1, le=65535)
-    # Names the egress proxy resolves itself, before any resolver (JSON name -> [IPv4...]), like
-    # /etc/hosts: e.g. {"pypi.mirror.internal": ["10.8.0.4"]}.
-    egress_hosts: dict[str, list[str]] = Field(default_factory=dict)
-    # The DNS server (IP[:port]) the egress proxy resolves allowed names with. Empty: the node's
-    # own resolver (getaddrinfo). Sandboxes never talk to it: they get only the node's answers.
-    egress_resolver: str = ""
-    # The uid the egress service (resolver + proxy) runs as after binding its sockets.
-    egress_uid: int = 65534
-    # Connections one sandbox may hold open through the proxy at once (beyond: refused, counted).
-    egress_max_connections: int = Field(256, ge=1)
-    # Sandbox network namespaces (with their veth into the egress namespace) kept ready, made
-    # by a thread of their own once the first sandbox with an allowlist was created, so that a
-    # create only takes one. 0: every create makes its own (~5-8 ms).
-    egress_pool: int = Field(4, ge=0, le=64)
+    # The VM backends (microvm / vm): QEMU, the guest kit, boot and watchdog timings.
+    vm: VmSettings = Field(default_factory=VmSettings)
+    # Warm pools (sandboxes/warm_pool.py): containers started ahead per shape creates ask for.
+    warm_pool: WarmPoolSettings = Field(default_factory=WarmPoolSettings)
+    # Who sandboxes and VMs run as on the host (user namespaces, QEMU's uids).
+    isolation: IsolationSettings = Field(default_factory=IsolationSettings)
+    # Egress of sandboxes with an allowlist (docs/network.md; the presets and the sandboxes'
+    # subnet are CORRAL_NETWORK_*).
+    egress: EgressSettings = Field(default_factory=EgressSettings)
     # fncall warm pools: CORRAL_FNCALL_* (FncallNodeSettings reads its own env names).
     fncall: FncallNodeSettings = Field(default_factory=FncallNodeSettings)
+
+    def __init__(self, **values: Any) -> None:
+        # The flat keywords of before the sections (vm_boot_timeout_s=...) still work.
+        for flat, (section, name) in FLAT_NAMES.items():
+            if flat in values:
+                current = values.get(section)
+                nested = current.model_dump() if isinstance(current, BaseModel) else dict(current or {})
+                nested.setdefault(name, values.pop(flat))
+                values[section] = nested
+        super().__init__(**values)
+
+    if not TYPE_CHECKING:  # mypy sees only the nested names: new code uses those
+        def __getattr__(self, name: str) -> Any:
+            target = FLAT_ATTRIBUTES.get(name)
+            if target is None:
+                return super().__getattr__(name)
+            return getattr(getattr(self, target[0]), target[1])
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        init, *rest = super().settings_customise_sources(settings_cls, init_settings, env_settings, dotenv_settings,
+                                                         file_secret_settings)
+        return init, _SectionEnvSource(settings_cls), *rest
 
     @model_validator(mode="after")
     def _derive(self) -> "NodeAgentSettings":
@@ -214,9 +249,6 @@ class NodeAgentSettings(PrefixedServiceSettings):
             parts = urlsplit(self.advertise_url)
             if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
                 raise ValueError(f"advertise_url {self.advertise_url!r} must be an http(s)://host[:port] URL")
-        uid, _, gid = self.sandbox_user.partition(":")
-        if not uid.isdigit() or (gid and not gid.isdigit()):
-            raise ValueError("sandbox_user must be UID[:GID] (numbers)")
         return self
 
     def layers(self) -> LayerSettings:
@@ -228,13 +260,3 @@ class NodeAgentSettings(PrefixedServiceSettings):
     def url(self) -> str:
         """What the heartbeat advertises: advertise_url, else http://<host>:<port>."""
         return self.advertise_url.rstrip("/") or f"http://{self.host}:{self.port}"
-
-    @property
-    def sandbox_uid(self) -> int:
-        return int(self.sandbox_user.partition(":")[0])
-
-    @property
-    def sandbox_gid(self) -> int:
-        uid, _, gid = self.sandbox_user.partition(":")
-        return int(gid or uid)
-

@@ -36,7 +36,7 @@ FOREIGN_RECHECK_S = 30.0
 
 def vm_uid_base(settings: NodeAgentSettings) -> int:
     """The first QEMU uid (-1: QEMU stays root)."""
-    base = settings.vm_uid_base
+    base = settings.isolation.vm_uid_base
     if base == 0:
         base = 2_000_000 + (zlib.crc32(settings.node_id.encode()) % 1000) * VM_UID_SLOTS
     return base
@@ -50,7 +50,7 @@ class VmUidPool:
 
     def __init__(self, settings: NodeAgentSettings):
         self.base = vm_uid_base(settings)
-        self.enabled = settings.vm_uid_base >= 0
+        self.enabled = settings.isolation.vm_uid_base >= 0
         self._free = list(range(VM_UID_SLOTS - 1, -1, -1))
 
     def acquire(self) -> int | None:
@@ -76,7 +76,7 @@ def _boot_id() -> str:
 
 def id_range_count(settings: NodeAgentSettings) -> int | None:
     """How many sandboxes' id ranges the node can hand out (None: no user namespaces, no bound)."""
-    base = settings.container_uid_base
+    base = settings.isolation.container_uid_base
     if base < 0:
         return None
     if base == 0:
@@ -92,7 +92,7 @@ class UidRanges:
     -1: disabled (`enabled` False, sandboxes get no user namespace)."""
 
     def __init__(self, settings: NodeAgentSettings):
-        base = settings.container_uid_base
+        base = settings.isolation.container_uid_base
         self.enabled = base >= 0
         self.node_id = settings.node_id
         if base == 0:
@@ -101,15 +101,15 @@ class UidRanges:
         else:
             self.first, self.count, self.start = base, id_range_count(settings) or 0, 0
         if self.enabled:
-            if settings.sandbox_uid >= RANGE_SIZE or settings.sandbox_gid >= RANGE_SIZE:
+            if settings.isolation.sandbox_uid >= RANGE_SIZE or settings.isolation.sandbox_gid >= RANGE_SIZE:
                 raise ValueError(f"sandbox_user must be below {RANGE_SIZE} with user namespaces")
             vm = vm_uid_base(settings)
-            if settings.vm_uid_base >= 0 and vm < self.first + self.count * RANGE_SIZE and self.first < vm + VM_UID_SLOTS:
+            if settings.isolation.vm_uid_base >= 0 and vm < self.first + self.count * RANGE_SIZE and self.first < vm + VM_UID_SLOTS:
                 raise ValueError(f"container uid ranges [{self.first}, {self.first + self.count * RANGE_SIZE}) "
                                  f"overlap the VM uids [{vm}, {vm + VM_UID_SLOTS}): change container_uid_base")
             if self.first + self.count * RANGE_SIZE > 1 << 32:
                 raise ValueError("container_uid_base leaves no room for max_sandboxes ranges below 2^32")
-        self.registry = settings.uid_registry_dir
+        self.registry = settings.isolation.uid_registry_dir
         self._held: dict[int, str] = {}  # host_base -> owner (the sandbox's directory)
         self._foreign: dict[int, float] = {}  # host_base -> when it was last seen held by another
         self._boot = ""

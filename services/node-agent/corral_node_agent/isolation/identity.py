@@ -57,7 +57,7 @@ def container_identity(settings: NodeAgentSettings, ids: IdRange | None = None, 
     """The sandbox user: ``run_as`` ("uid[:gid]", an image's User) inside a user namespace of
     its own, where any id of the range is only the range's; without one (host ids) always
     the node's sandbox uid, never an id a caller picked (0 would be host root)."""
-    uid, gid = settings.sandbox_uid, settings.sandbox_gid
+    uid, gid = settings.isolation.sandbox_uid, settings.isolation.sandbox_gid
     if ids is not None and run_as:
         parts = [int(part) for part in run_as.split(":")]
         if all(0 <= part < ids.size for part in parts):

@@ -56,7 +56,7 @@ def policy_for(spec: SandboxSpec, settings: NodeAgentSettings, ids: IdRange | No
     """A container's or a VM's policy (``spec.backend`` is resolved: container/microvm/vm);
     ``ids``: a container's user namespace range (corral_host/userns.py; None: none)."""
     vm = spec.backend in VM_BACKENDS
-    memory_mb = reserved_memory_mb(spec.backend, spec.memory_mb, settings.vm_memory_overhead_mb)
+    memory_mb = reserved_memory_mb(spec.backend, spec.memory_mb, settings.vm.memory_overhead_mb)
     return SandboxPolicy(
         identity=VM_IDENTITY if vm else container_identity(settings, ids, spec.run_as),
         # VMs: none of ours, the guest kernel is its own and QEMU has its -sandbox (qemu.py).

@@ -116,7 +116,8 @@ class NodeEgress:
         self.subnet = ipaddress.IPv4Network(settings.network_sandbox_cidr)
         self.presets = settings.network_presets
         self.max_slots = min(self.subnet.num_addresses // 2, 32768)
-        self.pool_size = settings.egress_pool
+        self.egress = settings.egress  # this package's own section
+        self.pool_size = self.egress.pool
         self.on_denied: Callable[[str, str, str], None] | None = None  # (sandbox id, target, reason)
         self._forbidden_hosts = forbidden_hosts or []
         self._worker: netns.NetnsWorker | None = None
@@ -165,7 +166,7 @@ class NodeEgress:
         self._ipr = IPRoute()
         self._ipr.link("set", index=self._ipr.link_lookup(ifname="lo")[0], state="up")
         self._nft = nft.Nftables(path)
-        self._nft.run(nft.ruleset(proxy_port=self.settings.egress_proxy_port, dns_port=self.settings.egress_dns_port))
+        self._nft.run(nft.ruleset(proxy_port=self.egress.proxy_port, dns_port=self.egress.dns_port))
 
     def _forbidden(self) -> list[str]:
         nets = [str(self.subnet), *self.settings.network_deny_cidrs]
@@ -177,10 +178,10 @@ class NodeEgress:
         return [str(n) for n in parse_forbidden(nets)]
 
     async def _start_service(self) -> None:
-        config = {"netns": f"{self.dir}/egress", "rules_dir": self.rules_dir, "proxy_port": self.settings.egress_proxy_port,
-                  "dns_port": self.settings.egress_dns_port, "forbidden": await asyncio.to_thread(self._forbidden),
-                  "hosts": self.settings.egress_hosts, "resolver": self.settings.egress_resolver,
-                  "uid": self.settings.egress_uid, "max_connections_per_sandbox": self.settings.egress_max_connections}
+        config = {"netns": f"{self.dir}/egress", "rules_dir": self.rules_dir, "proxy_port": self.egress.proxy_port,
+                  "dns_port": self.egress.dns_port, "forbidden": await asyncio.to_thread(self._forbidden),
+                  "hosts": self.egress.hosts, "resolver": self.egress.resolver,
+                  "uid": self.egress.uid, "max_connections_per_sandbox": self.egress.max_connections}
         self._service = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "corral_node_agent.network.egress_main", json.dumps(config),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 20)

@@ -338,9 +338,9 @@ def build_manager(settings: NodeAgentSettings, backends: SandboxBackend | None =
     driver = cgroup_driver()
     memory = MemoryAccounting(driver, settings.node_id) if driver.available() else None
     return SandboxManager(backends or build_backends(settings), layers, max_sandboxes=settings.max_sandboxes,
-                          vm_memory_overhead_mb=settings.vm_memory_overhead_mb,
+                          vm_memory_overhead_mb=settings.vm.memory_overhead_mb,
                           owners=OwnerRecords(f"{settings.state_dir}/owners"),
                           uploads=LayerUploads(settings.image_service_url, settings.internal_token,
                                                f"{settings.state_dir}/commits"), memory=memory,
-                          warm_pool_size=settings.warm_pool_size, warm_pool_idle_s=settings.warm_pool_idle_s,
-                          warm_pool_max=settings.warm_pool_max)
+                          warm_pool_size=settings.warm_pool.size, warm_pool_idle_s=settings.warm_pool.idle_s,
+                          warm_pool_max=settings.warm_pool.max)

@@ -73,7 +73,8 @@ class QemuBackend(SandboxBackend):
 
     def __init__(self, settings: NodeAgentSettings):
         self.settings = settings
-        self.accelerator = detect_accelerator(settings.vm_accelerator)
+        self.vm = settings.vm  # this package's own section
+        self.accelerator = detect_accelerator(self.vm.accelerator)
         self.root = os.path.join(settings.state_dir, "vms")
         self.disks = UpperDisks(os.path.join(settings.state_dir, "upper-disks"), preallocate=settings.disk_preallocate)
         self.snapshots = Snapshots(os.path.join(settings.state_dir, "snapshots"), self.disks)
@@ -169,7 +170,7 @@ class QemuBackend(SandboxBackend):
         if cgroup is not None:
             cgroup.set_limits(policy.limits.memory_bytes, policy.limits.pids)
             cgroup.reset_counters()
-        machine = QemuMachine(self.settings.qemu, machine_config,
+        machine = QemuMachine(self.vm.qemu, machine_config,
                               cgroup_procs=cgroup.procs_files() if cgroup else None)
         vm = RunningVm(sandbox_id=sandbox_id, spec=spec, directory=directory, machine=machine,
                        config=machine_config, transport=transport, cgroup=cgroup, uid_slot=slot, net=net)
@@ -208,12 +209,12 @@ class QemuBackend(SandboxBackend):
         if spec.disk_image:
             return await config.disk_image_config(common, rootfs.boot_disk, directory)
         return await config.layers_config(common, sandbox_id, spec, rootfs, directory, socks,
-                                          layer_format=self.layer_format, guestkit_dir=self.settings.guestkit_dir,
+                                          layer_format=self.layer_format, guestkit_dir=self.vm.guestkit_dir,
                                           disks=self.disks, net=net)
 
     async def _boot(self, vm: RunningVm) -> None:
         await boot(vm, self._connect_agent, state_file=self.snapshots.state_file(vm.spec.from_snapshot or ""),
-                   timeout_s=self.settings.vm_boot_timeout_s)
+                   timeout_s=self.vm.boot_timeout_s)
 
     async def _watch(self, vm: RunningVm) -> None:
         """The QEMU process ended on its own: the guest powered off, panicked or QEMU died."""
@@ -240,7 +241,7 @@ class QemuBackend(SandboxBackend):
         does not hold its node's memory forever looking alive."""
         agent = vm.agent
         assert agent is not None  # supervised only once connected
-        interval = self.settings.vm_watchdog_interval_s
+        interval = self.vm.watchdog_interval_s
         misses = 0
         while True:
             await asyncio.sleep(interval)
@@ -248,7 +249,7 @@ class QemuBackend(SandboxBackend):
                 misses = 0
                 continue
             try:
-                await asyncio.wait_for(agent.ping(), self.settings.vm_watchdog_timeout_s)
+                await asyncio.wait_for(agent.ping(), self.vm.watchdog_timeout_s)
                 misses = 0
             except asyncio.CancelledError:
                 raise
@@ -387,7 +388,7 @@ class QemuBackend(SandboxBackend):
         return adopted
 
     async def _adopt(self, sandbox_id: str, directory: str) -> None:
-        vm = await take_over(sandbox_id, directory, qemu=self.settings.qemu,
+        vm = await take_over(sandbox_id, directory, qemu=self.vm.qemu,
                              cgroup=lambda path: self._cgroup(sandbox_id, path),
                              legacy_cgroup_path=self._legacy_cgroup_path(sandbox_id), uids=self.uids,
                              connect=self._connect_agent)
@@ -486,4 +487,4 @@ class FullVmBackend(QemuBackend):
 
 
 def qemu_available(settings: NodeAgentSettings) -> bool:
-    return shutil.which(settings.qemu) is not None
+    return shutil.which(settings.vm.qemu) is not None

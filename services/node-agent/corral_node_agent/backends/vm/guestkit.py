@@ -385,7 +385,7 @@ def cli(argv: list[str]) -> int:
     b.add_argument("--out", default=None, help="kit directory (default: CORRAL_NODE_GUESTKIT_DIR)")
     b.add_argument("--force", action="store_true", help="rebuild even if the cached kit is current")
     args = parser.parse_args(argv)
-    directory = args.out or NodeAgentSettings().guestkit_dir
+    directory = args.out or NodeAgentSettings().vm.guestkit_dir
     started = time.monotonic()
     try:
         kit = build(directory, force=args.force)
