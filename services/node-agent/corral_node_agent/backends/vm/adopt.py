@@ -26,7 +26,8 @@ async def take_over(sandbox_id: str, directory: str, *, qemu: str, cgroup: Calla
     pid = saved["pid"]
     if pid not in qemu_pids_using(directory):
         raise StartFailed("its QEMU is gone")
-    # Same path: the running QEMU is already in it (agents from before the node cgroup wrote none).
+    # Same path: the running QEMU is already in it (agents from before the node cgroup wrote none:
+    # compat(53beb59, 2026-12-01), the fallback goes with QemuBackend._legacy_cgroup_path).
     vm_cgroup = cgroup(saved.get("cgroup") or legacy_cgroup_path)
     slot = saved.get("uid_slot")
     if slot is not None:
