@@ -5,7 +5,9 @@ import asyncio
 import pytest
 
 from corral_common.sandboxes import SandboxState
-from corral_common.state import RestoreOutcome, SandboxRecord, StateStore
+from corral_common.state import StateStore
+from corral_common.state_records import SandboxRecord
+from corral_common.state_reservations import RestoreOutcome
 from tests.specs import guaranteed
 
 

@@ -10,7 +10,7 @@ from corral_api.fncall.settings import FncallApiSettings
 from corral_api.fncall.warmup import FncallWarmup
 from corral_common.contracts.node import FncallPoolsStatus
 from corral_common.errors import ServiceUnavailable
-from corral_common.state import NodeInfo
+from corral_common.state_nodes import NodeInfo
 
 
 class Rpc:

@@ -12,7 +12,8 @@ from corral_api.ui.service import SandboxFilter, node_load, timeline
 from corral_api.ui.sessions import session_key
 from corral_common.exec import ExecResult
 from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state import NodeInfo, SandboxRecord
+from corral_common.state_nodes import NodeInfo
+from corral_common.state_records import SandboxRecord
 
 OWN = "http://127.0.0.1:8000"
 SCRIPT = "<script>alert('x')</script>"

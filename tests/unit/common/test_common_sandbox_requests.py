@@ -11,7 +11,7 @@ from corral_common.sandboxes import (
     Requests,
     SandboxSpec,
 )
-from corral_common.state import NodeInfo
+from corral_common.state_nodes import NodeInfo
 from corral_scheduler.placement.policy import fits
 
 

@@ -1,5 +1,5 @@
 from corral_common.sandboxes import Requests, SandboxSpec, pids_max, warm_pool_shape
-from corral_common.state import NodeInfo
+from corral_common.state_nodes import NodeInfo
 from corral_scheduler.placement.policy import (
     by_warm_pool,
     could_ever_fit,

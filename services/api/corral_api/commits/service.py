@@ -22,7 +22,7 @@ from corral_common.contracts.node import CommitRequest as NodeCommitRequest
 from corral_common.contracts.node_client import NodeAgentClient
 from corral_common.errors import Conflict
 from corral_common.sandboxes import VM_BACKENDS, SandboxState
-from corral_common.state import SandboxRecord
+from corral_common.state_records import SandboxRecord
 
 LIVE = frozenset({SandboxState.running, SandboxState.paused})
 FORKED_FROM_LABEL = "corral.forked_from"

@@ -16,7 +16,7 @@ from corral_common.contracts.node_client import NodeAgentClient
 from corral_common.errors import BadRequest, Conflict
 from corral_common.exec import INGRESS_MARK
 from corral_common.sandboxes import SandboxState
-from corral_common.state import SandboxRecord
+from corral_common.state_records import SandboxRecord
 
 # Request headers ingress does not pass into a sandbox: Corral's credentials, and hop-by-hop.
 INGRESS_DROPPED = frozenset({"authorization", "x-api-key", "x-access-token", "e2b-traffic-access-token",

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from corral_common.contracts.node_client import NodeAgentClient
 from corral_common.errors import CorralError
-from corral_common.state import NodeInfo, StateStore
+from corral_common.state import StateStore
+from corral_common.state_nodes import NodeInfo
 
 ASK_TIMEOUT_S = 2.0
 KEEP_S = 1.0

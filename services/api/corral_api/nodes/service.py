@@ -3,7 +3,8 @@
 import time
 
 from corral_api.nodes.schemas import Node
-from corral_common.state import NodeInfo, StateStore
+from corral_common.state import StateStore
+from corral_common.state_nodes import NodeInfo
 
 
 def node_view(info: NodeInfo, now: float) -> Node:

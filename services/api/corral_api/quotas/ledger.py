@@ -27,7 +27,7 @@ from redis import asyncio as aioredis
 
 from corral_common.errors import TooManyRequests
 from corral_common.quota_ledger import COUNT_ENTRY_LUA, LEDGER_FIELDS, ledger_keys
-from corral_common.state import cpu_milli
+from corral_common.state_nodes import cpu_milli
 
 QUOTA_KEYS = ("max_sandboxes", "max_cpu", "max_memory_mb", "max_disk_mb", "max_image_bytes", "max_fncall_per_s")
 UNLIMITED = -1

@@ -10,7 +10,7 @@ from corral_api.tenants.repository import TenantRepository
 from corral_common.errors import TooManyRequests
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec, SandboxState
-from corral_common.state import SandboxRecord
+from corral_common.state_records import SandboxRecord
 
 log = get_logger(__name__)
 

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 
 from corral_common.errors import Unprocessable
 from corral_common.sandboxes import SandboxSpec, pids_max, reserved_memory_mb
-from corral_common.state import NodeInfo, StateStore, cpu_milli
+from corral_common.state import StateStore
+from corral_common.state_nodes import NodeInfo, cpu_milli
 
 
 def _largest(nodes: Sequence[NodeInfo], backend: str, capacity: Callable[[NodeInfo], int | None]) -> int | None:

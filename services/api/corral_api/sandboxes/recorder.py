@@ -6,7 +6,8 @@ from corral_api.quotas.service import TenantQuotas
 from corral_api.sandboxes.repository import HistoryRepository
 from corral_common.events import SandboxStateChanged, state_routing_keys
 from corral_common.sandboxes import TERMINAL_STATES
-from corral_common.state import SandboxRecord, StateStore
+from corral_common.state import StateStore
+from corral_common.state_records import SandboxRecord
 
 RECORDS_QUEUE = "api.records"
 TERMINAL_KEYS = state_routing_keys(sorted(TERMINAL_STATES))

@@ -7,7 +7,7 @@ from sqlmodel import Session, col, select
 
 from corral_api.sandboxes.models import SandboxHistory
 from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
-from corral_common.state import SandboxRecord
+from corral_common.state_records import SandboxRecord
 
 
 def _ts(value: float | None) -> datetime | None:

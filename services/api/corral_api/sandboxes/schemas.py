@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_valid
 from corral_common.inputs import process_env, valid_disk_image, valid_id, valid_name
 from corral_common.network import Network
 from corral_common.sandboxes import Requests, SandboxSpec, SandboxState, Usage
-from corral_common.state import SandboxRecord
+from corral_common.state_records import SandboxRecord
 
 
 class SandboxCreate(SandboxSpec):

@@ -30,7 +30,9 @@ from corral_common.inputs import split_disk_image_ref
 from corral_common.logging import get_logger
 from corral_common.network import NetworkPolicy
 from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxSpec, SandboxState
-from corral_common.state import NodeInfo, SandboxRecord, StateStore
+from corral_common.state import StateStore
+from corral_common.state_nodes import NodeInfo
+from corral_common.state_records import SandboxRecord
 
 log = get_logger(__name__)
 

@@ -19,7 +19,9 @@ from corral_common.contracts.fncall import RUNTIMES
 from corral_common.errors import CorralError
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
-from corral_common.state import NodeInfo, SandboxRecord, StateStore
+from corral_common.state import StateStore
+from corral_common.state_nodes import NodeInfo
+from corral_common.state_records import SandboxRecord
 
 log = get_logger(__name__)
 

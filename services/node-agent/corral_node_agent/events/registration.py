@@ -21,7 +21,8 @@ from prometheus_client import Counter
 
 from corral_common.logging import get_logger
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState, reserved_memory_mb
-from corral_common.state import RestoreOutcome, StateStore
+from corral_common.state import StateStore
+from corral_common.state_reservations import RestoreOutcome
 from corral_node_agent.sandboxes.owners import OwnerRecord
 from corral_node_agent.sandboxes.service import SandboxManager
 

@@ -3,7 +3,7 @@
 from enum import StrEnum
 
 from corral_common.sandboxes import TERMINAL_STATES, SandboxState
-from corral_common.state import SandboxRecord
+from corral_common.state_records import SandboxRecord
 
 
 class PlaceOutcome(StrEnum):

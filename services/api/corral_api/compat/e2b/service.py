@@ -27,7 +27,7 @@ from corral_api.settings import ApiSettings
 from corral_common.errors import NotFound
 from corral_common.logging import get_logger
 from corral_common.sandboxes import SandboxState
-from corral_common.state import SandboxRecord
+from corral_common.state_records import SandboxRecord
 
 log = get_logger(__name__)
 
