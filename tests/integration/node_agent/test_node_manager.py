@@ -71,7 +71,8 @@ async def test_create_exec_files_delete(node):
     await manager.create("m1", spec)
     await manager.create("m1", spec)  # redelivered create: no-op
     await manager.create("m2", spec)
-    assert manager.count() == 2 and manager.used_capacity()["memory_mb"] == 128
+    # What the two reserve: their memory requests (an idle sandbox's use), not their 64 MiB limits.
+    assert manager.count() == 2 and manager.used_capacity()["memory_mb"] == 2 * spec.reservation.memory_mb
     assert sum(1 for h in hits if h.startswith("/v1/blobs/")) == 1  # one download for both
     (digest_hex,) = os.listdir(manager.layers.mounts.dir)
     assert manager.layers.refcount("sha256:" + digest_hex) == 2
