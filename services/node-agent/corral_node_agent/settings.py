@@ -17,7 +17,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from corral_common.sandboxes import DEFAULT_VM_MEMORY_OVERHEAD_MB
+from corral_common.contracts.sandboxes import DEFAULT_VM_MEMORY_OVERHEAD_MB
 from corral_common.settings import PrefixedServiceSettings
 from corral_node_agent.fncall.settings import FncallNodeSettings
 

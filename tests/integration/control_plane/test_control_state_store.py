@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from corral_common.sandboxes import SandboxState
-from corral_common.state import RestoreOutcome, SandboxRecord, StateStore
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.store.state import RestoreOutcome, SandboxRecord, StateStore
 from tests.specs import guaranteed
 
 

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 
 from corral_common.contracts.node_client import NodeAgentClient
-from corral_common.errors import CorralError
-from corral_common.state import NodeInfo, StateStore
+from corral_common.store.state import NodeInfo, StateStore
+from corral_common.web.errors import CorralError
 
 ASK_TIMEOUT_S = 2.0
 KEEP_S = 1.0

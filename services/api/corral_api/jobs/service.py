@@ -1,5 +1,5 @@
 """Jobs: one call asks for up to 32,000 sandboxes; they queue in Redis and the scheduler
-admits them by fair share (``corral_common.jobs``, ``corral_scheduler.jobs``).
+admits them by fair share (``corral_common.store.jobs``, ``corral_scheduler.jobs``).
 
 POST answers at once: the records are created and queued in chunks by a background task
 (pipelined). A job whose submission an api crash interrupted is finished by the next api
@@ -22,11 +22,11 @@ from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.schemas import Job, JobCreate
 from corral_api.quotas.service import TenantQuotas
 from corral_api.sandboxes.service import SandboxService
-from corral_common.errors import NotFound, Unprocessable
-from corral_common.jobs import JobRecord, JobStore
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxSpec, check_labels
 from corral_common.logging import get_logger
-from corral_common.overload import is_unavailable
-from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec, check_labels
+from corral_common.store.jobs import JobRecord, JobStore
+from corral_common.web.errors import NotFound, Unprocessable
+from corral_common.web.overload import is_unavailable
 
 log = get_logger(__name__)
 

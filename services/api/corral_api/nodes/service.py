@@ -3,7 +3,7 @@
 import time
 
 from corral_api.nodes.schemas import Node
-from corral_common.state import NodeInfo, StateStore
+from corral_common.store.state import NodeInfo, StateStore
 
 
 def node_view(info: NodeInfo, now: float) -> Node:

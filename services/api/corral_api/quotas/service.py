@@ -7,10 +7,10 @@ import time
 from corral_api.auth.service import AuthVersion
 from corral_api.quotas.ledger import Demand, QuotaLedger
 from corral_api.tenants.repository import TenantRepository
-from corral_common.errors import TooManyRequests
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxSpec, SandboxState
 from corral_common.logging import get_logger
-from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec, SandboxState
-from corral_common.state import SandboxRecord
+from corral_common.store.state import SandboxRecord
+from corral_common.web.errors import TooManyRequests
 
 log = get_logger(__name__)
 

@@ -15,9 +15,9 @@ it.
 import time
 from collections.abc import Callable, Sequence
 
-from corral_common.errors import Unprocessable
-from corral_common.sandboxes import SandboxSpec, pids_max, reserved_memory_mb
-from corral_common.state import NodeInfo, StateStore, cpu_milli
+from corral_common.contracts.sandboxes import SandboxSpec, pids_max, reserved_memory_mb
+from corral_common.store.state import NodeInfo, StateStore, cpu_milli
+from corral_common.web.errors import Unprocessable
 
 
 def _largest(nodes: Sequence[NodeInfo], backend: str, capacity: Callable[[NodeInfo], int | None]) -> int | None:

@@ -7,8 +7,8 @@ asks for something else is refused (422, naming the field) rather than silently 
 
 from typing import Any, Protocol
 
-from corral_common.errors import Unprocessable
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
+from corral_common.web.errors import Unprocessable
 
 
 class SavedSnapshot(Protocol):

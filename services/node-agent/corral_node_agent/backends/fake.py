@@ -19,9 +19,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
-from corral_common.display import InputEvent
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
-from corral_common.sandboxes import SandboxSpec, Usage
+from corral_common.contracts.display import InputEvent
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.contracts.sandboxes import SandboxSpec, Usage
 from corral_node_agent.backends import paths
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.types import LayerFormat, RootFs

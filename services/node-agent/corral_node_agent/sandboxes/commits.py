@@ -15,8 +15,8 @@ from typing import Any
 import anyio
 import httpx
 
-from corral_common.errors import CorralError, raise_for_upstream
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.errors import CorralError, raise_for_upstream
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 
 
 class LayerUploads:

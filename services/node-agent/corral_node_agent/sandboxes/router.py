@@ -67,10 +67,10 @@ from corral_common.contracts.node import (
     StateReply,
     Usage,
 )
-from corral_common.errors import BadRequest
-from corral_common.internal import require_internal_token
-from corral_common.sandboxes import SandboxState
-from corral_common.ws_relay import relay
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.web.errors import BadRequest
+from corral_common.web.internal import require_internal_token
+from corral_common.web.ws_relay import relay
 from corral_node_agent import ports
 from corral_node_agent.errors import NodeAgentError
 

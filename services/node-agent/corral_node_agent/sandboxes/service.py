@@ -28,13 +28,12 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from corral_common.contracts.display import InputEvent
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.contracts.images import EnvironmentLayer, ResolvedImage
 from corral_common.contracts.memory import BalloonState, SandboxActivity
-from corral_common.display import InputEvent
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
-from corral_common.logging import get_logger
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import (
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import (
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
     VM_BACKENDS,
     FailureReason,
@@ -42,6 +41,7 @@ from corral_common.sandboxes import (
     Usage,
     reserved_memory_mb,
 )
+from corral_common.logging import get_logger
 from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, SandboxBackend
 from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs

@@ -8,8 +8,8 @@ environment's layers never change); any failure means "no locality", never a fai
 import httpx
 
 from corral_common.contracts.images import EnvironmentCache, ImageServiceClient, ImageServiceError
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_common.logging import get_logger
-from corral_common.sandboxes import SandboxSpec
 
 log = get_logger(__name__)
 

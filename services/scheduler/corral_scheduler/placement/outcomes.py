@@ -2,8 +2,8 @@
 
 from enum import StrEnum
 
-from corral_common.sandboxes import TERMINAL_STATES, SandboxState
-from corral_common.state import SandboxRecord
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxState
+from corral_common.store.state import SandboxRecord
 
 
 class PlaceOutcome(StrEnum):

@@ -10,10 +10,10 @@ import time
 
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxPlace, SandboxRequested, node_routing_key
+from corral_common.contracts.events import SandboxPlace, SandboxRequested, node_routing_key
+from corral_common.contracts.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, warm_pool_shape
 from corral_common.logging import get_logger
-from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, warm_pool_shape
-from corral_common.state import SandboxRecord, StateStore
+from corral_common.store.state import SandboxRecord, StateStore
 from corral_scheduler import metrics
 from corral_scheduler.placement.locality import EnvironmentLayers
 from corral_scheduler.placement.outcomes import PlaceOutcome, settled_outcome

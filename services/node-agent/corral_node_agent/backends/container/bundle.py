@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host import mount_api, mounts
 from corral_host.userns import IdRange
 from corral_node_agent.backends.container import oci

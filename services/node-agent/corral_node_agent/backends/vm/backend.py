@@ -27,12 +27,12 @@ from typing import Any
 
 from qemu.qmp import ExecuteError
 
+from corral_common.contracts.display import InputEvent
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.contracts.memory import BalloonState, GuestMemoryStats
-from corral_common.display import InputEvent
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import SandboxSpec, Usage
 from corral_common.logging import get_logger
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import SandboxSpec, Usage
 from corral_host.cgroups import node as node_cgroup
 from corral_host.cgroups.base import Cgroup
 from corral_host.cgroups.detect import cgroup_driver

@@ -16,9 +16,7 @@ from typing import Any, NamedTuple, cast
 import redis.asyncio as aioredis
 
 from corral_common.contracts.images import ResolvedImage
-from corral_common.quota_ledger import COUNT_ENTRY_LUA, ledger_keys
-from corral_common.redis_client import connect
-from corral_common.sandboxes import (
+from corral_common.contracts.sandboxes import (
     ALLOWED_TRANSITIONS,
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
     TERMINAL_STATES,
@@ -27,6 +25,8 @@ from corral_common.sandboxes import (
     Usage,
     reserved_memory_mb,
 )
+from corral_common.store.quota_ledger import COUNT_ENTRY_LUA, ledger_keys
+from corral_common.store.redis_client import connect
 
 # The store's client decodes every reply (redis_client.connect, decode_responses=True), but
 # redis-py's types do not follow that setting: replies are cast to str where they are read, and
@@ -398,11 +398,15 @@ class StateStore:
 
     @classmethod
     def from_url(cls, url: str, *, max_connections: int = 100, pool_timeout_s: float = 5.0) -> "StateStore":
-        """On a bounded pool that survives a Redis restart (``corral_common.redis_client``)."""
+        """On a bounded pool that survives a Redis restart (``corral_common.store.redis_client``)."""
         return cls(connect(url, max_connections=max_connections, pool_timeout_s=pool_timeout_s))
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+    async def ping(self) -> None:
+        """Whether Redis answers (raises when it does not)."""
+        await self.redis.ping()
 
     # --- sandboxes -------------------------------------------------------------------
 
@@ -527,7 +531,7 @@ class StateStore:
         """``pids``: tasks the node's sandboxes may take together; ``disk_mb``: room for their
         disks (None: not counted); ``memory``: what its cgroup measured (working set, peak,
         swap, memory·time: see node-agent memory/accounting.py); ``warm``: containers its warm
-        pool has ready, by shape (corral_common.sandboxes.warm_pool_shape)."""
+        pool has ready, by shape (corral_common.contracts.sandboxes.warm_pool_shape)."""
         now = time.time()  # (cpu_milli: a node left no cpu advertises 0, not cpu_milli()'s minimum of 1)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"node:{node_id}", mapping={

@@ -10,8 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from corral_common.contracts.network import Network
 from corral_common.inputs import env_names
-from corral_common.network import Network
 
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]{0,62}[A-Za-z0-9])?$"
 
