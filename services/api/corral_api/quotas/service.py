@@ -9,6 +9,7 @@ from corral_api.quotas.ledger import Demand, QuotaLedger
 from corral_api.tenants.repository import TenantRepository
 from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxSpec, SandboxState
 from corral_common.logging import get_logger
+from corral_common.store.jobs import JobStore
 from corral_common.store.state import SandboxRecord
 from corral_common.web.errors import TooManyRequests
 
@@ -24,6 +25,8 @@ class TenantQuotas:
     def __init__(self, tenants: TenantRepository, ledger: QuotaLedger, version: AuthVersion):
         self.tenants = tenants
         self.ledger = ledger
+        # The records its entries stand for (a sandbox's, a job's), in the same Redis.
+        self.records = JobStore(ledger.redis)
         self.version = version
         self._cache: dict[str, tuple[dict, str]] = {}
 
@@ -63,19 +66,15 @@ class TenantQuotas:
     async def reconcile(self, tenant: str) -> int:
         """Give back entries whose sandbox ended or is gone, and deleted or vanished jobs'
         rest; returns how many sandboxes were given back."""
-        redis = self.ledger.redis
         given = 0
         now = time.time()
         for entry, (_, admitted_at) in (await self.ledger.entries(tenant)).items():
             if now - admitted_at < RECONCILE_MIN_AGE_S:
                 continue
-            state = await redis.hget(f"sb:{entry}", "state")
-            state = state.decode() if isinstance(state, bytes) else state
+            [state] = await self.records.sandbox_states([entry])
             # A job's entry (a job sandbox's own entry, "job-…-N", has a record: see release()).
             if state is None and entry.startswith("job-"):
-                job = await redis.hmget(f"job:{entry}", "deleted")
-                gone = job[0] is None and not await redis.exists(f"job:{entry}")
-                if gone or job[0] in (b"1", "1"):
+                if await self.records.is_over(entry):
                     given += await self.ledger.release(tenant, entry)
                 continue
             if state is None or SandboxState(state) in TERMINAL_STATES:

@@ -104,7 +104,7 @@ class NodeReaper:
                 if self.watch.steady_for(self.timeout, time.monotonic()):
                     await self.reap_once()
                 else:
-                    await self.store.redis.ping()
+                    await self.store.ping()
                 self.watch.answered(time.monotonic())
             except Exception:
                 log.exception("node.reaper_failed")
