@@ -20,6 +20,8 @@ from corral_common.contracts.sandboxes import (
     ALLOWED_TRANSITIONS,
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
     TERMINAL_STATES,
+    BackendKind,
+    RuntimeInfo,
     SandboxSpec,
     SandboxState,
     Usage,
@@ -226,7 +228,7 @@ class SandboxRecord:
     usage: Usage | None = None
     delete_requested: bool = False
     # How the node runs it (backend.describe(): accelerator, machine, image transport...).
-    runtime: dict[str, str] = field(default_factory=dict)
+    runtime: RuntimeInfo = field(default_factory=RuntimeInfo)
     # The only node that may take it (a restored snapshot lives on that node's disk).
     required_node: str | None = None
     # The job it belongs to (jobs.enqueue writes it).
@@ -261,7 +263,7 @@ class SandboxRecord:
             ended_at=opt_float("ended_at"),
             usage=Usage.model_validate_json(data["usage"]) if data.get("usage") else None,
             delete_requested=data.get("delete_requested") == "1",
-            runtime=json.loads(data["runtime"]) if data.get("runtime") else {},
+            runtime=cast(RuntimeInfo, json.loads(data["runtime"])) if data.get("runtime") else RuntimeInfo(),
             required_node=data.get("required_node") or None,
             job_id=data.get("job_id") or None,
             image=ResolvedImage.model_validate_json(data["image"]) if data.get("image") else None,
@@ -305,7 +307,7 @@ class NodeInfo:
     pids: int | None = None
     used_pids: int = 0
     # Sandbox kinds the node can run; nodes from before VM backends advertised none.
-    backends: tuple[str, ...] = ("container",)
+    backends: tuple[str, ...] = (BackendKind.container,)
     accelerator: str = ""
     vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB
     # Room for sandboxes' disks (disk_mb); None: a node from before disks were scheduled.
@@ -367,7 +369,7 @@ def _node_infos(rows: list[dict]) -> list[NodeInfo]:
             memory_mb=int(info["memory_mb"]), max_sandboxes=int(info["max_sandboxes"]),
             heartbeat_at=float(info["heartbeat_at"]), used_cpu_milli=int(used.get("cpu_milli", 0)),
             used_memory_mb=int(used.get("memory_mb", 0)), used_sandboxes=int(used.get("sandboxes", 0)),
-            backends=tuple(info["backends"].split(",")) if info.get("backends") else ("container",),
+            backends=tuple(info["backends"].split(",")) if info.get("backends") else (BackendKind.container,),
             accelerator=info.get("accelerator", ""),
             vm_memory_overhead_mb=int(info.get("vm_memory_overhead_mb") or DEFAULT_VM_MEMORY_OVERHEAD_MB),
             pids=int(info["pids"]) if info.get("pids") else None, used_pids=int(used.get("pids", 0)),
@@ -524,7 +526,7 @@ class StateStore:
     # --- nodes and capacity ----------------------------------------------------------
 
     async def heartbeat(self, node_id: str, url: str, cpu_capacity: float, memory_mb: int, max_sandboxes: int, *,
-                        backends: tuple[str, ...] | list[str] = ("container",), accelerator: str = "",
+                        backends: tuple[str, ...] | list[str] = (BackendKind.container,), accelerator: str = "",
                         vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB, pids: int | None = None,
                         disk_mb: int | None = None, memory: dict[str, float] | None = None,
                         warm: dict[str, int] | None = None) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from corral_common.contracts.network import NetworkPolicy, parse_forbidden, validate_policy
-from corral_common.contracts.sandboxes import VM_BACKENDS
+from corral_common.contracts.sandboxes import VM_BACKENDS, BackendKind
 from corral_common.settings import CommonSettings
 from corral_common.store.state import StateStore
 from corral_common.web.errors import Unprocessable
@@ -78,7 +78,7 @@ class NetworkRules:
         return self._platform
 
     async def require(self, network: object, loc: Sequence[str | int] = ("body", "network"),
-                      backend: str = "container", guest_kit: bool = True) -> None:
+                      backend: str = BackendKind.container, guest_kit: bool = True) -> None:
         """Unprocessable (422, loc down to the rule) when ``network`` cannot be taken.
         ``guest_kit``: False for a VM booting a user disk image or a snapshot, whose guest
         Corral's init does not configure (it would have a NIC it never sets up)."""

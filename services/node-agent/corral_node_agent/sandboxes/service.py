@@ -27,6 +27,7 @@ import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from corral_common.contracts.display import InputEvent
 from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
@@ -36,7 +37,9 @@ from corral_common.contracts.network import NetworkPolicy
 from corral_common.contracts.sandboxes import (
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
     VM_BACKENDS,
+    BackendKind,
     FailureReason,
+    RuntimeInfo,
     SandboxSpec,
     Usage,
     reserved_memory_mb,
@@ -64,7 +67,7 @@ class _Entry:
     spec: SandboxSpec
     # Whose environment names the spec's (a tenant's own shadow the shared catalogue's).
     tenant: str = ""
-    kind: str = "container"
+    kind: str = BackendKind.container
     # The environment's layers as the api resolved them for this create (its record's pinned
     # image): what it starts on, and part of its warm pool shape. None: no environment.
     pinned: tuple[EnvironmentLayer, ...] | None = None
@@ -73,7 +76,7 @@ class _Entry:
     # How the layers were acquired: release the same way.
     layer_format: LayerFormat = LayerFormat.mounts
     disk_image: str | None = None
-    runtime: dict[str, str] = field(default_factory=dict)
+    runtime: RuntimeInfo = field(default_factory=RuntimeInfo)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     error: BaseException | None = None
 
@@ -84,7 +87,7 @@ class SandboxManager:
                  owners: OwnerRecords | None = None, uploads: LayerUploads | None = None,
                  memory: MemoryAccounting | None = None, warm_pool_size: int = 0, warm_pool_idle_s: float = 600.0,
                  warm_pool_max: int = 0):
-        self.backends = backends if isinstance(backends, dict) else {"container": backends}
+        self.backends = backends if isinstance(backends, dict) else {BackendKind.container: backends}
         # Where commits go (image-service); None: this manager cannot commit.
         self.uploads = uploads
         self.layers = layers
@@ -119,7 +122,7 @@ class SandboxManager:
     @property
     def backend(self) -> SandboxBackend:
         """The container backend (every node has one)."""
-        return self.backends["container"]
+        return self.backends[BackendKind.container]
 
     def kinds(self) -> list[str]:
         """Sandbox kinds this node runs, as advertised in its heartbeat."""
@@ -287,7 +290,7 @@ class SandboxManager:
                 # What it runs on, for an agent that adopts it after a restart.
                 self.owners.write(dataclasses.replace(owner, layers=tuple(entry.layers)))
             try:
-                entry.runtime = {str(k): str(v) for k, v in backend.describe(sandbox_id).items()}
+                entry.runtime = cast(RuntimeInfo, {str(k): str(v) for k, v in backend.describe(sandbox_id).items()})
             except Exception:
                 log.exception("sandbox.describe_failed", sandbox_id=sandbox_id)
         except BaseException as exc:
@@ -495,7 +498,7 @@ class SandboxManager:
     def spec(self, sandbox_id: str) -> SandboxSpec:
         return self._require(sandbox_id).spec
 
-    def runtime(self, sandbox_id: str) -> dict[str, str]:
+    def runtime(self, sandbox_id: str) -> RuntimeInfo:
         """How the sandbox runs (its backend's describe(), taken after start)."""
         entry = self._entries.get(sandbox_id)  # may have ended meanwhile: then nothing to say
         return {"backend": entry.kind, **entry.runtime} if entry is not None else {}
@@ -659,10 +662,10 @@ def build_backends(settings: NodeAgentSettings) -> dict[str, SandboxBackend]:
     from corral_node_agent.backends.container import ContainerBackend
     from corral_node_agent.backends.vm.backend import FullVmBackend, MicroVmBackend, qemu_available
 
-    backends: dict[str, SandboxBackend] = {"container": ContainerBackend(settings)}
+    backends: dict[str, SandboxBackend] = {BackendKind.container: ContainerBackend(settings)}
     if qemu_available(settings):
-        backends["microvm"] = MicroVmBackend(settings)
-        backends["vm"] = FullVmBackend(settings)
+        backends[BackendKind.microvm] = MicroVmBackend(settings)
+        backends[BackendKind.vm] = FullVmBackend(settings)
     return backends
 
 

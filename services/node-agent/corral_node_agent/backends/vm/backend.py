@@ -31,7 +31,7 @@ from corral_common.contracts.display import InputEvent
 from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.contracts.memory import BalloonState, GuestMemoryStats
 from corral_common.contracts.network import NetworkPolicy
-from corral_common.contracts.sandboxes import SandboxSpec, Usage
+from corral_common.contracts.sandboxes import BackendKind, RuntimeInfo, SandboxSpec, Usage
 from corral_common.logging import get_logger
 from corral_host.cgroups import node as node_cgroup
 from corral_host.cgroups.base import Cgroup
@@ -112,7 +112,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 
 class QemuBackend(SandboxBackend):
-    kind = "microvm"
+    kind = BackendKind.microvm
     machine_type: Machine = "microvm"
     layer_format = LayerFormat.files
     capabilities = frozenset({Capability.pause, Capability.snapshot, Capability.adopt, Capability.balloon})
@@ -510,7 +510,7 @@ class QemuBackend(SandboxBackend):
         vm = self._vms.get(sandbox_id)
         return bool(vm and vm.paused)
 
-    def describe(self, sandbox_id: str) -> dict[str, str]:
+    def describe(self, sandbox_id: str) -> RuntimeInfo:
         vm = self._get(sandbox_id)
         return {"machine": self.machine_type, "accelerator": self.accelerator, "image_transport": vm.transport,
                 "agent": "corral" if vm.config.agent_socket else "none",
@@ -747,13 +747,13 @@ def _qemu_pids_using(directory: str) -> list[int]:
 
 
 class MicroVmBackend(QemuBackend):
-    kind = "microvm"
+    kind = BackendKind.microvm
     machine_type: Machine = "microvm"
     layer_format = LayerFormat.files
 
 
 class FullVmBackend(QemuBackend):
-    kind = "vm"
+    kind = BackendKind.vm
     machine_type: Machine = "q35"
     layer_format = LayerFormat.dax_files
     capabilities = QemuBackend.capabilities | {Capability.screen}
