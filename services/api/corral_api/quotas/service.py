@@ -6,6 +6,7 @@ import time
 
 from corral_api.auth.service import AuthVersion
 from corral_api.quotas.ledger import Demand, QuotaLedger
+from corral_api.quotas.schemas import Quotas
 from corral_api.tenants.repository import TenantRepository
 from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxSpec, SandboxState
 from corral_common.logging import get_logger
@@ -28,15 +29,15 @@ class TenantQuotas:
         # The records its entries stand for (a sandbox's, a job's), in the same Redis.
         self.records = JobStore(ledger.redis)
         self.version = version
-        self._cache: dict[str, tuple[dict, str]] = {}
+        self._cache: dict[str, tuple[Quotas, str]] = {}
 
-    async def quotas(self, tenant: str) -> dict:
+    async def quotas(self, tenant: str) -> Quotas:
         version = await self.version.current()
         cached = self._cache.get(tenant)
         if cached is not None and version is not None and cached[1] == version:
             return cached[0]
         row = await asyncio.to_thread(self.tenants.get, tenant)
-        quotas = dict(row.quotas) if row is not None else {}
+        quotas = Quotas.model_validate(row.quotas) if row is not None else Quotas()
         if version is not None:
             self._cache[tenant] = (quotas, version)
         return quotas
@@ -53,7 +54,7 @@ class TenantQuotas:
         await self.ledger.readmit_job(tenant, job_id, Demand(count, spec.cpu, spec.memory_mb, spec.disk_mb))
 
     async def _admit(self, tenant: str, entry: str, demand: Demand, loc: list) -> None:
-        quotas = await self.quotas(tenant)
+        quotas = (await self.quotas(tenant)).model_dump()
         try:
             await self.ledger.admit(tenant, entry, demand, quotas, loc)
         except TooManyRequests:
@@ -96,10 +97,10 @@ class TenantQuotas:
         await self.ledger.release(tenant, entry)
 
     async def take_fncall(self, tenant: str, calls: int, loc: list | None = None) -> None:
-        rate = (await self.quotas(tenant)).get("max_fncall_per_s")
+        rate = (await self.quotas(tenant)).max_fncall_per_s
         await self.ledger.take_fncall(tenant, calls, rate, loc or ["body"])
 
     async def image_quota_bytes(self, tenant: str, default: int | None) -> int | None:
         """The tenant's own max_image_bytes, else the operator's default (image_quota_mb)."""
-        own = (await self.quotas(tenant)).get("max_image_bytes")
+        own = (await self.quotas(tenant)).max_image_bytes
         return default if own is None else own

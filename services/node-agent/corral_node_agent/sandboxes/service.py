@@ -34,6 +34,7 @@ from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, Fil
 from corral_common.contracts.images import EnvironmentLayer, ResolvedImage
 from corral_common.contracts.memory import BalloonState, SandboxActivity
 from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.node import CommitReply, CommitRequest
 from corral_common.contracts.sandboxes import (
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
     VM_BACKENDS,
@@ -559,8 +560,8 @@ class SandboxManager:
 
     # ---- commits ------------------------------------------------------------------------
 
-    async def commit(self, sandbox_id: str, params: dict) -> tuple[dict, int]:
-        """The sandbox's writable layer as a new ``diff`` layer in image-service (``params``:
+    async def commit(self, sandbox_id: str, request: CommitRequest) -> tuple[CommitReply, int]:
+        """The sandbox's writable layer as a new ``diff`` layer in image-service (``request``:
         name, version, owner, quota_bytes); returns image-service's layer and status."""
         backend = self._capable(sandbox_id, Capability.commit)
         if self.uploads is None:
@@ -568,7 +569,7 @@ class SandboxManager:
         path = self.uploads.spool_path()
         try:
             await backend.commit_diff(sandbox_id, path)
-            return await self.uploads.upload_diff(path, params)
+            return await self.uploads.upload_diff(path, request)
         finally:
             await asyncio.to_thread(os.unlink, path)
 
