@@ -124,7 +124,9 @@ local ucpu = tonumber(used[1] or '0') + tonumber(ARGV[1])
 local umem = tonumber(used[2] or '0') + tonumber(ARGV[2])
 local usb = tonumber(used[3] or '0') + 1
 if ucpu > tonumber(cap[1]) or umem > tonumber(cap[2]) or usb > tonumber(cap[3]) then return false end
--- pids and disk: counted only against nodes that advertise them (older agents did not)
+-- pids and disk: counted only against nodes that advertise them (older agents did not).
+-- compat(53beb59 pids, 653b94c disk; 2026-12-01): delete the cap[5]/cap[6] nil checks when no node
+-- runs an agent older than 653b94c (every heartbeat writes both).
 local upids = tonumber(used[4] or '0') + tonumber(ARGV[7])
 if cap[5] and upids > tonumber(cap[5]) then return false end
 local udisk = tonumber(used[5] or '0') + tonumber(ARGV[8])
@@ -140,7 +142,9 @@ local used = 'node:' .. node .. ':used'
 redis.call('HINCRBY', used, 'cpu_milli', -tonumber(cpu))
 redis.call('HINCRBY', used, 'memory_mb', -tonumber(mem))
 redis.call('HINCRBY', used, 'sandboxes', -1)
--- reservations made before pids (and then disk) were counted have fewer fields
+-- reservations made before pids (and then disk) were counted have fewer fields.
+-- compat(53beb59 pids, 653b94c disk; 2026-12-01): delete the optional fields 7 days (the longest timeout_s) after every
+-- scheduler runs 653b94c or later (a reservation lives as long as its sandbox).
 if pids ~= '' then redis.call('HINCRBY', used, 'pids', -tonumber(pids)) end
 if disk ~= '' then redis.call('HINCRBY', used, 'disk_mb', -tonumber(disk)) end
 redis.call('DEL', KEYS[1])
@@ -236,6 +240,8 @@ class SandboxRecord:
     # Its environment as the api resolved it at create (layers, owner, config): what the
     # scheduler places it by and the node starts it on. None: nothing to resolve (a disk
     # image alone), a restored snapshot, or a record from before pins (the node resolves the name).
+    # compat(d03aa3f, 2026-12-07): the unpinned cases go once snapshot and job rows keep their pin
+    # and 7 days (the longest timeout_s) have passed since every api runs d03aa3f or later.
     image: ResolvedImage | None = None
 
     @property
@@ -304,18 +310,23 @@ class NodeInfo:
     used_sandboxes: int = 0
     # Tasks the node's sandboxes may take together (its cgroup pids cap less what its fncall
     # workers may use); None: a node from before the cap, nothing counted.
+    # compat(53beb59, 2026-12-01): None goes when no node runs an agent older than 53beb59.
     pids: int | None = None
     used_pids: int = 0
     # Sandbox kinds the node can run; nodes from before VM backends advertised none.
+    # compat(779e9cf, 2026-11-29): the default goes when no node runs an agent older than 779e9cf.
     backends: tuple[str, ...] = (BackendKind.container,)
     accelerator: str = ""
     vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB
     # Room for sandboxes' disks (disk_mb); None: a node from before disks were scheduled.
+    # compat(653b94c, 2026-12-01): None goes when no node runs an agent older than 653b94c.
     disk_mb: int | None = None
     used_disk_mb: int = 0
     # Memory the node measured (working_set_mb, peak_working_set_mb, swap_mb, mib_seconds, and limit_mb:
     # its physical claim, the node cgroup's limit);
     # None: a node that does not sample (no cgroups, or from before accounting).
+    # compat(be37c41, 2026-12-01): "from before accounting" goes when no node runs an agent older than
+    # be37c41; a node without cgroups still sends none.
     memory: dict[str, float] | None = None
     # Containers its warm pool had ready at its last heartbeat, by shape (warm_pool_shape).
     warm: dict[str, int] = field(default_factory=dict)

@@ -242,6 +242,7 @@ class JobService:
         spec = SandboxSpec.model_validate(row.spec)
         # Not pinned: the SQL row keeps the spec only, so these sandboxes' nodes resolve the
         # environment (catalog compatibility branch) until the row records the pin too.
+        # compat(d03aa3f, 2026-12-07): goes when JobRow keeps the pin.
         await self.jobs.create_job(row.id, row.tenant, spec, row.count, weight=row.weight, priority=row.priority,
                                    labels=row.labels, created_at=row.created_at)
         ended = await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{row.id}-")

@@ -140,7 +140,7 @@ class SandboxService:
                                        guest_kit=not (spec.disk_image or spec.from_snapshot))
         # Resolved once, here: the record and the request carry the pin. A restore is not
         # pinned (its node resolves the environment, as before pins): the snapshot does not
-        # record the layers it was taken on yet.
+        # record the layers it was taken on yet. compat(d03aa3f, 2026-12-07): goes when it does.
         image = None
         if not restoring:
             spec, image = await self.environments.require_spec(spec, tenant=tenant)

@@ -354,7 +354,7 @@ class SandboxManager:
     async def _resolve_unpinned(self, entry: _Entry) -> tuple[EnvironmentLayer, ...]:
         """The environment's layers now, for a create whose record has no pinned image: it is
         pinned here, and starts (or is claimed from the warm pool) like a pinned one.
-        Compatibility only: records written before the api pinned images, restored snapshots,
+        compat(d03aa3f, 2026-12-07), only: records written before the api pinned images, restored snapshots,
         jobs queued again from SQL after Redis lost them; it can go (and the catalog's
         environment cache with it, but for fncall) once snapshot and job rows keep their pin."""
         try:

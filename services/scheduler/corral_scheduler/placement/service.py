@@ -127,7 +127,7 @@ class Placer:
         no question to image-service."""
         if record.image is not None:
             return {layer.digest: layer.size for layer in record.image.layers}
-        # Compatibility: records without a pin (written before the api pinned images, restored
+        # compat(d03aa3f, 2026-12-07): records without a pin (written before the api pinned images, restored
         # snapshots, jobs queued again from SQL after Redis lost them); can go once snapshot
         # and job rows keep their pin.
         if self.environments is None:

@@ -161,6 +161,8 @@ class QemuBackend(SandboxBackend):
 
     def _legacy_cgroup_path(self, sandbox_id: str) -> str:
         # Where agents from before the node cgroup put a VM (vm.json without "cgroup").
+        # compat(53beb59, 2026-12-01): delete (and its two callers' fallbacks) 7 days (the longest
+        # timeout_s) after every node runs 53beb59 or later: no VM an older agent started can still run.
         return f"corral-vm/{self.settings.node_id}/{sandbox_id}"
 
     async def _connect_agent(self, vm: _Vm, timeout_s: float) -> Any:
