@@ -18,7 +18,7 @@ from pathlib import Path
 from corral_api.auth.service import ApiKeyService
 from corral_api.db.engine import make_engine, migrate
 from corral_api.quotas.ledger import Demand, QuotaLedger
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
 
 
 async def timed(n: int, call) -> dict[str, float]:

@@ -158,7 +158,7 @@ class Burst:
 
     async def start(self) -> None:
         from corral_common.amqp import EventBus
-        from corral_common.events import SandboxStateChanged
+        from corral_common.contracts.events import SandboxStateChanged
 
         self.bus = await EventBus(self.plat.info["amqp_url"]).connect()
 

@@ -62,8 +62,8 @@ def client(url: str, n: int, netns: str | None) -> tuple[int, list[float]]:
 
 
 async def creates(work: str, layer: str, rounds: int, gap: float) -> dict:
-    from corral_common.exec import ExecRequest
-    from corral_common.sandboxes import SandboxSpec
+    from corral_common.contracts.exec import ExecRequest
+    from corral_common.contracts.sandboxes import SandboxSpec
     from corral_node_agent.backends.container import ContainerBackend
     from corral_node_agent.backends.types import RootFs
     from corral_node_agent.settings import NodeAgentSettings
@@ -118,7 +118,7 @@ def make_files(www: Path, download_mb: int) -> Path:
 
 
 async def proxy(work: str, download_mb: int, requests: int) -> dict:
-    from corral_common.network import NetworkPolicy
+    from corral_common.contracts.network import NetworkPolicy
     from corral_node_agent.network.egress import NodeEgress
     from corral_node_agent.settings import NodeAgentSettings
 

@@ -73,8 +73,8 @@ CRUN_ROOT = ""
 
 
 async def run(work: str, layer: str, rounds: int, gap: float) -> dict:
-    from corral_common.exec import ExecRequest
-    from corral_common.sandboxes import SandboxSpec
+    from corral_common.contracts.exec import ExecRequest
+    from corral_common.contracts.sandboxes import SandboxSpec
     from corral_node_agent.backends.container import ContainerBackend
     from corral_node_agent.backends.container import backend as backend_module
     from corral_node_agent.backends.types import RootFs

@@ -241,8 +241,8 @@ def node_agent_transport(vm_backend):
     answered by the backend methods the node-agent's router calls for them."""
     import httpx
 
+    from corral_common.contracts.exec import ExecRequest
     from corral_common.contracts.memory import BalloonTarget
-    from corral_common.exec import ExecRequest
 
     async def handle(request: httpx.Request) -> httpx.Response:
         parts = request.url.path.strip("/").split("/")  # v1 sandboxes <id> balloon|exec
@@ -265,8 +265,8 @@ def node_agent_transport(vm_backend):
 # ---------------------------------------------------------------------------- one configuration
 
 async def run_config(cfg: Config, args, backends: dict, images: dict, node_id: str, zram_device: str | None) -> dict:
-    from corral_common.exec import ExecRequest
-    from corral_common.sandboxes import SandboxSpec
+    from corral_common.contracts.exec import ExecRequest
+    from corral_common.contracts.sandboxes import SandboxSpec
     from corral_host.cgroups.detect import cgroup_driver
     from corral_host.cgroups.node import sandbox_cgroup_path
     from corral_memory_manager import metrics

@@ -66,7 +66,7 @@ def busybox_layer(work: str) -> str:
 
 
 async def run(work: str, layer: str, rounds: int, disk_mb: int, gap: float) -> None:
-    from corral_common.sandboxes import SandboxSpec
+    from corral_common.contracts.sandboxes import SandboxSpec
     from corral_node_agent.backends.container import ContainerBackend
     from corral_node_agent.backends.types import RootFs
     from corral_node_agent.settings import NodeAgentSettings

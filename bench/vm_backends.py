@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 from sandbox_lifecycle import pct, platform_down, platform_up, summary  # noqa: E402
 
-from corral_common.exec import ExecRequest  # noqa: E402
+from corral_common.contracts.exec import ExecRequest  # noqa: E402
 from corral_node_agent.backends.vm import guestkit  # noqa: E402
 from corral_node_agent.backends.vm.agent_client import GuestAgentClient  # noqa: E402
 from corral_node_agent.backends.vm.machine import QemuMachine  # noqa: E402

@@ -23,9 +23,9 @@ import pytest
 from sqlalchemy import create_engine
 
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
-from corral_common.internal import INTERNAL_TOKEN_HEADER
-from corral_common.state import StateStore
+from corral_common.contracts.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
+from corral_common.store.state import StateStore
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.backends.types import LayerFormat
 from corral_node_agent.capacity.resources import NodeCapacity, Resources

@@ -1,6 +1,6 @@
 """Specs for tests of placement and accounting."""
 
-from corral_common.sandboxes import Requests, SandboxSpec, pids_max
+from corral_common.contracts.sandboxes import Requests, SandboxSpec, pids_max
 
 
 def guaranteed(**fields) -> SandboxSpec:

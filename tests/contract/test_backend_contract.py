@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import pytest
 import pytest_asyncio
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec, Usage
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec, Usage
 from corral_node_agent.backends.base import Capability, ExitReason, SandboxBackend
 from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.backends.types import RootFs

@@ -36,8 +36,8 @@ from corral_common.contracts.node import (
     StateReply,
 )
 from corral_common.contracts.node_client import NodeAgentClient, NodeAgentUnreachable
-from corral_common.errors import CorralError
-from corral_common.serving import GRACEFUL_SHUTDOWN_S
+from corral_common.web.errors import CorralError
+from corral_common.web.serving import GRACEFUL_SHUTDOWN_S
 from tests.polling import until_sync
 from tests.sandbox_host import container_skip_reason
 

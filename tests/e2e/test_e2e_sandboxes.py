@@ -151,7 +151,7 @@ def test_bad_create_requests_are_4xx_and_create_nothing(platform, body, field):
 def test_requests_and_limits_are_both_recorded_and_placement_counts_the_requests(platform, corral):
     """Forty default sandboxes at once on two nodes of one core (x16) each: by their limits (a
     core each) 32 would fit; by their requests (an idle sandbox's use) all of them do."""
-    from corral_common.sandboxes import CONTAINER_REQUESTS
+    from corral_common.contracts.sandboxes import CONTAINER_REQUESTS
 
     async def scenario():
         async with AsyncCorral(platform["api"], platform["api_key"]) as aio:

@@ -12,7 +12,7 @@ from sqlmodel import Session, create_engine
 
 from corral import AsyncCorral, Corral, CorralError, SandboxFailed
 from corral_api.snapshots.models import SnapshotRow
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from tests.e2e.conftest import OTHER_TENANT_KEY
 from tests.live_platform import internal_headers
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import uvicorn
 
-from corral_common.redis_client import connect
+from corral_common.store.redis_client import connect
 from tests import ports
 from tests.polling import until
 from tests.sandbox_host import container_skip_reason

@@ -35,11 +35,11 @@ from aio_pika.abc import (
 from aio_pika.exceptions import CONNECTION_EXCEPTIONS
 from pydantic import BaseModel
 
-from corral_common.errors import ServiceUnavailable
-from corral_common.events import EXCHANGE
+from corral_common.contracts.events import EXCHANGE
 from corral_common.logging import get_logger
-from corral_common.overload import is_unavailable
 from corral_common.telemetry import consume_span, inject_headers, tracer
+from corral_common.web.errors import ServiceUnavailable
+from corral_common.web.overload import is_unavailable
 
 log = get_logger(__name__)
 E = TypeVar("E", bound=BaseModel)

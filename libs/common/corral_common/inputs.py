@@ -13,7 +13,7 @@ or a store must take as it is.
 
 Every string in a JSON body must also be encodable as UTF-8 (a lone UTF-16 surrogate such as
 ``"\\ud800"`` is valid JSON but no text), and no URL path or query may hold a NUL:
-``corral_common.guards`` refuses both for every field of every service before validation.
+``corral_common.web.guards`` refuses both for every field of every service before validation.
 """
 
 import re

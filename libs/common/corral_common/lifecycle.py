@@ -3,10 +3,10 @@
 from typing import Any
 
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxStateChanged, state_routing_key
+from corral_common.contracts.events import SandboxStateChanged, state_routing_key
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxState, Usage
 from corral_common.logging import get_logger
-from corral_common.sandboxes import TERMINAL_STATES, SandboxState, Usage
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
 
 log = get_logger(__name__)
 

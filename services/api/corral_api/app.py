@@ -32,10 +32,10 @@ from corral_api.settings import ApiSettings
 from corral_api.snapshots.router import router as snapshots_router
 from corral_api.snapshots.router import sandbox_router as sandbox_snapshots_router
 from corral_api.ui.router import install_dashboard
-from corral_common.errors import install_error_handlers
 from corral_common.logging import configure_logging
-from corral_common.metrics import METRICS_TOKEN, install_metrics
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_common.web.handlers import install_error_handlers
+from corral_common.web.metrics import METRICS_TOKEN, install_metrics
 
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
@@ -87,7 +87,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_middleware(E2bPortRouting)
     app.add_middleware(BodyLimitMiddleware)
     instrument_app(app)
-    # Platform-wide numbers (every tenant's): the internal token's, never a tenant key's (corral_common.metrics).
+    # Platform-wide numbers (every tenant's): the internal token's, never a tenant key's (corral_common.web.metrics).
     install_metrics(app, "api", collectors=[fncall_gauges, platform_gauges],
                     dependencies=METRICS_TOKEN)
     app.include_router(sandboxes_router)
@@ -118,7 +118,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
 
 
 def main() -> None:
-    from corral_common.serving import serve
+    from corral_common.web.serving import serve
 
     settings = ApiSettings()
     serve(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)

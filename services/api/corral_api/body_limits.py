@@ -26,7 +26,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral_common.errors import PayloadTooLarge
+from corral_common.web.errors import PayloadTooLarge
 
 BODY_LIMIT_KEY = "x-corral-max-body"
 MB = 1024 * 1024

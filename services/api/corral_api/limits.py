@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_api.deps import container_of
-from corral_common.errors import TooManyRequests
+from corral_common.web.errors import TooManyRequests
 
 # Where the middleware leaves (key, principal) for auth.dependencies.current_principal.
 AUTHENTICATED_SCOPE_KEY = "corral.principal"

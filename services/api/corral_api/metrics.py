@@ -6,9 +6,9 @@ replica would start from zero; Redis is the one truth all replicas share."""
 
 from prometheus_client import Counter, Gauge
 
-from corral_common.jobs import JobStore
-from corral_common.sandboxes import SandboxState
-from corral_common.state import StateStore
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.store.jobs import JobStore
+from corral_common.store.state import StateStore
 
 SANDBOXES = Gauge("corral_sandboxes", "Sandbox records in Redis by state and requested backend (ended ones stay "
                   "an hour), read at scrape", ["state", "backend"])

@@ -15,7 +15,7 @@ from typing import Any
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from corral_common.errors import BadRequest
+from corral_common.web.errors import BadRequest
 
 # A form field (not a file) is read whole: it is a path or a flag, never content.
 MAX_FIELD_BYTES = 64 * 1024

@@ -50,14 +50,14 @@ from corral_api.tenants.repository import TenantRepository
 from corral_api.ui.service import DashboardService
 from corral_api.ui.sessions import UiSessions
 from corral_common.amqp import EventBus
+from corral_common.contracts.events import SandboxStateChanged, state_routing_keys
 from corral_common.contracts.fncall import RUNTIMES
 from corral_common.contracts.images import ImageServiceClient
 from corral_common.contracts.node_client import NodeAgentClient
-from corral_common.events import SandboxStateChanged, state_routing_keys
-from corral_common.jobs import JobStore
-from corral_common.redis_client import connect
-from corral_common.sandboxes import SandboxState
-from corral_common.state import StateStore
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.store.jobs import JobStore
+from corral_common.store.redis_client import connect
+from corral_common.store.state import StateStore
 
 
 @dataclass

@@ -1,4 +1,4 @@
-from corral_common.serving import serve
+from corral_common.web.serving import serve
 from corral_image_service.app import create_app
 from corral_image_service.settings import ImageServiceSettings
 

@@ -4,10 +4,10 @@ from pathlib import Path
 import anyio
 from fastapi import FastAPI
 
-from corral_common.errors import install_error_handlers
-from corral_common.internal import INTERNAL_ONLY
 from corral_common.logging import configure_logging, get_logger
-from corral_common.metrics import install_metrics
+from corral_common.web.handlers import install_error_handlers
+from corral_common.web.internal import INTERNAL_ONLY
+from corral_common.web.metrics import install_metrics
 from corral_image_service.blobs.router import router as blobs_router
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.chunks.router import router as chunks_router

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 from corral_image_service.builders import BUILDERS
 from corral_image_service.settings import ImageServiceSettings
 

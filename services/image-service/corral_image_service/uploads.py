@@ -6,7 +6,7 @@ import anyio
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from corral_common.errors import BadRequest, PayloadTooLarge
+from corral_common.web.errors import BadRequest, PayloadTooLarge
 from corral_image_service import metrics
 from corral_image_service.blobs.service import BlobStore
 

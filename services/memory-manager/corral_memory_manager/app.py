@@ -9,10 +9,10 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from corral_common.errors import install_error_handlers
 from corral_common.logging import configure_logging
-from corral_common.metrics import install_metrics
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_common.web.handlers import install_error_handlers
+from corral_common.web.metrics import install_metrics
 from corral_memory_manager.balloons.router import router as balloons_router
 from corral_memory_manager.host.router import router as host_router
 from corral_memory_manager.reclaim.router import router as reclaim_router
@@ -50,7 +50,7 @@ def create_app(settings: MemoryManagerSettings | None = None) -> FastAPI:
 
 
 def main() -> None:
-    from corral_common.serving import serve
+    from corral_common.web.serving import serve
 
     settings = MemoryManagerSettings()
     serve(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)

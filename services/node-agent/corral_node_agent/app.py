@@ -7,12 +7,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from corral_common.amqp import EventBus
+from corral_common.contracts.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
 from corral_common.contracts.node import NodeHealth
-from corral_common.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
 from corral_common.logging import configure_logging
-from corral_common.metrics import install_metrics
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_common.web.metrics import install_metrics
 from corral_host.cgroups import node as node_cgroup
 from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent import capacity as node_capacity
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m corral_node_agent`` serves; ``python -m corral_node_agent cleanup`` cleans up and exits."""
     import sys
 
-    from corral_common.serving import serve
+    from corral_common.web.serving import serve
     from corral_host.namespaces import enter_private_mount_namespace
     from corral_host.oom import set_oom_score_adj
     from corral_node_agent.capacity.open_files import raise_open_files_limit

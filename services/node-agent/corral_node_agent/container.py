@@ -2,7 +2,7 @@
 root) into one typed container on ``app.state.services``. A domain's router takes its part
 through a dependency of its own that reads ``app.state.services`` (``sandboxes.router.get_manager``),
 so no domain imports this module, which imports them all (the node-agent's one-way layering). The app's settings stay on
-``app.state.settings`` too: the internal token's check (corral_common.internal) reads them there."""
+``app.state.settings`` too: the internal token's check (corral_common.web.internal) reads them there."""
 
 from dataclasses import dataclass
 

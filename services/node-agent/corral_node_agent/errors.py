@@ -11,7 +11,7 @@ turns a ``StartFailed`` into the sandbox's ``failed(reason)``.
 misbehaving) is not the caller's fault and has no HTTP answer of its own: a 500.
 """
 
-from corral_common.sandboxes import FailureReason
+from corral_common.contracts.sandboxes import FailureReason
 
 
 class NodeAgentError(Exception):

@@ -10,7 +10,8 @@ specific row wins (``EnvironmentNotFound`` is both an ``ImageUnavailable`` and a
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from corral_common.errors import CorralError, install_error_handlers
+from corral_common.web.errors import CorralError
+from corral_common.web.handlers import install_error_handlers
 from corral_node_agent import errors
 
 HTTP_ERRORS: dict[type[errors.NodeAgentError], tuple[int, str]] = {

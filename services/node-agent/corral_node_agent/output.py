@@ -17,7 +17,7 @@ import codecs
 import os
 from collections.abc import Callable
 
-from corral_common.exec import OutputEncoding
+from corral_common.contracts.exec import OutputEncoding
 
 
 def encode_output(data: bytes, encoding: OutputEncoding) -> str:

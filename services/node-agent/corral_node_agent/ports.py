@@ -16,7 +16,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from corral_common.exec import INGRESS_MARK
+from corral_common.contracts.exec import INGRESS_MARK
 from corral_node_agent.errors import PortBadAnswer
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones that carry Corral's own credentials.

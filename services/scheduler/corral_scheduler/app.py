@@ -6,14 +6,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from corral_common.amqp import EventBus
-from corral_common.errors import install_error_handlers
-from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested
-from corral_common.internal import INTERNAL_ONLY
-from corral_common.jobs import JobStore
+from corral_common.contracts.events import SANDBOX_REQUESTED_KEY, SandboxRequested
 from corral_common.logging import configure_logging
-from corral_common.metrics import install_metrics
-from corral_common.state import StateStore
+from corral_common.store.jobs import JobStore
+from corral_common.store.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
+from corral_common.web.handlers import install_error_handlers
+from corral_common.web.internal import INTERNAL_ONLY
+from corral_common.web.metrics import install_metrics
 from corral_scheduler.deps import Services, ServicesDep
 from corral_scheduler.jobs.service import JobAdmitter
 from corral_scheduler.metrics import SchedulerGauges
@@ -88,7 +88,7 @@ def create_app(settings: SchedulerSettings | None = None) -> FastAPI:
 
 
 def main() -> None:
-    from corral_common.serving import serve
+    from corral_common.web.serving import serve
 
     settings = SchedulerSettings()
     serve(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
 from corral_scheduler.jobs.service import JobAdmitter
 from corral_scheduler.metrics import SchedulerGauges
 from corral_scheduler.placement.service import Placer

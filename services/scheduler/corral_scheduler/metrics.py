@@ -5,8 +5,8 @@ import time
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from corral_common.jobs import JobStore
-from corral_common.state import StateStore
+from corral_common.store.jobs import JobStore
+from corral_common.store.state import StateStore
 
 # A placement attempt is a few Redis round trips (ms); a wait for room can be minutes.
 ATTEMPT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)

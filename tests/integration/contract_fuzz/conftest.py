@@ -28,7 +28,7 @@ import httpx
 import pytest
 import uvicorn
 
-from corral_common.serving import GRACEFUL_SHUTDOWN_S
+from corral_common.web.serving import GRACEFUL_SHUTDOWN_S
 from tests.polling import until_sync
 from tests.sandbox_host import container_skip_reason
 
@@ -51,7 +51,7 @@ def free_port() -> int:
 def served(app, what: str, port: int | None = None):
     """``app`` (lifespan and all) served on loopback (``port``, or a free one); yields its base URL."""
     port = port or free_port()
-    # A bounded graceful shutdown, as the services have (corral_common.serving): a fuzzed request
+    # A bounded graceful shutdown, as the services have (corral_common.web.serving): a fuzzed request
     # with a long timeout would otherwise hold the teardown, and the session's exit, for as long.
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            log_config=None, access_log=False,

@@ -21,8 +21,8 @@ import pytest
 from corral.errors import CorralError
 from corral_api.app import create_app as api_app
 from corral_api.quotas.ledger import Demand, QuotaLedger
-from corral_common.errors import TooManyRequests
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
+from corral_common.web.errors import TooManyRequests
 from tests.inprocess import serve
 from tests.integration.control_plane.test_control_overload import start_plane
 from tests.polling import until
@@ -407,7 +407,7 @@ async def test_a_refused_create_first_reclaims_shares_whose_sandbox_is_gone(redi
     from corral_api.db.engine import make_engine, migrate
     from corral_api.quotas.service import TenantQuotas
     from corral_api.tenants.repository import TenantRepository
-    from corral_common.sandboxes import SandboxSpec
+    from corral_common.contracts.sandboxes import SandboxSpec
 
     url = f"sqlite:///{tmp_path}/api.db"
     migrate(url)

@@ -7,9 +7,9 @@ import pytest
 from corral_api.sandboxes.capacity import NodeCeilings
 from corral_api.sandboxes.service import SandboxService
 from corral_api.sandboxes.waiters import StateWaiters
-from corral_common.errors import Unprocessable
-from corral_common.sandboxes import SandboxSpec
-from corral_common.state import StateStore
+from corral_common.contracts.sandboxes import SandboxSpec
+from corral_common.store.state import StateStore
+from corral_common.web.errors import Unprocessable
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import pytest
 
 from corral_api.jobs.service import JobService
 from corral_api.nodes.service import NodeService
-from corral_common.jobs import JobStore
-from corral_common.sandboxes import SandboxSpec
-from corral_common.state import StateStore
+from corral_common.contracts.sandboxes import SandboxSpec
+from corral_common.store.jobs import JobStore
+from corral_common.store.state import StateStore
 from tests.specs import guaranteed
 
 

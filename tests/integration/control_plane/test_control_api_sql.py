@@ -10,8 +10,8 @@ from sqlalchemy import create_engine, inspect
 from corral_api.auth.service import ApiKeyService, parse_bootstrap_keys
 from corral_api.db.engine import make_engine, migrate
 from corral_api.sandboxes.repository import HistoryRepository
-from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState, Usage
+from corral_common.store.state_records import SandboxRecord
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxStop
+from corral_common.contracts.events import SandboxStop
 
 
 @pytest.fixture

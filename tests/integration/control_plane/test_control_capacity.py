@@ -11,8 +11,8 @@ import uuid
 import httpx
 import pytest
 
-from corral_common.sandboxes import SandboxSpec
-from corral_common.state import StateStore
+from corral_common.contracts.sandboxes import SandboxSpec
+from corral_common.store.state import StateStore
 from corral_host.cgroups.detect import cgroup_driver
 from corral_host.cgroups.node import node_cgroup_path
 from corral_node_agent import capacity

@@ -16,7 +16,7 @@ import uuid
 import httpx
 import pytest
 
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
 from corral_node_agent.errors import StartFailed
 from tests.control_plane import FakeNode, Service, create_database, drop_database, free_port, register_environment
 from tests.polling import until

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from corral_api.compat.e2b.repository import DEADLINES_KEY, E2bRecord, E2bRepository
 from corral_api.compat.e2b.service import E2bSandboxes
 from corral_api.settings import ApiSettings
-from corral_common.errors import NotFound
+from corral_common.web.errors import NotFound
 
 
 class Sandboxes:

@@ -10,10 +10,10 @@ import uuid
 
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxPlace
-from corral_common.jobs import JobStore
-from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec, SandboxState
-from corral_common.state import StateStore
+from corral_common.contracts.events import SandboxPlace
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxSpec, SandboxState
+from corral_common.store.jobs import JobStore
+from corral_common.store.state import StateStore
 from corral_scheduler.jobs.service import JobAdmitter
 from corral_scheduler.placement.service import Placer
 from corral_scheduler.settings import SchedulerSettings

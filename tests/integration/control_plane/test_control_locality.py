@@ -11,8 +11,8 @@ import pytest
 
 from corral_api.app import create_app as api_app
 from corral_api.settings import ApiSettings
-from corral_common.internal import INTERNAL_TOKEN_HEADER
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 from corral_image_service.app import create_app as image_app
 from corral_node_agent import app as node_app_module
 from corral_node_agent.backends.fake import FakeBackend

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import REGISTRY
 
-from corral_common.jobs import JobStore
-from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state import StateStore
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState
+from corral_common.store.jobs import JobStore
+from corral_common.store.state import StateStore
 from tests.specs import guaranteed
 
 

@@ -15,10 +15,10 @@ import uuid
 import pytest
 
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxPlace, SandboxRequested, node_queue_name, node_routing_key
+from corral_common.contracts.events import SandboxPlace, SandboxRequested, node_queue_name, node_routing_key
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_common.node_liveness import WEDGE_TIMEOUTS
-from corral_common.sandboxes import SandboxSpec
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
 from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.capacity.resources import NodeCapacity, Resources
 from corral_node_agent.events.pulse import LivenessPulse

@@ -22,9 +22,9 @@ from corral_api.app import create_app as api_app
 from corral_api.settings import ApiSettings
 from corral_common.contracts.node import ExecRequest, ExecResult
 from corral_common.contracts.node_client import NodeAgentClient
-from corral_common.errors import Overloaded
-from corral_common.internal import INTERNAL_TOKEN_HEADER
-from corral_common.overload import as_unavailable
+from corral_common.web.errors import Overloaded
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.overload import as_unavailable
 from corral_image_service.app import create_app as image_app
 from corral_node_agent import app as node_app_module
 from corral_node_agent.backends.fake import FakeBackend

@@ -17,8 +17,8 @@ import uuid
 import httpx
 import pytest
 
-from corral_common.sandboxes import SandboxState
-from corral_common.state import StateStore
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.store.state import StateStore
 from tests.control_plane import FakeNode, Service, create_database, drop_database, free_port, register_environment
 from tests.polling import until
 from tests.specs import guaranteed_body

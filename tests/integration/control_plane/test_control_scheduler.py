@@ -6,9 +6,9 @@ import uuid
 import pytest
 
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxPlace, SandboxRequested, SandboxStateChanged
-from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state import StateStore
+from corral_common.contracts.events import SandboxPlace, SandboxRequested, SandboxStateChanged
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState
+from corral_common.store.state import StateStore
 from corral_scheduler.nodes.service import NodeReaper
 from corral_scheduler.placement.outcomes import PlaceOutcome
 from corral_scheduler.placement.service import Placer

@@ -4,10 +4,10 @@ import asyncio
 
 import pytest
 
-from corral_common.sandboxes import SandboxState
-from corral_common.state import StateStore
-from corral_common.state_records import SandboxRecord
-from corral_common.state_reservations import RestoreOutcome
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.store.state import StateStore
+from corral_common.store.state_records import SandboxRecord
+from corral_common.store.state_reservations import RestoreOutcome
 from tests.specs import guaranteed
 
 

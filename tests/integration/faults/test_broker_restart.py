@@ -19,7 +19,7 @@ import collections
 import httpx
 from sqlalchemy import create_engine, text
 
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
 from tests.control_plane import FakeNode, Service, free_port, register_environment
 from tests.polling import until
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 from tests.control_plane import PrivatePostgres, Service, create_database, free_port, register_environment
 from tests.polling import until
 

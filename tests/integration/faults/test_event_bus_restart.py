@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from corral_common.amqp import BrokerUnavailable, EventBus
-from corral_common.events import SandboxStop
+from corral_common.contracts.events import SandboxStop
 from tests.polling import until
 
 

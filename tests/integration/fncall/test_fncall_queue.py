@@ -251,7 +251,7 @@ async def test_a_call_no_node_serves_fails_at_once_with_a_503_saying_so(amqp_url
     from corral_api.fncall.service import FncallService
     from corral_api.fncall.settings import FncallApiSettings
     from corral_common.contracts.fncall import declare_work_queue
-    from corral_common.errors import ServiceUnavailable
+    from corral_common.web.errors import ServiceUnavailable
 
     rpc = await FncallRpc(amqp_url, ("c",)).connect()  # no node consumes "c" here
     service = FncallService(rpc, None, FncallApiSettings())  # a call would queue for 60 s

@@ -16,8 +16,8 @@ from corral_api.fncall.service import FncallService
 from corral_api.fncall.settings import FncallApiSettings
 from corral_api.fncall.warmup import FncallWarmup
 from corral_common.contracts.node_client import NodeAgentClient
-from corral_common.errors import ServiceUnavailable
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
+from corral_common.web.errors import ServiceUnavailable
 from corral_node_agent.errors import ImageUnavailable
 from corral_node_agent.fncall.router import router as fncall_router
 from corral_node_agent.fncall.service import FncallPools, instance_of

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_memory_manager.balloons.policy import BalloonMemory, BalloonPolicy, decide
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.settings import NodeAgentSettings

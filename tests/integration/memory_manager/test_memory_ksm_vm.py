@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_memory_manager.balloons.ksm import KsmPolicy
 from corral_memory_manager.host.service import HostMemoryService
 from corral_node_agent.backends.types import RootFs

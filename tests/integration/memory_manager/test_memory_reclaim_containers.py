@@ -9,8 +9,8 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_memory_manager.app import create_app
 from corral_memory_manager.reclaim.policy import ReclaimPolicy
 from corral_memory_manager.reclaim.service import ReclaimService

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_memory_manager.reclaim.idleness import IdleRule
 from corral_memory_manager.reclaim.policy import ReclaimPolicy
 from corral_memory_manager.reclaim.service import ReclaimService

@@ -9,8 +9,8 @@ import uuid
 import pytest
 import pytest_asyncio
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host.cgroups import node as node_cgroup
 from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.backends.container import ContainerBackend

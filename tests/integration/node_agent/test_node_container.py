@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host import loopdev, mounts
 from corral_host.cgroups.mounts import cgroup_mounts
 from corral_host.cgroups.v1 import V1Driver

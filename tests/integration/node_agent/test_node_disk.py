@@ -17,8 +17,8 @@ import pytest
 import pytest_asyncio
 from fastapi import FastAPI
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host import loopdev, mounts
 from corral_node_agent.backends.container import ContainerBackend, bundle
 from corral_node_agent.backends.types import RootFs
@@ -176,7 +176,7 @@ async def test_the_disk_goes_with_the_sandbox(backend, base_layer):
 
 PREVIOUS_AGENT = """
 import asyncio, sys
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host import loopdev, mounts, namespaces
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.backends.types import RootFs

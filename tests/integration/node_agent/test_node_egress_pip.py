@@ -13,8 +13,8 @@ import pip
 import pytest
 import pytest_asyncio
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.settings import NodeAgentSettings

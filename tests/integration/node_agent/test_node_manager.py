@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from fastapi import FastAPI
 
-from corral_common.sandboxes import FailureReason, SandboxSpec
+from corral_common.contracts.sandboxes import FailureReason, SandboxSpec
 from corral_host import mounts
 from corral_node_agent.backends.container import ContainerBackend
 from corral_node_agent.errors import StartFailed
@@ -248,7 +248,7 @@ async def repointed(state_dir, node_id, work_dir):
 
 
 async def test_a_pinned_sandbox_starts_on_its_pin_without_asking_for_the_environment(repointed):
-    from corral_common.exec import ExecRequest
+    from corral_common.contracts.exec import ExecRequest
 
     manager, pin, hits = repointed
     spec = SandboxSpec(environment="busybox", memory_mb=64, disk_mb=32)

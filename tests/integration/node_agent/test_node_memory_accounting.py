@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from corral_common.sandboxes import Usage
+from corral_common.contracts.sandboxes import Usage
 from corral_host.cgroups.detect import cgroup_driver
 from corral_host.cgroups.node import node_cgroup_path, sandbox_cgroup_path
 from corral_node_agent.memory.accounting import MIB, MemoryAccounting

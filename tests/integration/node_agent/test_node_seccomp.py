@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.container import ContainerBackend, bundle, oci
 from corral_node_agent.backends.container.crun import Crun
 from corral_node_agent.backends.container.shared_mounts import SharedMounts

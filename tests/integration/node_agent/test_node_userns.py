@@ -13,8 +13,8 @@ import uuid
 import pytest
 import pytest_asyncio
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host import loopdev
 from corral_host.mounts import mount_erofs, mountpoints, umount
 from corral_host.userns import RANGE_SIZE, IdRange

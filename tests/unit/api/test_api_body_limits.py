@@ -12,7 +12,8 @@ from pydantic import BaseModel
 from corral_api.body_limits import BodyLimitMiddleware, body_limit
 from corral_api.compat.e2b.errors import E2bRoute
 from corral_api.multipart import multipart_parts
-from corral_common.errors import BadRequest, install_error_handlers
+from corral_common.web.errors import BadRequest
+from corral_common.web.handlers import install_error_handlers
 
 KB = 1024
 

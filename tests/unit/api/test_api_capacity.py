@@ -3,9 +3,9 @@
 import pytest
 
 from corral_api.sandboxes.capacity import NodeCeilings
-from corral_common.errors import Unprocessable
-from corral_common.sandboxes import VM_PIDS_LIMIT, SandboxSpec
-from corral_common.state_nodes import NodeInfo
+from corral_common.contracts.sandboxes import VM_PIDS_LIMIT, SandboxSpec
+from corral_common.store.state_nodes import NodeInfo
+from corral_common.web.errors import Unprocessable
 
 
 def node(node_id, pids=8000, backends=("container",), cpu_milli=4000, memory_mb=8000, disk_mb=None):

@@ -6,7 +6,7 @@ import pytest
 
 from corral_api.sandboxes.service import EnvironmentCatalog
 from corral_common.contracts.images import ImageServiceClient
-from corral_common.errors import ServiceUnavailable, Unprocessable
+from corral_common.web.errors import ServiceUnavailable, Unprocessable
 
 
 def _catalog(calls: list[str]) -> EnvironmentCatalog:

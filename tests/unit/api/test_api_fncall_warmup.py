@@ -9,8 +9,8 @@ from corral_api.fncall.service import FncallService
 from corral_api.fncall.settings import FncallApiSettings
 from corral_api.fncall.warmup import FncallWarmup
 from corral_common.contracts.node import FncallPoolsStatus
-from corral_common.errors import ServiceUnavailable
-from corral_common.state_nodes import NodeInfo
+from corral_common.store.state_nodes import NodeInfo
+from corral_common.web.errors import ServiceUnavailable
 
 
 class Rpc:

@@ -7,10 +7,10 @@ import pytest
 from corral_api.sandboxes.schemas import SandboxCreate
 from corral_api.sandboxes.service import EnvironmentCatalog, SandboxService
 from corral_api.sandboxes.waiters import StateWaiters
+from corral_common.contracts.events import SANDBOX_REQUESTED_KEY, SandboxRequested
 from corral_common.contracts.images import EnvironmentLayer, ImageServiceClient, ResolvedImage
-from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested
-from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState
+from corral_common.store.state_records import SandboxRecord
 
 DIGEST = "sha256:" + "a" * 64
 FORGED = "sha256:" + "f" * 64

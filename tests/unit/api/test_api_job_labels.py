@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from corral_api.jobs.schemas import JobCreate
-from corral_common.sandboxes import check_labels
+from corral_common.contracts.sandboxes import check_labels
 
 
 @pytest.mark.parametrize("labels", [{"\x10\U000b82ce": "x"}, {"ok": "a\nb"}, {"k": "v" * 257},

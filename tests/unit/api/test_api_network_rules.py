@@ -3,9 +3,9 @@
 import pytest
 
 from corral_api.sandboxes.network import NetworkRules
-from corral_common.errors import Unprocessable
-from corral_common.network import NetworkPolicy
+from corral_common.contracts.network import NetworkPolicy
 from corral_common.settings import CommonSettings
+from corral_common.web.errors import Unprocessable
 
 
 def _rules(**kw) -> NetworkRules:

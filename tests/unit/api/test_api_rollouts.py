@@ -14,9 +14,9 @@ from corral_api.db.engine import make_engine, migrate
 from corral_api.rollouts.repository import RolloutRepository
 from corral_api.rollouts.schemas import RolloutCreate, RolloutFinish, StepRequest, normalize_args, request_hash
 from corral_api.rollouts.service import RolloutService
-from corral_common.errors import Conflict, NotFound, Unprocessable
-from corral_common.exec import ExecResult
-from corral_common.sandboxes import SandboxState
+from corral_common.contracts.exec import ExecResult
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.web.errors import Conflict, NotFound, Unprocessable
 from tests.polling import until
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from corral_api.sandboxes.restore import restored_spec
 from corral_api.sandboxes.schemas import SandboxCreate
-from corral_common.errors import Unprocessable
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
+from corral_common.web.errors import Unprocessable
 
 SOURCE = SandboxSpec(environment="desktop", backend="microvm", memory_mb=1024, cpu=2, disk_mb=2048,
                      labels={"from": "source"}).model_dump(mode="json")

@@ -20,7 +20,7 @@ from corral_api.limits import (
     TenantLimiter,
     claim_tenant_slot,
 )
-from corral_common.errors import install_error_handlers
+from corral_common.web.handlers import install_error_handlers
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 

@@ -10,10 +10,10 @@ from corral_api.ui.router import templates
 from corral_api.ui.security import CONTENT_SECURITY_POLICY, SECURITY_HEADERS, csrf_token_matches, same_origin
 from corral_api.ui.service import SandboxFilter, node_load, timeline
 from corral_api.ui.sessions import session_key
-from corral_common.exec import ExecResult
-from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state_nodes import NodeInfo
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.exec import ExecResult
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState
+from corral_common.store.state_nodes import NodeInfo
+from corral_common.store.state_records import SandboxRecord
 
 OWN = "http://127.0.0.1:8000"
 SCRIPT = "<script>alert('x')</script>"

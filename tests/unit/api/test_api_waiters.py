@@ -2,8 +2,8 @@ import asyncio
 
 from corral_api.sandboxes.service import reached
 from corral_api.sandboxes.waiters import StateWaiters
-from corral_common.events import SandboxStateChanged
-from corral_common.sandboxes import SandboxState as S
+from corral_common.contracts.events import SandboxStateChanged
+from corral_common.contracts.sandboxes import SandboxState as S
 
 
 def test_reached_follows_lifecycle_order():

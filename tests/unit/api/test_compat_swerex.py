@@ -4,7 +4,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from corral_api.compat.swerex import schemas, sessions
-from corral_common.exec import ExecResult
+from corral_common.contracts.exec import ExecResult
 
 
 def test_models_accept_what_the_swerex_client_sends():

@@ -23,7 +23,7 @@ from corral_common.contracts.images import (
     path_segment,
 )
 from corral_common.disk_images import DISK_IMAGE_FORMATS
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 from corral_image_service.chunks.schemas import ChunkIndexOut
 from corral_image_service.disk_images.schemas import DiskFormat, DiskImageOut
 from corral_image_service.environments import schemas as environments

@@ -15,8 +15,8 @@ from corral_common.contracts.node_client import (
     NodeAgentUnreachable,
     ingress_url,
 )
-from corral_common.errors import CorralError
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.errors import CorralError
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 from corral_image_service.layers.schemas import LayerKind, LayerOut
 
 NODE = "http://node-1:7000/"

@@ -1,5 +1,5 @@
 """The input checks every service shares (corral_common.inputs) and the request guard and error
-handlers installed in every app (corral_common.guards, corral_common.errors)."""
+handlers installed in every app (corral_common.web.guards, corral_common.web.errors)."""
 
 import httpx
 import pytest
@@ -8,10 +8,10 @@ from pydantic import BaseModel, ValidationError
 
 from corral_api.sandboxes.schemas import SandboxCreate
 from corral_common import inputs
-from corral_common.errors import install_error_handlers
-from corral_common.exec import ExecRequest
-from corral_common.guards import InvalidText, check_json_text, nul_in_url, unencodable
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
+from corral_common.web.guards import InvalidText, check_json_text, nul_in_url, unencodable
+from corral_common.web.handlers import install_error_handlers
 
 
 @pytest.mark.parametrize("name", ["busybox", "judge", "debian-12", "a", "py3.12_slim", "0day", "b" * 64])

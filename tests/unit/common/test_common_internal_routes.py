@@ -6,7 +6,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 
 TOKEN = "s3cret-internal"
 OPEN = {"/healthz", "/metrics"}
@@ -57,8 +57,8 @@ def test_a_service_without_settings_on_its_state_refuses():
     """The check fails closed: an app wired without app.state.settings opens nothing."""
     from fastapi import Depends, FastAPI
 
-    from corral_common.errors import install_error_handlers
-    from corral_common.internal import require_internal_token
+    from corral_common.web.handlers import install_error_handlers
+    from corral_common.web.internal import require_internal_token
 
     app = FastAPI()
     install_error_handlers(app)

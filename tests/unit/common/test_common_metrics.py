@@ -1,4 +1,4 @@
-"""corral_common.metrics: route-template labels (never a raw path), the cardinality cap, the
+"""corral_common.web.metrics: route-template labels (never a raw path), the cardinality cap, the
 scrape-time collectors' failure rule, and who may read /metrics on which service."""
 
 import uuid
@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from corral_common.errors import install_error_handlers
-from corral_common.internal import INTERNAL_TOKEN_HEADER
-from corral_common.metrics import OTHER, UNMATCHED, RouteLabels, install_metrics
+from corral_common.web.handlers import install_error_handlers
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.metrics import OTHER, UNMATCHED, RouteLabels, install_metrics
 
 TOKEN = "s3cret-internal"
 
@@ -104,7 +104,7 @@ def test_a_failing_collector_keeps_the_scrape_answering():
 
 
 def test_token_dependency_on_the_metrics_route():
-    from corral_common.metrics import METRICS_TOKEN
+    from corral_common.web.metrics import METRICS_TOKEN
 
     service = f"t-{uuid.uuid4().hex[:8]}"
     app = _app(service, dependencies=METRICS_TOKEN)
@@ -175,7 +175,7 @@ def test_the_dashboard_queries_only_catalogued_metrics():
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 
-METRIC_MODULES = ["corral_common.metrics", "corral_api.metrics", "corral_api.fncall.metrics", "corral_scheduler.metrics",
+METRIC_MODULES = ["corral_common.web.metrics", "corral_api.metrics", "corral_api.fncall.metrics", "corral_scheduler.metrics",
                   "corral_image_service.metrics", "corral_node_agent.metrics", "corral_node_agent.fncall.metrics",
                   "corral_node_agent.network.egress", "corral_node_agent.events.registration"]
 

@@ -1,11 +1,11 @@
-"""The egress rule grammar and what no rule may open (corral_common.network)."""
+"""The egress rule grammar and what no rule may open (corral_common.contracts.network)."""
 
 import ipaddress
 
 import pytest
 from pydantic import ValidationError
 
-from corral_common.network import (
+from corral_common.contracts.network import (
     NetworkPolicy,
     RuleError,
     check_allowed,
@@ -14,7 +14,7 @@ from corral_common.network import (
     parse_rule,
     validate_policy,
 )
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 
 
 @pytest.mark.parametrize("text,domain,net,ports", [

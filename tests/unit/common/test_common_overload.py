@@ -11,8 +11,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from corral_common.amqp import BrokerUnavailable
-from corral_common.errors import CorralError, NotFound, ServiceUnavailable, TooManyRequests, install_error_handlers
-from corral_common.overload import is_unavailable
+from corral_common.web.errors import CorralError, NotFound, ServiceUnavailable, TooManyRequests
+from corral_common.web.handlers import install_error_handlers
+from corral_common.web.overload import is_unavailable
 
 RAISED = {
     "redis-pool-wait": (redis.exceptions.ConnectionError("No connection available."), "overloaded"),

@@ -4,14 +4,14 @@ are what placement counts, by default its kind's idle use and never above a limi
 import pytest
 from pydantic import ValidationError
 
-from corral_common.sandboxes import (
+from corral_common.contracts.sandboxes import (
     CONTAINER_REQUESTS,
     VM_PIDS_LIMIT,
     VM_REQUESTS,
     Requests,
     SandboxSpec,
 )
-from corral_common.state_nodes import NodeInfo
+from corral_common.store.state_nodes import NodeInfo
 from corral_scheduler.placement.policy import fits
 
 

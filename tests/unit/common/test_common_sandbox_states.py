@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from corral_common.sandboxes import (
+from corral_common.contracts.sandboxes import (
     ALLOWED_TRANSITIONS,
     TERMINAL_STATES,
     FailureReason,
@@ -97,7 +97,7 @@ def test_readme_names_every_state_and_failure_reason():
 
 
 def test_a_records_error_survives_its_redis_hash_and_reads_with_its_reason():
-    from corral_common.state_records import SandboxRecord
+    from corral_common.store.state_records import SandboxRecord
 
     record = SandboxRecord(id="sb-1", tenant="t", state=SandboxState.failed, spec=SandboxSpec(environment="e"),
                            created_at=1.0, updated_at=2.0, reason="start_failed", error="crun: EMFILE")

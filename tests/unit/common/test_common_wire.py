@@ -1,15 +1,15 @@
 """Routing keys and the node-agent's data-path replies: the names and JSON other services rely on."""
 
-from corral_common.display import InputSent, SnapshotRequest, SnapshotSaved
-from corral_common.events import (
+from corral_common.contracts.display import InputSent, SnapshotRequest, SnapshotSaved
+from corral_common.contracts.events import (
     SANDBOX_REQUESTED_KEY,
     node_queue_name,
     node_routing_key,
     state_routing_key,
     state_routing_keys,
 )
-from corral_common.exec import FileWritten
-from corral_common.sandboxes import TERMINAL_STATES, SandboxState
+from corral_common.contracts.exec import FileWritten
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxState
 
 
 def test_routing_keys():

@@ -9,7 +9,7 @@ from corral_api.fncall.schemas import BatchRequest, FncallRequest
 from corral_api.fncall.service import FncallService
 from corral_api.fncall.settings import FncallApiSettings
 from corral_common.contracts.fncall import parse_compare, safe_relpath
-from corral_common.errors import BadRequest, PayloadTooLarge
+from corral_common.web.errors import BadRequest, PayloadTooLarge
 from corral_node_agent.fncall.judge import outputs_match
 from corral_node_agent.fncall.pool import RuntimePool
 

@@ -76,7 +76,7 @@ def test_the_activity_route_needs_the_internal_token_and_lists_live_sandboxes():
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from corral_common.errors import install_error_handlers
+    from corral_common.web.handlers import install_error_handlers
     from corral_node_agent.sandboxes.router import activity_router
 
     tracker = ActivityTracker(Clock())

@@ -2,7 +2,7 @@
 
 import pytest
 
-from corral_common.sandboxes import MIN_PIDS_REQUEST
+from corral_common.contracts.sandboxes import MIN_PIDS_REQUEST
 from corral_node_agent.capacity.resources import (
     Host,
     Resources,

@@ -2,7 +2,7 @@
 
 import json
 
-from corral_common.exec import ExecChunk, ExecResult
+from corral_common.contracts.exec import ExecChunk, ExecResult
 from corral_node_agent.sandboxes.router import _line
 
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
 
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import SandboxState
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import SandboxState
 
 
 class Manager:

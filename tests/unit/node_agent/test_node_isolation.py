@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.vm.backend import MicroVmBackend
 from corral_node_agent.fncall.executor import ExecutorConfig, Worker

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from corral_common.sandboxes import CONTAINER_REQUESTS, SandboxSpec
+from corral_common.contracts.sandboxes import CONTAINER_REQUESTS, SandboxSpec
 from corral_node_agent.backends.base import Capability, ExitReason
 from corral_node_agent.backends.fake import FakeBackend
 from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs

@@ -4,7 +4,7 @@ the real cgroup files are read in tests/integration/node_agent/test_node_memory_
 
 import pytest
 
-from corral_common.sandboxes import Usage
+from corral_common.contracts.sandboxes import Usage
 from corral_host.cgroups.base import MemoryReading
 from corral_node_agent.memory.accounting import MIB, MemoryAccount, MemoryAccounting
 

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from corral_common.contracts.images import EnvironmentLayer
-from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState
+from corral_common.store.state_records import SandboxRecord
 from corral_node_agent.sandboxes.owners import OwnerRecord, OwnerRecords
 
 

@@ -6,7 +6,7 @@ import dataclasses
 import errno
 from pathlib import Path
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.isolation import procfs
 from corral_node_agent.isolation.policy import policy_for
 from corral_node_agent.isolation.seccomp import (

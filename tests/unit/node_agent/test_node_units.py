@@ -8,9 +8,9 @@ import os
 import httpx
 import pytest
 
+from corral_common.contracts.exec import ExecRequest
 from corral_common.contracts.images import EnvironmentLayer
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends import paths
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.container import exec as exec_process
@@ -425,7 +425,7 @@ async def test_live_ids_stand_a_sandbox_added_while_they_are_listed():
 
 @pytest.mark.asyncio
 async def test_manager_create_failures_are_typed():
-    from corral_common.sandboxes import FailureReason
+    from corral_common.contracts.sandboxes import FailureReason
 
     m = SandboxManager(FakeBackend(), _FakeLayers(fail=EnvironmentNotFound("no env")))
     with pytest.raises(StartFailed) as exc:

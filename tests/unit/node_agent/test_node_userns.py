@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host.userns import RANGE_SIZE, IdRange
 from corral_node_agent.errors import Unavailable
 from corral_node_agent.isolation.policy import policy_for

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.errors import StartFailed
 from corral_node_agent.sandboxes.warm_pool import (

@@ -2,8 +2,8 @@
 
 import pytest
 
-from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState
+from corral_common.store.state_records import SandboxRecord
 from corral_scheduler.jobs.service import MAX_BATCH, next_batch_size
 from corral_scheduler.placement.outcomes import PlaceOutcome, settled_outcome
 

@@ -1,5 +1,5 @@
-from corral_common.sandboxes import Requests, SandboxSpec, pids_max, warm_pool_shape
-from corral_common.state_nodes import NodeInfo
+from corral_common.contracts.sandboxes import Requests, SandboxSpec, pids_max, warm_pool_shape
+from corral_common.store.state_nodes import NodeInfo
 from corral_scheduler.placement.policy import (
     by_warm_pool,
     could_ever_fit,
@@ -109,7 +109,7 @@ def test_pids_are_a_capacity_like_memory():
 
 
 def test_a_vm_reserves_its_qemus_tasks_not_the_guests_pids_limit():
-    from corral_common.sandboxes import VM_PIDS_LIMIT, VM_REQUESTS
+    from corral_common.contracts.sandboxes import VM_PIDS_LIMIT, VM_REQUESTS
 
     microvm = SandboxSpec(environment="e", backend="microvm", memory_mb=256, pids_limit=8)
     n = vm_node("a")

@@ -3,7 +3,7 @@ snapshot with defaults), and input events in the api's shape."""
 
 from corral._common import click_event, create_body, input_body, key_event, move_event, text_event
 from corral_api.sandboxes.schemas import SandboxCreate
-from corral_common.display import InputRequest
+from corral_common.contracts.display import InputRequest
 
 
 def test_create_body_sends_only_what_was_given():
@@ -22,7 +22,7 @@ def test_input_helpers_make_valid_input_requests():
 
 def test_create_body_carries_network_both_ways():
     from corral_client.models.sandbox import Sandbox as SandboxInfo
-    from corral_common.network import NetworkPolicy
+    from corral_common.contracts.network import NetworkPolicy
 
     body = create_body("busybox", network={"presets": ["pypi"], "allow": ["git.example.org:443"]}).to_dict()
     spec = SandboxCreate.model_validate(body)

@@ -25,7 +25,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from corral_common.inputs import ProcessCwd, ProcessEnv
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 Digest = Annotated[str, StringConstraints(pattern=DIGEST_PATTERN)]

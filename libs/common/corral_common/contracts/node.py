@@ -8,8 +8,8 @@ a model of this module (the raw-bytes routes excepted, listed in ``RAW_ROUTES``)
 the client against a live node-agent.
 
 Models that already had a home are re-exported, not copied: exec and files
-(``corral_common.exec``), usage (``corral_common.sandboxes``), the network allowlist
-(``corral_common.network``), screen and snapshots (``corral_common.display``), balloons and
+(``corral_common.contracts.exec``), usage (``corral_common.contracts.sandboxes``), the network allowlist
+(``corral_common.contracts.network``), screen and snapshots (``corral_common.contracts.display``), balloons and
 activity (``contracts.memory``).
 
     POST /v1/sandboxes/{id}/exec            ExecRequest → ExecResult
@@ -38,13 +38,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral_common.contracts.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
+from corral_common.contracts.events import NetworkDenial
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
 from corral_common.contracts.memory import HOUSEKEEPING_HEADER, BalloonState, BalloonTarget, SandboxActivity
-from corral_common.display import InputRequest, InputSent, SnapshotRequest, SnapshotSaved
-from corral_common.events import NetworkDenial
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo, FileWritten
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import SandboxState, Usage
 from corral_common.inputs import NAME_PATTERN, VERSION_PATTERN
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import SandboxState, Usage
 
 __all__ = [
     "HOUSEKEEPING_HEADER", "RAW_ROUTES", "BalloonState", "BalloonTarget", "CommitReply", "CommitRequest",

@@ -8,7 +8,7 @@ names a sandbox that does not exist, never another path or a query. The internal
 with every call. A node's error answer is raised again as the same ``CorralError`` (status,
 code, message, loc); a node that cannot be reached is ``NodeAgentUnreachable`` (a 503). A
 request that waited the pool timeout for a free connection raises ``httpx.PoolTimeout`` as it
-is: ``corral_common.overload`` answers it with a 503 ``overloaded``.
+is: ``corral_common.web.overload`` answers it with a 503 ``overloaded``.
 
 Exec streams, file downloads and port ingress pass the node's bytes through, and uploads
 stream their bodies: nothing of them is held whole. ``NodeAgentSyncClient`` is the blocking
@@ -26,6 +26,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 from websockets.typing import Subprotocol
 
+from corral_common.contracts.exec import INGRESS_MARK
 from corral_common.contracts.images import path_segment
 from corral_common.contracts.node import (
     HOUSEKEEPING_HEADER,
@@ -50,9 +51,8 @@ from corral_common.contracts.node import (
     StateReply,
     Usage,
 )
-from corral_common.errors import CorralError, ServiceUnavailable, raise_for_upstream
-from corral_common.exec import INGRESS_MARK
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.errors import CorralError, ServiceUnavailable, raise_for_upstream
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 
 Reply = TypeVar("Reply", bound=BaseModel)
 _ACTIVITIES = TypeAdapter(list[SandboxActivity])

@@ -23,7 +23,7 @@ from corral_api.admin.service import AdminService
 from corral_api.auth.dependencies import Operator
 from corral_api.auth.dependencies import Tenant as CallerTenant
 from corral_api.deps import provide
-from corral_common.errors import ERROR_RESPONSES
+from corral_common.web.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=ERROR_RESPONSES)
 usage_router = APIRouter(tags=["admin"], responses=ERROR_RESPONSES)

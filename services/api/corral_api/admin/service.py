@@ -21,8 +21,8 @@ from corral_api.admin.schemas import (
 from corral_api.auth.service import ApiKeyService
 from corral_api.quotas.service import TenantQuotas
 from corral_api.tenants.repository import TenantRepository
-from corral_common.errors import Conflict, NotFound
 from corral_common.logging import get_logger
+from corral_common.web.errors import Conflict, NotFound
 
 log = get_logger(__name__)
 

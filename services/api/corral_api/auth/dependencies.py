@@ -9,7 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from corral_api.auth.service import ApiKeyService, Principal
 from corral_api.deps import service_of
 from corral_api.limits import AUTHENTICATED_SCOPE_KEY
-from corral_common.errors import CorralError, Unauthorized
+from corral_common.web.errors import CorralError, Unauthorized
 
 bearer = HTTPBearer(auto_error=False, description="API key: `Authorization: Bearer <key>`")
 

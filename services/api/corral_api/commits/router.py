@@ -9,7 +9,7 @@ from corral_api.commits.schemas import CommitRequest, CommitResult
 from corral_api.commits.service import CommitService
 from corral_api.deps import provide
 from corral_api.sandboxes.schemas import Sandbox, SandboxList
-from corral_common.errors import ERROR_RESPONSES
+from corral_common.web.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
 

@@ -20,9 +20,9 @@ from corral_api.sandboxes.service import SandboxService
 from corral_api.snapshots.service import SnapshotService
 from corral_common.contracts.node import CommitRequest as NodeCommitRequest
 from corral_common.contracts.node_client import NodeAgentClient
-from corral_common.errors import Conflict
-from corral_common.sandboxes import VM_BACKENDS, SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.sandboxes import VM_BACKENDS, SandboxState
+from corral_common.store.state_records import SandboxRecord
+from corral_common.web.errors import Conflict
 
 LIVE = frozenset({SandboxState.running, SandboxState.paused})
 FORKED_FROM_LABEL = "corral.forked_from"

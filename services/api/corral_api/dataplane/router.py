@@ -17,12 +17,12 @@ from corral_api.dataplane.service import INGRESS_RESPONSE_DROPPED, SandboxDataPa
 from corral_api.deps import provide
 from corral_api.limits import api_key_of
 from corral_api.sandboxes.schemas import Sandbox
-from corral_common.display import InputRequest
-from corral_common.errors import ERROR_RESPONSES, CorralError, ErrorResponse
-from corral_common.exec import ExecRequest, ExecResult, FileInfo
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import Usage
-from corral_common.ws_relay import relay
+from corral_common.contracts.display import InputRequest
+from corral_common.contracts.exec import ExecRequest, ExecResult, FileInfo
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import Usage
+from corral_common.web.errors import ERROR_RESPONSES, CorralError, ErrorResponse
+from corral_common.web.ws_relay import relay
 
 # Paths under the sandboxes' prefix and tag: the public API is the same as when these lived in
 # corral_api.sandboxes.router.

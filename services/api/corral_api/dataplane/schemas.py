@@ -2,8 +2,8 @@
 
 from pydantic import BaseModel, Field
 
-from corral_common.events import NetworkDenial
-from corral_common.network import Network
+from corral_common.contracts.events import NetworkDenial
+from corral_common.contracts.network import Network
 
 
 class NetworkCounters(BaseModel):

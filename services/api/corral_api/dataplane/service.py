@@ -11,12 +11,12 @@ from starlette.requests import Request
 from websockets.asyncio.client import ClientConnection
 
 from corral_api.sandboxes.service import SandboxService
+from corral_common.contracts.exec import INGRESS_MARK
 from corral_common.contracts.node import ExecRequest, ExecResult, FileInfo, InputRequest, NetworkPolicy, Usage
 from corral_common.contracts.node_client import NodeAgentClient
-from corral_common.errors import BadRequest, Conflict
-from corral_common.exec import INGRESS_MARK
-from corral_common.sandboxes import SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.store.state_records import SandboxRecord
+from corral_common.web.errors import BadRequest, Conflict
 
 # Request headers ingress does not pass into a sandbox: Corral's credentials, and hop-by-hop.
 INGRESS_DROPPED = frozenset({"authorization", "x-api-key", "x-access-token", "e2b-traffic-access-token",

@@ -14,7 +14,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 
 def make_engine(url: str, **pool: Any) -> Engine:
     """``pool``: the bounds of the connection pool (``CommonSettings.sql_pool()``); a checkout
-    that waits past ``pool_timeout`` raises, and the api answers 503 (corral_common.overload)."""
+    that waits past ``pool_timeout`` raises, and the api answers 503 (corral_common.web.overload)."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False}, **pool)
 

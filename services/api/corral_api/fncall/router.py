@@ -22,7 +22,7 @@ from corral_api.fncall.schemas import (
 )
 from corral_api.fncall.service import FncallService
 from corral_api.quotas.service import TenantQuotas
-from corral_common.errors import ERROR_RESPONSES
+from corral_common.web.errors import ERROR_RESPONSES
 
 
 class LimitedBodyRoute(APIRoute):

@@ -36,9 +36,9 @@ from corral_common.contracts.fncall import (
     Verdict,
     safe_relpath,
 )
-from corral_common.errors import BadRequest, NotFound, PayloadTooLarge, ServiceUnavailable
 from corral_common.logging import get_logger
 from corral_common.telemetry import RateWindow
+from corral_common.web.errors import BadRequest, NotFound, PayloadTooLarge, ServiceUnavailable
 
 log = get_logger(__name__)
 COMPILE_TIMEOUT_MS = 10_000

@@ -9,9 +9,9 @@ import time
 from dataclasses import dataclass
 
 from corral_common.contracts.node_client import NodeAgentClient
-from corral_common.errors import CorralError
-from corral_common.state import StateStore
-from corral_common.state_nodes import NodeInfo
+from corral_common.store.state import StateStore
+from corral_common.store.state_nodes import NodeInfo
+from corral_common.web.errors import CorralError
 
 ASK_TIMEOUT_S = 2.0
 KEEP_S = 1.0

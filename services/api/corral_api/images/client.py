@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 
 from corral_common.contracts.images import path_segment
-from corral_common.errors import ServiceUnavailable, raise_for_upstream
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.web.errors import ServiceUnavailable, raise_for_upstream
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 
 
 class ImageServiceWrites:

@@ -14,8 +14,8 @@ from corral_api.body_limits import body_limit
 from corral_api.deps import provide
 from corral_api.images.schemas import Environment, EnvironmentCreate, ImageImport, Layer, LayerKind, StorageUsage
 from corral_api.images.service import ImageCatalogService
-from corral_common.errors import ERROR_RESPONSES, CorralError, ErrorResponse
 from corral_common.inputs import NAME_PATTERN, VERSION_PATTERN
+from corral_common.web.errors import ERROR_RESPONSES, CorralError, ErrorResponse
 
 router = APIRouter(tags=["images"], responses=ERROR_RESPONSES)
 

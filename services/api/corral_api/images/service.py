@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from corral_api.images.client import ImageServiceWrites, segments
 from corral_api.images.schemas import Environment, EnvironmentCreate, ImageImport, Layer, StorageUsage
-from corral_common.errors import CorralError
+from corral_common.web.errors import CorralError
 
 
 @contextmanager

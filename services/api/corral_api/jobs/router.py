@@ -8,7 +8,7 @@ from corral_api.auth.dependencies import Tenant
 from corral_api.deps import provide
 from corral_api.jobs.schemas import Job, JobCreate, JobList
 from corral_api.jobs.service import JobService
-from corral_common.errors import ERROR_RESPONSES
+from corral_common.web.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 

@@ -1,8 +1,8 @@
 from pydantic import BaseModel, Field, field_validator
 
 from corral_api.sandboxes.schemas import SandboxCreate
-from corral_common.jobs import MAX_JOB_SANDBOXES
-from corral_common.sandboxes import check_labels
+from corral_common.contracts.sandboxes import check_labels
+from corral_common.store.jobs import MAX_JOB_SANDBOXES
 
 
 class JobCreate(BaseModel):

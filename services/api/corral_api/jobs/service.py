@@ -1,5 +1,5 @@
 """Jobs: one call asks for up to 32,000 sandboxes; they queue in Redis and the scheduler
-admits them by fair share (``corral_common.jobs``, ``corral_scheduler.jobs``).
+admits them by fair share (``corral_common.store.jobs``, ``corral_scheduler.jobs``).
 
 POST answers at once: the records are created and queued in chunks by a background task
 (pipelined). A job whose submission an api crash interrupted is finished by the next api
@@ -22,17 +22,15 @@ from corral_api.jobs.repository import JobRepository
 from corral_api.jobs.schemas import Job, JobCreate
 from corral_api.quotas.service import TenantQuotas
 from corral_api.sandboxes.service import SandboxService
-from corral_common.errors import NotFound, Unprocessable
-from corral_common.jobs import JobRecord, JobStore
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxSpec, check_labels
 from corral_common.logging import get_logger
-from corral_common.overload import is_unavailable
-from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec, check_labels
+from corral_common.store.jobs import JobRecord, JobStore
+from corral_common.web.errors import NotFound, Unprocessable
+from corral_common.web.overload import is_unavailable
 
 log = get_logger(__name__)
 
 CHUNK = 500
-# Present while Redis holds what it held: set once the jobs of a Redis that lost it are queued again.
-MARKER = "jobs:durable"
 
 
 class JobService:
@@ -43,7 +41,6 @@ class JobService:
         self.quotas = quotas
         self.sandboxes = sandboxes
         self.rows = rows  # None: jobs live in Redis only (not queued again after a wipe)
-        self.redis = jobs.redis
         self._tasks: set[asyncio.Task] = set()
 
     def _spawn(self, coro) -> None:
@@ -92,7 +89,7 @@ class JobService:
             if self.quotas is not None:
                 await self.quotas.drop(tenant, job_id)
             raise
-        await self.redis.sadd("jobs:submitting", job_id)
+        await self.jobs.mark_submitting(job_id)
         self._spawn(self._submit(job_id))
         metrics.SANDBOXES_REQUESTED.labels(backend=spec.backend, via="job").inc(body.count)
         record = await self.jobs.get(job_id)
@@ -101,13 +98,13 @@ class JobService:
 
     async def resume_submissions(self) -> None:
         """At api start: finish the submissions a previous api process did not."""
-        for job_id in await self.redis.smembers("jobs:submitting"):
+        for job_id in await self.jobs.submitting():
             self._spawn(self._submit(job_id))
 
     async def _submit(self, job_id: str) -> None:
         try:
             ended: frozenset[str] = frozenset()
-            if await self.redis.hget(f"job:{job_id}", "requeued"):  # its sandboxes that ended are not run again
+            if await self.jobs.is_requeued(job_id):  # its sandboxes that ended are not run again
                 ended = frozenset(await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{job_id}-"))
             while True:
                 job = await self.jobs.get(job_id)
@@ -116,7 +113,7 @@ class JobService:
                 stop = min(job.count, job.submitted + CHUNK)
                 await self.jobs.enqueue(job_id, job.tenant, job.spec, job.submitted, stop, skip=ended,
                                         image=job.image)
-            await self.redis.srem("jobs:submitting", job_id)
+            await self.jobs.done_submitting(job_id)
         except Exception:
             log.exception("job.submit_failed", job_id=job_id)  # the next api start resumes it
 
@@ -133,14 +130,11 @@ class JobService:
         forgotten = []  # gone from Redis (expired, or lost with its data): the SQL history has the ended
         for start in range(0, len(ids), 2000):
             chunk = ids[start:start + 2000]
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for sid in chunk:
-                    pipe.hget(f"sb:{sid}", "state")
-                for sid, state in zip(chunk, await pipe.execute(), strict=True):
-                    if state is None:
-                        forgotten.append(sid)
-                    else:
-                        counts[state] = counts.get(state, 0) + 1
+            for sid, state in zip(chunk, await self.jobs.sandbox_states(chunk), strict=True):
+                if state is None:
+                    forgotten.append(sid)
+                else:
+                    counts[state] = counts.get(state, 0) + 1
         if forgotten:
             ended = await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{job_id}-")
             for sid in forgotten:
@@ -165,7 +159,7 @@ class JobService:
         if record.pending == 0:
             return None
         keys = []
-        for job_id in await self.redis.smembers("jobs:active"):
+        for job_id in await self.jobs.active_job_ids():
             other = await self.jobs.get(job_id)
             if other is None or other.pending == 0:
                 continue
@@ -187,7 +181,7 @@ class JobService:
         while True:
             # A submission chunk in flight when the job was marked deleted may add records.
             ids = [sid for sid in await self.jobs.sandbox_ids(job_id) if sid not in done]
-            if not ids and not await self.redis.sismember("jobs:submitting", job_id):
+            if not ids and not await self.jobs.is_submitting(job_id):
                 if self.quotas is not None:  # the sandboxes never made give their share back too
                     await self.quotas.drop(tenant, job_id)
                 return
@@ -225,21 +219,21 @@ class JobService:
 
     async def requeue_lost(self, grace_s: float) -> list[str]:
         """When Redis lost its data, queue again every job it lost; returns those."""
-        if self.rows is None or await self.redis.exists(MARKER):
+        if self.rows is None or await self.jobs.is_durable():
             return []
         if not await asyncio.to_thread(self.rows.live):
-            await self.redis.set(MARKER, "1")
+            await self.jobs.mark_durable()
             return []
         # Let every live node register what it runs first (each does before its next heartbeat):
         # a sandbox found running is not started twice.
         await asyncio.sleep(grace_s)
         requeued = []
         for row in await asyncio.to_thread(self.rows.live):
-            if await self.redis.exists(f"job:{row.id}"):
+            if await self.jobs.exists(row.id):
                 continue
             await self._requeue(row)
             requeued.append(row.id)
-        await self.redis.set(MARKER, "1")
+        await self.jobs.mark_durable()
         if requeued:
             log.warning("job.requeued_after_redis_loss", jobs=len(requeued))
         return requeued
@@ -248,6 +242,7 @@ class JobService:
         spec = SandboxSpec.model_validate(row.spec)
         # Not pinned: the SQL row keeps the spec only, so these sandboxes' nodes resolve the
         # environment (catalog compatibility branch) until the row records the pin too.
+        # compat(d03aa3f, 2026-12-07): goes when JobRow keeps the pin.
         await self.jobs.create_job(row.id, row.tenant, spec, row.count, weight=row.weight, priority=row.priority,
                                    labels=row.labels, created_at=row.created_at)
         ended = await asyncio.to_thread(self.sandboxes.history.states_with_prefix, f"{row.id}-")
@@ -260,6 +255,6 @@ class JobService:
                 await self.quotas.ledger.release(row.tenant, row.id, sandbox_id)
         # Those that ended count as admitted once (they were), so the job's totals add up; the
         # submission skips them (it lists them again, later: a superset of these).
-        await self.redis.hset(f"job:{row.id}", mapping={"requeued": "1", "admitted": len(ended)})
-        await self.redis.sadd("jobs:submitting", row.id)
+        await self.jobs.mark_requeued(row.id, len(ended))
+        await self.jobs.mark_submitting(row.id)
         self._spawn(self._submit(row.id))

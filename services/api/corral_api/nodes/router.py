@@ -8,7 +8,7 @@ from corral_api.auth.dependencies import Tenant
 from corral_api.deps import provide
 from corral_api.nodes.schemas import NodeList
 from corral_api.nodes.service import NodeService
-from corral_common.errors import ERROR_RESPONSES
+from corral_common.web.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"], responses=ERROR_RESPONSES)
 

@@ -3,8 +3,8 @@
 import time
 
 from corral_api.nodes.schemas import Node
-from corral_common.state import StateStore
-from corral_common.state_nodes import NodeInfo
+from corral_common.store.state import StateStore
+from corral_common.store.state_nodes import NodeInfo
 
 
 def node_view(info: NodeInfo, now: float) -> Node:

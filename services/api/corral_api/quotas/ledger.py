@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from redis import asyncio as aioredis
 
-from corral_common.errors import TooManyRequests
-from corral_common.quota_ledger import COUNT_ENTRY_LUA, LEDGER_FIELDS, ledger_keys
-from corral_common.state_nodes import cpu_milli
+from corral_common.store.quota_ledger import COUNT_ENTRY_LUA, LEDGER_FIELDS, ledger_keys
+from corral_common.store.state_nodes import cpu_milli
+from corral_common.web.errors import TooManyRequests
 
 QUOTA_KEYS = ("max_sandboxes", "max_cpu", "max_memory_mb", "max_disk_mb", "max_image_bytes", "max_fncall_per_s")
 UNLIMITED = -1

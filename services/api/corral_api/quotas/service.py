@@ -6,11 +6,13 @@ import time
 
 from corral_api.auth.service import AuthVersion
 from corral_api.quotas.ledger import Demand, QuotaLedger
+from corral_api.quotas.schemas import Quotas
 from corral_api.tenants.repository import TenantRepository
-from corral_common.errors import TooManyRequests
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxSpec, SandboxState
 from corral_common.logging import get_logger
-from corral_common.sandboxes import TERMINAL_STATES, SandboxSpec, SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.store.jobs import JobStore
+from corral_common.store.state_records import SandboxRecord
+from corral_common.web.errors import TooManyRequests
 
 log = get_logger(__name__)
 
@@ -24,16 +26,18 @@ class TenantQuotas:
     def __init__(self, tenants: TenantRepository, ledger: QuotaLedger, version: AuthVersion):
         self.tenants = tenants
         self.ledger = ledger
+        # The records its entries stand for (a sandbox's, a job's), in the same Redis.
+        self.records = JobStore(ledger.redis)
         self.version = version
-        self._cache: dict[str, tuple[dict, str]] = {}
+        self._cache: dict[str, tuple[Quotas, str]] = {}
 
-    async def quotas(self, tenant: str) -> dict:
+    async def quotas(self, tenant: str) -> Quotas:
         version = await self.version.current()
         cached = self._cache.get(tenant)
         if cached is not None and version is not None and cached[1] == version:
             return cached[0]
         row = await asyncio.to_thread(self.tenants.get, tenant)
-        quotas = dict(row.quotas) if row is not None else {}
+        quotas = Quotas.model_validate(row.quotas) if row is not None else Quotas()
         if version is not None:
             self._cache[tenant] = (quotas, version)
         return quotas
@@ -50,7 +54,7 @@ class TenantQuotas:
         await self.ledger.readmit_job(tenant, job_id, Demand(count, spec.cpu, spec.memory_mb, spec.disk_mb))
 
     async def _admit(self, tenant: str, entry: str, demand: Demand, loc: list) -> None:
-        quotas = await self.quotas(tenant)
+        quotas = (await self.quotas(tenant)).model_dump()
         try:
             await self.ledger.admit(tenant, entry, demand, quotas, loc)
         except TooManyRequests:
@@ -63,19 +67,15 @@ class TenantQuotas:
     async def reconcile(self, tenant: str) -> int:
         """Give back entries whose sandbox ended or is gone, and deleted or vanished jobs'
         rest; returns how many sandboxes were given back."""
-        redis = self.ledger.redis
         given = 0
         now = time.time()
         for entry, (_, admitted_at) in (await self.ledger.entries(tenant)).items():
             if now - admitted_at < RECONCILE_MIN_AGE_S:
                 continue
-            state = await redis.hget(f"sb:{entry}", "state")
-            state = state.decode() if isinstance(state, bytes) else state
+            [state] = await self.records.sandbox_states([entry])
             # A job's entry (a job sandbox's own entry, "job-…-N", has a record: see release()).
             if state is None and entry.startswith("job-"):
-                job = await redis.hmget(f"job:{entry}", "deleted")
-                gone = job[0] is None and not await redis.exists(f"job:{entry}")
-                if gone or job[0] in (b"1", "1"):
+                if await self.records.is_over(entry):
                     given += await self.ledger.release(tenant, entry)
                 continue
             if state is None or SandboxState(state) in TERMINAL_STATES:
@@ -97,10 +97,10 @@ class TenantQuotas:
         await self.ledger.release(tenant, entry)
 
     async def take_fncall(self, tenant: str, calls: int, loc: list | None = None) -> None:
-        rate = (await self.quotas(tenant)).get("max_fncall_per_s")
+        rate = (await self.quotas(tenant)).max_fncall_per_s
         await self.ledger.take_fncall(tenant, calls, rate, loc or ["body"])
 
     async def image_quota_bytes(self, tenant: str, default: int | None) -> int | None:
         """The tenant's own max_image_bytes, else the operator's default (image_quota_mb)."""
-        own = (await self.quotas(tenant)).get("max_image_bytes")
+        own = (await self.quotas(tenant)).max_image_bytes
         return default if own is None else own

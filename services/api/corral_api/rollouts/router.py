@@ -17,7 +17,7 @@ from corral_api.rollouts.schemas import (
     StepRequest,
 )
 from corral_api.rollouts.service import RolloutService
-from corral_common.errors import ERROR_RESPONSES
+from corral_common.web.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"], responses=ERROR_RESPONSES)
 

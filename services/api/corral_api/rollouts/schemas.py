@@ -8,10 +8,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from corral_api.sandboxes.schemas import SandboxCreate
-from corral_common.errors import Unprocessable
-from corral_common.exec import ExecRequest
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxState
 from corral_common.inputs import INPUT_ERROR_CODES, storable_text, valid_id
-from corral_common.sandboxes import SandboxState
+from corral_common.web.errors import Unprocessable
 
 Action = Literal["exec", "write_file", "read_file", "list_files"]
 StepStatus = Literal["pending", "done", "failed", "interrupted"]

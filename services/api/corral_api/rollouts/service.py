@@ -39,10 +39,10 @@ from corral_api.rollouts.schemas import (
     request_hash,
 )
 from corral_api.sandboxes.service import SandboxService
-from corral_common.errors import Conflict, CorralError, NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
-from corral_common.exec import ExecRequest
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxState
 from corral_common.logging import get_logger
-from corral_common.sandboxes import TERMINAL_STATES, SandboxState
+from corral_common.web.errors import Conflict, CorralError, NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
 
 log = get_logger(__name__)
 

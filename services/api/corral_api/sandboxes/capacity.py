@@ -15,15 +15,17 @@ it.
 import time
 from collections.abc import Callable, Sequence
 
-from corral_common.errors import Unprocessable
-from corral_common.sandboxes import SandboxSpec, pids_max, reserved_memory_mb
-from corral_common.state import StateStore
-from corral_common.state_nodes import NodeInfo, cpu_milli
+from corral_common.contracts.sandboxes import SandboxSpec, pids_max, reserved_memory_mb
+from corral_common.store.state import StateStore
+from corral_common.store.state_nodes import NodeInfo, cpu_milli
+from corral_common.web.errors import Unprocessable
 
 
 def _largest(nodes: Sequence[NodeInfo], backend: str, capacity: Callable[[NodeInfo], int | None]) -> int | None:
     """The largest capacity among the live nodes that run ``backend``; None when there is no
-    such node or one of them does not count this resource (an agent from before it was counted)."""
+    such node or one of them does not count this resource (an agent from before it was counted).
+    compat(53beb59 pids, 653b94c disk; 2026-12-01): the None case goes when no node runs an agent
+    older than 653b94c."""
     counted = [capacity(n) for n in nodes if backend in n.backends]
     if not counted or any(c is None for c in counted):
         return None
@@ -76,7 +78,8 @@ class NodeCeilings:
                        else f"a {kind} sandbox takes {need} host tasks, more than any node allows ({most_pids})")
             raise Unprocessable(message, loc=[*loc, "pids_limit"], code="exceeds_node_capacity",
                                 extra={"max_pids_limit": most_pids})
-        disk_nodes = [n for n in nodes if n.disk_mb is not None]  # older agents advertise none
+        # compat(653b94c, 2026-12-01): older agents advertise none; delete the filter when no node runs one.
+        disk_nodes = [n for n in nodes if n.disk_mb is not None]
         largest_disk = _largest(disk_nodes, kind, lambda n: n.disk_mb)
         if largest_disk is not None and spec.disk_mb > largest_disk:
             raise Unprocessable(f"disk_mb={spec.disk_mb} is more than any node can hold (the largest {kind} "

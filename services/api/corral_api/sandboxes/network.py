@@ -1,4 +1,4 @@
-"""The api's judgement of a sandbox's egress policy (corral_common.network has the grammar).
+"""The api's judgement of a sandbox's egress policy (corral_common.contracts.network has the grammar).
 
 Beyond the grammar (checked by the request model), a policy is refused (422 naming the rule)
 when it names an unknown preset or opens what no sandbox may reach: the built-in ranges,
@@ -16,11 +16,11 @@ import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from corral_common.errors import Unprocessable
-from corral_common.network import NetworkPolicy, parse_forbidden, validate_policy
-from corral_common.sandboxes import VM_BACKENDS
+from corral_common.contracts.network import NetworkPolicy, parse_forbidden, validate_policy
+from corral_common.contracts.sandboxes import VM_BACKENDS, BackendKind
 from corral_common.settings import CommonSettings
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
+from corral_common.web.errors import Unprocessable
 
 # Platform addresses are looked up again after this long (a node joining, DNS changing).
 REFRESH_S = 30.0
@@ -78,7 +78,7 @@ class NetworkRules:
         return self._platform
 
     async def require(self, network: object, loc: Sequence[str | int] = ("body", "network"),
-                      backend: str = "container", guest_kit: bool = True) -> None:
+                      backend: str = BackendKind.container, guest_kit: bool = True) -> None:
         """Unprocessable (422, loc down to the rule) when ``network`` cannot be taken.
         ``guest_kit``: False for a VM booting a user disk image or a snapshot, whose guest
         Corral's init does not configure (it would have a NIC it never sets up)."""

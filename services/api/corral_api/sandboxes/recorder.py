@@ -4,10 +4,10 @@ import asyncio
 
 from corral_api.quotas.service import TenantQuotas
 from corral_api.sandboxes.repository import HistoryRepository
-from corral_common.events import SandboxStateChanged, state_routing_keys
-from corral_common.sandboxes import TERMINAL_STATES
-from corral_common.state import StateStore
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.events import SandboxStateChanged, state_routing_keys
+from corral_common.contracts.sandboxes import TERMINAL_STATES
+from corral_common.store.state import StateStore
+from corral_common.store.state_records import SandboxRecord
 
 RECORDS_QUEUE = "api.records"
 TERMINAL_KEYS = state_routing_keys(sorted(TERMINAL_STATES))

@@ -7,8 +7,8 @@ asks for something else is refused (422, naming the field) rather than silently 
 
 from typing import Any, Protocol
 
-from corral_common.errors import Unprocessable
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import BackendKind, SandboxSpec
+from corral_common.web.errors import Unprocessable
 
 
 class SavedSnapshot(Protocol):
@@ -43,7 +43,7 @@ def restored_spec(request: SandboxSpec, snapshot_spec: dict[str, Any], explicit:
         if name not in explicit:
             continue
         wanted, saved = getattr(request, name), getattr(source, name)
-        if name == "isolation" and wanted == "vm" and source.backend != "container":
+        if name == "isolation" and wanted == "vm" and source.backend != BackendKind.container:
             continue  # any VM kind gives the hardware boundary asked for
         if name == "display" and not wanted:
             continue  # not asking for a screen is no contradiction

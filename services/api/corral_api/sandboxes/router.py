@@ -9,9 +9,9 @@ from corral_api.auth.dependencies import Tenant
 from corral_api.deps import provide
 from corral_api.sandboxes.schemas import Sandbox, SandboxCreate, SandboxList, WaitState
 from corral_api.sandboxes.service import SandboxService
-from corral_common.errors import ERROR_RESPONSES, BadRequest
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxState
 from corral_common.inputs import ID_PATTERN
-from corral_common.sandboxes import TERMINAL_STATES, SandboxState
+from corral_common.web.errors import ERROR_RESPONSES, BadRequest
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)
 

@@ -3,10 +3,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
+from corral_common.contracts.network import Network
+from corral_common.contracts.sandboxes import Requests, SandboxSpec, SandboxState, Usage
 from corral_common.inputs import process_env, valid_disk_image, valid_id, valid_name
-from corral_common.network import Network
-from corral_common.sandboxes import Requests, SandboxSpec, SandboxState, Usage
-from corral_common.state_records import SandboxRecord
+from corral_common.store.state_records import SandboxRecord
 
 
 class SandboxCreate(SandboxSpec):

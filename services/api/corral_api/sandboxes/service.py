@@ -15,6 +15,7 @@ from corral_api.sandboxes.restore import SnapshotLookup, restored_spec
 from corral_api.sandboxes.waiters import StateWaiters
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
+from corral_common.contracts.events import SANDBOX_REQUESTED_KEY, SandboxRequested, SandboxStop, node_routing_key
 from corral_common.contracts.images import (
     Environment,
     EnvironmentCache,
@@ -24,15 +25,14 @@ from corral_common.contracts.images import (
     ImageServiceError,
     ResolvedImage,
 )
-from corral_common.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
-from corral_common.events import SANDBOX_REQUESTED_KEY, SandboxRequested, SandboxStop, node_routing_key
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import TERMINAL_STATES, FailureReason, SandboxSpec, SandboxState
 from corral_common.inputs import split_disk_image_ref
 from corral_common.logging import get_logger
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxSpec, SandboxState
-from corral_common.state import StateStore
-from corral_common.state_nodes import NodeInfo
-from corral_common.state_records import SandboxRecord
+from corral_common.store.state import StateStore
+from corral_common.store.state_nodes import NodeInfo
+from corral_common.store.state_records import SandboxRecord
+from corral_common.web.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 
 log = get_logger(__name__)
 
@@ -142,7 +142,7 @@ class SandboxService:
                                        guest_kit=not (spec.disk_image or spec.from_snapshot))
         # Resolved once, here: the record and the request carry the pin. A restore is not
         # pinned (its node resolves the environment, as before pins): the snapshot does not
-        # record the layers it was taken on yet.
+        # record the layers it was taken on yet. compat(d03aa3f, 2026-12-07): goes when it does.
         image = None
         if not restoring:
             spec, image = await self.environments.require_spec(spec, tenant=tenant)

@@ -4,8 +4,8 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 
-from corral_common.events import SandboxStateChanged
-from corral_common.sandboxes import SandboxState
+from corral_common.contracts.events import SandboxStateChanged
+from corral_common.contracts.sandboxes import SandboxState
 
 
 class _Waiter(asyncio.Event):

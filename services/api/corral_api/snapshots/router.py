@@ -9,7 +9,7 @@ from corral_api.auth.dependencies import Tenant
 from corral_api.deps import provide
 from corral_api.snapshots.schemas import Snapshot, SnapshotList
 from corral_api.snapshots.service import SnapshotService, to_schema
-from corral_common.errors import ERROR_RESPONSES
+from corral_common.web.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/snapshots", tags=["snapshots"], responses=ERROR_RESPONSES)
 sandbox_router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=ERROR_RESPONSES)

@@ -17,9 +17,9 @@ from corral_api.snapshots.repository import SnapshotRepository
 from corral_api.snapshots.schemas import Snapshot
 from corral_common.contracts.node import SnapshotRequest
 from corral_common.contracts.node_client import NodeAgentClient
-from corral_common.errors import CorralError, NotFound
+from corral_common.contracts.sandboxes import SandboxState
 from corral_common.logging import get_logger
-from corral_common.sandboxes import SandboxState
+from corral_common.web.errors import CorralError, NotFound
 
 log = get_logger(__name__)
 

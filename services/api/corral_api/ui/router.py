@@ -35,10 +35,10 @@ from corral_api.ui.service import (
     timeline,
 )
 from corral_api.ui.sessions import COOKIE, UiSession, UiSessions
-from corral_common.display import InputRequest
-from corral_common.errors import BadRequest, CorralError, TooManyRequests
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxState
+from corral_common.contracts.display import InputRequest
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.web.errors import BadRequest, CorralError, TooManyRequests
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"

@@ -16,12 +16,12 @@ from corral_api.jobs.service import JobService
 from corral_api.rollouts.service import RolloutService
 from corral_api.sandboxes.service import SandboxService
 from corral_common.contracts.fncall import RUNTIMES
-from corral_common.errors import CorralError
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxState
 from corral_common.logging import get_logger
-from corral_common.sandboxes import TERMINAL_STATES, SandboxState
-from corral_common.state import StateStore
-from corral_common.state_nodes import NodeInfo
-from corral_common.state_records import SandboxRecord
+from corral_common.store.state import StateStore
+from corral_common.store.state_nodes import NodeInfo
+from corral_common.store.state_records import SandboxRecord
+from corral_common.web.errors import CorralError
 
 log = get_logger(__name__)
 

@@ -1,7 +1,7 @@
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
-from corral_common.errors import BadRequest, NotFound
+from corral_common.web.errors import BadRequest, NotFound
 from corral_image_service.blobs.schemas import DIGEST_RE
 from corral_image_service.deps import Services, ServicesDep
 

@@ -4,7 +4,7 @@ import anyio
 from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from corral_common.errors import BadRequest, NotFound
+from corral_common.web.errors import BadRequest, NotFound
 from corral_image_service import metrics
 from corral_image_service.blobs.schemas import DIGEST_RE
 from corral_image_service.chunks.schemas import ChunkIndexOut

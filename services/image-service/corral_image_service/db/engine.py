@@ -21,7 +21,7 @@ class ImageModel(SQLModel, registry=registry()):
 
 def make_engine(url: str, **pool: Any) -> Engine:
     """``pool``: the bounds of the connection pool (``CommonSettings.sql_pool()``); a checkout
-    that waits past ``pool_timeout`` raises, and the service answers 503 (corral_common.overload)."""
+    that waits past ``pool_timeout`` raises, and the service answers 503 (corral_common.web.overload)."""
     if url.startswith("sqlite"):
         # Blocking endpoints run in a threadpool, so connections cross threads.
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pool)

@@ -7,7 +7,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from corral_common.disk_images import DiskImageRefused, inspect_disk_image
-from corral_common.errors import Conflict, NotFound, Unprocessable
+from corral_common.web.errors import Conflict, NotFound, Unprocessable
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.db.engine import as_utc, session_scope
 from corral_image_service.disk_images.models import DiskImage

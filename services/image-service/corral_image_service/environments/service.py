@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from corral_common.contracts.images import ImageConfig
-from corral_common.errors import Conflict, NotFound, Unprocessable
+from corral_common.web.errors import Conflict, NotFound, Unprocessable
 from corral_image_service.db.engine import as_utc, session_scope
 from corral_image_service.environments.models import Environment
 from corral_image_service.environments.repository import EnvironmentRepository

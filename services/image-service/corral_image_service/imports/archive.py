@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from corral_common.errors import Unprocessable
+from corral_common.web.errors import Unprocessable
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"

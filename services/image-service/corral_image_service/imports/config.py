@@ -3,7 +3,7 @@
 from typing import Any
 
 from corral_common.contracts.images import ImageConfig
-from corral_common.errors import Unprocessable
+from corral_common.web.errors import Unprocessable
 from corral_image_service.imports.inroot import Root
 
 

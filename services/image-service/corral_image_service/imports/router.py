@@ -4,7 +4,7 @@ import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from corral_common.errors import BadRequest, CorralError
+from corral_common.web.errors import BadRequest, CorralError
 from corral_image_service.deps import ServicesDep
 from corral_image_service.imports.schemas import ImportOut
 from corral_image_service.imports.service import REFERENCE_PATTERN

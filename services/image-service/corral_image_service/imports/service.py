@@ -24,8 +24,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import select
 
 from corral_common.contracts.images import ImageConfig
-from corral_common.errors import CorralError, NotFound, Unprocessable
 from corral_common.logging import get_logger
+from corral_common.web.errors import CorralError, NotFound, Unprocessable
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.db.engine import as_utc, session_scope, utcnow
 from corral_image_service.environments.schemas import EnvironmentIn

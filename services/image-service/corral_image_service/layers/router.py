@@ -5,7 +5,7 @@ import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from corral_common.errors import CorralError, Unprocessable
+from corral_common.web.errors import CorralError, Unprocessable
 from corral_image_service.deps import ServicesDep
 from corral_image_service.layers.schemas import (
     NAME_PATTERN,

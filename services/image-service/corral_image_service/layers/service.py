@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, func, select
 
-from corral_common.errors import Conflict, CorralError, NotFound, PayloadTooLarge, Unprocessable
+from corral_common.web.errors import Conflict, CorralError, NotFound, PayloadTooLarge, Unprocessable
 from corral_image_service.blobs.service import BlobStore
 from corral_image_service.chunks.store import ChunkStore, chunk_blob
 from corral_image_service.db.engine import as_utc, session_scope

@@ -2,8 +2,8 @@
 
 from fastapi import APIRouter, Depends
 
-from corral_common.errors import ERROR_RESPONSES
-from corral_common.internal import require_internal_token
+from corral_common.web.errors import ERROR_RESPONSES
+from corral_common.web.internal import require_internal_token
 from corral_memory_manager.deps import ServicesDep
 
 router = APIRouter(prefix="/v1/balloons", tags=["balloons"], dependencies=[Depends(require_internal_token)],

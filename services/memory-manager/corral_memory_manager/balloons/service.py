@@ -10,8 +10,8 @@ import httpx
 
 from corral_common.contracts.node import BalloonState, BalloonTarget, ExecRequest
 from corral_common.contracts.node_client import NodeAgentClient, NodeAgentUnreachable
-from corral_common.errors import CorralError
 from corral_common.logging import get_logger
+from corral_common.web.errors import CorralError
 from corral_memory_manager import metrics
 from corral_memory_manager.balloons.ksm import KsmPolicy
 from corral_memory_manager.balloons.policy import BalloonMemory, BalloonPolicy, decide, guest_cache_reclaim_due

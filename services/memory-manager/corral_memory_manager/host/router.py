@@ -8,8 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from corral_common.errors import ERROR_RESPONSES
-from corral_common.internal import require_internal_token
+from corral_common.web.errors import ERROR_RESPONSES
+from corral_common.web.internal import require_internal_token
 from corral_memory_manager.deps import ServicesDep
 
 from .schemas import HostMemory, KsmState, KsmUpdate

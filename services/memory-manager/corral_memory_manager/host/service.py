@@ -11,7 +11,7 @@ import os
 import threading
 from pathlib import Path
 
-from corral_common.errors import ServiceUnavailable, Unprocessable
+from corral_common.web.errors import ServiceUnavailable, Unprocessable
 
 from .schemas import (
     DamonState,

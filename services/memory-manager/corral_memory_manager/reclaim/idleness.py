@@ -19,8 +19,10 @@ in-guest cache drop) is excused: the window it fell in is skipped.
 from dataclasses import dataclass
 
 from corral_common.contracts.memory import SandboxActivity
+from corral_common.contracts.sandboxes import VM_BACKENDS
 
-VM_KINDS = frozenset({"vm", "microvm"})
+# The kinds whose cpu is QEMU's, vCPUs and all (a higher idle threshold).
+VM_KINDS = VM_BACKENDS
 
 
 @dataclass(frozen=True)

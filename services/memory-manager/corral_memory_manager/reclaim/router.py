@@ -4,8 +4,8 @@ import asyncio
 
 from fastapi import APIRouter, Depends
 
-from corral_common.errors import ERROR_RESPONSES, ServiceUnavailable
-from corral_common.internal import require_internal_token
+from corral_common.web.errors import ERROR_RESPONSES, ServiceUnavailable
+from corral_common.web.internal import require_internal_token
 from corral_memory_manager.deps import Services, ServicesDep
 
 from .schemas import ReclaimEntry, ReclaimStatus

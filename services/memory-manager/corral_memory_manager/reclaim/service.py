@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import httpx
 
 from corral_common.contracts.memory import SandboxActivity
-from corral_common.errors import CorralError
 from corral_common.logging import get_logger
 from corral_common.pacing import duty_capped_delay
+from corral_common.web.errors import CorralError
 from corral_host.cgroups.base import Cgroup, CgroupDriver
 from corral_host.cgroups.detect import cgroup_driver
 from corral_host.cgroups.node import node_cgroup_path, sandbox_cgroup_path

@@ -23,12 +23,12 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from enum import StrEnum
 
+from corral_common.contracts.display import InputEvent
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.contracts.memory import BalloonState
-from corral_common.display import InputEvent
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import RuntimeInfo, SandboxSpec, Usage
 from corral_common.logging import get_logger
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import SandboxSpec, Usage
 from corral_node_agent.backends.types import LayerFormat, RootFs
 from corral_node_agent.errors import Unsupported
 
@@ -156,7 +156,7 @@ class SandboxBackend(abc.ABC):
         started ahead and claimed (Capability.warm_pool)."""
         return sandbox_id
 
-    def describe(self, sandbox_id: str) -> dict[str, str]:
+    def describe(self, sandbox_id: str) -> RuntimeInfo:
         """How this sandbox runs, for its record (accelerator, image transport...)."""
         return {}
 

@@ -1,7 +1,7 @@
 """The checks every runtime makes on an exec request before running it, so a bad request gets
 the same 400 (same message, same ``loc``) from a container and from a VM's guest agent."""
 
-from corral_common.exec import ExecRequest
+from corral_common.contracts.exec import ExecRequest
 from corral_node_agent.errors import BadInput
 
 

@@ -18,10 +18,11 @@ import tarfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
-from corral_common.display import InputEvent
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
-from corral_common.sandboxes import SandboxSpec, Usage
+from corral_common.contracts.display import InputEvent
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.contracts.sandboxes import RuntimeInfo, SandboxSpec, Usage
 from corral_node_agent.backends import paths
 from corral_node_agent.backends.base import Capability, ExitReason, FileData, FinishedUsage, SandboxBackend
 from corral_node_agent.backends.types import LayerFormat, RootFs
@@ -132,9 +133,9 @@ class FakeBackend(SandboxBackend):
     def list_running(self) -> list[str]:
         return list(self.sandboxes)
 
-    def describe(self, sandbox_id: str) -> dict[str, str]:
+    def describe(self, sandbox_id: str) -> RuntimeInfo:
         self._get(sandbox_id)
-        return dict(self.runtime)
+        return cast(RuntimeInfo, dict(self.runtime))
 
     def spec_of(self, sandbox_id: str) -> SandboxSpec:
         self._can(Capability.adopt)

@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import dataclass, fields
 
-from corral_common.sandboxes import MIN_PIDS_REQUEST
+from corral_common.contracts.sandboxes import MIN_PIDS_REQUEST
 
 MIB = 1024 * 1024
 # The system reserve where none is configured: a tenth of the host, at least this much.

@@ -161,7 +161,9 @@ class UpperDisks:
         unmounting does not first write back what the sandbox left in the page cache (the
         image is deleted next). Only ever the filesystem mounted at target (a path, or a
         descriptor of its root) from image's loop device: anything else there (nothing
-        mounted, an older agent's tmpfs) is left alone."""
+        mounted, an older agent's tmpfs) is left alone.
+        compat(4099bcd, 2026-12-01): the tmpfs case is gone 7 days (the longest timeout_s) after
+        every node runs 4099bcd or later (no container with a tmpfs upper can still run)."""
         try:
             fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) \
                 if isinstance(target, str) else os.dup(target)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import redis
 
 from corral_common.logging import get_logger
+from corral_common.store.liveness import refresh_node_score
 from corral_node_agent import metrics
 
 log = get_logger(__name__)
@@ -141,7 +142,7 @@ class LivenessPulse:
             self._withheld = False
         try:
             # XX: refresh a node that is there, never add one (see the module's docstring).
-            self.redis.zadd("nodes", {self.node_id: time.time()}, xx=True)
+            refresh_node_score(self.redis, self.node_id)
         except redis.RedisError as exc:
             if not self._failing:  # once per outage: the full beat logs its own failures
                 log.warning("node.pulse_failed", node_id=self.node_id, error=str(exc)[:200])

@@ -19,10 +19,10 @@ from collections import defaultdict
 
 from prometheus_client import Counter
 
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxState, reserved_memory_mb
 from corral_common.logging import get_logger
-from corral_common.sandboxes import TERMINAL_STATES, SandboxState, reserved_memory_mb
-from corral_common.state import StateStore
-from corral_common.state_reservations import RestoreOutcome
+from corral_common.store.state import StateStore
+from corral_common.store.state_reservations import RestoreOutcome
 from corral_node_agent.sandboxes.owners import OwnerRecord
 from corral_node_agent.sandboxes.service import SandboxManager
 

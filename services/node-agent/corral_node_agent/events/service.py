@@ -10,11 +10,11 @@ from collections import defaultdict
 
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxPlace, SandboxStop
+from corral_common.contracts.events import SandboxPlace, SandboxStop
+from corral_common.contracts.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, Usage
 from corral_common.logging import get_logger
 from corral_common.node_liveness import WEDGE_TIMEOUTS
-from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, Usage
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
 from corral_node_agent import metrics
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.capacity import disk

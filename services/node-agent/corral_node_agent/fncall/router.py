@@ -7,7 +7,7 @@ are ``app.state.services.fncall`` (corral_node_agent.container) once started.
 from fastapi import APIRouter, Request
 
 from corral_common.contracts.node import FncallPoolsStatus
-from corral_common.internal import INTERNAL_ONLY
+from corral_common.web.internal import INTERNAL_ONLY
 from corral_node_agent.fncall.service import FncallPools
 
 router = APIRouter()

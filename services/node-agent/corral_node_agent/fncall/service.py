@@ -38,6 +38,8 @@ OWNER_FILE = ".owner-pid"  # in an instance's scratch dir: the agent that runs i
 # ... and where its workers' cgroups are (below its node's cgroup, cgroups/node.py).
 CGROUP_FILE = ".cgroup"
 # Where agents from before the node cgroup put an instance's workers: corral-fncall/<instance>/<worker>.
+# compat(53beb59, 2026-12-01): delete once every node has started an agent at 53beb59 or later (its
+# first start removes the older instances).
 LEGACY_CGROUP_PREFIX = "corral-fncall"
 
 

@@ -12,8 +12,8 @@
 from dataclasses import dataclass
 from typing import Literal
 
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import SandboxSpec
 
 
 @dataclass(frozen=True)

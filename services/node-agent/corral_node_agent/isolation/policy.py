@@ -13,8 +13,8 @@ same for every kind sharing the host kernel, so it is no part of the policy: pro
 
 from dataclasses import dataclass
 
-from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, pids_max, reserved_memory_mb
-from corral_common.sandboxes import VM_PIDS_LIMIT as VM_PIDS_LIMIT  # QEMU's threads (re-exported)
+from corral_common.contracts.sandboxes import VM_BACKENDS, SandboxSpec, pids_max, reserved_memory_mb
+from corral_common.contracts.sandboxes import VM_PIDS_LIMIT as VM_PIDS_LIMIT  # QEMU's threads (re-exported)
 from corral_host.userns import IdRange
 from corral_node_agent.isolation.identity import FNCALL_IDENTITY, VM_IDENTITY, Identity, container_identity
 from corral_node_agent.isolation.network import NO_EGRESS, Egress, egress_for

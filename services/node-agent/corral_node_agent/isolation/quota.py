@@ -7,7 +7,7 @@ limit caps them together and only this quota's number applies there.
 
 from dataclasses import dataclass
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 
 MIB = 1024 * 1024
 

@@ -3,7 +3,7 @@ image. Asked through the shared client; its failures become ``ImageUnavailable``
 
 A sandbox's environment is resolved once, by the api, into the pin its record carries
 (``SandboxRecord.image``): the node starts pinned sandboxes on those layers and asks nothing
-here. ``environment`` serves what has no pin: compatibility for records written before pins,
+here. ``environment`` serves what has no pin: compat(d03aa3f, 2026-12-07) for records written before pins,
 restored snapshots and jobs queued again from SQL after Redis lost them (removable once
 snapshot and job rows keep their pin), and the node's own fncall workers.
 """

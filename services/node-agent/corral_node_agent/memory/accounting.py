@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from corral_common.contracts.sandboxes import Usage
 from corral_common.logging import get_logger
 from corral_common.pacing import duty_capped_delay
-from corral_common.sandboxes import Usage
 from corral_host.cgroups.base import Cgroup, CgroupDriver, MemoryReading
 from corral_host.cgroups.node import node_cgroup_path, sandbox_cgroup_path
 from corral_node_agent.memory import metrics

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter
 
+from corral_common.contracts.network import NetworkPolicy, expand, parse_forbidden
 from corral_common.logging import get_logger
-from corral_common.network import NetworkPolicy, expand, parse_forbidden
 from corral_host import netns
 from corral_node_agent.errors import BadInput, StartFailed, Unavailable
 from corral_node_agent.network import nft, shaping

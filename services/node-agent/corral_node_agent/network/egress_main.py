@@ -27,7 +27,7 @@ import sys
 import dns.asyncresolver
 from pyroute2 import IPRoute
 
-from corral_common.network import ALWAYS_FORBIDDEN, parse_forbidden
+from corral_common.contracts.network import ALWAYS_FORBIDDEN, parse_forbidden
 from corral_host import netns
 from corral_node_agent.network.dns import DnsProtocol
 from corral_node_agent.network.proxy import EgressProxy

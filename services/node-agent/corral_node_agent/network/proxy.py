@@ -17,7 +17,7 @@ target is judged by the same rules (``_judge``), so the verdict is one.
 
 An allowed name is resolved here (the operator's ``egress_hosts`` map, or the configured
 resolver, or the node's), every forbidden address among the answers is dropped
-(corral_common.network.is_forbidden: loopback, link-local and metadata, the node's own
+(corral_common.contracts.network.is_forbidden: loopback, link-local and metadata, the node's own
 addresses, the sandboxes' subnet, the platform's services, the operator's deny list), and
 the proxy connects to what is left — by address, so nothing resolves twice. Its upstream
 sockets are made in the node's namespace by a process running as an unprivileged user.
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import h11
 
-from corral_common.network import is_forbidden
+from corral_common.contracts.network import is_forbidden
 from corral_node_agent.network.dns import gateway_of
 from corral_node_agent.network.rules import SandboxRules
 

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from corral_common.amqp import EventBus
-from corral_common.events import SANDBOX_NETWORK_DENIED_KEY, NetworkDenial, SandboxNetworkDenied
+from corral_common.contracts.events import SANDBOX_NETWORK_DENIED_KEY, NetworkDenial, SandboxNetworkDenied
 from corral_common.logging import get_logger
 
 log = get_logger(__name__)

@@ -4,7 +4,7 @@ addresses and ports for connections to IP literals."""
 import ipaddress
 from dataclasses import dataclass
 
-from corral_common.network import Rule, parse_rule
+from corral_common.contracts.network import Rule, parse_rule
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ import contextlib
 import os
 import tempfile
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 import httpx
 
-from corral_common.errors import CorralError, raise_for_upstream
-from corral_common.internal import INTERNAL_TOKEN_HEADER
+from corral_common.contracts.node import CommitReply, CommitRequest
+from corral_common.web.errors import CorralError, raise_for_upstream
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER
 from corral_node_agent.backends.base import SandboxBackend
 
 
@@ -42,14 +42,16 @@ class LayerUploads:
         os.close(fd)
         return path
 
-    async def upload_diff(self, path: str, params: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    async def upload_diff(self, path: str, request: CommitRequest) -> tuple[CommitReply, int]:
+        """The diff tar at ``path`` as layer ``request`` of kind diff; image-service's layer and
+        status (201 new, 200 the same content again)."""
         async def body() -> AsyncIterator[bytes]:
             async with await anyio.open_file(path, "rb") as fh:
                 while piece := await fh.read(1 << 20):
                     yield piece
 
         try:
-            response = await self.http.post("/v1/layers", params={**params, "kind": "diff"},
+            response = await self.http.post("/v1/layers", params={**request.model_dump(exclude_none=True), "kind": "diff"},
                                             content=body(), headers={"Content-Type": "application/x-tar"})
         except httpx.HTTPError as exc:
             raise CorralError(f"image-service unreachable: {exc.__class__.__name__}", code="image_unavailable",
@@ -58,15 +60,16 @@ class LayerUploads:
             raise CorralError(f"image-service answered {response.status_code}", code="image_unavailable",
                               status_code=502)
         raise_for_upstream(response, "image_error", "image-service error")
-        return response.json(), response.status_code
+        return CommitReply.model_validate(response.json()), response.status_code
 
-    async def commit(self, backend: SandboxBackend, sandbox_id: str, params: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    async def commit(self, backend: SandboxBackend, sandbox_id: str,
+                     request: CommitRequest) -> tuple[CommitReply, int]:
         """The sandbox's writable layer, written by its backend into a spool file, uploaded as
-        a ``diff`` layer (``params``: name, version, owner, quota_bytes); the spool file goes
-        whatever happens. Returns image-service's layer and status."""
+        a ``diff`` layer; the spool file goes whatever happens. Returns image-service's layer
+        and status."""
         path = self.spool_path()
         try:
             await backend.commit_diff(sandbox_id, path)
-            return await self.upload_diff(path, params)
+            return await self.upload_diff(path, request)
         finally:
             await asyncio.to_thread(os.unlink, path)

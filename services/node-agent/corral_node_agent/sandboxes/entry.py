@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from corral_common.contracts.images import EnvironmentLayer
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.types import LayerFormat
 
 

@@ -6,10 +6,11 @@ whichever backend it is)."""
 import socket
 from collections.abc import AsyncIterator
 
+from corral_common.contracts.display import InputEvent
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.contracts.memory import BalloonState, SandboxActivity
-from corral_common.display import InputEvent
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
-from corral_common.network import NetworkPolicy
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.node import CommitReply, CommitRequest
 from corral_node_agent.backends.base import Capability, FileData
 from corral_node_agent.errors import NotFound, Unsupported
 from corral_node_agent.sandboxes.commits import LayerUploads
@@ -48,13 +49,13 @@ class SandboxOperations(SandboxRegistry):
 
     # ---- commits ------------------------------------------------------------------------
 
-    async def commit(self, sandbox_id: str, params: dict) -> tuple[dict, int]:
-        """The sandbox's writable layer as a new ``diff`` layer in image-service (``params``:
-        name, version, owner, quota_bytes); returns image-service's layer and status."""
+    async def commit(self, sandbox_id: str, request: CommitRequest) -> tuple[CommitReply, int]:
+        """The sandbox's writable layer as a new ``diff`` layer in image-service; returns
+        image-service's layer and status."""
         backend = self._capable(sandbox_id, Capability.commit)
         if self.uploads is None:
             raise Unsupported("this node cannot commit (no image-service uploads configured)")
-        return await self.uploads.commit(backend, sandbox_id, params)
+        return await self.uploads.commit(backend, sandbox_id, request)
 
     # ---- screens and snapshots ------------------------------------------------------------
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from corral_common.contracts.images import EnvironmentLayer
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState
 from corral_common.logging import get_logger
-from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.store.state_records import SandboxRecord
 
 log = get_logger(__name__)
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")

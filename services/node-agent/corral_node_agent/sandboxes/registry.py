@@ -2,7 +2,7 @@
 of ``SandboxManager`` shares (operations.py asks backends through it, service.py adds and
 removes entries). Safe to read off the event loop where a method says so."""
 
-from corral_common.sandboxes import VM_BACKENDS, SandboxSpec, Usage, reserved_memory_mb
+from corral_common.contracts.sandboxes import VM_BACKENDS, SandboxSpec, Usage, reserved_memory_mb
 from corral_node_agent.backends.base import Capability, SandboxBackend
 from corral_node_agent.errors import NotFound
 from corral_node_agent.memory.accounting import MemoryAccounting

@@ -7,8 +7,8 @@ goes with which ``LayerFormat``; everything acquired for an entry is released on
 from collections.abc import Sequence
 
 from corral_common.contracts.images import EnvironmentLayer
+from corral_common.contracts.sandboxes import FailureReason
 from corral_common.logging import get_logger
-from corral_common.sandboxes import FailureReason
 from corral_node_agent.backends.types import BootDisk, DiskFormat, LayerFormat, RootFs
 from corral_node_agent.errors import ImageUnavailable, StartFailed
 from corral_node_agent.layers.cache import LayerCache
@@ -24,7 +24,7 @@ class RootfsAssembler:
     async def resolve_unpinned(self, entry: SandboxEntry) -> tuple[EnvironmentLayer, ...]:
         """The environment's layers now, for a create whose record has no pinned image: it is
         pinned here, and starts (or is claimed from the warm pool) like a pinned one.
-        Compatibility only: records written before the api pinned images, restored snapshots,
+        compat(d03aa3f, 2026-12-07), only: records written before the api pinned images, restored snapshots,
         jobs queued again from SQL after Redis lost them; it can go (and the catalog's
         environment cache with it, but for fncall) once snapshot and job rows keep their pin."""
         try:

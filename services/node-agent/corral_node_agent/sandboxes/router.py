@@ -67,10 +67,10 @@ from corral_common.contracts.node import (
     StateReply,
     Usage,
 )
-from corral_common.errors import BadRequest
-from corral_common.internal import require_internal_token
-from corral_common.sandboxes import SandboxState
-from corral_common.ws_relay import relay
+from corral_common.contracts.sandboxes import SandboxState
+from corral_common.web.errors import BadRequest
+from corral_common.web.internal import require_internal_token
+from corral_common.web.ws_relay import relay
 from corral_node_agent import ports
 from corral_node_agent.errors import NodeAgentError
 
@@ -167,9 +167,9 @@ async def snapshot(sandbox_id: str, body: SnapshotRequest, manager: Manager) -> 
              response_model=CommitReply,
              responses={201: {"model": CommitReply, "description": "A new layer (200: the same content again)"}})
 async def commit(sandbox_id: str, body: CommitRequest, manager: Manager) -> JSONResponse:
-    # image-service's answer passed on as it came, with its status (201 or 200).
-    layer, status = await manager.commit(sandbox_id, body.model_dump(exclude_none=True))
-    return JSONResponse(layer, status_code=status)
+    # image-service's layer passed on, with its status (201 or 200).
+    layer, status = await manager.commit(sandbox_id, body)
+    return JSONResponse(layer.model_dump(mode="json"), status_code=status)
 
 
 @router.post("/exec", response_model=ExecResult, summary="Run a command and wait for it")

@@ -25,10 +25,17 @@ to end), and here the lifecycle.
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from corral_common.contracts.images import ResolvedImage
+from corral_common.contracts.sandboxes import (
+    DEFAULT_VM_MEMORY_OVERHEAD_MB,
+    BackendKind,
+    RuntimeInfo,
+    SandboxSpec,
+    Usage,
+)
 from corral_common.logging import get_logger
-from corral_common.sandboxes import DEFAULT_VM_MEMORY_OVERHEAD_MB, SandboxSpec, Usage
 from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.backends.base import Capability, ExitReason, SandboxBackend
 from corral_node_agent.errors import NodeAgentError, NotFound, StartFailed, Unavailable
@@ -206,7 +213,7 @@ class SandboxManager(SandboxOperations):
                 # What it runs on, for an agent that adopts it after a restart.
                 self.owners.write(dataclasses.replace(owner, layers=tuple(entry.layers)))
             try:
-                entry.runtime = {str(k): str(v) for k, v in backend.describe(sandbox_id).items()}
+                entry.runtime = cast(RuntimeInfo, {str(k): str(v) for k, v in backend.describe(sandbox_id).items()})
             except Exception:
                 log.exception("sandbox.describe_failed", sandbox_id=sandbox_id)
         except BaseException as exc:
@@ -323,10 +330,10 @@ def build_backends(settings: NodeAgentSettings) -> dict[str, SandboxBackend]:
     from corral_node_agent.backends.container import ContainerBackend
     from corral_node_agent.backends.vm.backend import FullVmBackend, MicroVmBackend, qemu_available
 
-    backends: dict[str, SandboxBackend] = {"container": ContainerBackend(settings)}
+    backends: dict[str, SandboxBackend] = {BackendKind.container: ContainerBackend(settings)}
     if qemu_available(settings):
-        backends["microvm"] = MicroVmBackend(settings)
-        backends["vm"] = FullVmBackend(settings)
+        backends[BackendKind.microvm] = MicroVmBackend(settings)
+        backends[BackendKind.vm] = FullVmBackend(settings)
     return backends
 
 

@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral_common.contracts.images import EnvironmentLayer
+from corral_common.contracts.sandboxes import SandboxSpec, warm_pool_shape
 from corral_common.logging import get_logger
-from corral_common.sandboxes import SandboxSpec, warm_pool_shape
 from corral_node_agent.backends.base import SandboxBackend
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.errors import NodeAgentError

@@ -1,6 +1,6 @@
 """Admits the queued sandboxes of jobs onto nodes in batches, by weighted fair share.
 
-The queue lives in Redis (``corral_common.jobs``), so a restarted scheduler picks up where
+The queue lives in Redis (``corral_common.store.jobs``), so a restarted scheduler picks up where
 the last one stopped. Each round: ask the job store for the next admissions in fair-share
 order (stride scheduling within the highest priority, simulated for the whole batch in one
 call), try to place them all at once exactly like single requests (``Placer.try_place``:
@@ -15,8 +15,8 @@ whichever job is then furthest behind, not to the one that happened to ask first
 
 import asyncio
 
-from corral_common.jobs import JobStore
 from corral_common.logging import get_logger
+from corral_common.store.jobs import JobStore
 from corral_scheduler import metrics
 from corral_scheduler.placement.outcomes import PlaceOutcome
 from corral_scheduler.placement.service import Placer

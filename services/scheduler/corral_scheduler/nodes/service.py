@@ -22,10 +22,10 @@ import time
 
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
+from corral_common.contracts.sandboxes import FailureReason, SandboxState
 from corral_common.logging import get_logger
 from corral_common.node_liveness import WEDGE_TIMEOUTS, accepts_connections
-from corral_common.sandboxes import FailureReason, SandboxState
-from corral_common.state import StateStore
+from corral_common.store.state import StateStore
 
 log = get_logger(__name__)
 
@@ -104,7 +104,7 @@ class NodeReaper:
                 if self.watch.steady_for(self.timeout, time.monotonic()):
                     await self.reap_once()
                 else:
-                    await self.store.redis.ping()
+                    await self.store.ping()
                 self.watch.answered(time.monotonic())
             except Exception:
                 log.exception("node.reaper_failed")

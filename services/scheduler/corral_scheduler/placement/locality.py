@@ -1,6 +1,6 @@
 """Which layers (and how many bytes of each) a sandbox's environment needs, for placement by
 locality, for a record without a pinned image (``SandboxRecord.image``: the api resolves every
-create's environment once and the placer reads the pin). Compatibility only: records written
+create's environment once and the placer reads the pin). compat(d03aa3f, 2026-12-07) only: records written
 before pins, and restored snapshots (not pinned yet); it can go when snapshots carry their
 source's pin. Asked of image-service as the sandbox's tenant sees the environment, cached (an
 environment's layers never change); any failure means "no locality", never a failed placement."""
@@ -8,8 +8,8 @@ environment's layers never change); any failure means "no locality", never a fai
 import httpx
 
 from corral_common.contracts.images import EnvironmentCache, ImageServiceClient, ImageServiceError
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_common.logging import get_logger
-from corral_common.sandboxes import SandboxSpec
 
 log = get_logger(__name__)
 

@@ -2,8 +2,8 @@
 
 from enum import StrEnum
 
-from corral_common.sandboxes import TERMINAL_STATES, SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.sandboxes import TERMINAL_STATES, SandboxState
+from corral_common.store.state_records import SandboxRecord
 
 
 class PlaceOutcome(StrEnum):

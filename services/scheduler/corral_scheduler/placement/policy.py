@@ -3,8 +3,8 @@ What a sandbox takes from a node is its requests (``SandboxSpec.reservation``), 
 
 from collections.abc import Collection, Mapping, Sequence
 
-from corral_common.sandboxes import SandboxSpec
-from corral_common.state_nodes import NodeInfo, cpu_milli
+from corral_common.contracts.sandboxes import SandboxSpec
+from corral_common.store.state_nodes import NodeInfo, cpu_milli
 
 
 def runs_backend(node: NodeInfo, spec: SandboxSpec) -> bool:

@@ -10,11 +10,11 @@ import time
 
 from corral_common import lifecycle
 from corral_common.amqp import EventBus
-from corral_common.events import SandboxPlace, SandboxRequested, node_routing_key
+from corral_common.contracts.events import SandboxPlace, SandboxRequested, node_routing_key
+from corral_common.contracts.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, warm_pool_shape
 from corral_common.logging import get_logger
-from corral_common.sandboxes import TERMINAL_STATES, FailureReason, SandboxState, warm_pool_shape
-from corral_common.state import StateStore
-from corral_common.state_records import SandboxRecord
+from corral_common.store.state import StateStore
+from corral_common.store.state_records import SandboxRecord
 from corral_scheduler import metrics
 from corral_scheduler.placement.locality import EnvironmentLayers
 from corral_scheduler.placement.outcomes import PlaceOutcome, settled_outcome
@@ -128,7 +128,7 @@ class Placer:
         no question to image-service."""
         if record.image is not None:
             return {layer.digest: layer.size for layer in record.image.layers}
-        # Compatibility: records without a pin (written before the api pinned images, restored
+        # compat(d03aa3f, 2026-12-07): records without a pin (written before the api pinned images, restored
         # snapshots, jobs queued again from SQL after Redis lost them); can go once snapshot
         # and job rows keep their pin.
         if self.environments is None:

@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 
-from corral_common.display import KeyPress, TypeText
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.display import KeyPress, TypeText
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.types import BootDisk, DiskFormat, RootFs
 from corral_node_agent.errors import BadInput, Conflict, DiskFull, NotFound, Unsupported
@@ -308,8 +308,8 @@ async def test_vm_boots_a_user_disk_image_through_a_private_overlay(work_dir, gu
 
 PREVIOUS_AGENT = """
 import asyncio, sys
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.types import RootFs
 from corral_node_agent.backends.vm.backend import MicroVmBackend
 from corral_node_agent.settings import NodeAgentSettings

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from corral_common.exec import ExecRequest
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.exec import ExecRequest
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host.cgroups import node as node_cgroup
 from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent.backends.types import RootFs

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from corral_common.exec import ExecRequest
+from corral_common.contracts.exec import ExecRequest
 from corral_node_agent.backends.vm import guestkit, keyboard
 from corral_node_agent.backends.vm.agent_client import GuestAgentClient
 from corral_node_agent.backends.vm.protocol import MARKER

@@ -10,8 +10,8 @@ from corral_api.compat.e2b.errors import E2bError
 from corral_api.compat.e2b.schemas import NewSandbox
 from corral_api.compat.e2b.service import E2bSandboxes
 from corral_api.settings import ApiSettings
-from corral_common.sandboxes import SandboxSpec, SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState
+from corral_common.store.state_records import SandboxRecord
 
 
 class Sandboxes:

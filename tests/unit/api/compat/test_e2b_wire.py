@@ -12,7 +12,7 @@ from corral_api.compat.e2b.errors import E2bError
 from corral_api.compat.e2b.processes import end_event
 from corral_api.compat.e2b.router import _metadata_filter, _offset
 from corral_api.compat.e2b.templates import Choice, TemplateResolver, parse_mapping
-from corral_common.exec import FileInfo
+from corral_common.contracts.exec import FileInfo
 
 
 def test_envelopes_round_trip_and_end_of_stream_carries_the_error():

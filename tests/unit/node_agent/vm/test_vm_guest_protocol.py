@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from corral_common.exec import ExecRequest
+from corral_common.contracts.exec import ExecRequest
 from corral_node_agent.backends.vm import guestkit
 from corral_node_agent.backends.vm.agent_client import GuestAgentClient, _error
 from corral_node_agent.backends.vm.protocol import (
@@ -381,7 +381,7 @@ async def test_downloads_are_credited_back_as_the_reader_consumes(tmp_path):
 
 
 def test_a_guest_command_run_as_root_gets_roots_home_unless_it_names_one():
-    from corral_common.exec import ExecRequest
+    from corral_common.contracts.exec import ExecRequest
     from corral_node_agent.backends.vm.agent_client import GuestAgentClient
 
     client = GuestAgentClient(None, None, env={"HOME": "/home/user", "A": "1"})  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """Key pacing for the PS/2 queue (backends/vm/keyboard.py): pure logic against a model of the
 device that drops what does not fit, as QEMU's does."""
 
-from corral_common.display import KeyPress, TypeText
+from corral_common.contracts.display import KeyPress, TypeText
 from corral_node_agent.backends.vm import keyboard
 from corral_node_agent.backends.vm.input import to_qmp
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from corral_common.display import KeyPress, MouseClick, MouseMove, TypeText
+from corral_common.contracts.display import KeyPress, MouseClick, MouseMove, TypeText
 from corral_node_agent.backends.vm.input import ABS_MAX, char_qcodes, to_qmp
 from corral_node_agent.backends.vm.qemu import (
     PMEM_ALIGN,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.types import BootDisk, DiskFormat, RootFs
 from corral_node_agent.backends.vm.backend import FullVmBackend
 from corral_node_agent.settings import NodeAgentSettings

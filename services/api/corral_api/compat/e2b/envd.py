@@ -27,10 +27,10 @@ from corral_api.dataplane.service import SandboxDataPath
 from corral_api.deps import service_of
 from corral_api.limits import claim_tenant_slot
 from corral_api.sandboxes.service import SandboxService
-from corral_common.errors import CorralError, NotFound
-from corral_common.exec import ExecRequest, FileInfo
+from corral_common.contracts.exec import ExecRequest, FileInfo
+from corral_common.contracts.sandboxes import SandboxState
 from corral_common.logging import get_logger
-from corral_common.sandboxes import SandboxState
+from corral_common.web.errors import CorralError, NotFound
 
 log = get_logger(__name__)
 

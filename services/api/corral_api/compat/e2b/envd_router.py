@@ -31,8 +31,8 @@ from corral_api.deps import service_of
 from corral_api.limits import WS_TRY_AGAIN_LATER
 from corral_api.multipart import multipart_parts
 from corral_api.settings import ApiSettings
-from corral_common.errors import CorralError, NotFound, TooManyRequests
-from corral_common.ws_relay import relay
+from corral_common.web.errors import CorralError, NotFound, TooManyRequests
+from corral_common.web.ws_relay import relay
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False, tags=["e2b envd"])
 

@@ -13,8 +13,9 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from corral_common.errors import CorralError, http_error_response, refusal_body
 from corral_common.logging import get_logger
+from corral_common.web.errors import CorralError, refusal_body
+from corral_common.web.handlers import http_error_response
 
 log = get_logger(__name__)
 
@@ -64,7 +65,7 @@ def is_e2b_request(request: Request) -> bool:
 
 
 def refused_response(scope: Any, error: CorralError) -> Response:
-    """A request refused before routing (a NUL in its URL: corral_common.guards), in E2B's shape
+    """A request refused before routing (a NUL in its URL: corral_common.web.guards), in E2B's shape
     for an E2B client."""
     if is_e2b_request(Request(scope)):
         return error_response(error.status_code, error.message, error.response_headers() or None)

@@ -17,9 +17,9 @@ from corral_api.compat.e2b.errors import E2bError
 from corral_api.compat.e2b.kernel_driver import MARK, SOURCE
 from corral_api.compat.e2b.processes import ProcessTable, RunningProcess, events
 from corral_api.dataplane.service import SandboxDataPath
-from corral_common.errors import CorralError
-from corral_common.exec import ExecRequest
+from corral_common.contracts.exec import ExecRequest
 from corral_common.logging import get_logger
+from corral_common.web.errors import CorralError
 
 log = get_logger(__name__)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from corral_api.compat.e2b.connect import ConnectError
 from corral_api.dataplane.service import SandboxDataPath
-from corral_common.exec import ExecChunk, ExecRequest
+from corral_common.contracts.exec import ExecChunk, ExecRequest
 from corral_common.logging import get_logger
 
 log = get_logger(__name__)

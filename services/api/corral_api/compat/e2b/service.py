@@ -24,10 +24,10 @@ from corral_api.dataplane.service import SandboxDataPath
 from corral_api.sandboxes.schemas import SandboxCreate
 from corral_api.sandboxes.service import SandboxService
 from corral_api.settings import ApiSettings
-from corral_common.errors import NotFound
+from corral_common.contracts.sandboxes import SandboxState
 from corral_common.logging import get_logger
-from corral_common.sandboxes import SandboxState
-from corral_common.state_records import SandboxRecord
+from corral_common.store.state_records import SandboxRecord
+from corral_common.web.errors import NotFound
 
 log = get_logger(__name__)
 

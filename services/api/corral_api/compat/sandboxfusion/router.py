@@ -14,7 +14,7 @@ from corral_api.deps import provide, service_of
 from corral_api.fncall.router import LimitedBodyRoute, Quotas, take_fncall_quota
 from corral_api.fncall.service import FncallService
 from corral_api.limits import claim_tenant_slot
-from corral_common.errors import ERROR_RESPONSES, Unauthorized
+from corral_common.web.errors import ERROR_RESPONSES, Unauthorized
 
 Service = Annotated[FncallService, Depends(provide(FncallService))]
 

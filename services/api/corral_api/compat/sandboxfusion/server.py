@@ -23,8 +23,8 @@ from corral_api.fncall.router import LimitedBodyRoute, Quotas, take_fncall_quota
 from corral_api.fncall.service import FncallService
 from corral_api.limits import TenantConcurrencyMiddleware, claim_tenant_slot
 from corral_api.settings import ApiSettings
-from corral_common.errors import install_error_handlers
 from corral_common.logging import get_logger
+from corral_common.web.handlers import install_error_handlers
 
 log = get_logger(__name__)
 

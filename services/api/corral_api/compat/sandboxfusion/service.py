@@ -26,7 +26,7 @@ from corral_api.compat.sandboxfusion.schemas import (
 from corral_api.fncall.schemas import FncallRequest
 from corral_api.fncall.service import FncallService
 from corral_common.contracts.fncall import RUNTIMES, CaseResult, CompileResult, FncallResult, Verdict
-from corral_common.errors import CorralError, ServiceUnavailable
+from corral_common.web.errors import CorralError, ServiceUnavailable
 
 # SandboxFusion's name -> the fncall runtime (same name unless listed).
 ALIASES = {"python3": "python"}

@@ -32,8 +32,8 @@ from corral_api.deps import provide
 from corral_api.limits import claim_tenant_slot
 from corral_api.multipart import multipart_parts
 from corral_api.rollouts.models import RolloutRow
-from corral_common.errors import ERROR_RESPONSES, BadRequest, Unprocessable
 from corral_common.inputs import storable_text
+from corral_common.web.errors import ERROR_RESPONSES, BadRequest, Unprocessable
 
 PREFIX = "/v1/sandboxes/{sandbox_id}/swerex"
 _ACTION = TypeAdapter(Action)

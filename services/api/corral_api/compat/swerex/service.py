@@ -42,10 +42,10 @@ from corral_api.rollouts.models import RolloutRow
 from corral_api.rollouts.schemas import RolloutCreate, RolloutFinish
 from corral_api.rollouts.service import ExtraAction, RolloutService
 from corral_api.sandboxes.service import SandboxService
-from corral_common.errors import Conflict, CorralError, NotFound, PayloadTooLarge, Unauthorized, Unprocessable
-from corral_common.exec import ExecRequest, ExecResult
+from corral_common.contracts.exec import ExecRequest, ExecResult
+from corral_common.contracts.sandboxes import SandboxState
 from corral_common.inputs import valid_id
-from corral_common.sandboxes import SandboxState
+from corral_common.web.errors import Conflict, CorralError, NotFound, PayloadTooLarge, Unauthorized, Unprocessable
 
 ADAPTER = "swerex"
 JOB_ID = "swerex"

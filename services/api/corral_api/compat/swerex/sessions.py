@@ -19,7 +19,7 @@ command but not the shell (it aborts the rest of that line, as Ctrl-C at a promp
 
 import re
 
-from corral_common.exec import ExecRequest, ExecResult
+from corral_common.contracts.exec import ExecRequest, ExecResult
 
 # Exit codes DRIVER uses for its own outcomes (a command's own exit code travels on stderr).
 NO_SESSION, SESSION_EXISTS, BAD_SYNTAX, TIMED_OUT, DRIVER_FAILED = 91, 92, 93, 94, 90

@@ -32,10 +32,10 @@ from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import RuntimeInfo, SandboxSpec, Usage
 from corral_common.logging import get_logger
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import SandboxSpec, Usage
 from corral_host import mounts, netns, uts
 from corral_host.cgroups import node as node_cgroup
 from corral_host.cgroups.base import Cgroup, CgroupDriver, RunStats
@@ -166,7 +166,7 @@ class ContainerBackend(SandboxBackend):
         sb = self._sandboxes.get(sandbox_id)
         return sb.runtime_id if sb is not None else sandbox_id
 
-    def describe(self, sandbox_id: str) -> dict[str, str]:
+    def describe(self, sandbox_id: str) -> RuntimeInfo:
         sb = self._sandboxes.get(sandbox_id)
         return {"warm_pool": sb.runtime} if sb is not None and sb.runtime else {}
 

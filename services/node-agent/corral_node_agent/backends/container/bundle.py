@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host import mount_api, mounts
 from corral_host.userns import IdRange
 from corral_node_agent.backends.container import oci
@@ -226,6 +226,8 @@ def read_meta(directory: str) -> BundleMeta:
     ids = IdRange.from_json(meta["userns"]) if meta.get("userns") is not None else None
     disk = UpperDisk.from_json(meta["disk"]) if meta.get("disk") else None
     # (written before the warm pool: the directory's name is the sandbox's id)
+    # compat(6778a69, 2026-12-03): the basename fallback goes 7 days (the longest timeout_s) after
+    # every node runs 6778a69 or later (no container an older agent started can still run).
     sandbox_id = None if meta.get("ahead") else str(meta.get("sandbox_id") or os.path.basename(directory))
     return BundleMeta(spec=SandboxSpec.model_validate(meta["spec"]), started_at=float(meta["started_at"]), ids=ids,
                       disk=disk, sandbox_id=sandbox_id)

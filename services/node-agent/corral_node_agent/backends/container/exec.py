@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, OutputEncoding
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, OutputEncoding
 from corral_node_agent.backends.commands import checked_argv
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.container.crun import Crun

@@ -13,7 +13,7 @@ import stat
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
-from corral_common.exec import FileInfo
+from corral_common.contracts.exec import FileInfo
 from corral_node_agent.backends.base import FileData
 from corral_node_agent.backends.paths import DISK_FULL, LOC, os_error, sandbox_path, split_path
 from corral_node_agent.errors import BadInput, DiskFull, NotFound, TooLarge

@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_host.cgroups.base import Cgroup
 from corral_node_agent.backends.types import ImageTransport
 from corral_node_agent.backends.vm import record

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.logging import get_logger
 from corral_node_agent.backends import paths
 from corral_node_agent.backends.commands import checked_argv

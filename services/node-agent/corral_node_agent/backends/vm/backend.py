@@ -26,12 +26,12 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Collection
 
+from corral_common.contracts.display import InputEvent
+from corral_common.contracts.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
 from corral_common.contracts.memory import BalloonState
-from corral_common.display import InputEvent
-from corral_common.exec import ExecChunk, ExecRequest, ExecResult, FileInfo
+from corral_common.contracts.network import NetworkPolicy
+from corral_common.contracts.sandboxes import BackendKind, RuntimeInfo, SandboxSpec, Usage
 from corral_common.logging import get_logger
-from corral_common.network import NetworkPolicy
-from corral_common.sandboxes import SandboxSpec, Usage
 from corral_host.cgroups import node as node_cgroup
 from corral_host.cgroups.base import Cgroup
 from corral_host.cgroups.detect import cgroup_driver
@@ -66,7 +66,7 @@ log = get_logger(__name__)
 
 
 class QemuBackend(SandboxBackend):
-    kind = "microvm"
+    kind = BackendKind.microvm
     machine_type: Machine = "microvm"
     layer_format = LayerFormat.files
     capabilities = frozenset({Capability.pause, Capability.snapshot, Capability.adopt, Capability.balloon})
@@ -116,6 +116,8 @@ class QemuBackend(SandboxBackend):
 
     def _legacy_cgroup_path(self, sandbox_id: str) -> str:
         # Where agents from before the node cgroup put a VM (vm.json without "cgroup").
+        # compat(53beb59, 2026-12-01): delete (and its two callers' fallbacks) 7 days (the longest
+        # timeout_s) after every node runs 53beb59 or later: no VM an older agent started can still run.
         return f"corral-vm/{self.settings.node_id}/{sandbox_id}"
 
     async def _connect_agent(self, vm: RunningVm, timeout_s: float) -> GuestAgentClient:
@@ -356,7 +358,7 @@ class QemuBackend(SandboxBackend):
         vm = self._vms.get(sandbox_id)
         return bool(vm and vm.paused)
 
-    def describe(self, sandbox_id: str) -> dict[str, str]:
+    def describe(self, sandbox_id: str) -> RuntimeInfo:
         vm = self._get(sandbox_id)
         return {"machine": self.machine_type, "accelerator": self.accelerator, "image_transport": vm.transport,
                 "agent": "corral" if vm.config.agent_socket else "none",
@@ -474,13 +476,13 @@ class QemuBackend(SandboxBackend):
 
 
 class MicroVmBackend(QemuBackend):
-    kind = "microvm"
+    kind = BackendKind.microvm
     machine_type: Machine = "microvm"
     layer_format = LayerFormat.files
 
 
 class FullVmBackend(QemuBackend):
-    kind = "vm"
+    kind = BackendKind.vm
     machine_type: Machine = "q35"
     layer_format = LayerFormat.dax_files
     capabilities = QemuBackend.capabilities | {Capability.screen}

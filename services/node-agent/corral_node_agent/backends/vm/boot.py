@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from corral_common.exec import ExecRequest
+from corral_common.contracts.exec import ExecRequest
 from corral_common.logging import get_logger
 from corral_node_agent.backends.types import ImageTransport
 from corral_node_agent.backends.vm.agent_client import GuestAgentClient

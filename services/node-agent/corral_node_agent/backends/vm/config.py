@@ -7,7 +7,7 @@ import os
 import subprocess
 from typing import Any
 
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.types import BootDisk, ImageTransport, LayerFormat, RootFs
 from corral_node_agent.backends.vm.guestkit import GuestKit, kernel_cmdline
 from corral_node_agent.backends.vm.qemu import (

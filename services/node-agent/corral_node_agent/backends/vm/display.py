@@ -7,7 +7,7 @@ import struct
 
 from qemu.qmp import ExecuteError
 
-from corral_common.display import InputEvent
+from corral_common.contracts.display import InputEvent
 from corral_node_agent.backends.vm import keyboard
 from corral_node_agent.backends.vm.input import to_qmp
 from corral_node_agent.backends.vm.running import RunningVm

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from corral_common.display import InputEvent, KeyPress, MouseClick, MouseMove, TypeText
+from corral_common.contracts.display import InputEvent, KeyPress, MouseClick, MouseMove, TypeText
 from corral_node_agent.errors import BadInput
 
 # QMP absolute axes run 0..0x7fff whatever the screen size.

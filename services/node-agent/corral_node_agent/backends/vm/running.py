@@ -4,7 +4,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from corral_common.sandboxes import SandboxSpec, Usage
+from corral_common.contracts.sandboxes import SandboxSpec, Usage
 from corral_host.cgroups.base import Cgroup
 from corral_node_agent.backends.types import ImageTransport
 from corral_node_agent.backends.vm.agent_client import GuestAgentClient

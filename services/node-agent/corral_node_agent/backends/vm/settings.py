@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from corral_common.sandboxes import DEFAULT_VM_MEMORY_OVERHEAD_MB
+from corral_common.contracts.sandboxes import DEFAULT_VM_MEMORY_OVERHEAD_MB
 from corral_node_agent.section import NodeSection, env_names
 
 

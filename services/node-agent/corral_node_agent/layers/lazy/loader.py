@@ -218,7 +218,9 @@ class LazyLoader:
 
     def cleanup_orphans(self) -> None:
         """Drop a FUSE mount an in-process filesystem of an older agent left in our namespace
-        (the server's own lives in its namespace, not here)."""
+        (the server's own lives in its namespace, not here).
+        compat(64efcf0, 2026-12-02): delete once every node has started an agent at 64efcf0 or
+        later (nothing mounts here since)."""
         if os.path.isdir(self.dir):
             mounts.umount_tree(self.dir)
 

@@ -9,12 +9,12 @@ from typing import NamedTuple, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from corral_common.quota_ledger import COUNT_ENTRY_LUA, ledger_keys
-from corral_common.sandboxes import (
+from corral_common.contracts.sandboxes import (
     SandboxSpec,
 )
-from corral_common.state_nodes import NodeInfo, cpu_milli, node_infos, pairs
-from corral_common.state_records import SandboxRecord, sandbox_key
+from corral_common.store.quota_ledger import COUNT_ENTRY_LUA, ledger_keys
+from corral_common.store.state_nodes import NodeInfo, cpu_milli, node_infos, pairs
+from corral_common.store.state_records import SandboxRecord, sandbox_key
 
 # What a placement attempt reads, in one round trip (it was four: the record, the live node
 # ids, their hashes, the reservation). KEYS: sb:<id>, resv:<id>; ARGV: oldest live heartbeat.
@@ -56,6 +56,8 @@ local umem = tonumber(used[2] or '0') + tonumber(ARGV[2])
 local usb = tonumber(used[3] or '0') + 1
 if ucpu > tonumber(cap[1]) or umem > tonumber(cap[2]) or usb > tonumber(cap[3]) then return false end
 -- pids and disk: counted only against nodes that advertise them (older agents did not)
+-- compat(53beb59 pids, 653b94c disk; 2026-12-01): delete the cap[5]/cap[6] nil checks when no node
+-- runs an agent older than 653b94c (every heartbeat writes both).
 local upids = tonumber(used[4] or '0') + tonumber(ARGV[7])
 if cap[5] and upids > tonumber(cap[5]) then return false end
 local udisk = tonumber(used[5] or '0') + tonumber(ARGV[8])
@@ -72,6 +74,8 @@ redis.call('HINCRBY', used, 'cpu_milli', -tonumber(cpu))
 redis.call('HINCRBY', used, 'memory_mb', -tonumber(mem))
 redis.call('HINCRBY', used, 'sandboxes', -1)
 -- reservations made before pids (and then disk) were counted have fewer fields
+-- compat(53beb59 pids, 653b94c disk; 2026-12-01): delete the optional fields 7 days (the longest timeout_s)
+-- after every scheduler runs 653b94c or later (a reservation lives as long as its sandbox).
 if pids ~= '' then redis.call('HINCRBY', used, 'pids', -tonumber(pids)) end
 if disk ~= '' then redis.call('HINCRBY', used, 'disk_mb', -tonumber(disk)) end
 redis.call('DEL', KEYS[1])

@@ -9,7 +9,7 @@ reservations idempotent per sandbox, set adds).
 
 The pool is bounded: past ``max_connections`` a caller waits at most ``pool_timeout_s`` for a
 free connection, then gets redis' ConnectionError, which every service answers with a 503
-(corral_common.overload). Waiting for the pool is not retried (it happens before the command).
+(corral_common.web.overload). Waiting for the pool is not retried (it happens before the command).
 """
 
 import redis.asyncio as aioredis

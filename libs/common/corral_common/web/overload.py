@@ -5,7 +5,7 @@ ran out" or "a backing service is not answering" (Redis, RabbitMQ, the SQL datab
 Every pool a service draws from is bounded and waits a bounded time (``redis_pool_timeout_s``,
 ``http_pool_timeout_s``, ``db_pool_timeout_s``): when the wait runs out the pool raises, and the
 route's caller gets ``503`` with ``Retry-After`` and the JSON error body. No route catches these
-itself; ``install_error_handlers`` installs this table in every service.
+itself; ``corral_common.web.handlers.install_error_handlers`` installs this table in every service.
 """
 
 from collections.abc import Callable
@@ -16,7 +16,7 @@ import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from corral_common.errors import Overloaded, ServiceUnavailable
+from corral_common.web.errors import Overloaded, ServiceUnavailable
 
 # redis-py's words when a BlockingConnectionPool's wait ran out / a plain pool is full.
 _REDIS_POOL_EXHAUSTED = ("No connection available", "Too many connections")

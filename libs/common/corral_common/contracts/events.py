@@ -16,7 +16,7 @@ from uuid import uuid4
 from pydantic import BaseModel, Field
 
 from corral_common.contracts.images import ResolvedImage
-from corral_common.sandboxes import SandboxSpec, SandboxState, Usage
+from corral_common.contracts.sandboxes import SandboxSpec, SandboxState, Usage
 
 EXCHANGE = "corral"
 

@@ -1,4 +1,4 @@
-"""The ASGI guard every service runs in front of its routes (``install_error_handlers``).
+"""The ASGI guard every service runs in front of its routes (``web.handlers.install_error_handlers``).
 
 - **Text a JSON body cannot carry.** JSON may spell a lone UTF-16 surrogate (``"\\ud800"``);
   Python decodes it into a str that no UTF-8 encoder takes, so it passed validation and
@@ -25,9 +25,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral_common.errors import CorralError, Unprocessable, error_body, refusal_body
 from corral_common.inputs import INVALID_TEXT
 from corral_common.logging import get_logger
+from corral_common.web.errors import CorralError, Unprocessable, error_body, refusal_body
 
 log = get_logger(__name__)
 

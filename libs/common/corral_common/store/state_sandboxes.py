@@ -12,13 +12,13 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from corral_common.contracts.images import ResolvedImage
-from corral_common.sandboxes import (
+from corral_common.contracts.sandboxes import (
     ALLOWED_TRANSITIONS,
     TERMINAL_STATES,
     SandboxSpec,
     SandboxState,
 )
-from corral_common.state_records import TERMINAL_TTL_S, SandboxRecord, Transition, sandbox_key
+from corral_common.store.state_records import TERMINAL_TTL_S, SandboxRecord, Transition, sandbox_key
 
 # The store's client decodes every reply (redis_client.connect, decode_responses=True), but
 # redis-py's types do not follow that setting: replies are cast to str where they are read, and

@@ -11,10 +11,10 @@ reservations (state_reservations.py).
 
 import redis.asyncio as aioredis
 
-from corral_common.redis_client import connect
-from corral_common.state_nodes import NodeDirectory
-from corral_common.state_reservations import Reservations
-from corral_common.state_sandboxes import SandboxRecords
+from corral_common.store.redis_client import connect
+from corral_common.store.state_nodes import NodeDirectory
+from corral_common.store.state_reservations import Reservations
+from corral_common.store.state_sandboxes import SandboxRecords
 
 
 class StateStore(SandboxRecords, NodeDirectory, Reservations):
@@ -25,7 +25,7 @@ class StateStore(SandboxRecords, NodeDirectory, Reservations):
 
     @classmethod
     def from_url(cls, url: str, *, max_connections: int = 100, pool_timeout_s: float = 5.0) -> "StateStore":
-        """On a bounded pool that survives a Redis restart (``corral_common.redis_client``)."""
+        """On a bounded pool that survives a Redis restart (``corral_common.store.redis_client``)."""
         return cls(connect(url, max_connections=max_connections, pool_timeout_s=pool_timeout_s))
 
     async def close(self) -> None:

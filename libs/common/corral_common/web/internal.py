@@ -13,7 +13,7 @@ import hmac
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
-from corral_common.errors import Unauthorized
+from corral_common.web.errors import Unauthorized
 
 INTERNAL_TOKEN_HEADER = "X-Corral-Internal-Token"  # noqa: S105 - a header name, not a secret
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from corral_common.contracts.images import ResolvedImage
-from corral_common.sandboxes import (
+from corral_common.contracts.sandboxes import (
     SandboxSpec,
     SandboxState,
     Usage,
@@ -44,6 +44,8 @@ class SandboxRecord:
     # Its environment as the api resolved it at create (layers, owner, config): what the
     # scheduler places it by and the node starts it on. None: nothing to resolve (a disk
     # image alone), a restored snapshot, or a record from before pins (the node resolves the name).
+    # compat(d03aa3f, 2026-12-07): the unpinned cases go once snapshot and job rows keep their pin
+    # and 7 days (the longest timeout_s) have passed since every api runs d03aa3f or later.
     image: ResolvedImage | None = None
 
     @property

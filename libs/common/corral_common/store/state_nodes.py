@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 
-from corral_common.sandboxes import (
+from corral_common.contracts.sandboxes import (
     DEFAULT_VM_MEMORY_OVERHEAD_MB,
     SandboxSpec,
     reserved_memory_mb,
@@ -33,18 +33,23 @@ class NodeInfo:
     used_sandboxes: int = 0
     # Tasks the node's sandboxes may take together (its cgroup pids cap less what its fncall
     # workers may use); None: a node from before the cap, nothing counted.
+    # compat(53beb59, 2026-12-01): None goes when no node runs an agent older than 53beb59.
     pids: int | None = None
     used_pids: int = 0
     # Sandbox kinds the node can run; nodes from before VM backends advertised none.
+    # compat(779e9cf, 2026-11-29): the default goes when no node runs an agent older than 779e9cf.
     backends: tuple[str, ...] = ("container",)
     accelerator: str = ""
     vm_memory_overhead_mb: int = DEFAULT_VM_MEMORY_OVERHEAD_MB
     # Room for sandboxes' disks (disk_mb); None: a node from before disks were scheduled.
+    # compat(653b94c, 2026-12-01): None goes when no node runs an agent older than 653b94c.
     disk_mb: int | None = None
     used_disk_mb: int = 0
     # Memory the node measured (working_set_mb, peak_working_set_mb, swap_mb, mib_seconds, and limit_mb:
     # its physical claim, the node cgroup's limit);
     # None: a node that does not sample (no cgroups, or from before accounting).
+    # compat(be37c41, 2026-12-01): "from before accounting" goes when no node runs an agent older than
+    # be37c41; a node without cgroups still sends none.
     memory: dict[str, float] | None = None
     # Containers its warm pool had ready at its last heartbeat, by shape (warm_pool_shape).
     warm: dict[str, int] = field(default_factory=dict)
@@ -124,7 +129,7 @@ class NodeDirectory:
         """``pids``: tasks the node's sandboxes may take together; ``disk_mb``: room for their
         disks (None: not counted); ``memory``: what its cgroup measured (working set, peak,
         swap, memory·time: see node-agent memory/accounting.py); ``warm``: containers its warm
-        pool has ready, by shape (corral_common.sandboxes.warm_pool_shape)."""
+        pool has ready, by shape (corral_common.contracts.sandboxes.warm_pool_shape)."""
         now = time.time()  # (cpu_milli: a node left no cpu advertises 0, not cpu_milli()'s minimum of 1)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(f"node:{node_id}", mapping={

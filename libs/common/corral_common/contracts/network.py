@@ -32,7 +32,7 @@ MAX_RULES = 256
 MAX_PRESETS = 16
 # IPv4 ranges no sandbox reaches: "this network", loopback, link-local (cloud metadata at
 # 169.254.169.254), multicast, reserved and broadcast.
-ALWAYS_FORBIDDEN = tuple(ipaddress.ip_network(n) for n in (
+ALWAYS_FORBIDDEN = tuple(ipaddress.IPv4Network(n) for n in (
     "0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4"))
 # Names that mean the machine itself, whatever a resolver says.
 FORBIDDEN_NAMES = ("localhost",)

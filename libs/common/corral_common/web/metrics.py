@@ -17,7 +17,7 @@ process metrics (``install_metrics(app, "scheduler")`` in each app factory; no c
   lose every other series of the service too).
 
 Who may read ``/metrics``: on the internal services it is open, like ``/healthz``
-(corral_common.internal: they are not reachable from outside the cluster). On the public api it
+(corral_common.web.internal: they are not reachable from outside the cluster). On the public api it
 wants the internal token (``dependencies=METRICS_TOKEN``): its numbers are platform-wide
 (every tenant's sandboxes per state, node capacity), which one tenant must not read about
 another. Prometheus sends the token as ``Authorization: Bearer`` (``authorization:
@@ -36,9 +36,9 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral_common.errors import Unauthorized
-from corral_common.internal import INTERNAL_TOKEN_HEADER, require_internal_token
 from corral_common.logging import get_logger
+from corral_common.web.errors import Unauthorized
+from corral_common.web.internal import INTERNAL_TOKEN_HEADER, require_internal_token
 
 log = get_logger(__name__)
 

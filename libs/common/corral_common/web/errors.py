@@ -3,30 +3,16 @@
 ``details`` is a list of ``{"loc": [...], "msg": ...}`` so a client can tell which field
 (query, body, path) was wrong.
 
-``install_error_handlers`` gives every service that shape for every error: its own
-(``CorralError``), validation (422; the checks of ``corral_common.inputs`` name their code),
-Starlette's 404/405 (a 405 says ``Allow``: every method of the path; ``OPTIONS`` on a known
-path is a 204 with it), text a JSON body cannot carry and unexpected exceptions (500
-``internal_error``), the last two through ``corral_common.guards``.
+This module holds the error types and the body they render to, and nothing that installs
+them: ``corral_common.web.handlers.install_error_handlers`` does that, building on this
+module, ``guards`` and ``overload`` (which both build on this one too, so none of them imports
+another lazily).
 """
 
-from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import compile_path, get_route_path
-
-try:  # newer FastAPI keeps included routers nested; this lists their routes with full paths
-    from fastapi.routing import iter_route_contexts as _flat_routes
-except ImportError:  # older FastAPI copies every route, full path and all, into the app's router
-    def _flat_routes(routes):
-        return routes
-
-from corral_common.inputs import INPUT_ERROR_CODES
 
 # Seconds a 429 or 503 tells the caller to wait before trying again, unless it says otherwise.
 DEFAULT_RETRY_AFTER_S = 1
@@ -130,58 +116,8 @@ def error_body(code: str, message: str, details: list[dict[str, Any]] | None = N
 
 
 def refusal_body(_: Any, error: CorralError) -> Response:
-    """The platform's answer to a request refused before routing (corral_common.guards)."""
+    """The platform's answer to a request refused before routing (corral_common.web.guards)."""
     return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.response_headers() or None)
-
-
-def install_error_handlers(app: FastAPI, refusal: Callable[[Any, CorralError], Response] = refusal_body) -> None:
-    """``refusal(scope, error)``: how a request refused before any route sees it is answered
-    (a service that speaks another error shape on some paths passes its own)."""
-    @app.exception_handler(CorralError)
-    async def _corral_error(_: Request, exc: CorralError) -> JSONResponse:
-        return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.response_headers())
-
-    from corral_common.overload import install_overload_handlers  # it builds on this module
-
-    install_overload_handlers(app)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors]
-        first = details[0] if details else {"loc": [], "msg": "invalid request"}
-        where = ".".join(str(p) for p in first["loc"])
-        # A check of corral_common.inputs names its own code (invalid_name...).
-        code = errors[0].get("type") if errors and errors[0].get("type") in INPUT_ERROR_CODES else "validation_error"
-        return JSONResponse(error_body(code, f"{where}: {first['msg']}", details), status_code=422)
-
-    app.add_exception_handler(StarletteHTTPException, http_error_response)  # type: ignore[arg-type]
-
-    from corral_common.guards import RequestGuard  # it builds on this module
-
-    app.add_middleware(RequestGuard, refusal=refusal)
-
-
-async def http_error_response(request: Request, exc: StarletteHTTPException) -> Response:
-    """Starlette's own errors (no such route, wrong method) in the platform's shape."""
-    headers = dict(getattr(exc, "headers", None) or {})
-    if exc.status_code == 405:
-        # Starlette's Allow lists the first route of the path only; OPTIONS asks for them all.
-        headers["Allow"] = ", ".join(allowed_methods(request))
-        if request.method == "OPTIONS":
-            return Response(status_code=204, headers=headers)
-    code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers or None)
-
-
-def allowed_methods(request: Request) -> list[str]:
-    """Every method some route of the app takes at the request's path, and OPTIONS."""
-    path, methods = get_route_path(request.scope), {"OPTIONS"}
-    for route in _flat_routes(request.app.router.routes):
-        route_methods, route_path = getattr(route, "methods", None), getattr(route, "path", None)
-        if route_methods and route_path and compile_path(route_path)[0].match(path):
-            methods |= route_methods
-    return sorted(methods)
 
 
 class ErrorDetail(BaseModel):

@@ -18,15 +18,26 @@ nothing is lost or placed twice.
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
 from corral_common.contracts.images import ResolvedImage
-from corral_common.redis_client import connect
-from corral_common.sandboxes import SandboxSpec
+from corral_common.contracts.sandboxes import SandboxSpec
+from corral_common.store.redis_client import connect
 
 MAX_JOB_SANDBOXES = 32000
+
+# Present while Redis holds what it held: set once the jobs of a Redis that lost it are queued
+# again (the api's JobService.requeue_lost).
+_DURABLE = "jobs:durable"
+# Jobs whose records an api is still creating (a later api process finishes them).
+_SUBMITTING = "jobs:submitting"
+
+# As in state.py: the client decodes replies, redis-py's types do not know it.
+RedisMapping = Mapping[Any, Any]
 
 # The next ARGV[1] admissions in fair-share order, as if each were made (nothing is committed):
 # stride scheduling within the highest priority, each pick advancing its job's pass, and only
@@ -143,13 +154,13 @@ class JobStore:
         if image is not None:
             mapping["image"] = image.model_dump_json()
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(f"job:{job_id}", mapping=mapping)
+            pipe.hset(f"job:{job_id}", mapping=cast(RedisMapping, mapping))
             pipe.sadd(f"jobs:tenant:{tenant}", job_id)
             await pipe.execute()
 
     async def _virtual_time(self) -> float:
         passes = []
-        for job in await self.redis.smembers("jobs:active"):
+        for job in cast(set[str], await self.redis.smembers("jobs:active")):
             weight, admitted, vstart = await self.redis.hmget(f"job:{job}", "weight", "admitted", "vstart")
             if weight:
                 passes.append(float(vstart or 0) + int(admitted or 0) / float(weight))
@@ -173,7 +184,7 @@ class JobStore:
                 # HSETNX on state: a re-run never resets a record that already moved on.
                 pipe.hsetnx(f"sb:{sid}", "state", "pending")
                 pipe.hsetnx(f"sb:{sid}", "created_at", now)  # and never moves its creation
-                pipe.hset(f"sb:{sid}", mapping={"id": sid, **fields, "updated_at": now})
+                pipe.hset(f"sb:{sid}", mapping=cast(RedisMapping, {"id": sid, **fields, "updated_at": now}))
                 pipe.sadd(f"sb:tenant:{tenant}", sid)
                 pipe.sadd(f"job:{job_id}:all", sid)
                 pipe.zadd(f"job:{job_id}:pending", {sid: i}, nx=True)
@@ -191,16 +202,16 @@ class JobStore:
 
     async def tenant_job_ids(self, tenant: str) -> list[str]:
         """Every job the tenant created that Redis still holds (deleted ones too), sorted."""
-        return sorted(await self.redis.smembers(f"jobs:tenant:{tenant}"))
+        return sorted(cast(set[str], await self.redis.smembers(f"jobs:tenant:{tenant}")))
 
     async def sandbox_ids(self, job_id: str) -> list[str]:
-        return sorted(await self.redis.smembers(f"job:{job_id}:all"))
+        return sorted(cast(set[str], await self.redis.smembers(f"job:{job_id}:all")))
 
     async def mark_deleted(self, job_id: str) -> None:
         await self.redis.hset(f"job:{job_id}", "deleted", "1")
 
     async def queue_position(self, job_id: str, sandbox_id: str) -> int | None:
-        return await self.redis.zrank(f"job:{job_id}:pending", sandbox_id)
+        return cast(int | None, await self.redis.zrank(f"job:{job_id}:pending", sandbox_id))
 
     async def peek_many(self, k: int) -> list[tuple[str, str]]:
         """The next ``k`` (or fewer) admissions as (job, sandbox), in fair-share order, left queued."""
@@ -217,7 +228,7 @@ class JobStore:
 
     async def queue_depth(self) -> tuple[int, int]:
         """(active jobs, their sandboxes not admitted yet): one SMEMBERS and a pipelined ZCARD each."""
-        active = sorted(await self.redis.smembers("jobs:active"))
+        active = sorted(cast(set[str], await self.redis.smembers("jobs:active")))
         if not active:
             return 0, 0
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -225,3 +236,54 @@ class JobStore:
                 pipe.zcard(f"job:{job}:pending")
             sizes = await pipe.execute()
         return len(active), sum(sizes)
+
+    async def active_job_ids(self) -> set[str]:
+        """Jobs with sandboxes not admitted yet (and jobs the scheduler has not pruned yet)."""
+        return cast(set[str], await self.redis.smembers("jobs:active"))
+
+    async def exists(self, job_id: str) -> bool:
+        return bool(await self.redis.exists(f"job:{job_id}"))
+
+    async def is_over(self, job_id: str) -> bool:
+        """Deleted, or gone from Redis altogether (expired, or lost with its data)."""
+        deleted = (await self.redis.hmget(f"job:{job_id}", "deleted"))[0]
+        return deleted == "1" or (deleted is None and not await self.exists(job_id))
+
+    async def sandbox_states(self, sandbox_ids: list[str]) -> list[str | None]:
+        """Each sandbox's state as its record holds it (None: no record), in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sid in sandbox_ids:
+                pipe.hget(f"sb:{sid}", "state")
+            return cast(list[str | None], await pipe.execute())
+
+    # ---- submission: creating a job's records, in chunks, survives an api restart ---------
+
+    async def mark_submitting(self, job_id: str) -> None:
+        await self.redis.sadd(_SUBMITTING, job_id)
+
+    async def submitting(self) -> set[str]:
+        """Jobs whose submission some api process started and did not finish."""
+        return cast(set[str], await self.redis.smembers(_SUBMITTING))
+
+    async def is_submitting(self, job_id: str) -> bool:
+        return bool(await self.redis.sismember(_SUBMITTING, job_id))
+
+    async def done_submitting(self, job_id: str) -> None:
+        await self.redis.srem(_SUBMITTING, job_id)
+
+    # ---- Redis lost its data: jobs queued again from SQL ----------------------------------
+
+    async def is_durable(self) -> bool:
+        """Whether Redis still holds what it held (the marker ``mark_durable`` set is there)."""
+        return bool(await self.redis.exists(_DURABLE))
+
+    async def mark_durable(self) -> None:
+        await self.redis.set(_DURABLE, "1")
+
+    async def mark_requeued(self, job_id: str, admitted: int) -> None:
+        """A job queued again after Redis lost it: ``admitted`` of its sandboxes ended already
+        (they count as admitted once, and its submission skips them)."""
+        await self.redis.hset(f"job:{job_id}", mapping={"requeued": "1", "admitted": admitted})
+
+    async def is_requeued(self, job_id: str) -> bool:
+        return bool(await self.redis.hget(f"job:{job_id}", "requeued"))

@@ -5,13 +5,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from corral_common.contracts.network import Network
 from corral_common.inputs import env_names
-from corral_common.network import Network
 
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]{0,62}[A-Za-z0-9])?$"
 
@@ -62,9 +62,21 @@ class FailureReason(StrEnum):
     required_node_unavailable = "required_node_unavailable"
 
 
+class BackendKind(StrEnum):
+    """The kinds of sandbox a node runs (a node-agent backend each). Members are the strings on
+    the wire (``SandboxSpec.backend``, a heartbeat's ``backends``, a record's ``runtime``), so
+    they compare equal to them; the spec's fields stay ``Literal`` types, as the public schema
+    names them."""
+
+    container = "container"
+    microvm = "microvm"
+    vm = "vm"
+
+
+# What a request may ask for: a kind, or "auto" (resolve_backend picks one).
 Backend = Literal["auto", "container", "microvm", "vm"]
 ConcreteBackend = Literal["container", "microvm", "vm"]
-VM_BACKENDS = frozenset({"microvm", "vm"})
+VM_BACKENDS = frozenset({BackendKind.microvm, BackendKind.vm})
 # Host memory a VM costs beyond its guest RAM (QEMU itself, TCG translation cache). A node
 # advertises its own figure in its heartbeat; this is the default on both sides.
 DEFAULT_VM_MEMORY_OVERHEAD_MB = 128
@@ -137,11 +149,11 @@ def resolve_backend(backend: str, *, isolation: str = "container", display: bool
         if display or disk_image:
             return "vm"
         return "microvm" if isolation == "vm" else "container"
-    if display and backend != "vm":
+    if display and backend != BackendKind.vm:
         raise ValueError(f"display needs backend 'vm' (or 'auto'), not {backend!r}")
-    if disk_image and backend != "vm":
+    if disk_image and backend != BackendKind.vm:
         raise ValueError(f"disk_image needs backend 'vm' (or 'auto'), not {backend!r}")
-    if isolation == "vm" and backend == "container":
+    if isolation == "vm" and backend == BackendKind.container:
         raise ValueError("isolation 'vm' needs backend 'microvm' or 'vm' (or 'auto'), not 'container'")
     return backend  # type: ignore[return-value]
 
@@ -259,6 +271,21 @@ def resolve_requests(spec: "SandboxSpec") -> Requests:
     return Requests(**resolved)
 
 
+class RuntimeInfo(TypedDict, total=False):
+    """How a sandbox runs, as its node recorded it once it started (the record's ``runtime``:
+    Redis, the SQL history, the public reply's ``runtime`` object). A dict on the wire and in
+    Python alike (a TypedDict: the keys are typed, the JSON and equality are a dict's); each
+    backend fills the keys that apply to it (``describe()``), the node adds ``backend``."""
+
+    backend: str  # a BackendKind
+    warm_pool: str  # containers: the warm-pool container it was claimed from
+    machine: str  # VMs: QEMU's machine type (microvm, q35)
+    accelerator: str  # VMs: kvm or tcg
+    image_transport: str  # VMs: an ImageTransport (virtio-blk, virtio-pmem+dax)
+    agent: str  # VMs: "corral" (the guest agent) or "none"
+    qemu_user: str  # VMs: the uid:gid QEMU runs as, or "root"
+
+
 class Usage(BaseModel):
     cpu_seconds: float = 0.0
     peak_memory_bytes: int = 0
@@ -291,7 +318,7 @@ def warm_pool_shape(spec: SandboxSpec, tenant: str, layers: Sequence[str] | None
     (``layers``: the create's pinned image, ``ResolvedImage.digests``; None: a record without a
     pin, whose node resolves the name). None: never pooled (not a container of an environment
     without network, or restored from a snapshot, or booted from a disk image)."""
-    if not (spec.backend == "container" and spec.environment and spec.network == "none"
+    if not (spec.backend == BackendKind.container and spec.environment and spec.network == "none"
             and spec.from_snapshot is None and spec.disk_image is None):
         return None
     parts: list = [tenant, spec.model_dump(mode="json", exclude=set(WARM_POOL_CLAIM_FIELDS))]
