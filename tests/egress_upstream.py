@@ -3,6 +3,7 @@ node's namespace and HTTP servers inside it, so a sandbox's allowed traffic has 
 to go that is neither loopback nor a real network. Names are mapped by the node's
 ``egress_hosts`` (the test's resolver); nothing here reaches beyond this machine."""
 
+import os
 import subprocess
 import sys
 import uuid
@@ -51,18 +52,22 @@ class Upstream:
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
 
 
-def make_upstream(octet: int) -> Upstream:
+def make_upstream(octet: int, *, per_worker: bool = True) -> Upstream:
     """198.18.<octet>.1 in a fresh namespace, the node's end 198.18.<octet>.2 (RFC 2544
-    benchmarking range: never a real destination)."""
-    taken = subprocess.run(["ip", "-4", "-o", "addr", "show", "to", f"198.18.{octet}.0/30"],
+    benchmarking range: never a real destination). ``per_worker``: on xdist's second worker
+    198.19.<octet>.x instead, since a module's tests (and so its module fixture) may run on
+    both workers at once; only an upstream whose address the platform's settings name (the
+    e2e preset's, on the one worker of the e2e group) keeps it."""
+    net = "198.19" if per_worker and os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0" else "198.18"
+    taken = subprocess.run(["ip", "-4", "-o", "addr", "show", "to", f"{net}.{octet}.0/30"],
                            capture_output=True, text=True, check=True).stdout
     if taken.strip():  # a second upstream on the subnet would take the route from the first
-        raise RuntimeError(f"198.18.{octet}.0/30 is in use already (another test's upstream?): {taken.strip()}")
+        raise RuntimeError(f"{net}.{octet}.0/30 is in use already (another test's upstream?): {taken.strip()}")
     tag = uuid.uuid4().hex[:6]
     netns, host_if = f"c14up-{tag}", f"c14h{tag}"
     _ip("netns", "add", netns)
     _ip("link", "add", host_if, "type", "veth", "peer", "name", "up0", "netns", netns)
-    address, host_address = f"198.18.{octet}.1", f"198.18.{octet}.2"
+    address, host_address = f"{net}.{octet}.1", f"{net}.{octet}.2"
     _ip("addr", "add", f"{host_address}/30", "dev", host_if)
     _ip("link", "set", host_if, "up")
     _ip("addr", "add", f"{address}/30", "dev", "up0", netns=netns)

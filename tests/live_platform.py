@@ -54,9 +54,9 @@ def platform_missing() -> str:
 
 
 EGRESS_UPSTREAM_OCTET = 117  # 198.18.117.1: tests/egress_upstream.make_upstream(117)
-# The security suite's own outside, one per xdist worker: its tests may run on both workers
-# beside the e2e suite's, and two upstreams on one subnet would steal each other's route.
-SECURITY_UPSTREAM_OCTET = {"gw1": 113}.get(os.environ.get("PYTEST_XDIST_WORKER", ""), 115)
+# The security suite's own outside (tests/egress_upstream.make_upstream: one per xdist worker):
+# its tests run beside the e2e suite's, and two upstreams on one subnet steal each other's route.
+SECURITY_UPSTREAM_OCTET = 115
 EGRESS_UPSTREAM = f"198.18.{EGRESS_UPSTREAM_OCTET}.1"
 EGRESS_PRESETS = {"e2e-index": ["index.corral.test:8080"]}
 EGRESS_HOSTS = {"index.corral.test": [EGRESS_UPSTREAM], "sibling.corral.test": [EGRESS_UPSTREAM],

@@ -16,7 +16,7 @@ from tests.polling import until_sync
 def upstream(tmp_path_factory):
     www = tmp_path_factory.mktemp("www")
     (www / "simple.txt").write_text("the operator's index\n")
-    up = make_upstream(EGRESS_UPSTREAM_OCTET)
+    up = make_upstream(EGRESS_UPSTREAM_OCTET, per_worker=False)  # the platform's preset names it
     assert up.address == EGRESS_UPSTREAM
     try:
         up.serve(str(www), 8080)

@@ -28,5 +28,9 @@ class StateStore(SandboxRecords, NodeDirectory, Reservations):
         """On a bounded pool that survives a Redis restart (``corral_common.store.redis_client``)."""
         return cls(connect(url, max_connections=max_connections, pool_timeout_s=pool_timeout_s))
 
+    async def ping(self) -> None:
+        """Whether Redis answers (raises when it does not)."""
+        await self.redis.ping()
+
     async def close(self) -> None:
         await self.redis.aclose()
