@@ -6,26 +6,15 @@ import ast
 from pathlib import Path
 
 import corral_host
+from tests.imports import service_imports
 
 PACKAGE = Path(corral_host.__file__).parent
-SERVICES = ("corral_api", "corral_scheduler", "corral_node_agent", "corral_image_service", "corral_memory_manager")
-
-
-def imported_modules(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
-    return names
 
 
 def test_the_host_library_imports_no_service():
     modules = sorted(PACKAGE.rglob("*.py"))
     assert {"mounts.py", "namespaces.py", "netns.py", "userns.py"} <= {p.name for p in modules}
-    found = {f"{path.relative_to(PACKAGE)}: {name}" for path in modules for name in imported_modules(path)
-             if name.split(".")[0] in SERVICES}
+    found = service_imports(PACKAGE)
     assert not found, found
 
 
