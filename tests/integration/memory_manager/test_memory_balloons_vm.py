@@ -68,7 +68,11 @@ async def test_a_freeing_guest_is_ballooned_and_gets_memory_back_when_it_allocat
 
         async def inflated():
             seen["actual_mb"], seen["rss_mb"] = (await backend.balloon(sid)).actual_mb, _rss_mb(pid)
-            return seen["actual_mb"] <= decision.target_mb + 8 and seen["rss_mb"] < full_rss - FILL_MB * 0.6
+            # The guest fills the balloon from its free lists, which hold pages it never touched
+            # (QEMU's RSS never had them) beside the freed tmpfs pages: how much of the drop is
+            # RSS depends on the guest's choice (CI once saw 123 of 384 MiB ballooned). A third
+            # of what was freed proves the pages went back; without the balloon nothing would.
+            return seen["actual_mb"] <= decision.target_mb + 8 and seen["rss_mb"] < full_rss - FILL_MB / 3
         try:
             # (1.5 s on a quiet host; a starved TCG guest hands its pages over far slower)
             await until(inflated, 120, "the balloon to inflate and QEMU's RSS to drop", interval_s=0.5)
