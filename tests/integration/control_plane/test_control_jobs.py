@@ -127,3 +127,41 @@ async def test_two_jobs_share_admissions_by_weight_and_all_complete(redis_url, a
     assert 0.75 * 0.8 <= share_b <= 0.75 * 1.2, (share_b, len(both))
     await bus.close()
     await store.close()
+
+
+async def test_a_job_that_waits_for_room_says_why(redis_url, amqp_url):
+    """The job's reply carries the scheduler's reason for its next queued sandbox (the CLI shows
+    it under the bars, the dashboard beside the queue): which node is short of what."""
+    store = StateStore.from_url(redis_url)
+    jobs = JobStore(store.redis)
+    bus = await EventBus(amqp_url).connect()
+    node_id = f"fake-{uuid.uuid4().hex[:6]}"
+    placed: list[str] = []
+
+    async def on_place(event: SandboxPlace) -> None:  # runs what it gets, and keeps it running
+        if event.sandbox_id not in placed:
+            placed.append(event.sandbox_id)
+            for state in (SandboxState.starting, SandboxState.running):
+                await lifecycle.transition(store, bus, event.sandbox_id, state, node_id=node_id)
+
+    await bus.consume(f"test.jobs.{node_id}", [f"node.{node_id}.place"], SandboxPlace, on_place, prefetch=8)
+    await store.heartbeat(node_id, "http://fake", 64, 1 << 20, 1)  # one sandbox slot
+    settings = SchedulerSettings(redis_url=redis_url, amqp_url=amqp_url, placement_retry_s=0.01)
+    admitter = JobAdmitter(jobs, Placer(store, bus, settings), settings.placement_retry_s)
+    spec = SandboxSpec(environment="e", timeout_s=60)
+    await jobs.create_job("job-w", "t1", spec, 3)
+    await jobs.enqueue("job-w", "t1", spec, 0, 3)
+    assert await jobs.waiting_reason("job-w") is None  # not tried yet: nothing to say
+    run = asyncio.create_task(admitter.run())
+    try:
+        reason = await until(lambda: jobs.waiting_reason("job-w"), 20, "the job's waiting reason")
+    finally:
+        run.cancel()
+    assert len(placed) == 1
+    assert reason == f"waiting for room: {node_id} full (sandbox slots (1/1))", reason
+    # The reason is the head's: once nothing of the job is queued there is none.
+    for sid in await jobs.sandbox_ids("job-w"):
+        await jobs.done_many([("job-w", sid, False)])
+    assert await jobs.waiting_reason("job-w") is None
+    await bus.close()
+    await store.close()

@@ -1,11 +1,15 @@
 """``corral job create|wait|ls|rm``: create shows a live progress bar per state until the job ended."""
 
 import time
+from contextlib import nullcontext
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group
+from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from corral.cli.context import EXIT_CHECK, get_state, pairs, resource_requests
 from corral.cli.render import age, counts_text
@@ -44,13 +48,29 @@ def done(info: dict[str, Any], until: str) -> bool:
     return reached >= int(info["count"])
 
 
+def waiting_line(info: dict[str, Any]) -> str:
+    """What the bars cannot say: why the queued sandboxes wait (the scheduler's reason for the
+    job's next one) and where the job stands among the others; empty when nothing waits."""
+    if not int(info.get("pending") or 0):
+        return ""
+    position = info.get("queue_position")
+    where = "admitted next" if position == 0 else (f"{position} job(s) ahead" if position else "")
+    reason = info.get("waiting_reason") or ""
+    return " · ".join(part for part in (reason, where) if part)
+
+
 def follow(state: Any, job: Any, until: str, timeout: float, poll_s: float = 0.5) -> Any:
-    """Refresh the job until ``until`` (ended | running), a bar per state on stderr (not with --json)."""
+    """Refresh the job until ``until`` (ended | running), a bar per state on stderr and under
+    them why the queued ones wait (not with --json)."""
     deadline = time.monotonic() + timeout
     progress = Progress(TextColumn("{task.description:>11}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=state.err, disable=state.json, transient=False)
+                        console=state.err)
+    waiting = Text(style="yellow")
     bars: dict[str, Any] = {}
-    with progress:
+    # One live display of the bars and the waiting line (a Progress is a Live of its own: it
+    # cannot hold a line that is not a task, so both go in a Group).
+    with Live(Group(progress, waiting), console=state.err, transient=False, refresh_per_second=4,
+              redirect_stdout=False, redirect_stderr=False) if not state.json else nullcontext() as live:
         while True:
             counts = state_counts(job.info)
             for name in ordered(set(counts) | set(bars)):
@@ -60,10 +80,15 @@ def follow(state: Any, job: Any, until: str, timeout: float, poll_s: float = 0.5
                 # printed when stderr is no terminal) shows where the sandboxes ended, not a
                 # `starting 0/100` left over from the way there.
                 progress.update(bars[name], completed=counts.get(name, 0), visible=counts.get(name, 0) > 0)
+            waiting.plain = waiting_line(job.info)
+            if live is not None:
+                live.refresh()
             if done(job.info, until):
                 return job
             if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job.id} not {until} after {timeout:g}s: {counts_text(counts)}")
+                line = waiting_line(job.info)
+                raise TimeoutError(f"job {job.id} not {until} after {timeout:g}s: {counts_text(counts)}"
+                                   + (f" ({line})" if line else ""))
             time.sleep(poll_s)  # a person's refresh rate; the api has no job event stream
             job.refresh()
 

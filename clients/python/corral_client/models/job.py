@@ -32,6 +32,8 @@ class Job:
         weight (float):
         counts (JobCounts | Unset): Sandboxes per state
         queue_position (int | None | Unset): 0: this job is admitted next; null when nothing is queued
+        waiting_reason (None | str | Unset): Why its next queued sandbox waits (which resource, on which nodes); null
+            when nothing waits for room
     """
 
     admitted: int
@@ -46,6 +48,7 @@ class Job:
     weight: float
     counts: JobCounts | Unset = UNSET
     queue_position: int | None | Unset = UNSET
+    waiting_reason: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,6 +82,12 @@ class Job:
         else:
             queue_position = self.queue_position
 
+        waiting_reason: None | str | Unset
+        if isinstance(self.waiting_reason, Unset):
+            waiting_reason = UNSET
+        else:
+            waiting_reason = self.waiting_reason
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -99,6 +108,8 @@ class Job:
             field_dict["counts"] = counts
         if queue_position is not UNSET:
             field_dict["queue_position"] = queue_position
+        if waiting_reason is not UNSET:
+            field_dict["waiting_reason"] = waiting_reason
 
         return field_dict
 
@@ -144,6 +155,15 @@ class Job:
 
         queue_position = _parse_queue_position(d.pop("queue_position", UNSET))
 
+        def _parse_waiting_reason(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        waiting_reason = _parse_waiting_reason(d.pop("waiting_reason", UNSET))
+
         job = cls(
             admitted=admitted,
             count=count,
@@ -157,6 +177,7 @@ class Job:
             weight=weight,
             counts=counts,
             queue_position=queue_position,
+            waiting_reason=waiting_reason,
         )
 
         job.additional_properties = d

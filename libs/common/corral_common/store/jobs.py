@@ -213,6 +213,16 @@ class JobStore:
     async def queue_position(self, job_id: str, sandbox_id: str) -> int | None:
         return cast(int | None, await self.redis.zrank(f"job:{job_id}:pending", sandbox_id))
 
+    async def waiting_reason(self, job_id: str) -> str | None:
+        """Why the job's next queued sandbox waits, as the scheduler last wrote it on that record
+        (``waiting for room: node-1 full (memory)``); None when nothing of it is queued or the
+        scheduler has not tried its head yet."""
+        head = cast(list[str], await self.redis.zrange(f"job:{job_id}:pending", 0, 0))
+        if not head:
+            return None
+        state, reason = cast(list[str | None], await self.redis.hmget(f"sb:{head[0]}", ["state", "reason"]))
+        return reason if state == "pending" and reason else None
+
     async def peek_many(self, k: int) -> list[tuple[str, str]]:
         """The next ``k`` (or fewer) admissions as (job, sandbox), in fair-share order, left queued."""
         flat = await self._peek_many(keys=["jobs:active"], args=[k])

@@ -34,6 +34,8 @@ class Job(BaseModel):
     pending: int = Field(description="Sandboxes still queued")
     queue_position: int | None = Field(None, description="0: this job is admitted next; null when nothing is queued")
     counts: dict[str, int] = Field(default_factory=dict, description="Sandboxes per state")
+    waiting_reason: str | None = Field(None, description="Why its next queued sandbox waits (which resource, "
+                                       "on which nodes); null when nothing waits for room")
 
 
 class JobList(BaseModel):

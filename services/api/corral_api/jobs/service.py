@@ -143,7 +143,8 @@ class JobService:
         return Job(id=record.id, count=record.count, weight=record.weight, priority=record.priority,
                    labels=record.labels, created_at=record.created_at, deleted=record.deleted,
                    submitted=record.submitted, admitted=record.admitted, pending=record.pending,
-                   queue_position=await self._position(record), counts=counts)
+                   queue_position=await self._position(record), counts=counts,
+                   waiting_reason=await self.jobs.waiting_reason(job_id) if record.pending else None)
 
     async def of_tenant(self, tenant: str, *, include_deleted: bool = False) -> list[Job]:
         """The tenant's jobs, newest first (counts per state as ``get``)."""
