@@ -31,6 +31,18 @@ polled per sandbox:
                         init processes for one id; orphaned = a crun container, cgroup, bundle
                         dir, mount or loop device on a node that no live record of that node
                         names (--grace s to settle), and the same census after the job's delete
+  storm                 one job of N idle sandboxes, all running; then each is told (one exec
+                        per sandbox, sent ahead) to wake at the same second and allocate
+                        toward its memory limit (128 MiB held, 192 at
+                        the last doubling, of 256) while spinning a core, for
+                        --storm-s. Meanwhile a neighbour sandbox whose requests are its limits
+                        (64 MiB, within them) is exec'd every second, and a probe sandbox is
+                        created at the storm's start (does the node stop admitting? its state
+                        and waiting reason). Reported: OOM kills (per-sandbox and at the
+                        nodes' caps), CFS throttling, the neighbour's exec latencies, whether
+                        every platform process (run/*.pid: api, scheduler, agents, Redis,
+                        RabbitMQ, memory-manager) is the same process after, and how many of
+                        the N sandboxes answer an exec once it has passed
   floor                 ``crun run --detach`` of a busybox bundle, --floor-n at
                         --floor-concurrency (sandbox_lifecycle's floor, same run)
 """
@@ -38,6 +50,7 @@ polled per sandbox:
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import os
 import platform
@@ -60,7 +73,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from faults import Platform  # noqa: E402 - the platform up/down and agent kill/restart faults.py uses
 from sandbox_lifecycle import pct, pool_hits, pools_full, run_floor  # noqa: E402 - the same raw crun floor
 
-PHASES = ("single", "fair", "kill", "floor")
+PHASES = ("single", "fair", "kill", "storm", "floor")
 LIVE = {"scheduled", "starting", "running", "paused"}
 TERMINAL = {"terminated", "failed"}
 CGROUP_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "freezer")
@@ -118,6 +131,50 @@ def host_census(state: Path, jobs: tuple[str, ...]) -> dict[str, dict[str, set[s
                     kinds["loop"].add(sid)
         found[node] = {kind: {sid for sid in ids if sid.startswith(ours)} for kind, ids in kinds.items()}
     return found
+
+
+def platform_processes(state: Path) -> dict[str, int]:
+    """The platform's processes by name (run/*.pid), those alive: the same pid after a storm
+    means it was never killed or restarted."""
+    found = {}
+    servers = state / "servers"
+    files = [*sorted((state / "run").glob("*.pid")), servers / "redis" / "redis.pid",
+             servers / "rabbitmq" / "rabbitmq.pid", servers / "postgres" / "data" / "postmaster.pid"]
+    for pid_file in files:
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            continue
+        found[pid_file.parent.name if pid_file.parent.name != "run" else pid_file.stem] = pid
+    return found
+
+
+def cgroup_counters(state: Path) -> dict[str, int]:
+    """OOM kills inside sandboxes' memory cgroups (v1 ``oom_kill``), the times the nodes' own
+    memory cgroups hit their caps (``memory.failcnt``), and CFS periods the sandboxes were
+    throttled in, summed over every node of this platform."""
+    out = {"sandbox_oom_kills": 0, "node_failcnt": 0, "throttled_periods": 0, "node_peak_mb": {}, "cpu_s": 0.0}
+    for node in (p.name for p in (state / "nodes").iterdir()) if (state / "nodes").exists() else ():
+        memory = Path(f"/sys/fs/cgroup/memory/corral/{node}")
+        if memory.exists():
+            out["node_failcnt"] += int((memory / "memory.failcnt").read_text() or 0)
+            out["node_peak_mb"][node] = int((memory / "memory.max_usage_in_bytes").read_text()) >> 20
+            for sandbox in (d for d in memory.iterdir() if d.is_dir()):
+                with contextlib.suppress(OSError):
+                    fields = dict(line.split() for line in (sandbox / "memory.oom_control").read_text().splitlines())
+                    out["sandbox_oom_kills"] += int(fields.get("oom_kill", 0))
+        # (cpu and cpuacct are one hierarchy on some hosts, two on others)
+        cpu = next((p for c in ("cpu", "cpu,cpuacct") if (p := Path(f"/sys/fs/cgroup/{c}/corral/{node}")).exists()), None)
+        acct = next((p for c in ("cpuacct", "cpu,cpuacct")
+                     if (p := Path(f"/sys/fs/cgroup/{c}/corral/{node}") / "cpuacct.usage").exists()), None)
+        if acct is not None:
+            out["cpu_s"] += int(acct.read_text()) / 1e9
+        for sandbox in (d for d in cpu.iterdir() if d.is_dir()) if cpu is not None else ():
+            with contextlib.suppress(OSError):
+                fields = dict(line.split() for line in (sandbox / "cpu.stat").read_text().splitlines())
+                out["throttled_periods"] += int(fields.get("nr_throttled", 0))
+    return out
 
 
 def init_processes(jobs: tuple[str, ...]) -> collections.Counter:
@@ -347,6 +404,91 @@ class Burst:
         out["cleanup"] = await self.delete_and_census([job_id])
         return out
 
+    async def storm(self) -> dict:
+        n, storm_s = self.args.n, self.args.storm_s
+        print(f"storm: one job of {n}, then all wake at once for {storm_s:g} s ...", file=sys.stderr)
+        job_id, posted = await self.submit(n)
+        states = (await self.wait_running({job_id: n}, self.args.deadline))[job_id]
+        ids = [r["id"] for r in await self.records(job_id) if r["state"] == "running"]
+        neighbour = await self.call("POST", "/v1/sandboxes", params={"wait_for": "running", "timeout": 60}, json={
+            "environment": "busybox", "timeout_s": 3600, "memory_mb": 64,
+            "requests": {"memory_mb": 64, "cpu": 0.1}, "labels": {"bench": "storm-neighbour"}})
+        neighbour.raise_for_status()
+        neighbour_id = neighbour.json()["id"]
+        platform_pids = platform_processes(self.plat.state)
+        # Every sandbox gets its wake-up ahead (an exec that backgrounds a sleep to the same
+        # epoch second), so the storm starts together however long the execs take to send.
+        wake_at = int(time.time() + 10 + n / 40)
+        hog = (f"sleep $(({wake_at} - $(date +%s)))\n"
+               f"timeout {storm_s:g} awk 'BEGIN {{ s = \"x\"; while (length(s) < 134217728) s = s s; "
+               "while (1) {} }'\n")
+        arm_cmd = f"cat > /tmp/storm.sh <<'EOF'\n{hog}EOF\nsh /tmp/storm.sh >/dev/null 2>&1 &"
+        sem = asyncio.Semaphore(16)
+
+        async def arm(sid: str) -> int:
+            async with sem:
+                r = await self.call("POST", f"/v1/sandboxes/{sid}/exec",
+                                    json={"cmd": arm_cmd, "timeout_s": 30})
+                return r.status_code
+        before = await asyncio.to_thread(cgroup_counters, self.plat.state)
+        t = time.monotonic()
+        armed = collections.Counter(await asyncio.gather(*(arm(sid) for sid in ids)))
+        armed_s = round(time.monotonic() - t, 1)
+        if time.time() >= wake_at:
+            print(f"  the wake-ups took {armed_s} s to send: some woke late", file=sys.stderr)
+        await asyncio.sleep(max(0.0, wake_at - time.time()))
+        probe = (await self.call("POST", "/v1/sandboxes", json={"environment": "busybox", "timeout_s": 600,
+                                                                 "labels": {"bench": "storm-probe"}})).json()
+        pings: list[float | None] = []
+        probe_seen: list[tuple[float, str, str | None]] = []
+        end = time.monotonic() + storm_s + 10
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            try:
+                r = await self.api.post(f"/v1/sandboxes/{neighbour_id}/exec",
+                                        json={"cmd": "echo alive", "timeout_s": 10}, timeout=15)
+                ok = r.status_code == 200 and r.json().get("stdout") == "alive\n"
+            except httpx.HTTPError:
+                ok = False
+            pings.append(round((time.monotonic() - t0) * 1000, 1) if ok else None)
+            if "id" in probe:
+                rec = (await self.call("GET", f"/v1/sandboxes/{probe['id']}")).json()
+                probe_seen.append((round(time.time() - wake_at, 1), rec.get("state"), rec.get("reason")))
+            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+        kills = await asyncio.to_thread(cgroup_counters, self.plat.state)
+
+        async def answers(sid: str) -> str:
+            async with sem:
+                try:
+                    r = await self.api.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "echo alive", "timeout_s": 20})
+                except httpx.HTTPError as exc:
+                    return type(exc).__name__
+                if r.status_code != 200:
+                    return f"{r.status_code} {r.text[:120]}"
+                return "ok" if r.json().get("stdout") == "alive\n" else f"exit {r.json().get('exit_code')}"
+        replies = collections.Counter(await asyncio.gather(*(answers(sid) for sid in ids)))
+        answered = replies.pop("ok", 0)
+        alive = platform_processes(self.plat.state)
+        ok_pings = [p for p in pings if p is not None]
+        out = {"job": job_id, **self.timings(job_id, posted, n), "states": states, "storm_s": storm_s,
+               "wake_execs": dict(armed), "wake_execs_sent_s": armed_s,
+               "oom_kills_in_sandboxes": kills["sandbox_oom_kills"] - before["sandbox_oom_kills"],
+               "node_cap_hits": kills["node_failcnt"] - before["node_failcnt"],
+               "cpu_throttled_periods": kills["throttled_periods"] - before["throttled_periods"],
+               "sandbox_cpu_s": round(kills["cpu_s"] - before["cpu_s"], 1), "node_peak_mb": kills["node_peak_mb"],
+               "neighbour": {"pings": len(pings), "answered": len(ok_pings),
+                             "p50_ms": statistics.median(ok_pings) if ok_pings else None,
+                             "max_ms": max(ok_pings) if ok_pings else None},
+               "probe": {"id": probe.get("id"), "seen": probe_seen[::3] + probe_seen[-1:]},
+               "answered_after": answered, "of": len(ids), "not_answered": dict(replies.most_common(5)),
+               "platform_processes": {name: ("same" if alive.get(name) == pid else f"{pid} -> {alive.get(name)}")
+                                      for name, pid in platform_pids.items()}}
+        for sid in [neighbour_id, probe.get("id")]:
+            if sid:
+                await self.call("DELETE", f"/v1/sandboxes/{sid}")
+        out["cleanup"] = await self.delete_and_census([job_id])
+        return out
+
     async def integrity(self, job_id: str, n: int) -> dict:
         """lost / duplicated / orphaned once the job settled (orphans get --grace s to go)."""
         job = (await self.call("GET", f"/v1/jobs/{job_id}")).json()
@@ -455,6 +597,16 @@ def table(result: dict) -> str:
         row(f"kill node-1 at {k['at_kill']['admitted']}, N={k['count']}", k,
             f"lost {k['lost']}, duplicated {k['duplicated']}, orphaned {k['orphaned']}; agent back in "
             f"{k['at_kill']['agent_back_s']} s")
+    if "storm" in result:
+        st = result["storm"]
+        nb = st["neighbour"]
+        same = sum(v == "same" for v in st["platform_processes"].values())
+        row(f"storm, N={st['count']} (then {st['storm_s']:g} s awake)", st,
+            f"sandbox cpu {st['sandbox_cpu_s']} s, node peaks {st['node_peak_mb']} MiB, "
+            f"OOM kills {st['oom_kills_in_sandboxes']} (node caps hit {st['node_cap_hits']}), throttled "
+            f"{st['cpu_throttled_periods']} periods; neighbour {nb['answered']}/{nb['pings']} (p50 {nb['p50_ms']} ms, "
+            f"max {nb['max_ms']} ms); {st['answered_after']}/{st['of']} answer after; platform processes "
+            f"{same}/{len(st['platform_processes'])} the same")
     if floor:
         f = result["floor"]["concurrent"]
         rows.append((f"raw crun run -d, C={f['concurrency']}", "-", f"{floor:g}", "-", "-", "1.00×",
@@ -473,6 +625,7 @@ def main() -> None:
     ap.add_argument("--share-window", type=int, default=40, help="admissions per window of the shares")
     ap.add_argument("--deadline", type=float, default=300, help="longest wait for a burst to run, or to end (s)")
     ap.add_argument("--grace", type=float, default=30, help="how long a host artifact may outlive its record (s)")
+    ap.add_argument("--storm-s", type=float, default=30, help="how long the storm's sandboxes stay awake")
     ap.add_argument("--floor-n", type=int, default=300, help="raw crun containers of the floor")
     ap.add_argument("--floor-concurrency", type=int, default=8)
     ap.add_argument("--memory-mb", type=int, default=None, help="memory limit (default: the api's)")

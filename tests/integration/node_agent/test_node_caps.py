@@ -153,3 +153,30 @@ async def test_a_sandbox_is_first_for_the_oom_killer_and_cannot_change_that(capp
                                                 user=user, timeout_s=10))
         assert r.exit_code != 0, (user, r)
     await backend.stop(sid)
+
+
+async def test_under_contention_cpu_goes_by_request_not_by_head_count(capped, base_layer):
+    """Four default sandboxes (requests 0.001 core) spin a core each beside one that asked for
+    half a core, on two cores: the one that asked gets its core (its limit), the four share
+    what is left. With equal weights (the cgroup default) each of the five got 2/5 of a core."""
+    from corral_host.cgroups.node import sandbox_cgroup_path
+
+    backend, _ = capped(memory_mb=2048, pids=4096)
+    crowd = [await start(backend, base_layer, memory_mb=64) for _ in range(4)]
+    asked = await start(backend, base_layer, memory_mb=64, requests={"cpu": 0.5})
+    spin = "timeout 4 sh -c 'while :; do :; done'"
+    driver = cgroup_driver()
+    groups = {sid: driver.cgroup(sandbox_cgroup_path(backend.settings.node_id, sid)) for sid in [*crowd, asked]}
+    try:
+        runs = [asyncio.create_task(backend.exec(sid, ExecRequest(cmd=spin, timeout_s=20))) for sid in groups]
+        await asyncio.sleep(1.0)  # noqa: ASYNC251 - a measuring window, not a synchronisation
+        before = {sid: g.cpu_ms() for sid, g in groups.items()}
+        await asyncio.sleep(2.0)  # noqa: ASYNC251 - the window
+        used = {sid: g.cpu_ms() - before[sid] for sid, g in groups.items()}
+        await asyncio.gather(*runs)
+    finally:
+        for sid in groups:
+            await backend.stop(sid)
+    crowd_mean = sum(used[sid] for sid in crowd) / len(crowd)
+    print(f"cpu ms in 2 s: asked {used[asked]:.0f}, each of the crowd {crowd_mean:.0f}")
+    assert used[asked] > 2 * crowd_mean, used

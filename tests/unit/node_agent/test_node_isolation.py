@@ -12,7 +12,7 @@ from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.container import oci
 from corral_node_agent.backends.vm.backend import MicroVmBackend
 from corral_node_agent.fncall.executor import ExecutorConfig, Worker
-from corral_node_agent.isolation.policy import VM_PIDS_LIMIT, fncall_run_policy, policy_for
+from corral_node_agent.isolation.policy import VM_PIDS_LIMIT, cpu_shares, fncall_run_policy, policy_for
 from corral_node_agent.isolation.seccomp import CONTAINER_DEFAULT, FNCALL_DEFAULT, NO_FILTER
 from corral_node_agent.settings import NodeAgentSettings
 from corral_node_agent.uids import VmUidPool
@@ -54,7 +54,9 @@ DEFAULT_CONFIG = {
         "cgroupsPath": "/corral/n1/sb-1",
         "resources": {"devices": [{"allow": False, "access": "rwm"}],
                       "memory": {"limit": 268435456, "swap": 268435456},
-                      "pids": {"limit": 512}},  # no cpu: capped after the start (oci.build_config)
+                      # no cpu cap (set after the start, oci.build_config), the request's weight
+                      "cpu": {"shares": 2},
+                      "pids": {"limit": 512}},
         "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
                        {"type": "cgroup"}],
         # The OCI/runc default, plus the host's page and slab tables, its kernel command line,
@@ -96,6 +98,7 @@ def test_custom_spec_config_json(tmp_path):
     want["linux"]["cgroupsPath"] = f"/corral/n1/{'x' * 100}"
     want["linux"]["resources"]["memory"] = {"limit": 64 << 20}  # no memsw on the host: no swap limit
     want["linux"]["resources"]["pids"] = {"limit": 16}
+    want["linux"]["resources"]["cpu"] = {"shares": 2}  # requests left to their defaults: 0.001 core
     assert render_config("x" * 100, spec, _settings(tmp_path, sandbox_user="2000:3000"), False) == want
 
 
@@ -215,6 +218,14 @@ def test_container_and_vm_policies(tmp_path):
     assert vm.identity.host_uid is None  # a uid of its own, from the VM uid pool
     assert vm.syscalls == NO_FILTER  # a guest kernel of its own; QEMU runs under -sandbox
     assert (vm.limits.memory_bytes, vm.limits.pids) == (164 << 20, VM_PIDS_LIMIT)  # QEMU's overhead and threads
+
+
+def test_cpu_weight_is_the_request_as_kubernetes_weighs_it(tmp_path):
+    settings = _settings(tmp_path)
+    shares = lambda **requests: policy_for(SandboxSpec(environment="e", requests=requests), settings).limits.cpu_shares  # noqa: E731
+    assert shares() == 2  # the default request (0.001 core): the kernel's minimum
+    assert shares(cpu=0.5) == 512 and shares(cpu=1) == 1024
+    assert cpu_shares(1e-9) == 2 and cpu_shares(1000) == 262144  # the kernel's bounds
 
 
 def test_fncall_run_policy():

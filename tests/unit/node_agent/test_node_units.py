@@ -108,7 +108,8 @@ def test_config_json():
     assert {n["type"] for n in lin["namespaces"]} == {"pid", "ipc", "uts", "mount", "network", "cgroup"}
     res = lin["resources"]
     assert res["memory"] == {"limit": 300 << 20, "swap": 300 << 20}
-    assert "cpu" not in res  # capped by the backend after crun's setup (oci.build_config)
+    # No quota (the backend caps it after crun's setup, oci.build_config); the request's weight.
+    assert res["cpu"] == {"shares": 2}
     assert res["pids"] == {"limit": 77}
     proc = cfg["process"]
     assert proc["user"]["uid"] == 1000 and proc["user"]["gid"] == 1000

@@ -31,6 +31,9 @@ class Limits:
     memory_bytes: int  # memory cgroup limit (memory+swap where the host accounts swap)
     pids: int
     cpu: float | None  # cores (CFS quota); None: accounted only (fncall stops runs on cpu time)
+    # The sandbox's weight when cpu is contended (cgroup v1 cpu.shares; crun maps it to v2's
+    # cpu.weight): its cpu request, as Kubernetes weighs pods (cpu_shares below).
+    cpu_shares: int = 1024
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,18 @@ class SandboxPolicy:
     disk: DiskQuota
     egress: Egress
     limits: Limits
+
+
+# cpu.shares of a cpu request, as Kubernetes computes it (MilliCPUToShares): 1024 per core,
+# at least the kernel's minimum of 2. The quota (a limit) bounds what one sandbox may take;
+# the shares decide who gets the cores when sandboxes that asked for little all spin at once:
+# a neighbour that asked for 0.5 core outweighs 250 default sandboxes (0.001 core: 2 shares),
+# where with equal shares it got 1/N of the host (measured: bench/burst.py --phases storm).
+MIN_CPU_SHARES, MAX_CPU_SHARES = 2, 262144
+
+
+def cpu_shares(cores: float) -> int:
+    return max(MIN_CPU_SHARES, min(MAX_CPU_SHARES, round(cores * 1024)))
 
 
 # Who the kernel's OOM killer takes when sandboxes that asked for little all wake at once
@@ -63,7 +78,8 @@ def policy_for(spec: SandboxSpec, settings: NodeAgentSettings, ids: IdRange | No
         syscalls=NO_FILTER if vm else CONTAINER_DEFAULT,
         disk=disk_quota(spec),
         egress=egress_for(spec),
-        limits=Limits(memory_bytes=memory_mb * MIB, pids=pids_max(spec.backend, spec.pids_limit), cpu=spec.cpu),
+        limits=Limits(memory_bytes=memory_mb * MIB, pids=pids_max(spec.backend, spec.pids_limit), cpu=spec.cpu,
+                      cpu_shares=cpu_shares(spec.reservation.cpu)),
     )
 
 

@@ -129,6 +129,9 @@ def build_config(
     # more under host memory pressure, whose direct reclaim is charged to the task): at cpu 0.01
     # a start waited out 2 periods of 100 ms on a quiet host, 8 in a density run, and one
     # there, under memory pressure, over 5 minutes.
+    # Its weight under contention is set here, though (shares hold nothing back while the
+    # cores are free): its cpu request's (isolation/policy.py cpu_shares).
+    resources["cpu"] = {"shares": limits.cpu_shares}
     resources["pids"] = {"limit": limits.pids}
     linux: dict[str, Any] = {
         "cgroupsPath": cgroups_path or cgroup_path(node_id, sandbox_id),
