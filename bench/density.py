@@ -6,11 +6,11 @@ that runs out, through the public API (one job per batch), against the host with
         --json bench/results/density.json
 
 Without --url/--api-key it starts its own platform (scripts/corral_platform.py, temp state dir,
-non-default ports), sized for the target: sandboxes of memory_mb=16, cpu=0.01, pids_limit=8,
-disk_mb=16 (the smallest a spec may ask for), the nodes' memory/cpu overcommitted so the
-reservations fit (the sandboxes are idle), disks not preallocated (sparse ext4 images; the
-host could not hold 10,000 × 16 MiB preallocated). When the host's own kernel.pid_max is below
-what the target's pids reservations need, it is raised for the run and put back at the end.
+non-default ports, the nodes' default settings). Sandboxes: busybox with the default spec (no
+resource field: limits a core, 256 MiB, 1 GiB of disk, 512 tasks; requests what an idle one
+uses, docs/architecture.md "Capacity"), as a trainer that asks for nothing would get them. When
+the host's kernel.pid_max is below what the target's pids requests need, it is raised for the
+run and put back at the end.
 
 Every batch is one job of --batch sandboxes; the run waits until the job's sandboxes run, then
 samples. At each checkpoint (--checkpoints) it also measures, with the sandboxes idle:
@@ -53,8 +53,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from sandbox_lifecycle import pct, summary  # noqa: E402  (same stats in every bench)
 
+from corral_common.contracts.sandboxes import CONTAINER_REQUESTS  # noqa: E402
+
 TARGETS = {"sandboxes": 10_000, "host_mib_per_sandbox": 1.0, "exec_p50_ms": 25.0}
-SIZE = {"memory_mb": 16, "cpu": 0.01, "pids_limit": 8, "disk_mb": 16}
+# What a sandbox asks for: nothing (the api's defaults); what it reserves: the default requests.
+SIZE: dict = {}
+PIDS_REQUEST = CONTAINER_REQUESTS["pids"]
 LABEL = {"bench": "density"}
 
 
@@ -211,19 +215,8 @@ def platform_down(state: str) -> None:
 
 
 def node_env(args: argparse.Namespace) -> dict[str, str]:
-    """Node settings sized for the target (docs/benchmarks.md, "Density"): every reservation of
-    --target sandboxes fits; what then runs out is the host, not a number in a setting."""
-    per_node = -(-args.target // args.nodes) + args.batch
-    total_mb = meminfo()["MemTotal"] // 1024
-    reserve_mb = max(1024, total_mb // 10)
-    claim_mb = (total_mb - reserve_mb) // args.nodes
-    need_mb = per_node * SIZE["memory_mb"]
-    env = {
-        "CORRAL_NODE_MEMORY_OVERCOMMIT": repr(max(1.0, round(need_mb / claim_mb + 0.05, 2))),
-        "CORRAL_NODE_DISK_PREALLOCATE": "false",
-        "CORRAL_NODE_DISK_CAPACITY_MB": str(per_node * SIZE["disk_mb"]),
-        "CORRAL_SCHEDULER_PLACEMENT_PREFETCH": str(max(256, args.batch)),
-    }
+    """The nodes' defaults, but for what the options set (docs/benchmarks.md, "Density")."""
+    env = {"CORRAL_SCHEDULER_PLACEMENT_PREFETCH": str(max(256, args.batch))}
     if args.max_sandboxes:
         env["CORRAL_NODE_MAX_SANDBOXES"] = str(args.max_sandboxes)
     return env
@@ -233,7 +226,7 @@ def pids_needed(args: argparse.Namespace) -> int:
     """kernel.pid_max the target's pids reservations need: every node claims its share of
     min(pid_max, threads-max) less 4096 kept for the system (docs/architecture.md, "Capacity")."""
     per_node = -(-args.target // args.nodes) + args.batch
-    return per_node * SIZE["pids_limit"] * args.nodes + 4096 + 4096
+    return per_node * PIDS_REQUEST * args.nodes + 4096 + 4096
 
 
 def service_pids(state: str) -> dict[str, int]:
@@ -625,7 +618,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--max-sandboxes", type=int, default=0, help="CORRAL_NODE_MAX_SANDBOXES (0: the agent's default)")
     ap.add_argument("--cpu-overcommit", type=float, default=0.0,
-                    help="default: enough for --target sandboxes of cpu 0.01 on this host's cores")
+                    help="the nodes' cpu overcommit (0: theirs)")
     ap.add_argument("--exec-samples", type=int, default=40)
     ap.add_argument("--list-samples", type=int, default=5)
     ap.add_argument("--floor-samples", type=int, default=15, help="of the exec samples, also run by crun directly")
@@ -644,9 +637,6 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the node-agents run crun")
-    if not args.cpu_overcommit:
-        cores = len(os.sched_getaffinity(0)) / args.nodes
-        args.cpu_overcommit = max(8.0, round((-(-args.target // args.nodes) + args.batch) * SIZE["cpu"] / cores + 1))
     started = time.time()
     tmp_root = tempfile.mkdtemp(prefix="corral-density-")
     state = os.path.join(tmp_root, "state")

@@ -18,6 +18,8 @@ from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent import capacity as node_capacity
 from corral_node_agent import metrics
 from corral_node_agent.backends.base import SandboxBackend
+from corral_node_agent.capacity import memory_guard
+from corral_node_agent.capacity.resources import default_reserved_memory_mb, read_host
 from corral_node_agent.container import Services, services_of
 from corral_node_agent.events.pulse import LivenessPulse
 from corral_node_agent.events.service import NodeEvents
@@ -66,7 +68,13 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             # Every sandbox, VM and fncall worker of the node runs below its capped cgroup (after
             # start(), whose cleanup removes the empty cgroups a previous run left).
             cgroups = cgroup_driver()
-            node_cgroup.cap(cgroups, settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
+            node_group = node_cgroup.cap(cgroups, settings.node_id, capacity.cgroup_memory_bytes, capacity.cgroup_pids)
+            reserve = settings.system_reserved_memory_mb
+            guard = memory_guard.guard_for(
+                node_group, capacity.cgroup_memory_bytes, capacity.cgroup_pids, settings.memory_guard_floor_mb,
+                default_reserved_memory_mb(read_host()) if reserve is None else reserve,
+                requested=lambda: int(manager.used_capacity()["memory_mb"]) * memory_guard.MIB)
+            events.memory_guard = guard
             services = app.state.services = Services(settings=settings, manager=manager, events=events,
                                                      capacity=capacity,
                                                      gauges=metrics.NodeGauges(settings.node_id, manager))
@@ -97,6 +105,8 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
                 finally:
                     await pools.close()
             finally:
+                if guard is not None:
+                    guard.stop()
                 pulse.stop()
                 heartbeat.cancel()
                 memory_sampler.cancel()

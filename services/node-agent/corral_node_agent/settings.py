@@ -150,6 +150,11 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # Kept back for the OS and the platform's own services (Redis, RabbitMQ, the agents...), like
     # kubelet's system-reserved. Unset: a tenth of RAM, at least 1024 MiB.
     system_reserved_memory_mb: int | None = Field(None, ge=0)
+    # The node's last resort when its sandboxes wake together (capacity/memory_guard.py): below
+    # this much available memory on the host, the node cgroup's limit drops to what it holds, so
+    # the kernel reclaims and OOM-kills inside the node before the host thrashes. Unset: half
+    # the system reserve; 0: off.
+    memory_guard_floor_mb: int | None = Field(None, ge=0)
     # Tasks kept back the same way: whatever the sandboxes do, the platform can still fork.
     system_reserved_pids: int = Field(4096, ge=0)
     # The node advertises cpu_capacity x cpu_overcommit to the scheduler: sandboxes idle between

@@ -180,3 +180,34 @@ async def test_under_contention_cpu_goes_by_request_not_by_head_count(capped, ba
     crowd_mean = sum(used[sid] for sid in crowd) / len(crowd)
     print(f"cpu ms in 2 s: asked {used[asked]:.0f}, each of the crowd {crowd_mean:.0f}")
     assert used[asked] > 2 * crowd_mean, used
+
+
+async def test_the_memory_guard_turns_host_pressure_into_an_oom_kill_inside_the_node(capped, base_layer):
+    """When the host runs short (a reading below the guard's floor: the host is simulated, the
+    cgroups are real), the node's limit drops to what it holds: a sandbox that then allocates
+    is OOM-killed inside the node, though its own limit and the node's claim would take it, and
+    the others keep answering; once the host has room the claim is back and it allocates."""
+    from corral_node_agent.capacity.memory_guard import MemoryGuard
+
+    claim = 1024 * MIB
+    backend, group = capped(memory_mb=1024, pids=512)
+    quiet, hungry = await start(backend, base_layer), await start(backend, base_layer, memory_mb=256)
+    allocate = "awk 'BEGIN { s = \"x\"; while (length(s) < 67108864) s = s s; print length(s) }'"  # 64 MiB, twice
+    host = {"available": 8 * 1024 * MIB}
+    guard = MemoryGuard(group, claim, 512, floor_bytes=512 * MIB, available=lambda: host["available"])
+    try:
+        assert guard.check().limit_bytes is None and guard.limit == claim
+        host["available"] = 256 * MIB  # the host is short
+        assert guard.check().why.startswith("lower")
+        assert guard.limit < 128 * MIB and guard.limit_mb == guard.limit // MIB  # what the heartbeat advertises
+        r = await backend.exec(hungry, ExecRequest(cmd=allocate, timeout_s=30))
+        assert r.exit_code == 137 and r.oom_killed, r  # killed inside the node, not the host's problem
+        assert (await backend.exec(quiet, ExecRequest(cmd="echo alive", timeout_s=10))).stdout == "alive\n"
+        host["available"] = 8 * 1024 * MIB
+        assert guard.check().why.startswith("restore") and guard.limit == claim
+        r = await backend.exec(hungry, ExecRequest(cmd=allocate, timeout_s=30))
+        assert r.exit_code == 0 and r.stdout.strip() == "67108864", r
+    finally:
+        guard.stop()
+        for sid in (quiet, hungry):
+            await backend.stop(sid)

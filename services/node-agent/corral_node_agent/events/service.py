@@ -18,6 +18,7 @@ from corral_common.store.state import StateStore
 from corral_node_agent import metrics
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.capacity import disk
+from corral_node_agent.capacity.memory_guard import MemoryGuard
 from corral_node_agent.capacity.resources import NodeCapacity
 from corral_node_agent.errors import NotFound, SandboxNotRunning, StartFailed
 from corral_node_agent.events.pulse import LoopWatch
@@ -41,6 +42,8 @@ class NodeEvents:
         self.store = store
         self.bus = bus
         self.manager = manager
+        # The node's last resort under host memory pressure (capacity/memory_guard.py), set at start.
+        self.memory_guard: MemoryGuard | None = None
         # One lifecycle operation per sandbox at a time: a stop that arrives while the
         # sandbox is still starting waits for the start to finish, then undoes it.
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -254,7 +257,9 @@ class NodeEvents:
                                    backends=self.manager.kinds(), accelerator=self.manager.accelerator(),
                                    vm_memory_overhead_mb=self.manager.vm_memory_overhead_mb, pids=cap.pids,
                                    disk_mb=await self._disk_mb(),
-                                   memory=_measured_memory(self.manager, cap.claim.memory_mb),
+                                   # While the memory guard holds the node's limit down, that is its claim.
+                                   memory=_measured_memory(self.manager, self.memory_guard.limit_mb
+                                                           if self.memory_guard is not None else cap.claim.memory_mb),
                                    warm=self.manager.pool.ready_by_shape() if self.manager.pool is not None else None)
         gap = self.liveness.beat()
         if gap > s.heartbeat_timeout_s / 2:
