@@ -369,7 +369,7 @@ class DensityArm:
 
 
 async def density_arm(kit, workdir: str, layer: str, count: int, arm: DensityArm, settle_s: float,
-                      cpu_window_s: float) -> dict:
+                      cpu_window_s: float, min_available_mb: int) -> dict:
     drop_caches()
     await asyncio.sleep(1)
     start = meminfo()
@@ -379,6 +379,10 @@ async def density_arm(kit, workdir: str, layer: str, count: int, arm: DensityArm
     try:
         t = time.perf_counter()
         for _ in range(count):  # one after another: parallel TCG boots on 2 cores only queue
+            if meminfo()["MemAvailable"] < min_available_mb * 1024:
+                print(f"density: stopped at {len(machines)} VMs, MemAvailable below {min_available_mb} MiB",
+                      file=sys.stderr)
+                break
             vm = BareVm(kit, workdir, "microvm", LayerDisk(layer, "blk"))
             arm.configure(vm)
             machines.append(vm)
@@ -390,6 +394,7 @@ async def density_arm(kit, workdir: str, layer: str, count: int, arm: DensityArm
             boots.append((time.perf_counter() - b) * 1000)
             arm.vms_changed(len(machines))
         boot_s = time.perf_counter() - t
+        count = len(machines)
         # Idle: free page reporting hands freed pages back within seconds, KSM needs passes.
         await asyncio.sleep(settle_s)
         pids = [m.machine.pid for m in machines if m.machine.pid]
@@ -431,11 +436,12 @@ async def density_arm(kit, workdir: str, layer: str, count: int, arm: DensityArm
 
 
 async def density_phase(kit, workdir: str, layer: str, count: int, arms: list[str], settle_s: float,
-                        cpu_window_s: float, extrapolate_to: int) -> dict:
+                        cpu_window_s: float, extrapolate_to: int, min_available_mb: int) -> dict:
     out: dict = {}
     for name in arms:
         print(f"density: {count} idle microvms, {name} ...", file=sys.stderr)
-        out[name] = await density_arm(kit, workdir, layer, count, DensityArm(name), settle_s, cpu_window_s)
+        out[name] = await density_arm(kit, workdir, layer, count, DensityArm(name), settle_s, cpu_window_s,
+                                        min_available_mb)
     # Extrapolated, not measured: N idle VMs at the measured per-VM PSS and idle CPU.
     for name in arms:
         d = out[name]
@@ -462,6 +468,8 @@ def main() -> None:
     ap.add_argument("--density-settle-s", type=float, default=60.0, help="idle time before measuring")
     ap.add_argument("--density-cpu-window-s", type=float, default=20.0)
     ap.add_argument("--extrapolate-to", type=int, default=500)
+    ap.add_argument("--density-min-available-mb", type=int, default=4096,
+                    help="stop adding VMs when the host's MemAvailable falls below this (a shared host)")
     ap.add_argument("--phases", default="boot,memory,snapshot,density")
     ap.add_argument("--base-port", type=int, default=18600)
     ap.add_argument("--redis-port", type=int, default=18679)
@@ -522,7 +530,7 @@ def main() -> None:
         if "density" in phases:
             result["density"] = asyncio.run(density_phase(
                 kit, workdir, layers["blk"], args.density, args.density_arms.split(","), args.density_settle_s,
-                args.density_cpu_window_s, args.extrapolate_to))
+                args.density_cpu_window_s, args.extrapolate_to, args.density_min_available_mb))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print_table(result)
