@@ -16,7 +16,10 @@ Phases:
             page cache included, and the VMs' summed PSS)
   snapshot  save a running microvm (QMP migrate to a file) and restore it as a new VM
             (time to the first command answered)
-  density   D idle 256 MiB microvms: PSS each, and how many would fit in this host's memory
+  density   D idle 256 MiB microvms held at once, two arms: Corral's defaults (the backend's
+            machine + the memory-manager's default KSM policy) vs a floor (bare QEMU, same
+            kernel, QEMU's own defaults): PSS each and where it goes, exec p50 at idle vs the
+            first exec, QEMU CPU at idle per VM; extrapolated to --extrapolate-to VMs
 """
 
 import argparse
@@ -276,29 +279,178 @@ def with_suppress_unlink(path: str) -> None:
         pass
 
 
-async def density_phase(kit, workdir: str, layer: str, count: int) -> dict:
+def qemu_memory_split(pid: int, memory_mb: int) -> dict[str, float]:
+    """Where a QEMU's PSS goes (MiB): guest RAM (the anonymous mapping of the guest's size), TCG's
+    code buffer (the anonymous executable mapping), QEMU's own anonymous memory (heap, stacks,
+    TCG's tables), and file mappings (binary, libraries, the kernel image QEMU keeps mapped:
+    page cache every VM shares, so its PSS shrinks as VMs are added)."""
+    out = {"guest_ram": 0, "tcg_code": 0, "qemu_anon": 0, "files": 0}
+    size_kb, perms, name = 0, "", ""
+    try:
+        with open(f"/proc/{pid}/smaps") as fh:
+            for line in fh:
+                head = line.split()
+                if "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+                    lo, hi = (int(x, 16) for x in head[0].split("-"))
+                    size_kb, perms, name = (hi - lo) // 1024, head[1], head[5] if len(head) > 5 else ""
+                elif head[0] == "Pss:":
+                    kb = int(head[1])
+                    if name.startswith("/"):
+                        out["files"] += kb
+                    elif size_kb == memory_mb * 1024 and perms.startswith("rw"):
+                        out["guest_ram"] += kb
+                    elif "x" in perms:
+                        out["tcg_code"] += kb
+                    else:
+                        out["qemu_anon"] += kb
+    except OSError:
+        pass
+    return {k: round(v / 1024, 1) for k, v in out.items()}
+
+
+def cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except OSError:
+        return 0
+
+
+def host_busy_ticks() -> tuple[int, int]:
+    with open("/proc/stat") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+def ksm_counters() -> dict[str, int]:
+    out = {}
+    for name in ("pages_shared", "pages_sharing", "full_scans"):
+        try:
+            out[name] = int(Path("/sys/kernel/mm/ksm", name).read_text())
+        except OSError:
+            pass
+    return out
+
+
+def ksmd_ticks() -> int:
+    pids = subprocess.run(["pgrep", "-x", "ksmd"], capture_output=True, text=True).stdout.split()
+    return cpu_ticks(int(pids[0])) if pids else 0
+
+
+class DensityArm:
+    """How an arm of the density phase boots its VMs: ``defaults`` is the VM backend's own machine
+    (MachineConfig's defaults: the TCG code buffer size, balloon with free page reporting) with the
+    memory-manager's default KSM policy applied to it; ``floor`` is bare QEMU with the same kernel,
+    initramfs, layer and agent and nothing Corral adds (QEMU's own TCG buffer size, no balloon, no KSM)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.ksm = None
+        if name == "defaults":
+            from corral_memory_manager.balloons.ksm import KsmPolicy
+            from corral_memory_manager.host.service import HostMemoryService
+            from corral_memory_manager.settings import MemoryManagerSettings
+
+            mm = MemoryManagerSettings()
+            if mm.ksm_policy_enabled:
+                self.ksm = KsmPolicy(HostMemoryService("bench"), mm.ksm_min_same_image, mm.ksm_pages_to_scan)
+
+    def configure(self, vm: "BareVm") -> None:
+        if self.name == "floor":
+            vm.config.balloon = False
+            vm.config.tcg_tb_size_mb = None
+            vm.machine = QemuMachine(NodeAgentSettings().qemu, vm.config)
+
+    def vms_changed(self, count: int) -> None:
+        if self.ksm is not None:
+            self.ksm.apply(["busybox"] * count)  # as the memory-manager does for a node's VMs
+
+
+async def density_arm(kit, workdir: str, layer: str, count: int, arm: DensityArm, settle_s: float,
+                      cpu_window_s: float, min_available_mb: int) -> dict:
     drop_caches()
     await asyncio.sleep(1)
     start = meminfo()
     base = used_kb()
-    machines = []
+    machines: list[BareVm] = []
+    boots, first_execs = [], []
     try:
         t = time.perf_counter()
         for _ in range(count):  # one after another: parallel TCG boots on 2 cores only queue
+            if meminfo()["MemAvailable"] < min_available_mb * 1024:
+                print(f"density: stopped at {len(machines)} VMs, MemAvailable below {min_available_mb} MiB",
+                      file=sys.stderr)
+                break
             vm = BareVm(kit, workdir, "microvm", LayerDisk(layer, "blk"))
+            arm.configure(vm)
             machines.append(vm)
+            b = time.perf_counter()
             await vm.boot()
+            e = time.perf_counter()
+            await vm.exec(["true"])
+            first_execs.append((time.perf_counter() - e) * 1000)
+            boots.append((time.perf_counter() - b) * 1000)
+            arm.vms_changed(len(machines))
         boot_s = time.perf_counter() - t
-        await asyncio.sleep(5)  # let the guests go idle before measuring
-        pss = [pss_kb(m.machine.pid) for m in machines if m.machine.pid]
-        delta = used_kb() - base
-        per_vm_kb = delta / count
-        return {"vms": count, "memory_mb": 256, "boot_all_s": round(boot_s, 1),
-                "pss_per_vm_mb": round(sum(pss) / len(pss) / 1024, 1), "host_used_per_vm_mb": round(per_vm_kb / 1024, 1),
-                "would_fit": int(start["MemAvailable"] / per_vm_kb) if per_vm_kb > 0 else None,
-                "mem_available_mb": round(start["MemAvailable"] / 1024)}
+        count = len(machines)
+        # Idle: free page reporting hands freed pages back within seconds, KSM needs passes.
+        await asyncio.sleep(settle_s)
+        pids = [m.machine.pid for m in machines if m.machine.pid]
+        ticks0, host0, ksmd0 = [cpu_ticks(p) for p in pids], host_busy_ticks(), ksmd_ticks()
+        await asyncio.sleep(cpu_window_s)
+        ticks1, host1, ksmd1 = [cpu_ticks(p) for p in pids], host_busy_ticks(), ksmd_ticks()
+        hz = os.sysconf("SC_CLK_TCK")
+        qemu_cpu_pct = [100 * (b - a) / hz / cpu_window_s for a, b in zip(ticks0, ticks1, strict=True)]
+        host_cpu_pct = 100 * (host1[0] - host0[0]) / max(1, host1[1] - host0[1]) * (os.cpu_count() or 1)
+        splits = [qemu_memory_split(p, 256) for p in pids]
+        pss = [pss_kb(p) / 1024 for p in pids]
+        delta_mb = (used_kb() - base) / 1024
+        # Each idle VM answers one exec, one VM after another (as a trainer touching them in turn).
+        idle_execs = []
+        for m in machines:
+            e = time.perf_counter()
+            await m.exec(["true"])
+            idle_execs.append((time.perf_counter() - e) * 1000)
+        pss_each = sum(pss) / len(pss)
+        cpu_each = sum(qemu_cpu_pct) / len(qemu_cpu_pct)
+        return {
+            "vms": count, "memory_mb": 256, "boot_all_s": round(boot_s, 1), "settle_s": settle_s,
+            "boot_to_first_exec_ms": summary(boots), "first_exec_ms": summary(first_execs),
+            "idle_exec_ms": summary(idle_execs),
+            "idle_exec_vs_first_exec_p50": round(pct(idle_execs, 50) / pct(first_execs, 50), 2),
+            "pss_per_vm_mb": round(pss_each, 1),
+            "pss_split_per_vm_mb": {k: round(sum(s[k] for s in splits) / len(splits), 1) for k in splits[0]},
+            "host_used_per_vm_mb": round(delta_mb / count, 1),
+            "qemu_cpu_pct_per_vm_idle": round(cpu_each, 2),
+            "host_cpu_pct_idle": round(host_cpu_pct, 1), "cpu_window_s": cpu_window_s,
+            "ksmd_cpu_pct": round(100 * (ksmd1 - ksmd0) / hz / cpu_window_s, 1), "ksm": ksm_counters(),
+            "mem_available_mb": round(start["MemAvailable"] / 1024),
+            "fit_by_memory": int(start["MemAvailable"] / 1024 / pss_each),
+            "fit_by_cpu": int((os.cpu_count() or 1) * 100 / cpu_each) if cpu_each > 0 else None,
+        }
     finally:
         await asyncio.gather(*(m.close() for m in machines))
+        arm.vms_changed(0)
+
+
+async def density_phase(kit, workdir: str, layer: str, count: int, arms: list[str], settle_s: float,
+                        cpu_window_s: float, extrapolate_to: int, min_available_mb: int) -> dict:
+    out: dict = {}
+    for name in arms:
+        print(f"density: {count} idle microvms, {name} ...", file=sys.stderr)
+        out[name] = await density_arm(kit, workdir, layer, count, DensityArm(name), settle_s, cpu_window_s,
+                                        min_available_mb)
+    # Extrapolated, not measured: N idle VMs at the measured per-VM PSS and idle CPU.
+    for name in arms:
+        d = out[name]
+        d[f"extrapolated_{extrapolate_to}"] = {
+            "host_mb": round(d["pss_per_vm_mb"] * extrapolate_to),
+            "fits_in_mem_available": d["pss_per_vm_mb"] * extrapolate_to <= d["mem_available_mb"],
+            "qemu_cpu_cores": round(d["qemu_cpu_pct_per_vm_idle"] * extrapolate_to / 100, 2),
+        }
+    return out
 
 
 # ------------------------------------------------------------------------ main
@@ -311,7 +463,13 @@ def main() -> None:
     ap.add_argument("--payload-mb", type=int, default=224, help="incompressible data in the memory phase's image")
     ap.add_argument("--memory-vm-mb", type=int, default=512, help="guest RAM in the memory phase")
     ap.add_argument("--snapshots", type=int, default=3)
-    ap.add_argument("--density", type=int, default=16)
+    ap.add_argument("--density", type=int, default=16, help="idle microvms held at once in the density phase")
+    ap.add_argument("--density-arms", default="defaults,floor", help="defaults (Corral's) and/or floor (bare QEMU)")
+    ap.add_argument("--density-settle-s", type=float, default=60.0, help="idle time before measuring")
+    ap.add_argument("--density-cpu-window-s", type=float, default=20.0)
+    ap.add_argument("--extrapolate-to", type=int, default=500)
+    ap.add_argument("--density-min-available-mb", type=int, default=4096,
+                    help="stop adding VMs when the host's MemAvailable falls below this (a shared host)")
     ap.add_argument("--phases", default="boot,memory,snapshot,density")
     ap.add_argument("--base-port", type=int, default=18600)
     ap.add_argument("--redis-port", type=int, default=18679)
@@ -370,8 +528,9 @@ def main() -> None:
             print(f"snapshot: {args.snapshots} save + restore ...", file=sys.stderr)
             result["snapshot"] = asyncio.run(snapshot_phase(kit, workdir, layers["blk"], args.snapshots))
         if "density" in phases:
-            print(f"density: {args.density} idle microvms ...", file=sys.stderr)
-            result["density"] = asyncio.run(density_phase(kit, workdir, layers["blk"], args.density))
+            result["density"] = asyncio.run(density_phase(
+                kit, workdir, layers["blk"], args.density, args.density_arms.split(","), args.density_settle_s,
+                args.density_cpu_window_s, args.extrapolate_to, args.density_min_available_mb))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print_table(result)
@@ -397,10 +556,13 @@ def print_table(r: dict) -> None:
     if s:
         print(f"  snapshot save p50 {s['save_ms'].get('p50')} ms ({s['state_size_mb']} MiB), "
               f"restore->first exec p50 {s['restore_to_first_exec_ms'].get('p50')} ms")
-    d = r.get("density")
-    if d:
-        print(f"  density: {d['vms']} idle 256 MiB microvms, PSS {d['pss_per_vm_mb']} MiB each, host "
-              f"+{d['host_used_per_vm_mb']} MiB each -> ~{d['would_fit']} fit in {d['mem_available_mb']} MiB")
+    for arm, d in r.get("density", {}).items():
+        x = next(v for k, v in d.items() if k.startswith("extrapolated_"))
+        print(f"  density {arm:8s}: {d['vms']} idle 256 MiB microvms, PSS {d['pss_per_vm_mb']} MiB each "
+              f"{d['pss_split_per_vm_mb']}, exec p50 {d['idle_exec_ms']['p50']} ms vs first "
+              f"{d['first_exec_ms']['p50']} ms ({d['idle_exec_vs_first_exec_p50']}x), QEMU CPU idle "
+              f"{d['qemu_cpu_pct_per_vm_idle']}% each (host {d['host_cpu_pct_idle']}%, ksmd {d['ksmd_cpu_pct']}%) "
+              f"-> fit by memory {d['fit_by_memory']}, by CPU {d['fit_by_cpu']}; extrapolated {x}")
 
 
 if __name__ == "__main__":

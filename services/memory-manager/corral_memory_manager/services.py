@@ -52,5 +52,7 @@ async def build_services(settings: MemoryManagerSettings) -> AsyncIterator[Servi
     finally:
         for loop in loops:
             loop.cancel()
+        if ksm is not None:  # a scanner the manager started does not outlive it
+            await asyncio.to_thread(ksm.apply, [])
         await balloons.aclose()
         activity.close()

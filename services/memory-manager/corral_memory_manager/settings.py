@@ -86,10 +86,12 @@ class MemoryManagerSettings(PrefixedServiceSettings):
     # through its guest agent, to drop it and compact (free page reporting returns it). 0: off.
     guest_cache_reclaim_mb: int = Field(64, ge=0)
 
-    # KSM policy (host-wide knob, so opt-in): the scanner runs while the node holds at least
-    # ksm_min_same_image VMs of one environment, at ksm_pages_to_scan; a scanner the host
-    # already ran is never stopped.
-    ksm_policy_enabled: bool = False
+    # KSM policy: the scanner runs while the node holds at least ksm_min_same_image VMs of one
+    # environment, at ksm_pages_to_scan, and is stopped again when they are gone or the manager
+    # stops; a scanner the host already ran is never stopped. On by default: idle guests of one
+    # image share their kernel and zero pages, ~70 of an idle microVM's 94 MiB of guest RAM
+    # (docs/benchmarks.md, issue 36 item 7), for ksmd's CPU while it scans.
+    ksm_policy_enabled: bool = True
     ksm_min_same_image: int = Field(3, ge=2)
     ksm_pages_to_scan: int = Field(1000, ge=1, le=10_000_000)
 

@@ -1,11 +1,14 @@
 """QEMU command lines and input translation for the VM backends (no QEMU is started)."""
 
+import dataclasses
+
 import pytest
 
 from corral_common.contracts.display import KeyPress, MouseClick, MouseMove, TypeText
 from corral_node_agent.backends.vm.input import ABS_MAX, char_qcodes, to_qmp
 from corral_node_agent.backends.vm.qemu import (
     PMEM_ALIGN,
+    TCG_TB_SIZE_MB,
     LayerDisk,
     MachineConfig,
     build_argv,
@@ -33,13 +36,28 @@ def test_microvm_has_no_network_and_attaches_layers_read_only(tmp_path):
     argv = build_argv("qemu", cfg)
     assert "-nodefaults" in argv and not _opt(argv, "-netdev") and not _opt(argv, "-nic")
     assert _opt(argv, "-M")[0].startswith("microvm,rtc=on")
-    assert _opt(argv, "-accel") == ["tcg,tb-size=64"]
+    assert _opt(argv, "-accel") == ["tcg,tb-size=32"]
     drives = _opt(argv, "-drive")
     assert all("readonly=on" in d for d in drives) and len(drives) == 2
     assert f"file={base}" in drives[0]
     assert "virtio-blk-device,drive=l0,serial=l0" in _opt(argv, "-device")
     assert "spawn=deny" in _opt(argv, "-sandbox")[0]
     assert guest_lowers(cfg.layers) == ["vd:l0", "vd:l1"]
+
+
+def test_an_idle_vms_memory_defaults_are_on_the_command_line(tmp_path):
+    """What keeps an idle VM small on the host, by default: a 32 MiB TCG code buffer (a boot
+    fills 64 MiB's worth, all of it resident for the VM's life), a balloon with free page
+    reporting (freed guest pages go back), and guest RAM KSM may merge."""
+    cfg = _config("microvm", tmp_path, kernel="k", cmdline="c")
+    argv = build_argv("qemu", cfg)
+    assert _opt(argv, "-accel") == [f"tcg,tb-size={TCG_TB_SIZE_MB}"] and TCG_TB_SIZE_MB <= 32
+    assert "free-page-reporting=on" in _opt(argv, "-device")[-1]
+    assert "mem-merge=off" not in _opt(argv, "-M")[0]
+    # Under KVM there is no code buffer; with None QEMU picks its own size.
+    kvm = build_argv("qemu", dataclasses.replace(cfg, accelerator="kvm"))
+    assert _opt(kvm, "-accel") == ["kvm"]
+    assert _opt(build_argv("qemu", _config("microvm", tmp_path, tcg_tb_size_mb=None)), "-accel") == ["tcg"]
 
 
 def test_the_upper_disk_is_the_one_writable_drive(tmp_path):
