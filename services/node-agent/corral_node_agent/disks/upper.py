@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from corral_common.logging import get_logger
 from corral_host import files, loopdev, mounts
+from corral_node_agent.disks.pressure import OpenDisk
 from corral_node_agent.errors import RuntimeFailure, Unavailable
 from corral_node_agent.isolation.quota import MIB, DiskQuota
 
@@ -149,6 +150,11 @@ class UpperDisks:
             _unlink(image)
             raise
         return disk
+
+    def open_ready(self) -> list[OpenDisk]:
+        """The pool's ready disks (disks/pressure.py): held back like the sandboxes' own, so a
+        sandbox that takes one starts with its part of the host's room, not all of its disk."""
+        return self.pool.open_ready() if self.pool is not None else []
 
     def close(self) -> None:
         """Stop keeping disks ready and remove the ready ones."""
@@ -315,6 +321,17 @@ class _Pool:
             self._remove(disk)
             return None
         return UpperDisk(image=image, size_mb=disk.size_mb, image_bytes=disk.image_bytes)
+
+    def open_ready(self) -> list[OpenDisk]:
+        with self._lock:
+            ready = [d for disks in self._ready.values() for d in disks]
+        out = []
+        for disk in ready:
+            try:
+                out.append(OpenDisk(os.open(_mountpoint(disk), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), disk.image))
+            except OSError:  # taken or removed meanwhile
+                continue
+        return out
 
     def close(self) -> None:
         self._closed = True
