@@ -58,6 +58,11 @@ def hard_reserve_mb(free_reserve_mb: int) -> int:
     return free_reserve_mb // 2
 
 
+def hard_reserve_bytes(configured_mb: int | None, path: str) -> int:
+    """The hard watermark in bytes for the reserve setting (unset: the default for ``path``)."""
+    return hard_reserve_mb(free_reserve_mb(configured_mb, path)) * MIB
+
+
 @dataclass(frozen=True)
 class DiskGrowth:
     """A running sandbox's disk, as its filesystem reports it (units: that filesystem's clusters)."""

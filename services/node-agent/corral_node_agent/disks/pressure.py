@@ -36,6 +36,7 @@ from corral_node_agent.capacity import disk
 log = get_logger(__name__)
 
 CHECK_INTERVAL_S = 0.25
+EXT4_SYSFS = "/sys/fs/ext4"
 FITRIM = 0xC0185879  # _IOWR('X', 121, struct fstrim_range)
 SUPERBLOCK_OFFSET = 1024
 EXT4_FEATURE_INCOMPAT_64BIT = 0x80
@@ -146,7 +147,7 @@ class DiskPressure:
             seen = self._seen.get(name)
             default = seen.default_reserve if seen is not None else kernel_reserve(d.image)
             used = st.f_blocks - st.f_bfree
-            pending = _read_int(f"/sys/fs/ext4/{name}/delayed_allocation_blocks")
+            pending = _read_int(f"{EXT4_SYSFS}/{name}/delayed_allocation_blocks")
             growth.append(disk.DiskGrowth(free=st.f_bfree, default_reserve=default, pending=pending,
                                           grew=max(0, used - seen.used) if seen is not None else 0,
                                           cluster_bytes=st.f_frsize))
@@ -156,7 +157,7 @@ class DiskPressure:
             previous = self._seen.get(name)
             try:
                 if previous is None or previous.reserved != reserve:
-                    _write_int(f"/sys/fs/ext4/{name}/reserved_clusters", reserve)
+                    _write_int(f"{EXT4_SYSFS}/{name}/reserved_clusters", reserve)
             except OSError as exc:
                 log.debug("disk.reserve_failed", image=d.image, error=str(exc))
                 continue

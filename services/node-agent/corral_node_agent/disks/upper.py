@@ -25,8 +25,11 @@ sandbox's image is a sparse copy), and for the two sizes most recently asked for
 keeps disks made and mounted ahead (``pool``), so a container's create only renames an
 image and moves a mount (~0.1 ms; ~4 ms when it has to make its disk).
 
-Images are preallocated (``preallocate``, fallocate(2): unwritten extents, no I/O), so a
-host filesystem that fills up fails the next create with a clear error instead of failing
+Containers' images are thin by default: they take host space as they are written, and
+disks/pressure.py keeps what the running ones write above the node's hard watermark. VMs'
+images, and containers' with ``disk_preallocate``, are preallocated (``preallocate``,
+fallocate(2): unwritten extents, no I/O), never below the hard watermark (``keep_free_bytes``),
+so a host filesystem short of room fails the next create with a clear error instead of failing
 the writes of sandboxes that stay within their quota.
 """
 
@@ -97,9 +100,12 @@ class UpperDisks:
     go wherever the caller says (inside the sandbox's own directory, so removing that
     directory removes the disk)."""
 
-    def __init__(self, directory: str, *, preallocate: bool = True, mkfs: str = "mkfs.ext4", pool: int = 0):
+    def __init__(self, directory: str, *, preallocate: bool = True, mkfs: str = "mkfs.ext4", pool: int = 0,
+                 keep_free_bytes: int = 0):
         self.templates = os.path.join(directory, "templates")
         self.preallocate = preallocate
+        # A preallocated image never takes the host's free space below this (the hard watermark).
+        self.keep_free_bytes = keep_free_bytes
         self.mkfs = mkfs
         self._formatting = threading.Lock()  # one template at a time (the pool's thread makes disks too)
         self.pool = _Pool(os.path.join(directory, "pool"), self, pool) if pool > 0 else None
@@ -120,6 +126,9 @@ class UpperDisks:
         try:
             _sparse_copy(src, image, size)
             if self.preallocate:
+                st = os.statvfs(image)
+                if st.f_bavail * st.f_frsize - size < self.keep_free_bytes:
+                    raise OSError(errno.ENOSPC, "below the hard watermark", image)
                 fd = os.open(image, os.O_RDWR | os.O_CLOEXEC)
                 try:
                     files.fallocate(fd, size)

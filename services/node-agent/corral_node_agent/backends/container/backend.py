@@ -48,6 +48,7 @@ from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunE
 from corral_node_agent.backends.container.diff import write_diff_tar
 from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.types import RootFs
+from corral_node_agent.capacity import disk
 from corral_node_agent.disks.pressure import OpenDisk
 from corral_node_agent.disks.upper import UpperDisks
 from corral_node_agent.errors import (
@@ -127,7 +128,8 @@ class ContainerBackend(SandboxBackend):
         self.crun = Crun(settings.crun, self.crun_root)
         self.sandboxes_dir = f"{self.state_dir}/sandboxes"
         self.disks = UpperDisks(f"{self.state_dir}/upper-disks", preallocate=settings.disk_preallocate,
-                                pool=settings.disk_pool)
+                                pool=settings.disk_pool,
+                                keep_free_bytes=disk.hard_reserve_bytes(settings.disk_free_reserve_mb, self.state_dir))
         self.on_exit = None
         self._sandboxes: dict[str, _Sandbox] = {}
         self._finished = FinishedUsage()
