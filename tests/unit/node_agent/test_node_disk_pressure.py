@@ -115,3 +115,10 @@ def test_a_disk_gone_between_two_checks_is_forgotten_and_descriptors_are_closed(
     del host.disks["loop2"]
     guard.check(host.open_disks())
     assert guard.restricting() and set(guard._seen) == {"loop1"}
+
+
+def test_agents_sharing_the_host_split_the_room_by_their_share(host):
+    guard = pressure.DiskPressure("/state", 1024, host.open_disks, share=0.5)
+    host.free_bytes = 712 * MIB  # 200 MiB above the hard watermark: 100 for this agent, 50 a disk
+    guard.check(host.open_disks())
+    assert all(host.disks[n]["bfree"] - host.reserved(n) == 50 * MIB // CLUSTER for n in ("loop1", "loop2"))

@@ -23,6 +23,9 @@ def test_room_is_free_space_less_the_reserve(tmp_path):
     assert abs(disk.room_mb(str(tmp_path), 0) - free_mb) < 64
     assert abs(disk.room_mb(str(tmp_path / "not" / "made" / "yet"), 100) - (free_mb - 100)) < 64
     assert disk.room_mb(str(tmp_path), free_mb + 10_000) < 0
+    # agents sharing the host (and this filesystem) split the room like cpu and memory
+    assert abs(disk.room_mb(str(tmp_path), 0, share=0.25) - free_mb // 4) < 64
+    assert disk.room_mb(str(tmp_path), free_mb + 10_000, share=0.25) < -9000  # past the watermark: not shared
 
 
 def test_the_default_reserve_is_a_twentieth_of_the_filesystem_at_least_a_gib(tmp_path):

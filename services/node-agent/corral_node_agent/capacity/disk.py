@@ -30,10 +30,13 @@ def free_reserve_mb(configured_mb: int | None, path: str) -> int:
     return configured_mb if configured_mb is not None else default_free_reserve_mb(path)
 
 
-def room_mb(path: str, free_reserve_mb: int) -> int:
-    """MiB sandboxes may still take on the filesystem of ``path`` before the watermark (<= 0: none)."""
+def room_mb(path: str, free_reserve_mb: int, share: float = 1.0) -> int:
+    """MiB this node's sandboxes may still take on the filesystem of ``path`` before the
+    watermark (<= 0: none): its ``share`` (host_share) of it, as agents sharing one host (and
+    filesystem) split it like cpu, memory and pids."""
     st = os.statvfs(existing(path))
-    return st.f_bavail * st.f_frsize // MIB - free_reserve_mb
+    room = st.f_bavail * st.f_frsize // MIB - free_reserve_mb
+    return int(room * share) if room > 0 else room
 
 
 def advertised_disk_mb(capacity_mb: int, used_mb: int, room: int) -> int:

@@ -104,9 +104,11 @@ class _Seen:
 class DiskPressure:
     """The check (``check``, in a worker thread) and its loop (``run_forever``)."""
 
-    def __init__(self, state_dir: str, free_reserve_mb: int, open_disks):
+    def __init__(self, state_dir: str, free_reserve_mb: int, open_disks, share: float = 1.0):
         self.state_dir = state_dir
         self.hard_bytes = disk.hard_reserve_mb(free_reserve_mb) * disk.MIB
+        # Agents sharing one host (and filesystem) split the room as they split cpu and memory.
+        self.share = share
         self.open_disks = open_disks  # () -> list[OpenDisk], on the event loop
         self._seen: dict[str, _Seen] = {}  # loopN -> what the last check saw and set
 
@@ -141,7 +143,7 @@ class DiskPressure:
                 found.append((name, d, st))
             except OSError as exc:  # it ended meanwhile
                 log.debug("disk.check_skipped", image=d.image, error=str(exc))
-        room = self.host_free_bytes() - self.hard_bytes  # after the trims
+        room = int((self.host_free_bytes() - self.hard_bytes) * self.share)  # after the trims
         growth: list[disk.DiskGrowth] = []
         for name, d, st in found:
             seen = self._seen.get(name)
