@@ -95,7 +95,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             # Below the disk watermark, what the running sandboxes may still write (disks/pressure.py).
             pressure = DiskPressure(settings.state_dir, await asyncio.to_thread(
                 disk.free_reserve_mb, settings.disk_free_reserve_mb, settings.state_dir), manager.open_disks,
-                settings.host_share)
+                manager.disk_limit_bytes, settings.host_share)
             disk_pressure = asyncio.create_task(pressure.run_forever())
             memory_sampler = asyncio.create_task(sample_memory_forever(
                 manager, settings.memory_sample_interval_s, settings.memory_sample_max_duty))

@@ -122,3 +122,21 @@ def test_agents_sharing_the_host_split_the_room_by_their_share(host):
     host.free_bytes = 712 * MIB  # 200 MiB above the hard watermark: 100 for this agent, 50 a disk
     guard.check(host.open_disks())
     assert all(host.disks[n]["bfree"] - host.reserved(n) == 50 * MIB // CLUSTER for n in ("loop1", "loop2"))
+
+
+def test_no_check_is_needed_while_the_disks_whole_sizes_fit_in_the_room(host):
+    limit = {"bytes": 2 * 1024 * MIB}
+    guard = pressure.DiskPressure("/state", 1024, host.open_disks, lambda: limit["bytes"])
+    host.free_bytes = 512 * MIB + 2 * 1024 * MIB
+    assert guard.needed()  # once at start, whatever the room (a previous run's reservations)
+    guard.check(host.open_disks())
+    assert not guard.needed()
+    limit["bytes"] += MIB  # one more sandbox: they could outgrow the room
+    assert guard.needed()
+    host.free_bytes = 600 * MIB
+    guard.check(host.open_disks())
+    assert guard.restricting()
+    host.free_bytes = 10 * 1024 * MIB
+    assert guard.needed()  # held back: the next check must give the kernel's reservation back
+    guard.check(host.open_disks())
+    assert not guard.restricting() and not guard.needed()

@@ -162,6 +162,10 @@ class SandboxBackend(abc.ABC):
         runs short (disks/pressure.py), each with a descriptor the caller closes."""
         return []
 
+    def disk_limit_bytes(self) -> int:
+        """What the disks of ``open_disks`` could take of the host at most (their sizes)."""
+        return 0
+
     def describe(self, sandbox_id: str) -> RuntimeInfo:
         """How this sandbox runs, for its record (accelerator, image transport...)."""
         return {}

@@ -27,6 +27,8 @@ import errno
 import fcntl
 import os
 import struct
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral_common.logging import get_logger
@@ -104,13 +106,31 @@ class _Seen:
 class DiskPressure:
     """The check (``check``, in a worker thread) and its loop (``run_forever``)."""
 
-    def __init__(self, state_dir: str, free_reserve_mb: int, open_disks, share: float = 1.0):
+    def __init__(self, state_dir: str, free_reserve_mb: int, open_disks: Callable[[], list[OpenDisk]],
+                 disk_limit_bytes: Callable[[], int] = lambda: 0, share: float = 1.0):
         self.state_dir = state_dir
         self.hard_bytes = disk.hard_reserve_mb(free_reserve_mb) * disk.MIB
         # Agents sharing one host (and filesystem) split the room as they split cpu and memory.
         self.share = share
-        self.open_disks = open_disks  # () -> list[OpenDisk], on the event loop
+        self.open_disks = open_disks  # on the event loop
+        self.disk_limit_bytes = disk_limit_bytes  # what the disks could take at most (their disk_mb)
         self._seen: dict[str, _Seen] = {}  # loopN -> what the last check saw and set
+        self._checked = False
+
+    def room_bytes(self) -> int:
+        """This node's part of what is left above the hard watermark."""
+        return int((self.host_free_bytes() - self.hard_bytes) * self.share)
+
+    def needed(self) -> bool:
+        """Whether a check may change anything: not while the disks' whole sizes fit in the
+        room and none is held back (the common case, checked without a call per disk), except
+        once at start (for what a previous run of the agent left reserved)."""
+        if not self._checked or self.restricting():
+            return True
+        if self.room_bytes() >= self.disk_limit_bytes():
+            self._seen.clear()  # all at the kernel's reservation: nothing to remember
+            return False
+        return True
 
     def host_free_bytes(self) -> int:
         st = os.statvfs(disk.existing(self.state_dir))
@@ -143,7 +163,7 @@ class DiskPressure:
                 found.append((name, d, st))
             except OSError as exc:  # it ended meanwhile
                 log.debug("disk.check_skipped", image=d.image, error=str(exc))
-        room = int((self.host_free_bytes() - self.hard_bytes) * self.share)  # after the trims
+        room = self.room_bytes()  # after the trims
         growth: list[disk.DiskGrowth] = []
         for name, d, st in found:
             seen = self._seen.get(name)
@@ -165,16 +185,20 @@ class DiskPressure:
                 continue
             seen_now[name] = _Seen(default_reserve=g.default_reserve, used=st.f_blocks - st.f_bfree, reserved=reserve)
         self._seen = seen_now
+        self._checked = True
         if self.restricting() != was:
             log.info("disk.pressure" if not was else "disk.pressure_over", disks=len(found),
                      host_free_mb=self.host_free_bytes() // disk.MIB, hard_mb=self.hard_bytes // disk.MIB)
 
     async def run_forever(self) -> None:
         while True:
+            spent = 0.0
             try:
-                disks = self.open_disks()
-                if disks or self._seen:
-                    await asyncio.to_thread(self.check, disks)
+                if await asyncio.to_thread(self.needed):
+                    started = time.monotonic()
+                    await asyncio.to_thread(self.check, self.open_disks())
+                    spent = time.monotonic() - started
             except Exception:
                 log.exception("disk.pressure_check_failed")
-            await asyncio.sleep(CHECK_INTERVAL_S)
+            # At most a tenth of a core however many disks (the reservations hold between checks).
+            await asyncio.sleep(max(CHECK_INTERVAL_S, 10 * spent))

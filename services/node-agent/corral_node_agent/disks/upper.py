@@ -165,6 +165,10 @@ class UpperDisks:
         sandbox that takes one starts with its part of the host's room, not all of its disk."""
         return self.pool.open_ready() if self.pool is not None else []
 
+    def ready_bytes(self) -> int:
+        """The pool's ready disks' sizes."""
+        return self.pool.ready_bytes() if self.pool is not None else 0
+
     def close(self) -> None:
         """Stop keeping disks ready and remove the ready ones."""
         if self.pool is not None:
@@ -330,6 +334,10 @@ class _Pool:
             self._remove(disk)
             return None
         return UpperDisk(image=image, size_mb=disk.size_mb, image_bytes=disk.image_bytes)
+
+    def ready_bytes(self) -> int:
+        with self._lock:
+            return sum(d.size_mb for disks in self._ready.values() for d in disks) * MIB
 
     def open_ready(self) -> list[OpenDisk]:
         with self._lock:

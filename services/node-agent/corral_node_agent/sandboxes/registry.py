@@ -91,6 +91,9 @@ class SandboxRegistry:
         """Its running sandboxes' disks (disks/pressure.py), every backend's."""
         return [d for backend in self.backends.values() for d in backend.open_disks()]
 
+    def disk_limit_bytes(self) -> int:
+        return sum(backend.disk_limit_bytes() for backend in self.backends.values())
+
     def used_capacity(self) -> dict[str, float]:
         specs = [e.spec for e in self._entries.values()]
         # What their requests reserve (the scheduler counts the same), not their limits.

@@ -183,6 +183,9 @@ class ContainerBackend(SandboxBackend):
             disks.append(OpenDisk(fd, bundle.disk_image(sb.dir)))
         return disks + self.disks.open_ready()
 
+    def disk_limit_bytes(self) -> int:
+        return sum(sb.spec.disk_mb for sb in self._sandboxes.values()) * disk.MIB + self.disks.ready_bytes()
+
     def runtime_id(self, sandbox_id: str) -> str:
         sb = self._sandboxes.get(sandbox_id)
         return sb.runtime_id if sb is not None else sandbox_id
