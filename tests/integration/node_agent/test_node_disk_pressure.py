@@ -79,7 +79,7 @@ async def node(small_host, node_id):
     state_dir = f"{small_host}/state"
     settings = NodeAgentSettings(node_id=f"{node_id}-full", state_dir=state_dir, disk_free_reserve_mb=RESERVE_MB)
     backend = ContainerBackend(settings)
-    pressure = DiskPressure(state_dir, RESERVE_MB, backend.open_disks)
+    pressure = DiskPressure(state_dir, RESERVE_MB, backend.open_disks, backend.disk_limit_bytes)
     task = asyncio.create_task(pressure.run_forever())
     yield backend, pressure
     task.cancel()

@@ -107,7 +107,7 @@ class DiskPressure:
     """The check (``check``, in a worker thread) and its loop (``run_forever``)."""
 
     def __init__(self, state_dir: str, free_reserve_mb: int, open_disks: Callable[[], list[OpenDisk]],
-                 disk_limit_bytes: Callable[[], int] = lambda: 0, share: float = 1.0):
+                 disk_limit_bytes: Callable[[], int], share: float = 1.0):
         self.state_dir = state_dir
         self.hard_bytes = disk.hard_reserve_mb(free_reserve_mb) * disk.MIB
         # Agents sharing one host (and filesystem) split the room as they split cpu and memory.
