@@ -12,7 +12,8 @@ MIB = 1024 * 1024
 CLUSTER = 4096
 
 
-def ALWAYS() -> int:  # noqa: N802 - a constant's role: disks that could always outgrow the room
+def outgrowing() -> int:
+    """The disks' limit in the tests that check every time: more than any room."""
     return 1 << 60
 
 
@@ -61,14 +62,14 @@ def host(tmp_path, monkeypatch) -> FakeHost:
 
 
 def test_with_room_to_spare_the_disks_keep_the_kernels_reservation(host):
-    guard = pressure.DiskPressure("/state", 1024, host.open_disks, ALWAYS)
+    guard = pressure.DiskPressure("/state", 1024, host.open_disks, outgrowing)
     guard.check(host.open_disks())
     assert host.reserved("loop1") == host.reserved("loop2") == 4096
     assert not guard.restricting()
 
 
 def test_short_of_room_the_disks_share_what_is_left_above_the_hard_watermark(host):
-    guard = pressure.DiskPressure("/state", 1024, host.open_disks, ALWAYS)  # hard watermark: 512 MiB
+    guard = pressure.DiskPressure("/state", 1024, host.open_disks, outgrowing)  # hard watermark: 512 MiB
     host.free_bytes = 612 * MIB
     guard.check(host.open_disks())
     assert guard.restricting()
@@ -87,7 +88,7 @@ def test_short_of_room_the_disks_share_what_is_left_above_the_hard_watermark(hos
 
 
 def test_dirty_pages_count_against_the_room(host):
-    guard = pressure.DiskPressure("/state", 1024, host.open_disks, ALWAYS)
+    guard = pressure.DiskPressure("/state", 1024, host.open_disks, outgrowing)
     host.free_bytes = 612 * MIB
     host.write("loop1", "delayed_allocation_blocks", 80 * MIB // CLUSTER)
     guard.check(host.open_disks())
@@ -95,7 +96,7 @@ def test_dirty_pages_count_against_the_room(host):
 
 
 def test_a_disk_that_freed_space_is_trimmed_and_room_restores_the_kernels_reservation(host):
-    guard = pressure.DiskPressure("/state", 1024, host.open_disks, ALWAYS)
+    guard = pressure.DiskPressure("/state", 1024, host.open_disks, outgrowing)
     host.free_bytes = 600 * MIB
     guard.check(host.open_disks())
     assert host.trimmed == []
@@ -109,7 +110,7 @@ def test_a_disk_that_freed_space_is_trimmed_and_room_restores_the_kernels_reserv
 
 
 def test_a_disk_gone_between_two_checks_is_forgotten_and_descriptors_are_closed(host):
-    guard = pressure.DiskPressure("/state", 1024, host.open_disks, ALWAYS)
+    guard = pressure.DiskPressure("/state", 1024, host.open_disks, outgrowing)
     host.free_bytes = 600 * MIB
     disks = host.open_disks()
     guard.check(disks)
@@ -122,7 +123,7 @@ def test_a_disk_gone_between_two_checks_is_forgotten_and_descriptors_are_closed(
 
 
 def test_agents_sharing_the_host_split_the_room_by_their_share(host):
-    guard = pressure.DiskPressure("/state", 1024, host.open_disks, ALWAYS, share=0.5)
+    guard = pressure.DiskPressure("/state", 1024, host.open_disks, outgrowing, share=0.5)
     host.free_bytes = 712 * MIB  # 200 MiB above the hard watermark: 100 for this agent, 50 a disk
     guard.check(host.open_disks())
     assert all(host.disks[n]["bfree"] - host.reserved(n) == 50 * MIB // CLUSTER for n in ("loop1", "loop2"))
