@@ -114,7 +114,8 @@ class DiskPressure:
         self.share = share
         self.open_disks = open_disks  # on the event loop
         self.disk_limit_bytes = disk_limit_bytes  # what the disks could take at most (their disk_mb)
-        self._seen: dict[str, _Seen] = {}  # loopN -> what the last check saw and set
+        # (loopN, image) -> what the last check saw and set (a loop device is reused by later disks)
+        self._seen: dict[tuple[str, str], _Seen] = {}
         self._checked = False
 
     def room_bytes(self) -> int:
@@ -149,41 +150,41 @@ class DiskPressure:
                 os.close(d.fd)
 
     def _check(self, disks: list[OpenDisk]) -> None:
-        found: list[tuple[str, OpenDisk, os.statvfs_result]] = []
+        found: list[tuple[str, OpenDisk, os.statvfs_result, int, int]] = []
         for d in disks:
             try:
                 name = loop_device(d)
                 if name is None:
                     continue
                 st = os.fstatvfs(d.fd)
-                seen = self._seen.get(name)
+                seen = self._seen.get((name, d.image))
                 if seen is not None and st.f_blocks - st.f_bfree < seen.used:
                     trim(d.fd)  # files were deleted: the host gets their blocks back
                     st = os.fstatvfs(d.fd)
-                found.append((name, d, st))
+                default = seen.default_reserve if seen is not None else kernel_reserve(d.image)
+                pending = _read_int(f"{EXT4_SYSFS}/{name}/delayed_allocation_blocks")
+                found.append((name, d, st, default, pending))
             except OSError as exc:  # it ended meanwhile
                 log.debug("disk.check_skipped", image=d.image, error=str(exc))
         room = self.room_bytes()  # after the trims
         growth: list[disk.DiskGrowth] = []
-        for name, d, st in found:
-            seen = self._seen.get(name)
-            default = seen.default_reserve if seen is not None else kernel_reserve(d.image)
+        for name, d, st, default, pending in found:
+            seen = self._seen.get((name, d.image))
             used = st.f_blocks - st.f_bfree
-            pending = _read_int(f"{EXT4_SYSFS}/{name}/delayed_allocation_blocks")
             growth.append(disk.DiskGrowth(free=st.f_bfree, default_reserve=default, pending=pending,
                                           grew=max(0, used - seen.used) if seen is not None else 0,
                                           cluster_bytes=st.f_frsize))
         was = self.restricting()
-        seen_now: dict[str, _Seen] = {}
-        for (name, d, st), g, reserve in zip(found, growth, disk.reservations(room, growth), strict=True):
-            previous = self._seen.get(name)
+        seen_now: dict[tuple[str, str], _Seen] = {}
+        for (name, d, st, _, _), g, reserve in zip(found, growth, disk.reservations(room, growth), strict=True):
+            previous = self._seen.get((name, d.image))
             try:
                 if previous is None or previous.reserved != reserve:
                     _write_int(f"{EXT4_SYSFS}/{name}/reserved_clusters", reserve)
             except OSError as exc:
                 log.debug("disk.reserve_failed", image=d.image, error=str(exc))
                 continue
-            seen_now[name] = _Seen(default_reserve=g.default_reserve, used=st.f_blocks - st.f_bfree, reserved=reserve)
+            seen_now[(name, d.image)] = _Seen(default_reserve=g.default_reserve, used=st.f_blocks - st.f_bfree, reserved=reserve)
         self._seen = seen_now
         self._checked = True
         if self.restricting() != was:
