@@ -92,7 +92,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             pulse = LivenessPulse(node, settings.redis_url, events.liveness, settings.heartbeat_interval_s,
                                   timeout_s=settings.heartbeat_timeout_s / 2)
             pulse.start()
-            # Below the disk watermark, what the running sandboxes may still write (disks/pressure.py).
+            # What the running sandboxes' thin disks may still take of the host (disks/pressure.py).
             pressure = DiskPressure(settings.state_dir, await asyncio.to_thread(
                 disk.free_reserve_mb, settings.disk_free_reserve_mb, settings.state_dir), manager.open_disks,
                 manager.disk_limit_bytes, settings.host_share)

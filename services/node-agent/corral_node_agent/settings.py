@@ -182,7 +182,8 @@ class NodeAgentSettings(PrefixedServiceSettings):
     disk_capacity_mb: int = 0
     # The watermark (capacity/disk.py): MiB kept free on the state dir's filesystem. Below it
     # the node advertises no disk room and new sandboxes wait; the running ones share what is
-    # left above the hard watermark, half of it, which the host always keeps (disks/pressure.py).
+    # left above the hard watermark, half of it, which the host always keeps (disks/pressure.py:
+    # past its part a writer gets ENOSPC).
     # Unset: 5% of the filesystem, at least 1024 MiB.
     disk_free_reserve_mb: int | None = Field(None, ge=0)
     # Reserve each container's whole disk_mb on the host when it is created (fallocate, no I/O),

@@ -48,12 +48,12 @@ def advertised_disk_mb(capacity_mb: int, used_mb: int, room: int) -> int:
 
 # ---- the hard watermark: what running sandboxes may still write ------------------------------
 #
-# Below the (soft) watermark the sandboxes already running could together still fill the host:
-# their disks are thin, each may grow to its disk_mb. So there the node splits what is left
-# above the hard watermark (half the reserve) between their disks, and each disk's filesystem
+# The sandboxes already running could together still fill the host: their disks are thin, each
+# may grow to its disk_mb. So whenever their sizes exceed what is left above the hard watermark
+# (half the reserve), the node splits that room between their disks, and each disk's filesystem
 # is told to keep the rest of its free space reserved (ext4's reserved_clusters, which binds
-# root too): a writer past its allowance gets ENOSPC from its own filesystem, checked by the
-# kernel at write(2), so no writer can outrun the check (disks/pressure.py applies it).
+# root too): a writer past its part gets ENOSPC from its own filesystem, checked by the kernel
+# at write(2), so no writer can outrun the check (disks/pressure.py applies it).
 
 
 def hard_reserve_mb(free_reserve_mb: int) -> int:
