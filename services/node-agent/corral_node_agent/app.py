@@ -18,9 +18,10 @@ from corral_host.cgroups.detect import cgroup_driver
 from corral_node_agent import capacity as node_capacity
 from corral_node_agent import metrics
 from corral_node_agent.backends.base import SandboxBackend
-from corral_node_agent.capacity import memory_guard
+from corral_node_agent.capacity import disk, memory_guard
 from corral_node_agent.capacity.resources import default_reserved_memory_mb, read_host
 from corral_node_agent.container import Services, services_of
+from corral_node_agent.disks.pressure import DiskPressure
 from corral_node_agent.events.pulse import LivenessPulse
 from corral_node_agent.events.service import NodeEvents
 from corral_node_agent.fncall.router import router as fncall_router
@@ -91,6 +92,11 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             pulse = LivenessPulse(node, settings.redis_url, events.liveness, settings.heartbeat_interval_s,
                                   timeout_s=settings.heartbeat_timeout_s / 2)
             pulse.start()
+            # What the running sandboxes' thin disks may still take of the host (disks/pressure.py).
+            pressure = DiskPressure(settings.state_dir, await asyncio.to_thread(
+                disk.free_reserve_mb, settings.disk_free_reserve_mb, settings.state_dir), manager.open_disks,
+                manager.disk_limit_bytes, settings.host_share)
+            disk_pressure = asyncio.create_task(pressure.run_forever())
             memory_sampler = asyncio.create_task(sample_memory_forever(
                 manager, settings.memory_sample_interval_s, settings.memory_sample_max_duty))
             # The fncall worker pools, on the same layers as the sandboxes.
@@ -109,6 +115,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
                     guard.stop()
                 pulse.stop()
                 heartbeat.cancel()
+                disk_pressure.cancel()
                 memory_sampler.cancel()
                 if lazy_start is not None:
                     lazy_start.cancel()

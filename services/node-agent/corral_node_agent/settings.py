@@ -181,13 +181,16 @@ class NodeAgentSettings(PrefixedServiceSettings):
     # agent starts.
     disk_capacity_mb: int = 0
     # The watermark (capacity/disk.py): MiB kept free on the state dir's filesystem. Below it
-    # the node advertises no disk room and new sandboxes wait. Unset: 5% of the filesystem,
-    # at least 1024 MiB.
+    # the node advertises no disk room and new sandboxes wait; the running ones share what is
+    # left above the hard watermark, half of it, which the host always keeps (disks/pressure.py:
+    # past its part a writer gets ENOSPC).
+    # Unset: 5% of the filesystem, at least 1024 MiB.
     disk_free_reserve_mb: int | None = Field(None, ge=0)
-    # Reserve each sandbox's whole disk_mb on the host when it is created (fallocate, no I/O),
+    # Reserve each container's whole disk_mb on the host when it is created (fallocate, no I/O),
     # so the host cannot run out of room under a sandbox that stays within its disk_mb. Off
-    # (the default), disks are thin: they take host space as they are written, the node's
-    # disk requests and its watermark are what keep the host's filesystem from filling.
+    # (the default), containers' disks are thin: they take host space as they are written, the
+    # node's disk requests and its two watermarks keep the host's filesystem from filling. VMs'
+    # disks are always preallocated (their ext4 is out of the host's reach).
     disk_preallocate: bool = False
     # Containers: disks kept ready (made and mounted ahead, by a thread of their own) for
     # each of the two sizes most recently asked for, up to 4 GiB, so a create only moves one

@@ -30,6 +30,7 @@ from corral_common.contracts.network import NetworkPolicy
 from corral_common.contracts.sandboxes import RuntimeInfo, SandboxSpec, Usage
 from corral_common.logging import get_logger
 from corral_node_agent.backends.types import LayerFormat, RootFs
+from corral_node_agent.disks.pressure import OpenDisk
 from corral_node_agent.errors import Unsupported
 
 log = get_logger(__name__)
@@ -155,6 +156,15 @@ class SandboxBackend(abc.ABC):
         """The name its runtime, cgroup and directory know it by: its id, unless it was
         started ahead and claimed (Capability.warm_pool)."""
         return sandbox_id
+
+    def open_disks(self) -> list[OpenDisk]:
+        """The disks of its running sandboxes the host can hold back when its own filesystem
+        runs short (disks/pressure.py), each with a descriptor the caller closes."""
+        return []
+
+    def disk_limit_bytes(self) -> int:
+        """What the disks of ``open_disks`` could take of the host at most (their sizes)."""
+        return 0
 
     def describe(self, sandbox_id: str) -> RuntimeInfo:
         """How this sandbox runs, for its record (accelerator, image transport...)."""

@@ -25,8 +25,11 @@ sandbox's image is a sparse copy), and for the two sizes most recently asked for
 keeps disks made and mounted ahead (``pool``), so a container's create only renames an
 image and moves a mount (~0.1 ms; ~4 ms when it has to make its disk).
 
-Images are preallocated (``preallocate``, fallocate(2): unwritten extents, no I/O), so a
-host filesystem that fills up fails the next create with a clear error instead of failing
+Containers' images are thin by default: they take host space as they are written, and
+disks/pressure.py keeps what the running ones write above the node's hard watermark. VMs'
+images, and containers' with ``disk_preallocate``, are preallocated (``preallocate``,
+fallocate(2): unwritten extents, no I/O), never below the hard watermark (``keep_free_bytes``),
+so a host filesystem short of room fails the next create with a clear error instead of failing
 the writes of sandboxes that stay within their quota.
 """
 
@@ -43,6 +46,7 @@ from dataclasses import dataclass
 
 from corral_common.logging import get_logger
 from corral_host import files, loopdev, mounts
+from corral_node_agent.disks.pressure import OpenDisk
 from corral_node_agent.errors import RuntimeFailure, Unavailable
 from corral_node_agent.isolation.quota import MIB, DiskQuota
 
@@ -96,9 +100,12 @@ class UpperDisks:
     go wherever the caller says (inside the sandbox's own directory, so removing that
     directory removes the disk)."""
 
-    def __init__(self, directory: str, *, preallocate: bool = True, mkfs: str = "mkfs.ext4", pool: int = 0):
+    def __init__(self, directory: str, *, preallocate: bool = True, mkfs: str = "mkfs.ext4", pool: int = 0,
+                 keep_free_bytes: int = 0):
         self.templates = os.path.join(directory, "templates")
         self.preallocate = preallocate
+        # A preallocated image never takes the host's free space below this (the hard watermark).
+        self.keep_free_bytes = keep_free_bytes
         self.mkfs = mkfs
         self._formatting = threading.Lock()  # one template at a time (the pool's thread makes disks too)
         self.pool = _Pool(os.path.join(directory, "pool"), self, pool) if pool > 0 else None
@@ -119,6 +126,9 @@ class UpperDisks:
         try:
             _sparse_copy(src, image, size)
             if self.preallocate:
+                st = os.statvfs(image)
+                if st.f_bavail * st.f_frsize - size < self.keep_free_bytes:
+                    raise OSError(errno.ENOSPC, "below the hard watermark", image)
                 fd = os.open(image, os.O_RDWR | os.O_CLOEXEC)
                 try:
                     files.fallocate(fd, size)
@@ -149,6 +159,15 @@ class UpperDisks:
             _unlink(image)
             raise
         return disk
+
+    def open_ready(self) -> list[OpenDisk]:
+        """The pool's ready disks (disks/pressure.py): held back like the sandboxes' own, so a
+        sandbox that takes one starts with its part of the host's room, not all of its disk."""
+        return self.pool.open_ready() if self.pool is not None else []
+
+    def ready_bytes(self) -> int:
+        """The pool's ready disks' sizes."""
+        return self.pool.ready_bytes() if self.pool is not None else 0
 
     def close(self) -> None:
         """Stop keeping disks ready and remove the ready ones."""
@@ -315,6 +334,21 @@ class _Pool:
             self._remove(disk)
             return None
         return UpperDisk(image=image, size_mb=disk.size_mb, image_bytes=disk.image_bytes)
+
+    def ready_bytes(self) -> int:
+        with self._lock:
+            return sum(d.size_mb for disks in self._ready.values() for d in disks) * MIB
+
+    def open_ready(self) -> list[OpenDisk]:
+        with self._lock:
+            ready = [d for disks in self._ready.values() for d in disks]
+        out = []
+        for disk in ready:
+            try:
+                out.append(OpenDisk(os.open(_mountpoint(disk), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), disk.image))
+            except OSError:  # taken or removed meanwhile
+                continue
+        return out
 
     def close(self) -> None:
         self._closed = True

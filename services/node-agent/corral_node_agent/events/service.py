@@ -272,7 +272,7 @@ class NodeEvents:
         s = self.settings
         if self._disk_reserve_mb is None:
             self._disk_reserve_mb = await asyncio.to_thread(disk.default_free_reserve_mb, s.state_dir)
-        room = await asyncio.to_thread(disk.room_mb, s.state_dir, self._disk_reserve_mb)
+        room = await asyncio.to_thread(disk.room_mb, s.state_dir, self._disk_reserve_mb, s.host_share)
         return disk.advertised_disk_mb(s.disk_capacity_mb, int(self.manager.used_capacity()["disk_mb"]), room)
 
     async def _report_layers(self) -> None:

@@ -4,6 +4,7 @@ removes entries). Safe to read off the event loop where a method says so."""
 
 from corral_common.contracts.sandboxes import VM_BACKENDS, SandboxSpec, Usage, reserved_memory_mb
 from corral_node_agent.backends.base import Capability, SandboxBackend
+from corral_node_agent.disks.pressure import OpenDisk
 from corral_node_agent.errors import NotFound
 from corral_node_agent.memory.accounting import MemoryAccounting
 from corral_node_agent.sandboxes.activity import ActivityTracker
@@ -85,6 +86,13 @@ class SandboxRegistry:
         """How the sandbox runs (its backend's describe(), taken after start)."""
         entry = self._entries.get(sandbox_id)  # may have ended meanwhile: then nothing to say
         return {"backend": entry.kind, **entry.runtime} if entry is not None else {}
+
+    def open_disks(self) -> list[OpenDisk]:
+        """Its running sandboxes' disks (disks/pressure.py), every backend's."""
+        return [d for backend in self.backends.values() for d in backend.open_disks()]
+
+    def disk_limit_bytes(self) -> int:
+        return sum(backend.disk_limit_bytes() for backend in self.backends.values())
 
     def used_capacity(self) -> dict[str, float]:
         specs = [e.spec for e in self._entries.values()]

@@ -19,6 +19,7 @@ from corral_common.contracts.exec import ExecRequest
 from corral_common.contracts.sandboxes import SandboxSpec
 from corral_node_agent.backends.base import ExitReason
 from corral_node_agent.backends.types import BootDisk, DiskFormat, RootFs
+from corral_node_agent.backends.vm.config import UPPER_FILE
 from corral_node_agent.errors import BadInput, Conflict, DiskFull, NotFound, Unsupported
 from corral_node_agent.settings import NodeAgentSettings
 from tests.polling import until
@@ -152,6 +153,9 @@ async def test_a_microvm_disk_is_disk_mb_and_filling_it_keeps_the_guest_running(
     await backend.start(sid, SandboxSpec(environment="busybox", backend="microvm", memory_mb=128, disk_mb=192),
                         RootFs([layers["blk"]]))
     try:
+        # Preallocated (the guest's ext4 is out of the host's reach): it never takes host space later.
+        image = os.path.join(backend.root, sid, UPPER_FILE)
+        assert os.stat(image).st_blocks * 512 >= os.path.getsize(image)
         res = await backend.exec(sid, ExecRequest(cmd="df -k / | tail -1; dd if=/dev/zero of=/home/user/big bs=1M "
                                                       "count=160 2>&1 && sync && echo ok", timeout_s=300))
         assert res.exit_code == 0 and res.stdout.strip().endswith("ok"), res.stdout

@@ -48,6 +48,8 @@ from corral_node_agent.backends.container.crun import Crun, CrunContainer, CrunE
 from corral_node_agent.backends.container.diff import write_diff_tar
 from corral_node_agent.backends.container.shared_mounts import SharedMounts
 from corral_node_agent.backends.types import RootFs
+from corral_node_agent.capacity import disk
+from corral_node_agent.disks.pressure import OpenDisk
 from corral_node_agent.disks.upper import UpperDisks
 from corral_node_agent.errors import (
     AlreadyExists,
@@ -126,7 +128,8 @@ class ContainerBackend(SandboxBackend):
         self.crun = Crun(settings.crun, self.crun_root)
         self.sandboxes_dir = f"{self.state_dir}/sandboxes"
         self.disks = UpperDisks(f"{self.state_dir}/upper-disks", preallocate=settings.disk_preallocate,
-                                pool=settings.disk_pool)
+                                pool=settings.disk_pool,
+                                keep_free_bytes=disk.hard_reserve_bytes(settings.disk_free_reserve_mb, self.state_dir))
         self.on_exit = None
         self._sandboxes: dict[str, _Sandbox] = {}
         self._finished = FinishedUsage()
@@ -161,6 +164,29 @@ class ContainerBackend(SandboxBackend):
 
     def list_running(self) -> list[str]:
         return [sid for sid, sb in self._sandboxes.items() if not sb.stopping]
+
+    def open_disks(self) -> list[OpenDisk]:
+        # On the loop, where stop() takes sb.detached (as _root_of): no descriptor is reused under us.
+        disks = []
+        for sb in self._sandboxes.values():
+            if sb.stopping:
+                continue
+            try:
+                if sb.detached is not None:
+                    fd = os.dup(sb.detached.disk_fd)
+                elif sb.adopted and sb.pid:
+                    fd = os.open(f"/proc/{sb.pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                else:
+                    continue  # still starting: the next check sees it
+            except OSError:
+                continue
+            disks.append(OpenDisk(fd, bundle.disk_image(sb.dir)))
+        return disks + self.disks.open_ready()
+
+    def disk_limit_bytes(self) -> int:
+        # An image is its disk_mb plus ext4's metadata (inode tables written as files are made).
+        images = sum(sb.spec.disk_mb * 21 // 20 + 2 for sb in self._sandboxes.values())
+        return images * disk.MIB + self.disks.ready_bytes()
 
     def runtime_id(self, sandbox_id: str) -> str:
         sb = self._sandboxes.get(sandbox_id)

@@ -46,6 +46,7 @@ from corral_node_agent.backends.vm.machine import QemuMachine
 from corral_node_agent.backends.vm.qemu import Machine, MachineConfig, detect_accelerator
 from corral_node_agent.backends.vm.running import RunningVm
 from corral_node_agent.backends.vm.snapshots import Snapshots
+from corral_node_agent.capacity import disk
 from corral_node_agent.disks.upper import UpperDisks
 from corral_node_agent.errors import (
     AlreadyExists,
@@ -76,7 +77,10 @@ class QemuBackend(SandboxBackend):
         self.vm = settings.vm  # this package's own section
         self.accelerator = detect_accelerator(self.vm.accelerator)
         self.root = os.path.join(settings.state_dir, "vms")
-        self.disks = UpperDisks(os.path.join(settings.state_dir, "upper-disks"), preallocate=settings.disk_preallocate)
+        # Always preallocated: a guest's ext4 is out of the host's reach (its tenant is root in it),
+        # so nothing could hold a thin VM disk back once the host runs short (disks/pressure.py).
+        self.disks = UpperDisks(os.path.join(settings.state_dir, "upper-disks"), preallocate=True,
+                                keep_free_bytes=disk.hard_reserve_bytes(settings.disk_free_reserve_mb, settings.state_dir))
         self.snapshots = Snapshots(os.path.join(settings.state_dir, "snapshots"), self.disks)
         self.egress = node_egress(settings)  # starts nothing until a VM has an allowlist
         self._vms: dict[str, RunningVm] = {}
