@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from corral_common.amqp import EventBus
 from corral_common.contracts.events import SandboxPlace, SandboxStop, node_queue_name, node_routing_key
 from corral_common.contracts.node import NodeHealth
-from corral_common.logging import configure_logging
+from corral_common.logging import configure_logging, get_logger
 from corral_common.store.state import StateStore
 from corral_common.telemetry import instrument_app, setup_tracing
 from corral_common.web.metrics import install_metrics
@@ -33,6 +33,8 @@ from corral_node_agent.sandboxes.router import router as sandboxes_router
 from corral_node_agent.sandboxes.service import build_manager
 from corral_node_agent.settings import NodeAgentSettings
 
+log = get_logger(__name__)
+
 
 def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBackend | None = None) -> FastAPI:
     """The node-agent; ``backends`` replaces this host's (tests run it on a FakeBackend)."""
@@ -54,6 +56,7 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             # crun containers always; microvm and vm where QEMU is installed.
             manager = build_manager(settings, backends)
             manager.max_sandboxes = capacity.max_sandboxes
+            manager.requests_cap = (capacity.cpu, capacity.memory_mb, capacity.pids)  # the warm pool's bound
             store = StateStore.from_url(settings.redis_url, **settings.redis_pool())
             bus = await EventBus(settings.amqp_url, publish_timeout_s=settings.amqp_publish_timeout_s).connect()
             events = NodeEvents(settings, store, bus, manager, capacity)
@@ -113,6 +116,12 @@ def create_app(settings: NodeAgentSettings | None = None, backends: SandboxBacke
             finally:
                 if guard is not None:
                     guard.stop()
+                # Its sandboxes keep running for the next run to adopt; its warm pool does not
+                # (nothing of it is left: container, cgroup, mounts, disk).
+                try:
+                    await manager.stop_pool()
+                except Exception:
+                    log.exception("warm_pool.stop_failed")
                 pulse.stop()
                 heartbeat.cancel()
                 disk_pressure.cancel()
@@ -155,7 +164,9 @@ async def cleanup(settings: NodeAgentSettings) -> None:
     from corral_node_agent.fncall.service import remove_cgroups
 
     remove_cgroups(node_cgroup.fncall_cgroup_path(settings.node_id, instance_of(settings.state_dir)))
-    await build_manager(settings).start()  # the node's cgroup goes too, once empty
+    manager = build_manager(settings)
+    await manager.start()  # deletes every container (warm pool's too); the node's cgroup goes once empty
+    await manager.close()  # and what this run opened (the pool's task, shared mounts, layers)
 
 
 def main(argv: list[str] | None = None) -> None:

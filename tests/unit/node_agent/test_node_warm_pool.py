@@ -258,3 +258,75 @@ async def test_by_default_a_shape_gets_what_its_demand_asks_up_to_the_cap_and_no
     await h.settle()
     assert h.pool.ready_count() == 0 and len(h.backend.stopped) == 2
     await h.pool.close()
+
+
+async def test_the_pool_holds_at_most_max_sandboxes_every_shape_together():
+    """Demand grows each shape up to max, but the pool's bound (memory, pids: each pooled
+    sandbox is an idle init) is the node's, not each shape's."""
+    h = Harness(size=0, max_size=3)
+    h.pool.start()
+    a, b = SPEC, SPEC.model_copy(update={"memory_mb": 96})
+    for _ in range(10):
+        h.pool.take(a, "acme")
+        h.pool.take(b, "acme")
+    await h.after_burst()
+    assert h.pool.count() == 3 and len(h.backend.started) == 3
+    assert all(t == 3 for t in (s.target(h.clock.now, 0, 3) for s in h.pool.shapes()))  # each wants 3
+    await h.pool.close()
+    assert sorted(h.backend.stopped) == sorted(h.backend.started)
+
+
+async def test_it_fills_only_the_requests_the_node_leaves_free():
+    """``fits``: the node's capacity less its sandboxes' requests and the pool's own (held)."""
+    capacity_mb, sandboxes_mb = 256, 64
+    h = Harness(size=0, max_size=8)
+    h.pool._fits = lambda spec: sandboxes_mb + h.pool.held()[1] + spec.reservation.memory_mb <= capacity_mb
+    spec = SandboxSpec(environment="busybox", backend="container", memory_mb=128, requests={"memory_mb": 64})
+    h.pool.start()
+    for _ in range(10):
+        h.pool.take(spec, "acme")
+    await h.after_burst()
+    assert h.pool.count() == 3 and h.pool.held()[1] == 192  # 64 + 3 x 64 = the node's 256
+    sandboxes_mb = 192  # two more sandboxes placed: the pool fills no more (it gives way: make_room)
+    assert await h.pool.make_room() and h.pool.count() == 2
+    await h.after_burst()
+    assert h.pool.count() == 2
+    await h.pool.close()
+
+
+async def test_close_lets_a_start_in_flight_finish_and_stops_it():
+    """A pooled sandbox being started when the agent stops is stopped too, not left running
+    with nobody knowing of it (a cancel in the middle of its start would)."""
+    h = Harness(size=1)
+    gate = asyncio.Event()
+    started = h.backend.start_ahead
+
+    async def slow_start(runtime_id, spec, rootfs):
+        await started(runtime_id, spec, rootfs)  # crun has run it ...
+        await gate.wait()  # ... and the start goes on (its init's checks)
+
+    h.backend.start_ahead = slow_start
+    h.pool.start()
+    h.pool.take(SPEC, "acme")
+    await h.settle()
+    assert len(h.backend.started) == 1 and h.pool.ready_count() == 0
+    closing = asyncio.ensure_future(h.pool.close())
+    await h.settle()
+    assert not closing.done()
+    gate.set()
+    await closing
+    assert h.backend.stopped == h.backend.started and h.acquired == h.released == 1
+    assert h.pool.count() == 0
+
+
+def test_warm_pools_are_on_with_the_shipped_defaults(tmp_path):
+    """A default create is served from a pool without tuning: the manager the agent builds from
+    default settings has one, bounded (max), demand-sized (no fixed floor) and shrinking when idle."""
+    from corral_node_agent.backends.container import ContainerBackend
+    from corral_node_agent.sandboxes.service import build_manager
+    from corral_node_agent.settings import NodeAgentSettings
+
+    settings = NodeAgentSettings(state_dir=str(tmp_path), image_service_url="http://image-service")
+    manager = build_manager(settings, backends=ContainerBackend(settings))
+    assert manager.pool is not None
+    assert (manager.pool.size, 0 < manager.pool.limit <= 64, manager.pool.idle_s) == (0, True, 120.0)

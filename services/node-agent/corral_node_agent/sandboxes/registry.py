@@ -22,9 +22,15 @@ class SandboxRegistry:
         # Working set and memory·time of every sandbox (None: no cgroups here, nothing sampled).
         self.memory = memory
         self._entries: dict[str, SandboxEntry] = {}
+        # The cpu, memory_mb and pids the entries request, kept as they come and go (_put,
+        # _pop): the create path compares them with requests_cap without a pass over thousands.
+        self._requested: tuple[float, int, int] = (0.0, 0, 0)
         # Data-path use of each sandbox (GET /v1/activity: the memory-manager's idle rule).
         self.activity = ActivityTracker()
         self.pool: WarmPool | None = None
+        # What the node advertises (cpu, memory_mb, pids; the agent sets its capacity's): the
+        # warm pool holds only what its sandboxes leave of it (None: no bound but the slots).
+        self.requests_cap: tuple[float, int, int] | None = None
 
     @property
     def backend(self) -> SandboxBackend:
@@ -99,9 +105,10 @@ class SandboxRegistry:
         # What their requests reserve (the scheduler counts the same), not their limits.
         held = [e.spec.reservation for e in self._entries.values()]
         memory = sum(reserved_memory_mb(s.backend, s.reservation.memory_mb, self.vm_memory_overhead_mb) for s in specs)
-        pooled_disk_mb = self.pool.disk_mb() if self.pool is not None else 0
+        # (Not the warm pool's: nobody reserved them, and what the node advertises as free
+        # must not count them as room a second time; capacity/disk.py.)
         return {"sandboxes": len(specs), "cpu": sum(r.cpu for r in held),
-                "memory_mb": memory, "disk_mb": sum(r.disk_mb for r in held) + pooled_disk_mb}
+                "memory_mb": memory, "disk_mb": sum(r.disk_mb for r in held)}
 
     def usage(self, sandbox_id: str) -> Usage:
         self._require(sandbox_id)
@@ -128,6 +135,35 @@ class SandboxRegistry:
     def runtime_id(self, sandbox_id: str) -> str:
         """The name its cgroup has (its id, unless it came from the warm pool)."""
         return self._backend_of(sandbox_id).runtime_id(sandbox_id)
+
+    def _requests_of(self, spec: SandboxSpec) -> tuple[float, int, int]:
+        r = spec.reservation
+        return r.cpu, reserved_memory_mb(spec.backend, r.memory_mb, self.vm_memory_overhead_mb), r.pids
+
+    def _put(self, sandbox_id: str, entry: SandboxEntry) -> None:
+        self._entries[sandbox_id] = entry
+        cpu, memory_mb, pids = self._requests_of(entry.spec)
+        self._requested = (self._requested[0] + cpu, self._requested[1] + memory_mb, self._requested[2] + pids)
+
+    def _pop(self, sandbox_id: str) -> SandboxEntry | None:
+        entry = self._entries.pop(sandbox_id, None)
+        if entry is not None:
+            cpu, memory_mb, pids = self._requests_of(entry.spec)
+            self._requested = (self._requested[0] - cpu, self._requested[1] - memory_mb, self._requested[2] - pids)
+        return entry
+
+    def _over_capacity(self, extra: SandboxSpec | None = None) -> bool:
+        """Whether the requests of the node's sandboxes, its warm pool's and ``extra``'s exceed
+        what it advertises (requests_cap): the pool's are counted by the node only, so a create
+        the scheduler placed in what the pool held finds it over and makes the pool give way."""
+        if self.requests_cap is None:
+            return False
+        cpu, memory_mb, pids = self._requested
+        for more in ([self._requests_of(extra)] if extra is not None else []) + \
+                ([self.pool.held()] if self.pool is not None else []):
+            cpu, memory_mb, pids = cpu + more[0], memory_mb + more[1], pids + more[2]
+        cap_cpu, cap_memory_mb, cap_pids = self.requests_cap
+        return cpu > cap_cpu + 1e-6 or memory_mb > cap_memory_mb or pids > cap_pids
 
     def _room(self) -> int:
         """Sandbox slots left on the node (max_sandboxes), pooled ones counted as taken."""

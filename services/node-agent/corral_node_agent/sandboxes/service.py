@@ -85,7 +85,7 @@ class SandboxManager(SandboxOperations):
                                  new_entry=lambda spec, tenant, pinned: SandboxEntry(
                                      spec=spec, tenant=tenant, pinned=pinned, layer_format=self.backend.layer_format),
                                  acquire=self.rootfs.acquire, release=self.rootfs.release, quiet=self._until_quiet,
-                                 room=self._room,
+                                 room=self._room, fits=lambda spec: not self._over_capacity(spec),
                                  records=OwnerRecords(f"{owners.directory}/pooled") if owners is not None else None)
 
     def on_exit(self, listener: ExitListener) -> None:
@@ -123,7 +123,7 @@ class SandboxManager(SandboxOperations):
                                layer_format=backend.layer_format)
                 entry.runtime = runtime
                 entry.ready.set()
-                self._entries[sid] = entry
+                self._put(sid, entry)
                 if owner is not None and owner.layers and await self.rootfs.hold_adopted(sid, entry, owner.layers):
                     lost.append(sid)
             adopted_all += [sid for sid in adopted if sid not in pooled and sid not in ended]
@@ -152,10 +152,15 @@ class SandboxManager(SandboxOperations):
         await self.backend.stop(runtime_id)
         await self.rootfs.release(entry)
 
-    async def close(self) -> None:
-        """Agent shutdown: delete every sandbox (no re-adoption yet), drop layer mounts."""
+    async def stop_pool(self) -> None:
+        """Stop the warm pool and every sandbox in it (an agent that stops keeps its sandboxes
+        running for the next run to adopt, not its pool)."""
         if self.pool is not None:
             await self.pool.close()
+
+    async def close(self) -> None:
+        """Delete every sandbox and stop the pool, drop layer mounts (tests, cleanup)."""
+        await self.stop_pool()
         for sid in list(self._entries):
             await self.delete(sid)
         for backend in self.backends.values():
@@ -187,16 +192,17 @@ class SandboxManager(SandboxOperations):
         entry = SandboxEntry(spec=spec, tenant=owner.tenant if owner is not None else "", kind=spec.backend,
                        pinned=image.layers if image is not None and spec.environment else None,
                        layer_format=backend.layer_format)
-        self._entries[sandbox_id] = entry
+        self._put(sandbox_id, entry)
         self._creating += 1
         self._quiet.clear()
         try:
             if entry.pinned is None and spec.environment:
                 entry.pinned = await self.rootfs.resolve_unpinned(entry)
-            if self.pool is not None and self._room() < 0 and not self.pool.has_ready(spec, entry.tenant,
-                                                                                       entry.pinned):
-                # The pool held the node's last slot and none of this shape: one gives way.
-                await self.pool.make_room()
+            if self.pool is not None and not self.pool.has_ready(spec, entry.tenant, entry.pinned):
+                # The pool held the node's last slot, or requests the scheduler counted free for
+                # this create, and none of this shape: pooled ones give way until it fits.
+                while (self._room() < 0 or self._over_capacity()) and await self.pool.make_room():
+                    pass
             if owner is not None and self.owners is not None:
                 self.owners.write(owner)
             if not await self._claim_ahead(sandbox_id, entry, backend):
@@ -218,7 +224,7 @@ class SandboxManager(SandboxOperations):
                 log.exception("sandbox.describe_failed", sandbox_id=sandbox_id)
         except BaseException as exc:
             entry.error = exc
-            self._entries.pop(sandbox_id, None)
+            self._pop(sandbox_id)
             self._forget_owner(sandbox_id)
             raise
         finally:
@@ -275,7 +281,7 @@ class SandboxManager(SandboxOperations):
 
     async def _drop_entry(self, sandbox_id: str) -> None:
         """A sandbox is gone: release what it held; its slot may go to the warm pool again."""
-        entry = self._entries.pop(sandbox_id, None)
+        entry = self._pop(sandbox_id)
         if entry is not None:
             await self.rootfs.release(entry)
             if self.pool is not None:

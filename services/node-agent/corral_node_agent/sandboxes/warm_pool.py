@@ -19,8 +19,14 @@ asked for it in the last ``DEMAND_WINDOW_S``, less one, at most ``max_size``, an
 than ``size`` (an operator's fixed floor, 0 by default). A shape asked for once (a one-off
 sandbox) gets none; a stream or a burst grows its pool up to ``max_size``; ``idle_s`` after the
 last create of a shape it is drained to zero. At most ``MAX_SHAPES`` shapes are kept (the least
-recently asked for goes first), so the pool holds at most ``max(size, max_size) x MAX_SHAPES``
-idle sandboxes (each costing its requests), and never a create's place (``room``).
+recently asked for goes first).
+
+What the pool holds is bounded three ways: at most ``max(max_size, size x MAX_SHAPES)`` pooled
+sandboxes on the node, all shapes together (each an idle init: ~1.6 MiB of host memory, its pids); a slot
+of the node's max_sandboxes each (``room``); and their requests together with the node's
+sandboxes' within the node's capacity (``fits``). None of it is reserved with the scheduler,
+which counts it free: the pool fills only what no sandbox reserved, and gives it back
+(``make_room``) as soon as a create placed on it needs it, so nothing is counted twice.
 
 Refills start one sandbox at a time, only while no create is being started on the node
 (``quiet``), and, while a shape still has sandboxes ready, only once no create has asked for it
@@ -37,8 +43,9 @@ are the ones the create starts on (its pin).
 
 Each pooled sandbox has a record on the node's disk (``records``: tenant, template spec,
 layers; owners.py's format, in a directory of its own, so that nothing registers it as a
-sandbox), so a restarted agent puts the ones still running back in the pool (``adopt``) and a
-burst across an agent restart is still served from it.
+sandbox), so an agent restarted after a crash puts the ones still running back in the pool
+(``adopt``) and a burst across the restart is still served from it. An agent that stops
+(``close``) stops its pool: what it leaves for the next run is sandboxes only.
 """
 
 import asyncio
@@ -117,17 +124,26 @@ class WarmPool:
                  new_entry: Callable[[SandboxSpec, str, tuple[EnvironmentLayer, ...] | None], Any],
                  acquire: Callable[[Any], Awaitable[RootFs]], release: Callable[[Any], Awaitable[None]],
                  quiet: Callable[[], Awaitable[None]], room: Callable[[], int] = lambda: 1 << 30,
+                 fits: Callable[[SandboxSpec], bool] = lambda spec: True,
                  records: OwnerRecords | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         # ``room``: how many more sandboxes, pooled ones included, the node may run (its
         # max_sandboxes less what it runs): a pooled sandbox never takes a create's place.
+        # ``fits``: whether one more of a spec's requests fits the node's capacity beside its
+        # sandboxes' and the pool's (``held()``).
         self.backend, self.size, self.idle_s, self.clock, self._room = backend, size, idle_s, clock, room
+        self._fits = fits
         self.max_size = max_size  # what demand may grow a shape to (size: what it always gets)
+        # Pooled sandboxes on the node at most, every shape together (each shape's floor kept).
+        self.limit = max(max_size, size * MAX_SHAPES)
         self._new_entry, self._acquire, self._release, self._quiet = new_entry, acquire, release, quiet
         self.records = records  # None: a restarted agent deletes the pooled sandboxes
         self._shapes: OrderedDict[str, _Shape] = OrderedDict()
         self._by_runtime: dict[str, str] = {}  # runtime id -> shape, for every pooled sandbox
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        # The start ahead in flight: close() lets it finish (then stops it) rather than cancel
+        # it halfway, which would leave a container nobody knows of.
+        self._start: asyncio.Task | None = None
         self.hits = self.misses = 0
 
     # ---- the create path ------------------------------------------------------------------
@@ -220,9 +236,14 @@ class WarmPool:
         """What the node advertises in its heartbeat, for the scheduler (warm_pool_shape)."""
         return {key: len(s.ready) for key, s in self._shapes.items() if s.ready}
 
-    def disk_mb(self) -> int:
-        """What the pooled sandboxes' disks claim (they are counted as used: the node's disk)."""
-        return sum(len(s.ready) * s.spec.reservation.disk_mb for s in self._shapes.values())
+    def held(self) -> tuple[float, int, int]:
+        """The cpu, memory_mb and pids the pooled sandboxes request, ready or being started
+        (``fits`` counts them beside the node's sandboxes'; the scheduler does not)."""
+        cpu, memory_mb, pids = 0.0, 0, 0
+        for shape in self._shapes.values():
+            n, r = len(shape.ready) + shape.starting, shape.spec.reservation
+            cpu, memory_mb, pids = cpu + n * r.cpu, memory_mb + n * r.memory_mb, pids + n * r.pids
+        return cpu, memory_mb, pids
 
     # ---- filling ----------------------------------------------------------------------------
 
@@ -239,13 +260,13 @@ class WarmPool:
 
     def _wanted(self) -> str | None:
         """The shape that should get one more sandbox now (None: all filled)."""
-        if self._room() <= 0:
+        if self._room() <= 0 or self.count() >= self.limit:
             return None
         now = self.clock()
         for key, shape in self._shapes.items():
             if now - shape.asked_at < self.idle_s and now - shape.failed_at >= RETRY_AFTER_S \
                     and len(shape.ready) + shape.starting < shape.target(now, self.size, self.max_size) \
-                    and not self._settling(shape, now):
+                    and not self._settling(shape, now) and self._fits(shape.spec):
                 return key
         return None
 
@@ -286,7 +307,8 @@ class WarmPool:
             while (key := self._wanted()) is not None:
                 await self._quiet()
                 if key in self._shapes:
-                    await self._start_one(key, self._shapes[key])
+                    self._start = asyncio.ensure_future(self._start_one(key, self._shapes[key]))
+                    await asyncio.shield(self._start)
 
     async def _start_one(self, key: str, shape: _Shape) -> None:
         runtime_id = f"wp-{secrets.token_hex(8)}"
@@ -326,18 +348,22 @@ class WarmPool:
         if key is None:
             return False
         shape = self._shape(key, record.spec, record.tenant, record.layers)
-        if len(shape.ready) >= max(self.size, self.max_size):
+        if len(shape.ready) >= max(self.size, self.max_size) or self.count() >= self.limit:
             return False
         shape.ready.append(Ahead(runtime_id, entry))
         self._by_runtime[runtime_id] = key
         return True
 
     async def close(self) -> None:
-        """Stop filling and stop every pooled sandbox (agent shutdown)."""
+        """Stop filling and stop every pooled sandbox, the one being started too (agent
+        shutdown: pooled sandboxes are not kept for the next agent run)."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self._start is not None:
+            await asyncio.gather(self._start, return_exceptions=True)  # then drained with the rest
+            self._start = None
         for shape in list(self._shapes.values()):
             await self._drain(shape)
         self._shapes.clear()
