@@ -185,27 +185,36 @@ def log_lines(platform, service: str, needle: str, limit: int = 40) -> list[str]
     return [line for line in path.read_text(errors="replace").splitlines() if needle in line][-limit:]
 
 
-def leftovers(platform, node_id: str, sandbox_id: str) -> list[str]:
-    """Everything a deleted sandbox could leave behind on its node; empty when clean."""
+def runtime_id(sandbox) -> str:
+    """The name a sandbox's crun container, cgroup and directories have on its node (``sandbox``:
+    the SDK's): its id, or that of the warm-pool container it was claimed from (its record's
+    ``runtime.warm_pool``), which keeps the name it was started under."""
+    runtime = sandbox.info.runtime  # the client's SandboxRuntime (or UNSET before it ran)
+    return getattr(runtime, "additional_properties", {}).get("warm_pool") or sandbox.id
+
+
+def leftovers(platform, node_id: str, sandbox) -> list[str]:
+    """Everything a deleted sandbox (the SDK's) could leave behind on its node; empty when clean.
+    Looked for under its id and under its runtime id (runtime_id: a claimed warm-pool container's)."""
     found = []
+    names = sorted({sandbox.id, runtime_id(sandbox)})
     pid_file = platform["state"] / "run" / f"{node_id}.pid"
     if pid_file.exists():
         mountinfo = Path(f"/proc/{int(pid_file.read_text())}/mountinfo")
         if mountinfo.exists():
-            found += [f"mount: {line.split()[4]}" for line in mountinfo.read_text().splitlines() if sandbox_id in line]
-    for controller in ("memory", "pids", "cpu,cpuacct", "cpu", "freezer"):
-        path = Path(f"/sys/fs/cgroup/{controller}/corral/{node_id}/{sandbox_id}")
-        if path.exists():
-            found.append(f"cgroup: {path}")
-    bundle = platform["state"] / "nodes" / node_id / "sandboxes" / sandbox_id
-    if bundle.exists():
-        found.append(f"dir: {bundle}")
-    crun_state = platform["state"] / "nodes" / node_id / "crun" / sandbox_id
-    if crun_state.exists():
-        found.append(f"crun state: {crun_state}")
-    vm_dir = platform["state"] / "nodes" / node_id / "vms" / sandbox_id
-    if vm_dir.exists():
-        found.append(f"vm dir: {vm_dir}")
+            found += [f"mount: {line.split()[4]}" for line in mountinfo.read_text().splitlines()
+                      if any(name in line for name in names)]
+    for name in names:
+        for controller in ("memory", "pids", "cpu,cpuacct", "cpu", "freezer"):
+            path = Path(f"/sys/fs/cgroup/{controller}/corral/{node_id}/{name}")
+            if path.exists():
+                found.append(f"cgroup: {path}")
+        for what, path in (("dir", platform["state"] / "nodes" / node_id / "sandboxes" / name),
+                           ("crun state", platform["state"] / "nodes" / node_id / "crun" / name),
+                           ("vm dir", platform["state"] / "nodes" / node_id / "vms" / name)):
+            if path.exists():
+                found.append(f"{what}: {path}")
+    sandbox_id = sandbox.id
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:

@@ -17,6 +17,7 @@ from tests.live_platform import (  # noqa: F401 - re-exported: the e2e tests imp
     agent_pid,
     leftovers,
     platform_missing,
+    runtime_id,
     vm_backends_missing,
 )
 

@@ -111,7 +111,7 @@ def test_burst_survives_api_scheduler_and_node_agent_restarts(corral, platform):
     # Nothing left behind on either node.
     for sb in listed:
         node = sb.info.node_id or "node-1"
-        assert not leftovers(platform, node, sb.id), (sb.id, log_lines(platform, node, sb.id))
+        assert not leftovers(platform, node, sb), (sb.id, log_lines(platform, node, sb.id))
 
 
 def test_delete_by_label_selector(corral):

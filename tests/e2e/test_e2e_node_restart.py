@@ -17,16 +17,16 @@ from pathlib import Path
 import httpx
 import redis
 
-from tests.e2e.conftest import HEARTBEAT_TIMEOUT_S, agent_pid, leftovers
+from tests.e2e.conftest import HEARTBEAT_TIMEOUT_S, agent_pid, leftovers, runtime_id
 from tests.live_platform import fncall_ready, internal_headers, lazy_server_pid
 from tests.polling import until_sync
 
 NODE = "node-1"
 
 
-def _crun_state(platform, sandbox_id: str) -> dict | None:
+def _crun_state(platform, sandbox) -> dict | None:
     root = platform["state"] / "nodes" / NODE / "crun"
-    out = subprocess.run(["crun", "--root", str(root), "state", sandbox_id], capture_output=True, text=True)
+    out = subprocess.run(["crun", "--root", str(root), "state", runtime_id(sandbox)], capture_output=True, text=True)
     return json.loads(out.stdout) if out.returncode == 0 else None
 
 
@@ -74,7 +74,7 @@ def test_restarted_node_agent_readopts_running_sandboxes(platform, corral):
     keep.write_file("notes.txt", "before the restart")
     paused.write_file("state.txt", "frozen")
     paused.pause()
-    pids = {sb.id: _crun_state(platform, sb.id)["pid"] for sb in (keep, paused, doomed)}
+    pids = {sb.id: _crun_state(platform, sb)["pid"] for sb in (keep, paused, doomed)}
 
     def kill_doomed() -> None:
         # This one's processes die while nobody watches: the new agent must notice.
@@ -108,24 +108,33 @@ def test_restarted_node_agent_readopts_running_sandboxes(platform, corral):
     # The dead one is failed with a reason, and nothing of it is left.
     doomed.wait("terminated", timeout=15)
     assert (doomed.state, doomed.info.reason) == ("failed", "lost_on_restart")
-    until_sync(lambda: not leftovers(platform, NODE, doomed.id), timeout_s=10, what="doomed cleaned up")
+    until_sync(lambda: not leftovers(platform, NODE, doomed), timeout_s=10, what="doomed cleaned up")
 
-    # Nothing runs on the node without a live record.
+    # Nothing runs on the node without a live record, but its warm pool's containers (started
+    # ahead, never claimed: "ahead" in their sandbox.json, adopted back into the pool). A
+    # container's crun id is its sandbox's id, or the pooled one's it was claimed from: its
+    # sandbox.json names its sandbox.
     root = platform["state"] / "nodes" / NODE / "crun"
     listed = json.loads(subprocess.run(["crun", "--root", str(root), "list", "--format", "json"],
                                        capture_output=True, text=True, check=True).stdout or "[]")
     records = redis.Redis.from_url(platform["redis_url"], decode_responses=True)  # any tenant's (the security
     for container in listed:  # suite's neighbours belong to another tenant)
-        assert records.hget(f"sb:{container['id']}", "state") in ("running", "paused"), container
+        meta = json.loads((platform["state"] / "nodes" / NODE / "sandboxes" / container["id"] / "sandbox.json")
+                          .read_text())
+        if meta.get("ahead"):  # the pool's: it has the pool's record of it
+            assert (platform["state"] / "nodes" / NODE / "owners" / "pooled" / f"{container['id']}.json").exists()
+            continue
+        sandbox_id = meta.get("sandbox_id") or container["id"]
+        assert records.hget(f"sb:{sandbox_id}", "state") in ("running", "paused"), (container, sandbox_id)
 
     # Deleting an adopted sandbox leaves nothing: no container, mount, cgroup, dir or process.
     for sb in (keep, paused):
         sb.delete()
         assert sb.state == "terminated"
-        assert not leftovers(platform, NODE, sb.id)
+        assert not leftovers(platform, NODE, sb)
         until_sync(lambda sb=sb: not _alive(pids[sb.id]), timeout_s=5, what="init gone")
     mounts = [line for p in Path("/proc").glob("[0-9]*/mountinfo") for line in _read(p)
-              if any(sb.id in line for sb in (keep, paused, doomed))]
+              if any(name in line for sb in (keep, paused, doomed) for name in (sb.id, runtime_id(sb)))]
     assert mounts == []
     for sb in sandboxes:
         if sb not in (keep, paused, doomed):

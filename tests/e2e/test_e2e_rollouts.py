@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from corral import AsyncCorral, CorralError, StepFailed, StepInterrupted
-from tests.e2e.conftest import OTHER_TENANT_KEY
+from tests.e2e.conftest import OTHER_TENANT_KEY, runtime_id
 from tests.polling import until_sync
 
 TRAINER = Path(__file__).with_name("rollout_trainer.py")
@@ -143,7 +143,7 @@ def test_replay_divergence_files_and_bad_input(corral, platform):
 
 
 def _freezer_state(platform, sandbox) -> str:
-    path = Path(f"/sys/fs/cgroup/freezer/corral/{sandbox.info.node_id}/{sandbox.id}/freezer.state")
+    path = Path(f"/sys/fs/cgroup/freezer/corral/{sandbox.info.node_id}/{runtime_id(sandbox)}/freezer.state")
     return path.read_text().strip() if path.exists() else ""
 
 

@@ -35,7 +35,7 @@ def test_twenty_sandboxes_spread_exec_files_and_leave_nothing(platform):
     sandboxes = asyncio.run(scenario())
     for sb in sandboxes:
         assert sb.state == "terminated"
-        assert leftovers(platform, sb.info.node_id, sb.id) == []
+        assert leftovers(platform, sb.info.node_id, sb) == []
     with Corral(platform["api"], platform["api_key"]) as corral:
         ended = corral.sandboxes.get(sandboxes[0].id)
         assert ended.state == "terminated" and ended.info.usage.wall_time_s > 0

@@ -57,7 +57,7 @@ def test_same_sdk_code_on_container_microvm_and_vm(vm_platform):
                 assert sb.pause().state == "paused" and sb.resume().state == "running"
             finally:
                 sb.delete()  # waits until it is gone
-            assert leftovers(vm_platform, sb.info.node_id, sb.id) == []
+            assert leftovers(vm_platform, sb.info.node_id, sb) == []
         assert answers["container"] == answers["microvm"] == answers["vm"]
         assert answers["container"]["run"] == (0, ["1", "1000", "/home/user"])
         assert answers["container"]["timed_out"] == [(None, True)]
@@ -111,4 +111,4 @@ def test_vm_screen_input_pause_snapshot_and_restore(vm_platform):
                 if s is not None:
                     s.delete()
         for s in (sb, restored):
-            assert leftovers(vm_platform, s.info.node_id, s.id) == []
+            assert leftovers(vm_platform, s.info.node_id, s) == []

@@ -129,7 +129,12 @@ class Platform:
         return {"used": {k: int(v) for k, v in used.items()}, "members": members, "resv": resv}
 
     async def crun_ids(self) -> set[str]:
-        return set(await self.manager.backend.crun.list())
+        """The containers crun runs on the node, named by their sandboxes (a sandbox claimed from
+        the warm pool runs under the pooled container's crun id); the pool's own left out."""
+        manager = self.manager
+        sandbox_of = {manager.runtime_id(sid): sid for sid in manager.ids()}
+        return {sandbox_of.get(cid, cid) for cid in await manager.backend.crun.list()
+                if manager.pool is None or not manager.pool.owns(cid)}
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.live_platform import leftovers
+from tests.live_platform import leftovers, runtime_id
 
 HOME = "/home/user"
 PROBE = f"{HOME}/probe"
@@ -114,20 +114,21 @@ def _start_time(pid: int) -> str | None:
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
-def sandbox_cgroup_dirs(node_id: str, sandbox_id: str) -> list[Path]:
-    """The cgroup v1 directories a sandbox's processes live in (containers and VMs)."""
+def sandbox_cgroup_dirs(node_id: str, sandbox) -> list[Path]:
+    """The cgroup v1 directories a sandbox's (the SDK's) processes live in (containers and VMs),
+    named by its runtime id (a claimed warm-pool container keeps its own)."""
     found = []
     for parent in ("corral", "corral-vm"):
-        path = Path(f"/sys/fs/cgroup/pids/{parent}/{node_id}/{sandbox_id}")
+        path = Path(f"/sys/fs/cgroup/pids/{parent}/{node_id}/{runtime_id(sandbox)}")
         if path.is_dir():
             found.append(path)
     return found
 
 
-def sandbox_processes(node_id: str, sandbox_id: str) -> dict[int, str]:
-    """Host pid -> start time of every process the sandbox has on the host."""
+def sandbox_processes(node_id: str, sandbox) -> dict[int, str]:
+    """Host pid -> start time of every process the sandbox (the SDK's) has on the host."""
     procs = {}
-    for cg in sandbox_cgroup_dirs(node_id, sandbox_id):
+    for cg in sandbox_cgroup_dirs(node_id, sandbox):
         for sub in [cg, *(p for p in cg.rglob("*") if p.is_dir())]:
             try:
                 pids = (sub / "cgroup.procs").read_text().split()
@@ -323,13 +324,13 @@ class Attack:
         found = []
         for sandbox in sandboxes or list(self.sandboxes):
             node_id = sandbox.refresh().info.node_id
-            processes = sandbox_processes(node_id, sandbox.id) if node_id else {}
+            processes = sandbox_processes(node_id, sandbox) if node_id else {}
             sandbox.delete(wait=True)
             if sandbox in self.sandboxes:
                 self.sandboxes.remove(sandbox)
             assert sandbox.state == "terminated", f"{sandbox.id} ended as {sandbox.state}"
             if node_id:
-                found += [f"{sandbox.id}: {what}" for what in leftovers(self.lab.platform, node_id, sandbox.id)]
+                found += [f"{sandbox.id}: {what}" for what in leftovers(self.lab.platform, node_id, sandbox)]
             found += [f"{sandbox.id}: process {pid} still runs" for pid, start in processes.items()
                       if _start_time(pid) == start]
         assert not found, "\n".join(found)

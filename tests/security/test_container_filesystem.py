@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from corral import CorralError
+from tests.live_platform import runtime_id
 from tests.security.harness import HOME, mountinfo_naming, node_paths, sandbox_processes
 
 
@@ -91,10 +92,11 @@ def _guessed_paths(lab, neighbour) -> list[str]:
     showed it), the conventional /var/lib/corral, and its processes' /proc/<pid>/root."""
     rel = "home/user/canary.txt"
     state = lab.platform["state"] / "nodes" / neighbour.node_id
-    paths = [f"{state}/sandboxes/{neighbour.id}/rootfs/{rel}", f"{state}/sandboxes/{neighbour.id}/upper/upper/{rel}",
-             f"/var/lib/corral/{neighbour.node_id}/sandboxes/{neighbour.id}/rootfs/{rel}",
-             f"/var/lib/corral/sandboxes/{neighbour.id}/rootfs/{rel}"]
-    paths += [f"/proc/{pid}/root/{rel}" for pid in sandbox_processes(neighbour.node_id, neighbour.id)]
+    name = runtime_id(neighbour.sandbox)  # its directory's (a claimed warm-pool container keeps its own)
+    paths = [f"{state}/sandboxes/{name}/rootfs/{rel}", f"{state}/sandboxes/{name}/upper/upper/{rel}",
+             f"/var/lib/corral/{neighbour.node_id}/sandboxes/{name}/rootfs/{rel}",
+             f"/var/lib/corral/sandboxes/{name}/rootfs/{rel}"]
+    paths += [f"/proc/{pid}/root/{rel}" for pid in sandbox_processes(neighbour.node_id, neighbour.sandbox)]
     return paths
 
 

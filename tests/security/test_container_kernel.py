@@ -88,10 +88,10 @@ def test_every_sandbox_has_host_uids_of_its_own(attack):
     for user in ("user", "root"):
         attack.sh(sandbox, "sleep 600 > /dev/null 2>&1 &", user=user)
     node_id = sandbox.info.node_id
-    mine = _uids(node_id, sandbox.id)
+    mine = _uids(node_id, sandbox)
     assert len(mine) >= 1 and 0 not in mine, f"host uids of the attacker's processes: {mine}"
     for neighbour in attack.neighbours:
-        theirs = _uids(neighbour.node_id, neighbour.id)
+        theirs = _uids(neighbour.node_id, neighbour.sandbox)
         assert mine.isdisjoint(theirs), f"the attacker shares host uids {mine & theirs} with a neighbour"
     uid_map = attack.sh(sandbox, "cat /proc/self/uid_map").stdout.split()
     assert uid_map[:3] != ["0", "0", "4294967295"], "no user namespace: ids inside are the host's"
@@ -102,8 +102,8 @@ def test_every_sandbox_has_host_uids_of_its_own(attack):
     attack.end()
 
 
-def _uids(node_id: str, sandbox_id: str) -> set[int]:
-    return host_uids(sandbox_processes(node_id, sandbox_id))
+def _uids(node_id: str, sandbox) -> set[int]:
+    return host_uids(sandbox_processes(node_id, sandbox))
 
 
 @pytest.mark.parametrize("path", ["/proc/kpageflags", "/proc/kpagecgroup", "/proc/slabinfo"])
@@ -178,7 +178,7 @@ def test_ptrace_reaches_no_process_outside(attack, shell, lab):
     sandbox's pid namespace has no such processes (or refuses them)."""
     outside = {int((lab.platform["state"] / "run" / f"{node}.pid").read_text()) for node in lab.node_ids}
     for neighbour in attack.neighbours:
-        outside |= set(sandbox_processes(neighbour.node_id, neighbour.id))
+        outside |= set(sandbox_processes(neighbour.node_id, neighbour.sandbox))
     own = {int(p) for p in attack.sh(shell, "ls /proc | grep '^[0-9]*$'").stdout.split()}
     targets = sorted(outside - own)
     assert targets, "no outside process to aim at"

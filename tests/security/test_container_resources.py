@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.live_platform import internal_headers
+from tests.live_platform import internal_headers, runtime_id
 from tests.polling import until_sync
 from tests.security.harness import HOME, LABELS, host_memtotal_mb, host_shmem_mb
 
@@ -100,14 +100,14 @@ def test_oversized_uploads_are_413_even_without_a_length(attack, lab):
     attack.end()
 
 
-def _pids_file(node_id: str, sandbox_id: str, name: str) -> str:
-    path = Path(f"/sys/fs/cgroup/pids/corral/{node_id}/{sandbox_id}/{name}")
+def _pids_file(node_id: str, sandbox, name: str) -> str:
+    path = Path(f"/sys/fs/cgroup/pids/corral/{node_id}/{runtime_id(sandbox)}/{name}")
     return path.read_text() if path.exists() else ""
 
 
-def _forks_refused(node_id: str, sandbox_id: str) -> int:
+def _forks_refused(node_id: str, sandbox) -> int:
     """pids.events "max": how many forks the sandbox's pids limit has refused."""
-    for line in _pids_file(node_id, sandbox_id, "pids.events").splitlines():
+    for line in _pids_file(node_id, sandbox, "pids.events").splitlines():
         key, _, value = line.partition(" ")
         if key == "max":
             return int(value)
@@ -120,9 +120,9 @@ def test_fork_bomb_stays_inside_its_pids_limit(attack):
     # busybox's sh gives up when a fork fails, so the bomb burns out soon after it hits the
     # limit: the kernel's count of refused forks is what proves it reached the limit.
     attack.sh(sandbox, "(b() { b | b & }; b) < /dev/null > /dev/null 2>&1 &")
-    until_sync(lambda: _forks_refused(node_id, sandbox.id) > 0, timeout_s=30, what="the fork bomb to hit its limit")
+    until_sync(lambda: _forks_refused(node_id, sandbox) > 0, timeout_s=30, what="the fork bomb to hit its limit")
     attack.contained()  # neighbours, the node, the control plane
-    assert int(_pids_file(node_id, sandbox.id, "pids.current") or 0) <= 64
+    assert int(_pids_file(node_id, sandbox, "pids.current") or 0) <= 64
     attack.end()  # and deleting a sandbox mid-bomb leaves no process behind
 
 
@@ -130,7 +130,7 @@ def test_busy_loops_get_no_more_cpu_than_the_sandbox_asked_for(attack):
     """Four busy loops in a cpu=0.1 sandbox for 2 s use ~0.2 s of cpu, not the node's cores (the
     cap is written by the node-agent after crun's start, not by crun: containers/oci.py)."""
     sandbox = attack.sandbox(probe=False, cpu=0.1)
-    usage = next(Path("/sys/fs/cgroup").glob(f"cpu*acct*/corral/{sandbox.info.node_id}/{sandbox.id}/cpuacct.usage"),
+    usage = next(Path("/sys/fs/cgroup").glob(f"cpu*acct*/corral/{sandbox.info.node_id}/{runtime_id(sandbox)}/cpuacct.usage"),
                  None)
     if usage is None:
         pytest.skip("no cgroup v1 cpuacct hierarchy on this host")

@@ -40,7 +40,7 @@ def guest(vm_neighbour, lab):
 
 
 def _qemu(sandbox) -> int:
-    pids = list(sandbox_processes(sandbox.info.node_id, sandbox.id))
+    pids = list(sandbox_processes(sandbox.info.node_id, sandbox))
     assert len(pids) == 1, f"expected one QEMU process for {sandbox.id}, found {pids}"
     return pids[0]
 
@@ -208,7 +208,7 @@ def test_fork_bomb_in_a_guest_stays_in_the_guest(attack):
 
     # Under TCG on a loaded 2-core host the bomb can take over a minute to spread.
     until_sync(bombed, timeout_s=180, what="the guest to fill with processes")
-    assert set(sandbox_processes(guest.info.node_id, guest.id)) == {qemu}, "the guest's processes reached the host"
+    assert set(sandbox_processes(guest.info.node_id, guest)) == {qemu}, "the guest's processes reached the host"
     assert int(_status(qemu)["Threads"]) <= 64
     attack.contained()
     attack.end(guest)

@@ -3,8 +3,11 @@ claims a sandbox started ahead, and that sandbox is indistinguishable from one s
 
 import hashlib
 import os
+import re
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -57,6 +60,19 @@ def owner(sid: str, tenant: str = "acme") -> OwnerRecord:
                        started_at=time.time())
 
 
+# What a tenant sees of its sandbox: names, env, user, processes, cgroups, mounts, files,
+# limits, capabilities, kernel, init.
+TENANT_VIEW = ("hostname; cat /proc/sys/kernel/hostname; uname -a; cat /etc/hostname /etc/hosts 2>&1; env | sort; id;"
+               " ps -o pid,user,nice,args; cat /proc/self/cgroup /proc/self/mountinfo /proc/self/uid_map"
+               " /proc/self/gid_map /proc/self/oom_score_adj; ls -la / /home/user /tmp /dev /dev/shm; ulimit -a;"
+               " grep -E 'Cap|NoNewPrivs|Seccomp' /proc/self/status; tr '\\0' ' ' </proc/1/cmdline; df /")
+
+
+def tenant_view(out: str, sandbox_id: str) -> str:
+    """``out`` with its sandbox's name and every number (its own in each sandbox) made generic."""
+    return re.sub(r"\d+", "N", out.replace(sandbox_id, "<id>"))
+
+
 async def warm(manager: SandboxManager, n: int = 2) -> None:
     await until(lambda: manager.pool.ready_count() == n, 60, f"{n} sandboxes started ahead")
 
@@ -83,6 +99,12 @@ async def test_a_claimed_sandbox_is_indistinguishable_from_a_fresh_one(pooled):
         # Its init runs at the normal priority (a pooled one was started niced).
         assert (await sh(manager, sid, "cut -d' ' -f19 /proc/1/stat")) == "0\n"
     assert (await sh(manager, "claimed-a", "pwd")) == "/tmp\n"  # the claim's workdir
+    # Everything the tenant can look at is what a fresh one shows, but for its own name and the
+    # numbers every sandbox has its own of (mount ids, devices, its host id range, times); the
+    # name it was started ahead under shows nowhere.
+    views = {sid: await sh(manager, sid, TENANT_VIEW) for sid in ("cold", "claimed-b")}
+    assert "wp-" not in views["claimed-b"] and b_runtime not in views["claimed-b"]
+    assert tenant_view(views["claimed-b"], "claimed-b") == tenant_view(views["cold"], "cold")
     assert manager.owners.get("claimed-a").tenant == "acme"
 
     # Nothing of another sandbox: its own disk, its own user namespace ids.
@@ -227,3 +249,44 @@ async def test_pinned_creates_are_served_from_the_pool_of_their_pin_and_nothing_
         assert manager.pool.hits == 1 and manager.pool.ready_count() >= 1
     finally:
         await manager.close()
+
+
+async def test_stopping_the_pool_leaves_nothing_of_it_and_the_sandboxes_running(pooled):
+    """What an agent does when it stops (SandboxManager.stop_pool): its sandboxes stay for the
+    next run to adopt; of its pool no container, cgroup, directory, record, mount or loop device
+    is left, the one being started at that moment included."""
+    manager, settings, _ = pooled
+    await manager.create("kept", SandboxSpec(**SHAPE), owner("kept"))
+    await warm(manager)
+    pooled_ids = [a.runtime_id for shape in manager.pool.shapes() for a in shape.ready]
+    await manager.create("claimed", SandboxSpec(**SHAPE), owner("claimed"))  # sets off a refill ...
+    await until(lambda: manager.pool._start is not None and not manager.pool._start.done(), 30, "a refill started")
+    await manager.stop_pool()  # ... which is in flight now
+    leftover = pool_leftovers(settings)
+    assert leftover == [], leftover
+    assert sorted(manager.ids()) == ["claimed", "kept"] and manager.pool.count() == 0
+    assert (await sh(manager, "claimed", "hostname")) == "claimed\n"
+    assert manager.runtime("claimed")["warm_pool"] in pooled_ids
+    assert os.listdir(f"{settings.state_dir}/owners/pooled") == []
+
+
+def pool_leftovers(settings: NodeAgentSettings) -> list[str]:
+    """What of the pool's unclaimed containers (wp-<hex>, not a sandbox's) is on the host."""
+    names = {f.name for f in Path(f"{settings.state_dir}/sandboxes").iterdir()}
+    claimed = {n for n in names if '"sandbox_id"' in Path(f"{settings.state_dir}/sandboxes/{n}/sandbox.json").read_text()}
+    found = [f"dir: {n}" for n in names - claimed]
+    listed = subprocess.run(["crun", "--root", f"{settings.state_dir}/crun", "list", "-q"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    found += [f"container: {c}" for c in listed if c.startswith("wp-") and c not in claimed]
+    found += [f"cgroup: {p}" for p in Path("/sys/fs/cgroup").glob(f"*/corral/{settings.node_id}/wp-*")
+              if p.name not in claimed]
+    found += [f"mount: {line}" for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if "/sandboxes/wp-" in line and not any(c in line for c in claimed)]
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            path = backing.read_text().strip()
+        except OSError:
+            continue
+        if f"{settings.state_dir}/sandboxes/wp-" in path and not any(f"/{c}/" in path for c in claimed):
+            found.append(f"loop device: {backing.parent.parent.name} on {path}")
+    return found
