@@ -403,3 +403,34 @@ async def test_an_agent_away_while_redis_lost_everything_gets_its_sandboxes_back
         assert (await p.exec(box["id"], "echo back")).json()["stdout"] == "back\n"
     assert await p.node_view() == before
     assert await p.crun_ids() == {b["id"] for b in boxes}
+
+
+async def test_a_stopped_agent_keeps_its_sandboxes_and_leaves_nothing_of_its_warm_pool(platform):
+    """The node's warm pool is on by default: a stream of creates of one shape fills it. A
+    graceful stop keeps the sandboxes running for the next run (claimed ones too) and stops
+    every pooled container: no container, cgroup, directory or loop device of one is left."""
+    p = platform
+    boxes = [await p.create(labels={"suite": "pool"}) for _ in range(3)]
+    await until(lambda: p.manager.pool is not None and p.manager.pool.ready_count() >= 1, 60, "a pooled container")
+    state = Path(p.node.settings.state_dir)
+    pooled = [a.runtime_id for shape in p.manager.pool.shapes() for a in shape.ready]
+    claimed = await p.create(labels={"suite": "pool"})
+    runtime = claimed.get("runtime", {}).get("warm_pool")
+    assert runtime in pooled, (claimed, pooled)  # served from the pool
+    crun = p.manager.backend.crun
+    # The sandboxes' crun ids: a claimed one's is the pooled container's it was claimed from.
+    kept = {b["id"]: (b.get("runtime") or {}).get("warm_pool", b["id"]) for b in [*boxes, claimed]}
+    await p.node.stop(keep_sandboxes=True)
+
+    listed = set(await crun.list())
+    assert listed == set(kept.values()), (listed, kept, pooled)
+    left = [str(d) for d in Path("/sys/fs/cgroup").glob(f"*/corral/{p.node_id}/wp-*") if d.name not in kept.values()]
+    left += [d.name for d in (state / "sandboxes").iterdir() if d.name not in kept.values()]
+    left += [f for b in Path("/sys/block").glob("loop*/loop/backing_file")
+             if "/sandboxes/wp-" in (f := b.read_text().strip()) and not any(f"/{r}/" in f for r in kept.values())]
+    assert left == [] and list((state / "owners" / "pooled").iterdir()) == []
+
+    await p.node.start()  # the next run adopts the sandboxes, the claimed one under its id
+    for box in [*boxes, claimed]:
+        assert (await p.exec(box["id"], "hostname")).json()["stdout"] == f"{box['id']}\n"
+    assert await p.crun_ids() == {b["id"] for b in [*boxes, claimed]}
