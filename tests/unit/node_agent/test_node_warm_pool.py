@@ -319,7 +319,7 @@ async def test_close_lets_a_start_in_flight_finish_and_stops_it():
     assert h.pool.count() == 0
 
 
-def test_warm_pools_are_on_with_the_shipped_defaults(tmp_path):
+async def test_warm_pools_are_on_with_the_shipped_defaults(tmp_path):
     """A default create is served from a pool without tuning: the manager the agent builds from
     default settings has one, bounded (max), demand-sized (no fixed floor) and shrinking when idle."""
     from corral_node_agent.backends.container import ContainerBackend
