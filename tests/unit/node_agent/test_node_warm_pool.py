@@ -330,3 +330,23 @@ async def test_warm_pools_are_on_with_the_shipped_defaults(tmp_path):
     manager = build_manager(settings, backends=ContainerBackend(settings))
     assert manager.pool is not None
     assert (manager.pool.size, 0 < manager.pool.limit <= 64, manager.pool.idle_s) == (0, True, 120.0)
+
+
+async def test_the_disk_a_node_advertises_free_is_its_room_whatever_its_pool_holds():
+    """Pooled disks are thin (real space only as written, which the room above the watermark
+    already sees) and nobody reserved them: counted as used, the node advertised their requests
+    as free room on top of its real room (the scheduler's free = advertised - reserved)."""
+    from corral_node_agent.capacity.disk import advertised_disk_mb
+    from corral_node_agent.sandboxes.registry import SandboxRegistry
+
+    h = Harness(size=3)
+    h.pool.start()
+    h.pool.take(SandboxSpec(environment="busybox", backend="container", disk_mb=512), "acme")
+    await h.after_burst()
+    assert h.pool.ready_count() == 3
+    registry = SandboxRegistry({"container": h.backend}, max_sandboxes=0, vm_memory_overhead_mb=0, memory=None)
+    registry.pool = h.pool
+    room_mb, reserved_mb = 100, 0  # no sandbox: nothing reserved with the scheduler
+    used = int(registry.used_capacity()["disk_mb"])
+    assert advertised_disk_mb(100_000, used, room_mb) - reserved_mb == room_mb
+    await h.pool.close()
