@@ -217,6 +217,22 @@ async def test_pooled_sandboxes_hold_no_slot_a_create_of_another_shape_needs(poo
     await until(lambda: manager.pool.ready_count() == 1, 30, "the freed slot refilled")
 
 
+async def test_pooled_sandboxes_hold_no_requests_a_create_of_another_shape_needs(pooled):
+    """The scheduler counts what the pool holds as free (nobody reserved it): a create it
+    placed there that the pool cannot serve makes pooled ones give way until the node's
+    requests fit what it advertises again."""
+    manager, _, _ = pooled
+    await manager.create("first", SandboxSpec(**SHAPE), owner("first"))
+    each = manager.spec("first").reservation
+    manager.requests_cap = (100.0, 3 * each.memory_mb, 10_000)  # 1 sandbox + 2 pooled: all of its memory
+    await warm(manager)
+    assert not manager._over_capacity() and manager._over_capacity(SandboxSpec(**SHAPE))
+    await manager.create("other", SandboxSpec(**{**SHAPE, "memory_mb": 96}), owner("other"))
+    assert "warm_pool" not in manager.runtime("other")
+    assert manager.pool.count() == 1 and not manager._over_capacity()  # one pooled gave way
+    assert manager.pool._wanted() is None  # and none is started into what "other" holds
+
+
 async def test_pinned_creates_are_served_from_the_pool_of_their_pin_and_nothing_is_resolved(state_dir, node_id,
                                                                                              erofs_image):
     from corral_common.contracts.images import EnvironmentLayer, ResolvedImage
