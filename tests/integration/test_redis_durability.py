@@ -145,6 +145,7 @@ async def platform(redis_server, amqp_url):
     from corral_image_service.builders import build_busybox
     from corral_image_service.settings import ImageServiceSettings
     from corral_node_agent.app import cleanup
+    from corral_node_agent.sandboxes.settings import WarmPoolSettings
     from corral_node_agent.settings import NodeAgentSettings
     from corral_scheduler.app import create_app as create_scheduler
     from corral_scheduler.settings import SchedulerSettings
@@ -167,7 +168,8 @@ async def platform(redis_server, amqp_url):
     # answered by the loop it blocks. Its own capacity registry, not the host's.
     node_settings = NodeAgentSettings(**common, node_id=f"durable-{os.urandom(3).hex()}", state_dir=f"{work}/node",
                                       port=free_port(), layer_mode="eager", heartbeat_interval_s=0.3, max_sandboxes=5,
-                                      capacity_registry_dir=f"{work}/capacity", disk_capacity_mb=8192)
+                                      capacity_registry_dir=f"{work}/capacity", disk_capacity_mb=8192,
+                                      warm_pool=WarmPoolSettings(max=32))  # pools on: claimed sandboxes survive too
     node = NodeAgent(node_settings)
     redis = connect(redis_server.url)  # the services' client: it reconnects after a restart
     try:
@@ -406,7 +408,7 @@ async def test_an_agent_away_while_redis_lost_everything_gets_its_sandboxes_back
 
 
 async def test_a_stopped_agent_keeps_its_sandboxes_and_leaves_nothing_of_its_warm_pool(platform):
-    """The node's warm pool is on by default: a stream of creates of one shape fills it. A
+    """The node's warm pool is on (this platform turns it on): a stream of creates of one shape fills it. A
     graceful stop keeps the sandboxes running for the next run (claimed ones too) and stops
     every pooled container: no container, cgroup, directory or loop device of one is left."""
     p = platform

@@ -319,14 +319,16 @@ async def test_close_lets_a_start_in_flight_finish_and_stops_it():
     assert h.pool.count() == 0
 
 
-async def test_warm_pools_are_on_with_the_shipped_defaults(tmp_path):
-    """A default create is served from a pool without tuning: the manager the agent builds from
-    default settings has one, bounded (max), demand-sized (no fixed floor) and shrinking when idle."""
+async def test_a_pool_turned_on_is_bounded_demand_sized_and_shrinks_when_idle(tmp_path):
+    """The manager the agent builds with max set has a pool, bounded (max), demand-sized (no
+    fixed floor) and shrinking when idle."""
     from corral_node_agent.backends.container import ContainerBackend
     from corral_node_agent.sandboxes.service import build_manager
+    from corral_node_agent.sandboxes.settings import WarmPoolSettings
     from corral_node_agent.settings import NodeAgentSettings
 
-    settings = NodeAgentSettings(state_dir=str(tmp_path), image_service_url="http://image-service")
+    settings = NodeAgentSettings(state_dir=str(tmp_path), image_service_url="http://image-service",
+                                 warm_pool=WarmPoolSettings(max=32))
     manager = build_manager(settings, backends=ContainerBackend(settings))
     assert manager.pool is not None
     assert (manager.pool.size, 0 < manager.pool.limit <= 64, manager.pool.idle_s) == (0, True, 120.0)
